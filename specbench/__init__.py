@@ -1,0 +1,1 @@
+"""specbench: one engine and one measurement protocol for speculative decoding."""

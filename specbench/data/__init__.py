@@ -1,0 +1,1 @@
+"""Benchmark prompts: every dataset yields the same record shape."""

@@ -1,0 +1,1 @@
+"""Drafters: where draft tokens come from."""

@@ -1,0 +1,101 @@
+"""A causal LM whose KV cache holds committed context followed by draft-tree nodes.
+
+Target and draft models both use it: a forward feeds new context tokens and/or tree
+nodes (tree attention mask, position = root position + depth), and `commit` keeps
+only the accepted path's rows, gathered in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from specbench.engine.tree import DraftTree
+
+
+class TreeLM:
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.device = model.device
+        self.reset()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.vocab_size
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.committed = 0  # cache rows that hold committed context
+        self.cached_nodes: list[int] = []  # tree node of each cache row after those
+        self.forwards = 0
+
+    def forward(
+        self, context: Sequence[int] = (), tree: DraftTree | None = None, nodes: Sequence[int] = ()
+    ) -> torch.Tensor:
+        """Feed new context tokens, then tree `nodes` (ascending; each node's ancestors
+        cached already or fed in this call). Returns logits [len(nodes), V], or [1, V]
+        at the last context token when no nodes are fed."""
+        nodes = list(nodes)
+        if context and self.cached_nodes:
+            raise RuntimeError("context can only be added before any tree node is cached")
+        root_position = self.committed + len(context)
+        tokens = list(context) + [tree.tokens[n] for n in nodes] if nodes else list(context)
+        positions = list(range(self.committed, root_position))
+        positions += [root_position + tree.depths[n] for n in nodes]
+        mask = self._mask(len(context), tree, nodes)
+        out = self.model(
+            input_ids=torch.tensor([tokens], device=self.device),
+            position_ids=torch.tensor([positions], device=self.device),
+            attention_mask=mask,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=len(nodes) or 1,
+        )
+        self.forwards += 1
+        self.committed += len(context)
+        self.cached_nodes += nodes
+        return out.logits[0]
+
+    def _mask(self, n_context: int, tree: DraftTree | None, nodes: list[int]) -> torch.Tensor | None:
+        """Bool [1, 1, q, kv] (True = attend), or None where plain causal is exact."""
+        if not nodes:
+            return None
+        plain_chain = not self.cached_nodes and nodes == list(range(len(nodes)))
+        if plain_chain and all(tree.parents[n] == n - 1 for n in nodes):
+            return None
+        n_past = self.committed + n_context
+        q = n_context + len(nodes)
+        kv = n_past + len(self.cached_nodes) + len(nodes)
+        mask = torch.zeros(q, kv, dtype=torch.bool)
+        mask[:n_context, : self.committed] = True
+        mask[:n_context, self.committed : n_past] = torch.ones(n_context, n_context).tril().bool()
+        mask[n_context:, :n_past] = True
+        ancestors = tree.ancestor_mask()
+        columns = self.cached_nodes + nodes
+        mask[n_context:, n_past:] = ancestors[nodes][:, columns]
+        return mask[None, None].to(self.device)
+
+    def commit(self, path: Sequence[int]) -> int:
+        """Keep the cached rows of the accepted `path` (root first) as context, drop the
+        other tree rows. Returns how many path nodes were cached (a prefix of the path)."""
+        row_of = {node: self.committed + i for i, node in enumerate(self.cached_nodes)}
+        rows = []
+        for node in path:
+            if node not in row_of:
+                break
+            rows.append(row_of[node])
+        keep = self.committed + len(rows)
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        for layer in self.cache.layers:
+            if not getattr(layer, "is_initialized", False):
+                continue
+            if rows and rows != list(range(self.committed, keep)):
+                layer.keys[:, :, self.committed : keep] = layer.keys[:, :, index]
+                layer.values[:, :, self.committed : keep] = layer.values[:, :, index]
+            layer.keys = layer.keys[:, :, :keep]
+            layer.values = layer.values[:, :, :keep]
+        self.committed = keep
+        self.cached_nodes = []
+        return len(rows)

@@ -1,0 +1,65 @@
+"""Draft trees as flat arrays.
+
+Node 0 is the root: the last committed token, which the target has not seen yet.
+Every other node is a draft token. Parents always precede their children, so masks,
+positions and paths can be derived in one pass from `parents` alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int]
+    parents: list[int] = field(default_factory=lambda: [-1])
+    depths: list[int] = field(default_factory=lambda: [0])
+    logps: list[float] = field(default_factory=lambda: [0.0])
+    # parent node -> draft distribution (over the target vocabulary, after temperature,
+    # top-k and top-p) that its children were drawn from, in order and without
+    # replacement. Absent: the children were chosen deterministically.
+    child_dists: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def root(cls, token: int) -> "DraftTree":
+        return cls(tokens=[token])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, parent: int, token: int, logp: float = 0.0) -> int:
+        """Append a child of `parent`; logp is the draft log-prob of this token alone."""
+        if not 0 <= parent < len(self.tokens):
+            raise IndexError(f"parent {parent} is not a node of this tree")
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1)
+        self.logps.append(self.logps[parent] + logp)
+        return len(self.tokens) - 1
+
+    def children(self, node: int) -> list[int]:
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root down to `node`, both included."""
+        path = []
+        while node != -1:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """Bool [n, n]: row i is True at i and at every ancestor of i."""
+        n = len(self.tokens)
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        for i, p in enumerate(self.parents):
+            if p >= 0:
+                mask[i] = mask[p]
+            mask[i, i] = True
+        return mask

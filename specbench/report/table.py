@@ -1,0 +1,33 @@
+"""The summary table printed at the end of a run."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def _fmt(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def print_summary(summary: dict) -> None:
+    table = Table(title=escape(f"{summary['method']} on {summary['model']} / {summary['dataset']}  [{summary['config_hash']}]"))
+    for column in ("", "samples", "tokens", "tok/s", "tau", "delta"):
+        table.add_column(column, justify="right")
+    rows = [(summary["method"], summary["results"])]
+    if "baseline" in summary:
+        rows.append(("baseline (ar)", summary["baseline"]))
+    for name, r in rows:
+        table.add_row(name, str(r["samples"]), str(r["tokens"]), _fmt(r["tok_per_s"]), _fmt(r["tau"]), _fmt(r["delta"]))
+    console = Console()
+    console.print(table)
+    if "baseline" in summary:
+        agreement = summary.get("agreement_with_baseline", {})
+        console.print(
+            f"speedup {_fmt(summary.get('speedup'))}x (median per sample {_fmt(summary.get('speedup_median_per_sample'))}x), "
+            f"baseline: {summary['baseline_source']}; "
+            f"outputs identical to baseline: {_fmt(agreement.get('exact_match_rate'))}"
+        )
+    env = summary["environment"]
+    console.print(f"{env['hardware']} {env['device']} {env['dtype']} threads={env['torch_threads']} torch {env['torch']} -> {summary['out_dir']}")

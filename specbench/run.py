@@ -1,0 +1,281 @@
+"""One benchmark run: load model, method and prompts; decode every sample with the
+method and (back to back, alternating order) the AR baseline; write one JSON line per
+finished sample; summarise. Re-running the same config resumes where it stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from tqdm import tqdm
+
+from specbench import methods
+from specbench.data import questions
+from specbench.config import config_hash, run_name
+from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Limits, Method, generate
+from specbench.engine.sampling import Sampling
+from specbench.errors import ConfigError, require
+from specbench.metrics import speed
+from specbench.models import registry
+from specbench.report.table import print_summary
+
+BASELINE_MODES = ("paired", "cached", "none")
+# room kept after prompt + max_new_tokens for the draft tree of the last step
+TREE_MARGIN = 64
+
+
+@dataclass
+class MethodRun:
+    """What one method produced for one sample (all turns)."""
+
+    new_tokens: int
+    seconds: float
+    target_forwards: int
+    draft_forwards: int
+    accept_lengths: list[int]
+    turn_ids: list[list[int]]
+    turn_texts: list[str]
+    stop_reasons: list[str]
+    prompt_tokens: list[int]
+
+
+class Runner:
+    def __init__(self, cfg: dict, out_dir: Path):
+        self.cfg = cfg
+        self.out_dir = out_dir
+        gen, hardware = cfg["gen"], cfg["hardware"]
+        max_new = gen["max_new_tokens"]
+        require(isinstance(max_new, int) and max_new >= 1, "gen.max_new_tokens", f"must be an integer >= 1, got {max_new!r}")
+        self.sampling = Sampling(gen["temperature"], gen["top_p"], gen["top_k"])
+        mode = cfg["baseline"]["mode"]
+        require(mode in BASELINE_MODES, "baseline.mode", f"unknown {mode!r}; choose one of {', '.join(BASELINE_MODES)}")
+        threads = hardware.get("threads")
+        if threads is not None:
+            require(isinstance(threads, int) and threads >= 1, "hardware.threads", f"must be an integer >= 1, got {threads!r}")
+            torch.set_num_threads(threads)
+        self.samples = questions.load(cfg["dataset"])
+        model, self.tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
+        self.target = TreeLM(model)
+        self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
+        self.limits = Limits(
+            max_new_tokens=max_new,
+            stop_token_ids=frozenset(stop_token_ids(model, self.tokenizer, cfg["model"])),
+            stop_strings=tuple(gen.get("stop_strings") or ()),
+        )
+        self.method = methods.build(cfg["method"], model, hardware)
+        self.paired = mode == "paired" and cfg["method"] != cfg["baseline"]["method"]
+        self.baseline = methods.build(cfg["baseline"]["method"], model, hardware) if self.paired else None
+        self.cached_baseline = load_cached_baseline(cfg) if mode == "cached" else None
+
+    def run(self) -> dict:
+        path = self.out_dir / "samples.jsonl"
+        records = read_records(path)
+        done = {r["id"] for r in records}
+        todo = [s for s in self.samples if s.id not in done]
+        if todo:
+            self.warm_up(todo[0])
+        bar = tqdm(total=len(self.samples), initial=len(self.samples) - len(todo), desc=self.cfg["method"]["name"], unit="sample")
+        with open(path, "a", encoding="utf-8") as out:
+            for index, sample in enumerate(todo):
+                record = self.run_sample(sample, baseline_first=index % 2 == 1, bar=bar)
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+                records.append(record)
+                bar.update(1)
+        bar.close()
+        summary = self.summarize(records)
+        (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        print_summary(summary)
+        return summary
+
+    def warm_up(self, sample: questions.Sample) -> None:
+        """First touches of fresh memory are slow: run each method once, untimed."""
+        prompt = self.prompt_ids([{"role": "user", "content": sample.turns[0]}], sample.id)
+        limits = Limits(min(32, self.limits.max_new_tokens), self.limits.stop_token_ids)
+        for method in filter(None, (self.method, self.baseline)):
+            generate(self.target, method, prompt, self.sampling, limits, self.generator(sample.id))
+
+    def run_sample(self, sample: questions.Sample, baseline_first: bool, bar) -> dict:
+        runs = {}
+        order = [("baseline", self.baseline), ("method", self.method)]
+        if not baseline_first:
+            order.reverse()
+        for role, method in order:
+            if method is not None:
+                runs[role] = self.decode_turns(sample, method, bar if role == "method" else None)
+        record = {"id": sample.id, "category": sample.category, "method": asdict(runs["method"])}
+        if "baseline" in runs:
+            record["baseline"] = asdict(runs["baseline"])
+            record["baseline_first"] = baseline_first
+        return record
+
+    def decode_turns(self, sample: questions.Sample, method: Method, bar) -> MethodRun:
+        """All turns of a conversation; each later turn sees this method's own answers."""
+        messages, runs = [], []
+        generator = self.generator(sample.id)
+        for turn in sample.turns:
+            messages.append({"role": "user", "content": turn})
+            prompt = self.prompt_ids(messages, sample.id)
+            progress = Progress(bar) if bar is not None else None
+            result = generate(
+                self.target, method, prompt, self.sampling, self.limits, generator,
+                decode=self.tokenizer.decode, on_step=progress,
+            )
+            text = self.tokenizer.decode(result.ids, skip_special_tokens=True)
+            messages.append({"role": "assistant", "content": text})
+            runs.append((len(prompt), result, text))
+        return MethodRun(
+            new_tokens=sum(len(r.ids) for _, r, _ in runs),
+            seconds=sum(r.seconds for _, r, _ in runs),
+            target_forwards=sum(r.target_forwards for _, r, _ in runs),
+            draft_forwards=sum(r.draft_forwards for _, r, _ in runs),
+            accept_lengths=[n for _, r, _ in runs for n in r.accept_lengths],
+            turn_ids=[r.ids for _, r, _ in runs],
+            turn_texts=[t for _, _, t in runs],
+            stop_reasons=[r.stop_reason for _, r, _ in runs],
+            prompt_tokens=[n for n, _, _ in runs],
+        )
+
+    def prompt_ids(self, messages: list[dict], sample_id: str) -> list[int]:
+        ids = chat_prompt(self.tokenizer, messages)
+        room = self.context_length - self.limits.max_new_tokens - TREE_MARGIN
+        if len(ids) <= room:
+            return ids
+        require(
+            bool(self.cfg["gen"].get("truncate_prompt")) and room > 0,
+            "gen.truncate_prompt",
+            f"sample {sample_id}: prompt of {len(ids)} tokens + gen.max_new_tokens={self.limits.max_new_tokens} "
+            f"does not fit the model context of {self.context_length}; set gen.truncate_prompt=true to keep its last {max(room, 0)} tokens",
+        )
+        return ids[-room:]
+
+    def generator(self, sample_id: str) -> torch.Generator:
+        """Seeded per sample, so a resumed run draws what an uninterrupted one would."""
+        digest = hashlib.sha256(f"{self.cfg['seed']}/{sample_id}".encode()).digest()
+        return torch.Generator(device=self.target.device).manual_seed(int.from_bytes(digest[:8], "little"))
+
+    def summarize(self, records: list[dict]) -> dict:
+        by_id = {r["id"]: r for r in records}
+        ordered = [by_id[s.id] for s in self.samples if s.id in by_id]
+        method_runs = [r["method"] for r in ordered]
+        summary = {
+            "method": self.cfg["method"]["name"],
+            "model": self.cfg["model"]["name"],
+            "dataset": self.cfg["dataset"]["name"],
+            "config_hash": config_hash(self.cfg),
+            "results": speed.totals(method_runs),
+            "environment": environment(self.cfg),
+            "out_dir": str(self.out_dir),
+        }
+        baseline_runs, source = self.baseline_runs(ordered)
+        if baseline_runs:
+            summary["baseline"] = speed.totals([b for _, b in baseline_runs])
+            summary["baseline_source"] = source
+            method_side = [m for m, _ in baseline_runs]
+            summary["agreement_with_baseline"] = speed.agreement(method_side, [b for _, b in baseline_runs])
+            if source != "cached run, outputs only":
+                summary.update(speed.speedup(method_side, [b for _, b in baseline_runs]))
+        return summary
+
+    def baseline_runs(self, ordered: list[dict]) -> tuple[list[tuple[dict, dict]], str | None]:
+        if self.paired:
+            return [(r["method"], r["baseline"]) for r in ordered if "baseline" in r], "paired in this run (side by side)"
+        if self.cached_baseline is not None:
+            pairs = [(r["method"], self.cached_baseline[r["id"]]) for r in ordered if r["id"] in self.cached_baseline]
+            if self.cfg["baseline"].get("cached_timings"):
+                return pairs, "cached run, timings NOT side by side"
+            return pairs, "cached run, outputs only"
+        return [], None
+
+
+class Progress:
+    """Live tok/s and tau for the progress bar of one generation."""
+
+    def __init__(self, bar):
+        self.bar, self.tokens, self.steps = bar, 0, 0
+        self.start = bar.format_dict["elapsed"]
+
+    def __call__(self, committed: int) -> None:
+        self.tokens += committed
+        self.steps += 1
+        elapsed = self.bar.format_dict["elapsed"] - self.start
+        self.bar.set_postfix(tok_s=f"{self.tokens / max(elapsed, 1e-9):.1f}", tau=f"{self.tokens / self.steps:.2f}", refresh=False)
+        if self.steps % 8 == 0:
+            self.bar.refresh()
+
+
+def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of a conversation under the model's chat template (plain text without one)."""
+    if tokenizer.chat_template:
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+    text = "\n\n".join(m["content"] for m in messages)
+    return tokenizer(text).input_ids
+
+
+def stop_token_ids(model, tokenizer, model_cfg: dict) -> set[int]:
+    ids = set(model_cfg.get("stop_token_ids") or [])
+    for source in (getattr(model, "generation_config", None), tokenizer):
+        eos = getattr(source, "eos_token_id", None)
+        if eos is not None:
+            ids.update(eos if isinstance(eos, list) else [eos])
+    return ids
+
+
+def read_records(path: Path) -> list[dict]:
+    """Finished samples of an earlier, possibly interrupted run; a torn last line
+    (killed mid-write) is dropped from the file so appends stay valid JSONL."""
+    if not path.exists():
+        return []
+    records, good_bytes = [], 0
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+            good_bytes += len(line)
+    with open(path, "rb+") as f:
+        f.truncate(good_bytes)
+    return records
+
+
+def load_cached_baseline(cfg: dict) -> dict[str, dict]:
+    """Per-sample AR results from an earlier `method=<baseline>` run with identical settings."""
+    ar_cfg = dict(cfg, method=cfg["baseline"]["method"])
+    directory = Path(cfg["output_root"]) / ar_cfg["method"]["name"] / run_name(ar_cfg)
+    records = read_records(directory / "samples.jsonl")
+    if not records:
+        raise ConfigError(
+            f"baseline.mode: cached, but no finished {ar_cfg['method']['name']} run with these settings at {directory}; "
+            "run it first (same overrides, method=ar) or use baseline.mode=paired"
+        )
+    return {r["id"]: r["method"] for r in records}
+
+
+def environment(cfg: dict) -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {
+        "git_commit": commit,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "torch_threads": torch.get_num_threads(),
+        "dtype": cfg["hardware"]["dtype"],
+        "device": cfg["hardware"]["device"],
+        "hardware": cfg["hardware"]["name"],
+        "cpu": platform.processor() or platform.machine(),
+        "seed": cfg["seed"],
+    }

@@ -1,0 +1,1 @@
+"""Tree policies: which draft nodes to expand and keep."""

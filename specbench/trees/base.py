@@ -1,0 +1,34 @@
+"""What a tree policy is and what it asks of a drafter."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from specbench.engine.sampling import Sampling
+from specbench.engine.tree import DraftTree
+
+
+class Drafter(Protocol):
+    """Given the committed context and a draft tree, next-token logits for some nodes."""
+
+    forwards: int  # draft forward passes so far (N_q)
+
+    def begin(self, prompt: list[int]) -> None:
+        """Start a new sequence."""
+
+    def logits(self, context: list[int], tree: DraftTree, nodes: list[int]) -> torch.Tensor | None:
+        """Logits [len(nodes), V] over the target vocabulary for the token after each
+        node, or None when the drafter has nothing to propose."""
+
+    def commit(self, tree: DraftTree, path: list[int]) -> None:
+        """The target accepted `path` (root first) of `tree`."""
+
+
+class TreePolicy(Protocol):
+    def build(
+        self, drafter: Drafter | None, context: list[int], root: int, sampling: Sampling,
+        generator: torch.Generator | None,
+    ) -> DraftTree:
+        """A draft tree rooted at the pending token `root`."""

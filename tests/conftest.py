@@ -1,0 +1,54 @@
+"""Tiny random-weight models: fast, fp32, so identity with AR is exact."""
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+VOCAB = 96
+
+
+def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    # sharpen the output layer so greedy continuations are not all near-ties
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8)
+    return model
+
+
+def noisy_copy(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaForCausalLM:
+    """A draft that agrees with `model` often but not always."""
+    torch.manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * p.std() * torch.randn_like(p))
+    return draft
+
+
+@pytest.fixture(scope="session")
+def target():
+    return tiny_llama(0)
+
+
+@pytest.fixture(scope="session")
+def draft(target):
+    return noisy_copy(target, 0.3, seed=1)
+
+
+@pytest.fixture(scope="session")
+def prompts():
+    g = torch.Generator().manual_seed(123)
+    prompts = []
+    for i in range(24):
+        n = int(torch.randint(3, 40, (1,), generator=g))
+        body = torch.randint(3, VOCAB, (n,), generator=g).tolist()
+        prompts.append(body + body[: n // 2])  # repeats give prompt lookup something to find
+    return prompts
