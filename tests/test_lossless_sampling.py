@@ -1,0 +1,125 @@
+"""T>0: the verifier reproduces the target distribution, chain and tree (chi-square).
+
+A synthetic target and draft assign a distribution to every prefix over a small
+vocabulary; we draft, verify, and compare the first two emitted tokens with
+p(x1) p(x2 | x1). A deliberately broken verifier must fail the same test."""
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specbench.engine.sampling import Sampling, sample
+from specbench.engine.tree import DraftTree
+from specbench.verify.standard import Acceptance, StandardVerifier
+
+V = 5
+DRAWS = 10_000
+
+
+class Synthetic:
+    """Logits for every prefix, fixed by a seed; `skew` pushes the draft away from the target."""
+
+    def __init__(self, seed: int, skew: float):
+        self.seed, self.skew = seed, skew
+
+    def logits(self, prefix: tuple, role: str) -> torch.Tensor:
+        # tuples of ints hash the same in every process (strings would not)
+        g = torch.Generator().manual_seed(hash((self.seed, role == "draft", prefix)) % 2**31)
+        scores = torch.randn(V, generator=g) * 1.5
+        if role == "draft":
+            scores = scores - self.skew * self.logits(prefix, "target")  # disagree on purpose
+        return scores
+
+
+def draw_children(tree, node, q, k, generator):
+    """k children of `node`, drawn from q in order without replacement."""
+    tree.child_dists[node] = q
+    remaining = q.clone()
+    for _ in range(min(k, int((q > 0).sum()))):
+        token = sample(remaining / remaining.sum(), generator)
+        remaining[token] = 0
+        tree.add(node, token, float(q[token].log()))
+
+
+def build(shape: str, world: Synthetic, sampling: Sampling, generator) -> DraftTree:
+    tree = DraftTree.root(0)
+    widths = {"chain": [1, 1, 1], "tree": [3, 2], "wide": [V, 1]}[shape]
+    frontier = [0]
+    for width in widths:
+        next_frontier = []
+        for node in frontier:
+            prefix = tuple(tree.tokens[n] for n in tree.path_to(node)[1:])
+            q = sampling.probs(world.logits(prefix, "draft"))
+            before = len(tree)
+            draw_children(tree, node, q, width, generator)
+            next_frontier += range(before, len(tree))
+        frontier = next_frontier
+    return tree
+
+
+def emitted_pair(tree, accepted: Acceptance, world, sampling, generator) -> tuple[int, int]:
+    tokens = [tree.tokens[n] for n in accepted.path[1:]] + [accepted.next_token]
+    if len(tokens) < 2:  # the next step of the loop would sample the second token
+        tokens.append(sample(sampling.probs(world.logits(tuple(tokens), "target")), generator))
+    return tokens[0], tokens[1]
+
+
+def target_logits(tree, world):
+    rows = [world.logits(tuple(tree.tokens[n] for n in tree.path_to(node)[1:]), "target") for node in range(len(tree))]
+    return torch.stack(rows)
+
+
+def p_value(shape, skew, sampling, verify) -> float:
+    world = Synthetic(seed=7, skew=skew)
+    generator = torch.Generator().manual_seed(11)
+    counts = torch.zeros(V, V)
+    for _ in range(DRAWS):
+        tree = build(shape, world, sampling, generator)
+        accepted = verify(tree, target_logits(tree, world), sampling, generator)
+        counts[emitted_pair(tree, accepted, world, sampling, generator)] += 1
+    p1 = sampling.probs(world.logits((), "target"))
+    expected = torch.stack([p1[a] * sampling.probs(world.logits((a,), "target")) for a in range(V)])
+    keep = expected.flatten() > 0
+    assert counts.flatten()[~keep].sum() == 0, "emitted a token the target gives probability 0"
+    return chisquare(counts.flatten()[keep], expected.flatten()[keep] * DRAWS).pvalue
+
+
+CASES = list(itertools.product(["chain", "tree", "wide"], [0.0, 3.0]))
+
+
+@pytest.mark.parametrize("shape,skew", CASES)
+def test_distribution_preserved(shape, skew):
+    assert p_value(shape, skew, Sampling(temperature=1.0), StandardVerifier().accept) > 1e-3
+
+
+def test_distribution_preserved_with_temperature_top_k_top_p():
+    sampling = Sampling(temperature=0.7, top_k=4, top_p=0.9)
+    assert p_value("tree", 3.0, sampling, StandardVerifier().accept) > 1e-3
+
+
+def test_a_verifier_that_ignores_the_target_is_caught():
+    def accept_everything(tree, logits, sampling, generator):
+        path = [0]
+        while tree.children(path[-1]):
+            path.append(tree.children(path[-1])[0])
+        return Acceptance(path, sample(sampling.probs(logits[path[-1]]), generator))
+
+    assert p_value("chain", 3.0, Sampling(temperature=1.0), accept_everything) < 1e-6
+
+
+def test_point_mass_drafts_are_verified_losslessly():
+    """Deterministic children (no draft distribution, e.g. prompt lookup) still keep p."""
+    world = Synthetic(seed=3, skew=0.0)
+    sampling = Sampling(temperature=1.0)
+    generator = torch.Generator().manual_seed(5)
+    counts = torch.zeros(V)
+    for _ in range(DRAWS):
+        tree = DraftTree.root(0)
+        tree.add(0, 1)
+        tree.add(0, 3)
+        accepted = StandardVerifier().accept(tree, target_logits(tree, world), sampling, generator)
+        counts[([tree.tokens[n] for n in accepted.path[1:]] + [accepted.next_token])[0]] += 1
+    expected = sampling.probs(world.logits((), "target")) * DRAWS
+    assert chisquare(counts, expected).pvalue > 1e-3
