@@ -3,7 +3,8 @@
 Step 1 (`generate`): the target answers ShareGPT first turns greedily (its own chat
 template); the answers are what the draft must learn to predict at T=0.
 Step 2 (`train`): a small Llama sharing the target's tokenizer learns those answers
-(cross-entropy on answer tokens). Its tied embedding starts as a PCA projection of the
+(cross-entropy on answer tokens), mixed with ShareGPT's own answers to other prompts
+(`--sharegpt-answers`) where the target's answers are too few. Its tied embedding starts as a PCA projection of the
 target's. Both steps checkpoint as they go and resume when re-run.
 
     python -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 3000
@@ -34,22 +35,40 @@ TARGET = {
 }
 
 
-def first_turns(tokenizer, count: int, seed: int, max_prompt_tokens: int) -> list[list[int]]:
-    """Chat-formatted ids of ShareGPT first human turns, shuffled with `seed`."""
-    turns = [
-        c["conversations"][0]["value"]
+def first_exchanges(seed: int) -> list[tuple[str, str]]:
+    """(human, gpt) first exchanges of ShareGPT, shuffled with `seed`."""
+    pairs = [
+        (c["conversations"][0]["value"], c["conversations"][1]["value"])
         for c in sharegpt.conversations()
-        if c.get("conversations") and c["conversations"][0].get("from") == "human"
+        if len(c.get("conversations", [])) >= 2 and c["conversations"][0].get("from") == "human"
+        and c["conversations"][1].get("from") == "gpt"
     ]
-    random.Random(seed).shuffle(turns)
+    random.Random(seed).shuffle(pairs)
+    return pairs
+
+
+def first_turns(tokenizer, count: int, seed: int, max_prompt_tokens: int) -> list[list[int]]:
+    """Chat-formatted ids of the first `count` fitting prompts of first_exchanges(seed)."""
     prompts = []
-    for text in turns:
+    for text, _ in first_exchanges(seed):
         ids = chat_prompt(tokenizer, [{"role": "user", "content": text}])
         if 8 <= len(ids) <= max_prompt_tokens:
             prompts.append(ids)
         if len(prompts) == count:
             break
     return prompts
+
+
+def sharegpt_answers(tokenizer, count: int, seed: int, max_tokens: int) -> list[dict]:
+    """ShareGPT's own answers, taken from the end of the shuffled list so they never
+    share a prompt with the target-answered ones."""
+    rows = []
+    for question, answer in reversed(first_exchanges(seed)):
+        prompt = chat_prompt(tokenizer, [{"role": "user", "content": question}])[-max_tokens:]
+        rows.append({"prompt": prompt, "answer": tokenizer(answer + tokenizer.eos_token).input_ids[:max_tokens]})
+        if len(rows) == count:
+            break
+    return rows
 
 
 def generate(args) -> None:
@@ -60,8 +79,11 @@ def generate(args) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = sum(1 for _ in open(out)) if out.exists() else 0
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    deadline = time.time() + args.minutes * 60
     with open(out, "a") as f, torch.inference_mode():
         for start in tqdm(range(done, len(prompts), args.batch), desc="target answers", initial=done // args.batch, total=math.ceil(len(prompts) / args.batch)):
+            if time.time() > deadline:
+                break
             batch = prompts[start : start + args.batch]
             width = max(map(len, batch))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
@@ -90,7 +112,7 @@ def pca_embedding(target_embedding: torch.Tensor, dim: int) -> torch.Tensor:
     centred = target_embedding.float() - target_embedding.float().mean(0)
     _, _, v = torch.pca_lowrank(centred, q=dim, center=False)
     projected = centred @ v[:, :dim]
-    return projected / projected.std() * 0.02 * 4
+    return projected / projected.std() * 0.02
 
 
 def batches(rows: list[dict], batch: int, length: int, seed: int):
@@ -110,6 +132,15 @@ def batches(rows: list[dict], batch: int, length: int, seed: int):
             yield torch.tensor(ids), torch.tensor(labels)
 
 
+def answer_loss(model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy on answer tokens; the vocabulary projection runs only
+    where there is a label (most of the cost at a 49k vocabulary)."""
+    hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
+    targets = labels[:, 1:]
+    keep = targets != -100
+    return torch.nn.functional.cross_entropy(model.lm_head(hidden[keep]), targets[keep])
+
+
 def train(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -120,8 +151,11 @@ def train(args) -> None:
         model.model.embed_tokens.weight.copy_(pca_embedding(target.model.embed_tokens.weight, args.hidden))
     del target
     rows = [json.loads(line) for line in open(args.data)]
+    n_target_answers = len(rows)
+    rows += sharegpt_answers(tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     ckpt = out.with_name(out.name + ".ckpt.pt")
     step, seen = 0, 0
     if ckpt.exists():
@@ -139,7 +173,7 @@ def train(args) -> None:
         lr = args.lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = answer_loss(model, ids, labels)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -157,7 +191,8 @@ def train(args) -> None:
     weights = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     save_file(weights, out / "model.safetensors")
     (out / "training.json").write_text(json.dumps({
-        "target": TARGET["name"], "data": str(args.data), "answers": len(rows), "steps": step,
+        "target": TARGET["name"], "data": str(args.data), "target_answers": n_target_answers,
+        "sharegpt_answers": len(rows) - n_target_answers, "steps": step,
         "answer_tokens_seen": seen, "final_loss_ema": loss_avg, "hidden": args.hidden, "layers": args.layers,
         "batch": args.batch, "length": args.length, "lr": args.lr, "seed": args.seed,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -174,11 +209,13 @@ def main() -> None:
     g.add_argument("--batch", type=int, default=16)
     g.add_argument("--max-new-tokens", type=int, default=192)
     g.add_argument("--max-prompt-tokens", type=int, default=384)
+    g.add_argument("--minutes", type=float, default=25, help="stop after this long (re-run to continue)")
     g.add_argument("--threads", type=int, default=2)
     g.add_argument("--seed", type=int, default=0)
     t = sub.add_parser("train")
     t.add_argument("--data", required=True)
     t.add_argument("--out", required=True)
+    t.add_argument("--sharegpt-answers", type=int, default=8000)
     t.add_argument("--hidden", type=int, default=192)
     t.add_argument("--layers", type=int, default=4)
     t.add_argument("--batch", type=int, default=8)

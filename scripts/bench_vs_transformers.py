@@ -1,0 +1,91 @@
+"""Our loop against transformers' own generate on the same model, dtype and prompts.
+
+Per prompt, ours and transformers run back to back (alternating which goes first), so
+drift on this machine hits both alike; the ratios are what to quote.
+  ar  vs  model.generate(do_sample=False)
+  pld vs  model.generate(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=max_ngram)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from specbench import methods
+from specbench.data import questions
+from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Limits, generate
+from specbench.engine.sampling import Sampling
+from specbench.models import registry
+from specbench.run import chat_prompt, stop_token_ids
+from specbench.__main__ import CONF_DIR
+
+
+def config(*overrides: str) -> dict:
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose("config", overrides=list(overrides)), resolve=True)
+
+
+def hf_generate(model, prompt, max_new_tokens, eos, **kwargs):
+    ids = torch.tensor([prompt])
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0], **kwargs)
+    return out[0, len(prompt):].tolist(), time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. hardware=cpu-fp32")
+    args = parser.parse_args()
+    cfg = config(f"dataset.limit={args.prompts}", "dataset.max_turns=1", *args.overrides)
+    hardware = cfg["hardware"]
+    torch.set_num_threads(hardware["threads"])
+    model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
+    eos = stop_token_ids(model, tokenizer, cfg["model"])
+    limits = Limits(args.max_new_tokens, frozenset(eos))
+    target = TreeLM(model)
+    pld_cfg = config("method=pld")["method"]
+    ours = {"ar": methods.build(cfg["baseline"]["method"], model, hardware), "pld": methods.build(pld_cfg, model, hardware)}
+    theirs = {
+        "ar": {},
+        "pld": {"prompt_lookup_num_tokens": pld_cfg["tree"]["gamma"], "max_matching_ngram_size": pld_cfg["drafter"]["max_ngram"]},
+    }
+    prompts = [chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])]
+    # warm-up, untimed
+    for name in ours:
+        generate(target, ours[name], prompts[0], Sampling(), Limits(16, frozenset(eos)))
+        hf_generate(model, prompts[0], 16, eos, **theirs[name])
+
+    totals = {(name, side): [0, 0.0] for name in ours for side in ("ours", "hf")}
+    agree = {name: 0 for name in ours}
+    for i, prompt in enumerate(prompts):
+        for name in ours:
+            runs = {}
+            order = ["ours", "hf"] if i % 2 == 0 else ["hf", "ours"]
+            for side in order:
+                if side == "ours":
+                    out = generate(target, ours[name], prompt, Sampling(), limits)
+                    runs[side] = (out.ids, out.seconds)
+                else:
+                    runs[side] = hf_generate(model, prompt, args.max_new_tokens, eos, **theirs[name])
+                totals[name, side][0] += len(runs[side][0])
+                totals[name, side][1] += runs[side][1]
+            agree[name] += runs["ours"][0] == runs["hf"][0]
+            print(f"prompt {i}: {name} ours {len(runs['ours'][0]) / runs['ours'][1]:.1f} tok/s, transformers {len(runs['hf'][0]) / runs['hf'][1]:.1f} tok/s", flush=True)
+
+    print(f"\n{cfg['model']['name']} {hardware['dtype']} threads={torch.get_num_threads()} prompts={len(prompts)} max_new_tokens={args.max_new_tokens} T=0")
+    for name in ours:
+        ours_tps = totals[name, "ours"][0] / totals[name, "ours"][1]
+        hf_tps = totals[name, "hf"][0] / totals[name, "hf"][1]
+        print(f"{name:4s} ours {ours_tps:6.1f} tok/s | transformers {hf_tps:6.1f} tok/s | ratio {ours_tps / hf_tps:.2f} | identical outputs {agree[name]}/{len(prompts)}")
+
+
+if __name__ == "__main__":
+    main()

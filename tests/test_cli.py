@@ -1,0 +1,126 @@
+"""The command line on the embedded model: runs, bad inputs, interrupt and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12"]
+
+
+def run(*args, tmp_path, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "specbench", f"output_root={tmp_path}", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})},
+    )
+
+
+def one_error_line(result, *fragments):
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def summary_of(tmp_path, method):
+    [path] = (tmp_path / method).glob("*/summary.json")
+    return json.loads(path.read_text())
+
+
+def test_cfg_job_shows_the_composed_config(tmp_path):
+    result = run("method=pld", "--cfg", "job", tmp_path=tmp_path)
+    assert result.returncode == 0
+    assert "name: pld" in result.stdout and "max_ngram: 3" in result.stdout
+
+
+@pytest.mark.parametrize("group,choice", [("method", "nope"), ("model", "gpt-9"), ("dataset", "nope"), ("hardware", "tpu")])
+def test_unknown_choice(group, choice, tmp_path):
+    one_error_line(run(f"{group}={choice}", tmp_path=tmp_path), f"{group}:", choice, "choose one of")
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("gen.max_new_tokens=0", "gen.max_new_tokens"),
+        ("gen.temperature=-0.5", "gen.temperature"),
+        ("gen.top_p=0", "gen.top_p"),
+        ("gen.top_p=1.5", "gen.top_p"),
+        ("method.tree.gamma=0", "method.tree.gamma"),
+        ("baseline.mode=sometimes", "baseline.mode"),
+    ],
+)
+def test_bad_values(override, key, tmp_path):
+    extra = ["method=pld"] if "gamma" in override else []
+    one_error_line(run(*extra, *QUICK, override, tmp_path=tmp_path), key)
+
+
+def test_model_not_available_offline(tmp_path):
+    result = run("model=qwen3-8b", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
+    one_error_line(result, "model.id", "Qwen/Qwen3-8B", "model.path=")
+
+
+def test_prompt_longer_than_the_context(tmp_path):
+    questions = tmp_path / "long.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "x", "turns": ["word " * 400]}) + "\n")
+    args = ["dataset=jsonl", f"dataset.path={questions}", "model.context_length=300", "gen.max_new_tokens=8", "baseline.mode=none"]
+    one_error_line(run(*args, tmp_path=tmp_path), "gen.truncate_prompt", "300")
+    assert run(*args, "gen.truncate_prompt=true", tmp_path=tmp_path).returncode == 0
+
+
+def test_pld_run_side_by_side_in_fp32_is_identical_to_ar(tmp_path):
+    result = run("method=pld", "hardware=cpu-fp32", *QUICK, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, "pld")
+    assert summary["results"]["samples"] == 2 and summary["baseline"]["samples"] == 2
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    assert summary["speedup"] > 0 and summary["baseline_source"].startswith("paired")
+    assert summary["environment"]["dtype"] == "float32" and summary["environment"]["torch_threads"] == 2
+
+
+def test_interrupt_keeps_finished_samples_and_resumes(tmp_path):
+    args = [sys.executable, "-m", "specbench", f"output_root={tmp_path}", "method=pld", "dataset.limit=4", "dataset.max_turns=1", "gen.max_new_tokens=24"]
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    samples = None
+    while time.time() < deadline:
+        found = list((tmp_path / "pld").glob("*/samples.jsonl"))
+        if found and found[0].read_text().count("\n") >= 1:
+            samples = found[0]
+            break
+        time.sleep(0.2)
+    assert samples is not None, "no sample finished"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    kept = [json.loads(l) for l in samples.read_text().splitlines()]
+    if process.returncode != 0:  # it may have finished before the signal landed
+        assert process.returncode == 130 and "run the same command to resume" in stderr
+        assert 1 <= len(kept) < 4
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    ids = [json.loads(l)["id"] for l in samples.read_text().splitlines()]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 4
+    assert [r["id"] for r in kept] == ids[: len(kept)]
+
+
+def test_sps_with_the_shipped_draft_is_identical_to_ar_in_fp32(tmp_path):
+    result = run("method=sps", "hardware=cpu-fp32", *QUICK, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, "sps")
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    assert summary["results"]["draft_forwards"] > 0 and summary["results"]["delta"] > 0
+
+
+def test_cached_baseline_needs_an_ar_run_first(tmp_path):
+    args = ["method=pld", "baseline.mode=cached", *QUICK]
+    one_error_line(run(*args, tmp_path=tmp_path), "baseline.mode", "method=ar")
+    assert run("method=ar", *QUICK, tmp_path=tmp_path).returncode == 0
+    assert run(*args, tmp_path=tmp_path).returncode == 0
+    summary = summary_of(tmp_path, "pld")
+    assert summary["baseline_source"] == "cached run, outputs only" and "speedup" not in summary
