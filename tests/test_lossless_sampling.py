@@ -12,7 +12,8 @@ from scipy.stats import chisquare
 
 from specbench.engine.sampling import Sampling, sample
 from specbench.engine.tree import DraftTree
-from specbench.verify.standard import Acceptance, StandardVerifier
+from specbench.engine.parts import Acceptance
+from specbench.verify.standard import StandardVerifier
 
 V = 5
 DRAWS = 10_000

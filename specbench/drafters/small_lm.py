@@ -21,7 +21,7 @@ def build(target: torch.nn.Module, hardware: dict, model: dict | None) -> "Small
             "method.drafter.model: this target has no default SpS draft; "
             "set method.drafter.model.path=/dir/of/a/draft/LM sharing its tokenizer"
         )
-    draft, _ = registry.load(model, hardware["dtype"], hardware["device"], key="method.drafter.model")
+    draft = registry.load_model(model, hardware["dtype"], hardware["device"], key="method.drafter.model")
     return SmallLMDrafter(draft, target.config.vocab_size)
 
 

@@ -14,8 +14,7 @@ import torch
 
 from specbench.engine.lm import TreeLM
 from specbench.engine.sampling import Sampling
-from specbench.trees.base import Drafter, TreePolicy
-from specbench.verify.standard import StandardVerifier
+from specbench.engine.parts import Drafter, TreePolicy, Verifier
 
 
 @dataclass
@@ -23,7 +22,7 @@ class Method:
     """A speculative decoding method: three independent parts."""
 
     policy: TreePolicy
-    verifier: StandardVerifier
+    verifier: Verifier
     drafter: Drafter | None = None
 
 

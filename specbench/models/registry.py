@@ -27,16 +27,21 @@ def cache_dir() -> Path:
 
 def load(entry: dict, dtype: str, device: str, key: str = "model"):
     """(model, tokenizer) for a model entry; `key` names the entry in error messages."""
-    if dtype not in DTYPES:
-        raise ConfigError(f"hardware.dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    directory = resolve(entry, key)
-    model = AutoModelForCausalLM.from_pretrained(
-        directory, dtype=DTYPES[dtype], attn_implementation="sdpa", device_map=device
-    )
-    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = load_model(entry, dtype, device, key)
+    tokenizer = AutoTokenizer.from_pretrained(resolve(entry, key))
     if entry.get("chat_template"):
         tokenizer.chat_template = entry["chat_template"]
-    return model.eval(), tokenizer
+    return model, tokenizer
+
+
+def load_model(entry: dict, dtype: str, device: str, key: str = "model") -> torch.nn.Module:
+    """The model alone (drafts share the target's tokenizer and may ship none)."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"hardware.dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    model = AutoModelForCausalLM.from_pretrained(
+        resolve(entry, key), dtype=DTYPES[dtype], attn_implementation="sdpa", device_map=device
+    )
+    return model.eval()
 
 
 def resolve(entry: dict, key: str) -> str:

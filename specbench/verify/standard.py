@@ -10,18 +10,11 @@ drafter is verified losslessly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from specbench.engine.parts import Acceptance
 from specbench.engine.sampling import Sampling, sample
 from specbench.engine.tree import DraftTree
-
-
-@dataclass
-class Acceptance:
-    path: list[int]  # accepted nodes, root first
-    next_token: int  # the bonus or correction token appended after the path
 
 
 class StandardVerifier:

@@ -1,7 +1,8 @@
-"""What a tree policy is and what it asks of a drafter."""
+"""The three parts of a method and what the loop asks of each."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -32,3 +33,16 @@ class TreePolicy(Protocol):
         generator: torch.Generator | None,
     ) -> DraftTree:
         """A draft tree rooted at the pending token `root`."""
+
+
+@dataclass
+class Acceptance:
+    path: list[int]  # accepted nodes, root first
+    next_token: int  # the bonus or correction token appended after the path
+
+
+class Verifier(Protocol):
+    def accept(
+        self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
+    ) -> Acceptance:
+        """Given target logits at every tree node, the accepted path and the next token."""
