@@ -9,6 +9,7 @@ from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
+from specbench.trees.eagle import EagleDynamicTree
 from specbench.verify.standard import StandardVerifier
 
 from conftest import VOCAB
@@ -35,7 +36,7 @@ def test_ar_matches_transformers_generate(target, prompts, ar_outputs):
 
 @pytest.mark.parametrize(
     "name",
-    ["sps_noisy_draft", "sps_same_model", "pld", "random_tree_noisy", "random_tree_same_model"],
+    ["sps_noisy_draft", "sps_same_model", "pld", "random_tree_noisy", "random_tree_same_model", "dynamic_tree_noisy"],
 )
 def test_identical_to_ar(name, target, draft, prompts, ar_outputs):
     drafter_model = target if "same_model" in name else draft
@@ -43,6 +44,8 @@ def test_identical_to_ar(name, target, draft, prompts, ar_outputs):
         method = Method(Chain(4), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
     elif name == "pld":
         method = Method(Chain(6), StandardVerifier(), PromptLookupDrafter(VOCAB))
+    elif name.startswith("dynamic_tree"):
+        method = Method(EagleDynamicTree(top_k=3, depth=4, total_tokens=10), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
     else:
         method = Method(RandomTree(size=14, seed=3), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
     lm = TreeLM(target)

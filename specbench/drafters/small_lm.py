@@ -48,7 +48,7 @@ class SmallLMDrafter:
         return torch.stack([self._node_logits[n] for n in nodes])
 
     def commit(self, tree: DraftTree, path: list[int]) -> None:
-        self.lm.commit(path)
+        self.lm.commit(tree.drafted_ids(path))
         self._node_logits = {}
 
     def _in_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:

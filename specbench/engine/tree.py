@@ -22,6 +22,8 @@ class DraftTree:
     # top-k and top-p) that its children were drawn from, in order and without
     # replacement. Absent: the children were chosen deterministically.
     child_dists: dict[int, torch.Tensor] = field(default_factory=dict)
+    # for a pruned tree: each node's index in the tree the drafter expanded
+    origin: list[int] | None = None
 
     @classmethod
     def root(cls, token: int) -> "DraftTree":
@@ -50,6 +52,27 @@ class DraftTree:
             path.append(node)
             node = self.parents[node]
         return path[::-1]
+
+    def drafted_ids(self, nodes: list[int]) -> list[int]:
+        """Node indices in the tree the drafter expanded (differs after pruning)."""
+        return nodes if self.origin is None else [self.origin[n] for n in nodes]
+
+    def subtree(self, keep: list[int]) -> "DraftTree":
+        """The root, the `keep` nodes and their ancestors, re-indexed in the same order."""
+        kept = {0}
+        for node in keep:
+            kept.update(self.path_to(node))
+        order = sorted(kept)
+        index = {old: new for new, old in enumerate(order)}
+        tree = DraftTree(
+            tokens=[self.tokens[n] for n in order],
+            parents=[index.get(self.parents[n], -1) for n in order],
+            depths=[self.depths[n] for n in order],
+            logps=[self.logps[n] for n in order],
+            child_dists={index[p]: q for p, q in self.child_dists.items() if p in index},
+            origin=self.drafted_ids(order),
+        )
+        return tree
 
     def is_chain(self) -> bool:
         return all(p == i - 1 for i, p in enumerate(self.parents))

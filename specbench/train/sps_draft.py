@@ -132,23 +132,35 @@ def batches(rows: list[dict], batch: int, length: int, seed: int):
             yield torch.tensor(ids), torch.tensor(labels)
 
 
-def answer_loss(model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy on answer tokens; the vocabulary projection runs only
-    where there is a label (most of the cost at a 49k vocabulary)."""
+def answer_loss(model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor, teacher=None) -> torch.Tensor:
+    """Loss on answer tokens: cross-entropy with the text, or with a teacher the KL from
+    the teacher's next-token distribution. The vocabulary projection runs only where
+    there is a label (most of the cost at a 49k vocabulary)."""
     hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
     targets = labels[:, 1:]
     keep = targets != -100
-    return torch.nn.functional.cross_entropy(model.lm_head(hidden[keep]), targets[keep])
+    logits = model.lm_head(hidden[keep])
+    if teacher is None:
+        return torch.nn.functional.cross_entropy(logits, targets[keep])
+    with torch.no_grad():
+        teacher_hidden = teacher.model(input_ids=ids).last_hidden_state[:, :-1][keep]
+        teacher_logp = teacher.lm_head(teacher_hidden).float().log_softmax(-1)
+    return torch.nn.functional.kl_div(logits.log_softmax(-1), teacher_logp, log_target=True, reduction="batchmean")
 
 
 def train(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    target, tokenizer = registry.load(TARGET, "float32", "cpu")
-    config = draft_config(target.config, args.hidden, args.layers)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        model.model.embed_tokens.weight.copy_(pca_embedding(target.model.embed_tokens.weight, args.hidden))
+    target, tokenizer = registry.load(TARGET, "bfloat16" if args.distill else "float32", "cpu")
+    if args.init:
+        model = LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+        config = model.config
+    else:
+        config = draft_config(target.config, args.hidden, args.layers)
+        model = LlamaForCausalLM(config)
+        with torch.no_grad():
+            model.model.embed_tokens.weight.copy_(pca_embedding(target.model.embed_tokens.weight, args.hidden))
+    teacher = target if args.distill else None
     del target
     rows = [json.loads(line) for line in open(args.data)]
     n_target_answers = len(rows)
@@ -173,7 +185,7 @@ def train(args) -> None:
         lr = args.lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss = answer_loss(model, ids, labels)
+        loss = answer_loss(model, ids, labels, teacher)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -193,8 +205,9 @@ def train(args) -> None:
     (out / "training.json").write_text(json.dumps({
         "target": TARGET["name"], "data": str(args.data), "target_answers": n_target_answers,
         "sharegpt_answers": len(rows) - n_target_answers, "steps": step,
-        "answer_tokens_seen": seen, "final_loss_ema": loss_avg, "hidden": args.hidden, "layers": args.layers,
+        "answer_tokens_seen": seen, "final_loss_ema": loss_avg, "hidden": config.hidden_size, "layers": config.num_hidden_layers,
         "batch": args.batch, "length": args.length, "lr": args.lr, "seed": args.seed,
+        "init": args.init, "distill": args.distill,
         "parameters": sum(p.numel() for p in model.parameters()),
     }, indent=2))
     print(f"saved {out} after {step} steps, {seen} answer tokens, loss {loss_avg:.3f}")
@@ -216,6 +229,8 @@ def main() -> None:
     t.add_argument("--data", required=True)
     t.add_argument("--out", required=True)
     t.add_argument("--sharegpt-answers", type=int, default=8000)
+    t.add_argument("--distill", action="store_true", help="KL to the target's distributions instead of the text")
+    t.add_argument("--init", help="start from this saved draft instead of a fresh one")
     t.add_argument("--hidden", type=int, default=192)
     t.add_argument("--layers", type=int, default=4)
     t.add_argument("--batch", type=int, default=8)

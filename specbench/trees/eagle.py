@@ -1,0 +1,47 @@
+"""EAGLE-2/3 dynamic tree: grow by cumulative draft log-probability, then rerank.
+
+Depth 1 takes the drafter's top-K tokens after the root. At each further depth the K
+newest nodes with the highest cumulative log-prob are expanded (one draft forward for
+all of them), each adding its top-K children. Finally every drafted node is ranked by
+cumulative log-prob and the best N-1 are kept with the root (N = total_tokens); a
+child never outscores its parent, so the kept nodes form a subtree.
+
+Children are the draft's deterministic top-K, so the verifier treats them as point
+masses: lossless at any temperature (EAGLE's release instead uses the draft's q for
+them, which is not exactly distribution-preserving).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.engine.tree import DraftTree
+from specbench.errors import require
+
+
+class EagleDynamicTree:
+    def __init__(self, top_k: int = 10, depth: int = 7, total_tokens: int = 60):
+        for key, value, low in (("top_k", top_k, 1), ("depth", depth, 1), ("total_tokens", total_tokens, 2)):
+            require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
+        self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
+
+    def build(self, drafter, context, root, sampling, generator) -> DraftTree:
+        tree = DraftTree.root(root)
+        frontier = [0]
+        for _ in range(self.depth):
+            logits = drafter.logits(context, tree, frontier)
+            if logits is None:
+                break
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            top = logp.topk(min(self.top_k, logp.shape[-1]), dim=-1)
+            children = []
+            for row, parent in enumerate(frontier):
+                for value, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+                    if value > float("-inf"):
+                        children.append(tree.add(parent, token, value))
+            frontier = sorted(children, key=lambda n: tree.logps[n], reverse=True)[: self.top_k]
+            frontier.sort()
+            if not frontier:
+                break
+        ranked = sorted(range(1, len(tree)), key=lambda n: (-tree.logps[n], n))
+        return tree.subtree(ranked[: self.total_tokens - 1])
