@@ -66,6 +66,10 @@ def test_model_not_available_offline(tmp_path):
     one_error_line(result, "model.id", "Qwen/Qwen3-8B", "model.path=")
 
 
+def test_eagle3_without_a_head_for_the_target(tmp_path):
+    one_error_line(run("method=eagle3", *QUICK, tmp_path=tmp_path), "method.drafter.head", "method.drafter.head={name:")
+
+
 def test_prompt_longer_than_the_context(tmp_path):
     questions = tmp_path / "long.jsonl"
     questions.write_text(json.dumps({"question_id": 1, "category": "x", "turns": ["word " * 400]}) + "\n")

@@ -35,8 +35,9 @@ def test_models_name_their_source():
         model = composed(f"model={choice}")["model"]
         assert model["name"] == choice
         assert model.get("id") or model.get("package")
-        draft = model.get("sps_draft")
-        assert draft is None or draft.get("id") or draft.get("package")
+        for part in ("sps_draft", "eagle3"):
+            entry = model.get(part)
+            assert entry is None or entry.get("id") or entry.get("package")
 
 
 def test_method_parts_build(target):

@@ -16,6 +16,7 @@ def build(target: torch.nn.Module, hardware: dict, max_ngram: int = 3, min_ngram
 
 class PromptLookupDrafter:
     forwards = 0
+    feature_layers = ()
 
     def __init__(self, target_vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
         require(isinstance(min_ngram, int) and min_ngram >= 1, "method.drafter.min_ngram", f"must be an integer >= 1, got {min_ngram!r}")
@@ -24,10 +25,10 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features=None) -> None:
         pass
 
-    def commit(self, tree: DraftTree, path: list[int]) -> None:
+    def commit(self, tree: DraftTree, path: list[int], features=None) -> None:
         pass
 
     def logits(self, context: list[int], tree: DraftTree, nodes: list[int]) -> torch.Tensor | None:

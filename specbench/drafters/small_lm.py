@@ -19,13 +19,15 @@ def build(target: torch.nn.Module, hardware: dict, model: dict | None) -> "Small
     if not model:
         raise ConfigError(
             "method.drafter.model: this target has no default SpS draft; "
-            "set method.drafter.model.path=/dir/of/a/draft/LM sharing its tokenizer"
+            "set method.drafter.model={name:my-draft,path:/dir/of/a/draft/LM} (it must share the target's tokenizer)"
         )
     draft = registry.load_model(model, hardware["dtype"], hardware["device"], key="method.drafter.model")
     return SmallLMDrafter(draft, target.config.vocab_size)
 
 
 class SmallLMDrafter:
+    feature_layers = ()
+
     def __init__(self, model: torch.nn.Module, target_vocab_size: int):
         self.lm = TreeLM(model)
         self.target_vocab_size = target_vocab_size
@@ -35,7 +37,7 @@ class SmallLMDrafter:
     def forwards(self) -> int:
         return self.lm.forwards
 
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features=None) -> None:
         self.lm.reset()
         self._node_logits = {}
 
@@ -47,7 +49,7 @@ class SmallLMDrafter:
             self._node_logits.update(zip(needed, rows))
         return torch.stack([self._node_logits[n] for n in nodes])
 
-    def commit(self, tree: DraftTree, path: list[int]) -> None:
+    def commit(self, tree: DraftTree, path: list[int], features=None) -> None:
         self.lm.commit(tree.drafted_ids(path))
         self._node_logits = {}
 

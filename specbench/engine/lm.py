@@ -19,6 +19,10 @@ class TreeLM:
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.device = model.device
+        # hidden_states indices a drafter reads (EAGLE-3); their concatenation for every
+        # row of the last forward is left in `features`
+        self.feature_layers: tuple[int, ...] = ()
+        self.features: torch.Tensor | None = None
         self.reset()
 
     @property
@@ -52,7 +56,10 @@ class TreeLM:
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=len(nodes) or 1,
+            output_hidden_states=bool(self.feature_layers),
         )
+        if self.feature_layers:
+            self.features = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], dim=-1)
         self.forwards += 1
         self.committed += len(context)
         self.cached_nodes += nodes

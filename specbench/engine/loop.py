@@ -59,11 +59,12 @@ def generate(
     start = time.perf_counter()
     drafter = method.drafter
     target.reset()
-    if drafter is not None:
-        drafter.begin(prompt)
+    target.feature_layers = drafter.feature_layers if drafter is not None else ()
     draft_forwards_before = drafter.forwards if drafter is not None else 0
     with torch.inference_mode():
         first = sampling.pick(target.forward(context=prompt)[-1], generator)
+        if drafter is not None:
+            drafter.begin(prompt, target.features)
         new = [first]
         accept_lengths = []
         done = _finished(new, limits, decode)
@@ -74,7 +75,8 @@ def generate(
             accepted = method.verifier.accept(tree, logits, sampling, generator)
             target.commit(accepted.path)
             if drafter is not None:
-                drafter.commit(tree, accepted.path)
+                features = target.features[accepted.path] if target.features is not None else None
+                drafter.commit(tree, accepted.path, features)
             new += [tree.tokens[n] for n in accepted.path[1:]] + [accepted.next_token]
             accept_lengths.append(len(accepted.path))
             done = _finished(new, limits, decode, len(accepted.path))

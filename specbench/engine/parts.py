@@ -15,16 +15,19 @@ class Drafter(Protocol):
     """Given the committed context and a draft tree, next-token logits for some nodes."""
 
     forwards: int  # draft forward passes so far (N_q)
+    feature_layers: tuple[int, ...]  # target hidden_states it reads (empty: none)
 
-    def begin(self, prompt: list[int]) -> None:
-        """Start a new sequence."""
+    def begin(self, prompt: list[int], features: torch.Tensor | None) -> None:
+        """Start a new sequence; `features` [len(prompt), .] are the target's hidden
+        states at `feature_layers` for the prompt, None when it reads none."""
 
     def logits(self, context: list[int], tree: DraftTree, nodes: list[int]) -> torch.Tensor | None:
         """Logits [len(nodes), V] over the target vocabulary for the token after each
         node, or None when the drafter has nothing to propose."""
 
-    def commit(self, tree: DraftTree, path: list[int]) -> None:
-        """The target accepted `path` (root first) of `tree`."""
+    def commit(self, tree: DraftTree, path: list[int], features: torch.Tensor | None) -> None:
+        """The target accepted `path` (root first) of `tree`; `features` are the target's
+        hidden states at the path's nodes, from the forward that verified them."""
 
 
 class TreePolicy(Protocol):

@@ -1,0 +1,130 @@
+"""The EAGLE-3 draft head, loading the published checkpoints unchanged.
+
+Architecture (EAGLE-3 paper and its checkpoints): target hidden states from a low, a
+middle and a high layer are concatenated and projected (`fc`, 3*Ht -> H); one decoder
+layer (`midlayer`) attends over [input_layernorm(token embedding), hidden_norm(feature)]
+(2H wide) with the un-normed feature as residual; `norm`, then `lm_head` over a reduced
+draft vocabulary, mapped to target ids by `d2t` (target id = draft id + d2t[draft id]).
+Token embeddings come from the target. Later draft steps feed the layer's own output
+(before `norm`) as the feature, skipping `fc`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv
+
+from specbench.errors import ConfigError
+
+# present in some checkpoints; the head always uses the target's embedding instead
+IGNORED_KEYS = {"embed_tokens.weight"}
+
+
+def head_config(raw: dict) -> LlamaConfig:
+    config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
+    config.draft_vocab_size = raw.get("draft_vocab_size") or config.vocab_size
+    config.target_hidden_size = raw.get("target_hidden_size") or config.hidden_size
+    return config
+
+
+class Eagle3Attention(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        width = 2 * config.hidden_size
+        self.q_proj = nn.Linear(width, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, past: tuple | None, mask):
+        """x [1, n, 2H]; past (keys, values) or None; mask bool [n, past + n] (True = attend)."""
+        n = x.shape[1]
+        q = self.q_proj(x).view(1, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        groups = self.heads // self.kv_heads
+        out = nn.functional.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask[None, None])
+        return self.o_proj(out.transpose(1, 2).reshape(1, n, -1)), (k, v)
+
+
+class Eagle3Layer(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = Eagle3Attention(config)
+        self.mlp = LlamaMLP(config)
+
+    def forward(self, embeds, features, cos, sin, past, mask):
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(features)], dim=-1)
+        attended, present = self.self_attn(x, cos, sin, past, mask)
+        hidden = features + attended
+        hidden = hidden + self.mlp(self.post_attention_layernorm(hidden))
+        return hidden, present
+
+
+class Eagle3Head(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(3 * config.target_hidden_size, config.hidden_size, bias=False)
+        self.midlayer = Eagle3Layer(config)
+        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(config.vocab_size, dtype=torch.bool))
+        self.rotary = LlamaRotaryEmbedding(config)
+
+    @property
+    def uses_reduced_vocab(self) -> bool:
+        return self.config.draft_vocab_size != self.config.vocab_size
+
+    def forward(self, embeds, features, positions, past, mask):
+        """embeds, features [n, H] (features already projected); positions [n].
+        Returns (pre-norm hidden [n, H], draft-vocab logits [n, Vd], new past)."""
+        cos, sin = self.rotary(embeds[None], positions[None])
+        hidden, present = self.midlayer(embeds[None], features[None], cos, sin, past, mask)
+        return hidden[0], self.lm_head(self.norm(hidden[0])), present
+
+    def target_ids(self) -> torch.Tensor:
+        """Target-vocabulary id of every draft-vocabulary id."""
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+
+def load_head(directory: str, dtype: torch.dtype, device: str, key: str) -> Eagle3Head:
+    """Strict: any missing or unexpected key fails, listing them."""
+    path = Path(directory)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ConfigError(f"{key}: {path} has no config.json")
+    head = Eagle3Head(head_config(json.loads(config_file.read_text())))
+    if (path / "model.safetensors").is_file():
+        state = load_file(path / "model.safetensors")
+    elif (path / "pytorch_model.bin").is_file():
+        state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise ConfigError(f"{key}: {path} has neither model.safetensors nor pytorch_model.bin")
+    state = {k: v for k, v in state.items() if k not in IGNORED_KEYS}
+    expected = set(head.state_dict())
+    optional = set() if head.uses_reduced_vocab else {"d2t", "t2d"}
+    missing = sorted(expected - set(state) - optional)
+    unexpected = sorted(set(state) - expected)
+    if missing or unexpected:
+        raise ConfigError(f"{key}: {path} is not an EAGLE-3 checkpoint of this shape: missing keys {missing}, unexpected keys {unexpected}")
+    try:
+        head.load_state_dict(state, strict=False)
+    except RuntimeError as error:
+        raise ConfigError(f"{key}: {path}: {str(error).splitlines()[0]} {' '.join(str(error).split())[:300]}") from None
+    return head.to(device=device, dtype=dtype).eval()
