@@ -142,3 +142,29 @@ def test_greedy_identical_to_ar(policy, target4, tmp_path, prompts):
         assert out.draft_forwards > 0 or out.target_forwards == 0
     if policy == "dynamic_tree":
         assert accepted > 0
+
+
+def test_training_rows_equal_inference_tree_nodes(target4, tmp_path):
+    """What the trainer unrolls at step j for anchor a is what the drafter computes for
+    the depth-j node of a chain after committing tokens up to a+1."""
+    from specbench.engine.tree import DraftTree
+    from specbench.models.eagle3 import feature_layers
+    from specbench.train.eagle3 import ttt_unroll
+
+    drafter = drafter_for(target4, tmp_path)
+    ids = [5, 9, 14, 3, 22, 40, 41, 7, 18, 30]
+    with torch.inference_mode():
+        out = target4(input_ids=torch.tensor([ids]), output_hidden_states=True)
+        features = torch.cat([out.hidden_states[i] for i in feature_layers(4)], dim=-1)
+        embeds = target4.get_input_embeddings()(torch.tensor([ids]))
+        n = len(ids) - 1
+        unrolled = ttt_unroll(drafter.head, embeds[:, 1:], features[:, :n], steps=3)
+        anchor = 4
+        drafter.begin(ids[: anchor + 1], features[0, : anchor + 1])
+        tree = DraftTree.root(ids[anchor + 1])
+        node = 0
+        for depth in range(3):
+            logits = drafter.logits(ids[: anchor + 1], tree, [node])[0]
+            expected = unrolled[depth][0, anchor + depth]
+            torch.testing.assert_close(logits[drafter.target_ids], expected, rtol=1e-4, atol=1e-4)
+            node = tree.add(node, ids[anchor + depth + 2])

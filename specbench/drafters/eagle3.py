@@ -14,7 +14,7 @@ import torch
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
-from specbench.models.eagle3 import Eagle3Head, load_head
+from specbench.models.eagle3 import Eagle3Head, feature_layers, load_head
 
 
 def build(target: torch.nn.Module, hardware: dict, head: dict | None) -> "Eagle3Drafter":
@@ -34,9 +34,7 @@ class Eagle3Drafter:
         self.head = head
         self.embed = target.get_input_embeddings()
         self.vocab_size = target.config.vocab_size
-        layers = target.config.num_hidden_layers
-        # inputs of layers 2, L//2 and L-3 (hidden_states[0] is the embedding output)
-        self.feature_layers = (2, layers // 2, layers - 3)
+        self.feature_layers = feature_layers(target.config.num_hidden_layers)
         self.target_ids = head.target_ids()
         self.forwards = 0
 

@@ -26,6 +26,12 @@ from specbench.errors import ConfigError
 IGNORED_KEYS = {"embed_tokens.weight"}
 
 
+def feature_layers(num_layers: int) -> tuple[int, int, int]:
+    """hidden_states indices of the inputs of layers 2, L//2 and L-3 (index 0 is the
+    embedding output), in the order the checkpoints' `fc` expects: low, mid, high."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
 def head_config(raw: dict) -> LlamaConfig:
     config = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
     config.draft_vocab_size = raw.get("draft_vocab_size") or config.vocab_size
@@ -45,17 +51,17 @@ class Eagle3Attention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=False)
 
     def forward(self, x, cos, sin, past: tuple | None, mask):
-        """x [1, n, 2H]; past (keys, values) or None; mask bool [n, past + n] (True = attend)."""
-        n = x.shape[1]
-        q = self.q_proj(x).view(1, n, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        """x [B, n, 2H]; past (keys, values) or None; mask bool [n, past + n] (True = attend)."""
+        b, n = x.shape[:2]
+        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         groups = self.heads // self.kv_heads
         out = nn.functional.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask[None, None])
-        return self.o_proj(out.transpose(1, 2).reshape(1, n, -1)), (k, v)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), (k, v)
 
 
 class Eagle3Layer(nn.Module):

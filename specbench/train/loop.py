@@ -1,0 +1,68 @@
+"""The optimisation loop both drafter trainers share: cosine schedule with warm-up,
+gradient clipping, a wall-time budget, and a checkpoint to resume from."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+WARMUP = 50
+CHECKPOINT_EVERY = 50
+
+
+def fit(
+    module: torch.nn.Module,
+    make_batches: Callable[[int], Iterator[tuple[torch.Tensor, torch.Tensor]]],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, list[float]]],
+    checkpoint: Path,
+    steps: int,
+    minutes: float,
+    lr: float,
+    weight_decay: float,
+    desc: str,
+) -> dict:
+    """Train until `steps` or `minutes`; `make_batches(step)` yields (ids, labels) and
+    `loss_fn` returns the loss and metrics to show. Re-running resumes from `checkpoint`."""
+    parameters = [p for p in module.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
+    step, seen = 0, 0
+    if checkpoint.exists():
+        state = torch.load(checkpoint)
+        module.load_state_dict(state["module"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, seen = state["step"], state["tokens"]
+    batches = make_batches(step)
+    deadline = time.time() + minutes * 60
+    bar = tqdm(total=steps, initial=step, desc=desc)
+    loss_ema, metrics_ema = None, None
+
+    def save():
+        torch.save({"module": module.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, checkpoint)
+
+    module.train()
+    while step < steps and time.time() < deadline:
+        ids, labels = next(batches)
+        for group in optimizer.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        loss, metrics = loss_fn(ids, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+        optimizer.step()
+        step += 1
+        seen += int((labels != -100).sum())
+        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+        metrics_ema = metrics if metrics_ema is None else [0.98 * a + 0.02 * b for a, b in zip(metrics_ema, metrics)]
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_ema:.3f}", metrics="/".join(f"{m:.2f}" for m in metrics_ema), tokens=seen)
+        if step % CHECKPOINT_EVERY == 0:
+            save()
+    save()
+    bar.close()
+    module.eval()
+    return {"steps": step, "answer_tokens_seen": seen, "final_loss_ema": loss_ema, "final_metrics_ema": metrics_ema}
