@@ -60,11 +60,11 @@ def generate(
     drafter = method.drafter
     target.reset()
     target.feature_layers = drafter.feature_layers if drafter is not None else ()
-    draft_forwards_before = drafter.forwards if drafter is not None else 0
     with torch.inference_mode():
         first = sampling.pick(target.forward(context=prompt)[-1], generator)
         if drafter is not None:
             drafter.begin(prompt, target.features)
+        draft_forwards_before = drafter.forwards if drafter is not None else 0
         new = [first]
         accept_lengths = []
         done = _finished(new, limits, decode)
