@@ -67,7 +67,8 @@ def test_model_not_available_offline(tmp_path):
 
 
 def test_eagle3_without_a_head_for_the_target(tmp_path):
-    one_error_line(run("method=eagle3", *QUICK, tmp_path=tmp_path), "method.drafter.head", "method.drafter.head={name:")
+    result = run("method=eagle3", "method.drafter.head=null", *QUICK, tmp_path=tmp_path)
+    one_error_line(result, "method.drafter.head", "method.drafter.head={name:")
 
 
 def test_prompt_longer_than_the_context(tmp_path):
