@@ -122,6 +122,14 @@ def test_sps_with_the_shipped_draft_is_identical_to_ar_in_fp32(tmp_path):
     assert summary["results"]["draft_forwards"] > 0 and summary["results"]["delta"] > 0
 
 
+def test_eagle3_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
+    result = run("method=eagle3", "hardware=cpu-fp32", "method.tree.total_tokens=12", *QUICK, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, "eagle3")
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    assert summary["results"]["delta"] == 7.0  # one draft forward per depth
+
+
 def test_cached_baseline_needs_an_ar_run_first(tmp_path):
     args = ["method=pld", "baseline.mode=cached", *QUICK]
     one_error_line(run(*args, tmp_path=tmp_path), "baseline.mode", "method=ar")
