@@ -80,18 +80,13 @@ class Eagle3Drafter:
         """Tree nodes: feature = the parent row's own hidden state, tree attention mask."""
         features = torch.stack([self._rows[tree.parents[n]][0] for n in nodes])
         positions = torch.tensor([self._rows[0][2] + tree.depths[n] for n in nodes], device=features.device)
-        ancestors = tree.ancestor_mask()
-        columns = self._tree_nodes + nodes
-        past_len = self.committed_positions
-        mask = torch.zeros(len(nodes), past_len + len(columns), dtype=torch.bool)
-        mask[:, :past_len] = True
-        mask[:, past_len:] = ancestors[nodes][:, columns]
         # the root's row is the last committed row, not a tree column
+        mask = tree.node_rows_mask(nodes, self._tree_nodes, self.committed_positions)
         hidden, logits, self._tree_past = self.head(
             self._embed([tree.tokens[n] for n in nodes]), features, positions, self._tree_past, mask.to(features.device)
         )
         self.forwards += 1
-        self._tree_nodes = columns
+        self._tree_nodes = self._tree_nodes + nodes
         for i, n in enumerate(nodes):
             self._rows[n] = (hidden[i], logits[i], int(positions[i]))
 

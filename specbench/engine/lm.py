@@ -78,10 +78,7 @@ class TreeLM:
         mask = torch.zeros(q, kv, dtype=torch.bool)
         mask[:n_context, : self.committed] = True
         mask[:n_context, self.committed : n_past] = torch.ones(n_context, n_context).tril().bool()
-        mask[n_context:, :n_past] = True
-        ancestors = tree.ancestor_mask()
-        columns = self.cached_nodes + nodes
-        mask[n_context:, n_past:] = ancestors[nodes][:, columns]
+        mask[n_context:] = tree.node_rows_mask(nodes, self.cached_nodes, n_past)
         return mask[None, None].to(self.device)
 
     def commit(self, path: Sequence[int]) -> int:

@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from specbench.models import registry
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head
 from specbench.train.data import TARGET, batches, load_rows
-from specbench.train.loop import fit
+from specbench.train.loop import add_fit_arguments, fit
 
 
 def head_config_for(target_config, draft_vocab_size: int) -> dict:
@@ -149,19 +149,10 @@ def train(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, help="JSONL of the target's answers (specbench.train.sps_draft generate)")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--sharegpt-answers", type=int, default=4000)
+    add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     parser.add_argument("--draft-vocab", type=int, default=8192)
     parser.add_argument("--ttt-steps", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--length", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=800)
-    parser.add_argument("--minutes", type=float, default=60)
-    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--target-dtype", default="bfloat16")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
     train(parser.parse_args())
 
 

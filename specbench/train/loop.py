@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from argparse import ArgumentParser
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +14,20 @@ from tqdm import tqdm
 
 WARMUP = 50
 CHECKPOINT_EVERY = 50
+
+
+def add_fit_arguments(parser: ArgumentParser, *, sharegpt_answers: int, length: int, steps: int, minutes: float, lr: float) -> None:
+    """The options every drafter trainer takes, with that trainer's defaults."""
+    parser.add_argument("--data", required=True, help="JSONL of the target's answers (specbench.train.sps_draft generate)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sharegpt-answers", type=int, default=sharegpt_answers)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=length)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--minutes", type=float, default=minutes, help="stop after this long (re-run to continue)")
+    parser.add_argument("--lr", type=float, default=lr)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
 
 
 def fit(

@@ -26,7 +26,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from specbench.models import registry
 from specbench.train.data import TARGET, batches, first_turns, load_rows
-from specbench.train.loop import fit
+from specbench.train.loop import add_fit_arguments, fit
 
 def generate(args) -> None:
     torch.set_num_threads(args.threads)
@@ -139,20 +139,11 @@ def main() -> None:
     g.add_argument("--threads", type=int, default=2)
     g.add_argument("--seed", type=int, default=0)
     t = sub.add_parser("train")
-    t.add_argument("--data", required=True)
-    t.add_argument("--out", required=True)
-    t.add_argument("--sharegpt-answers", type=int, default=8000)
+    add_fit_arguments(t, sharegpt_answers=8000, length=320, steps=3000, minutes=40, lr=2e-3)
     t.add_argument("--distill", action="store_true", help="KL to the target's distributions instead of the text")
     t.add_argument("--init", help="start from this saved draft instead of a fresh one")
     t.add_argument("--hidden", type=int, default=192)
     t.add_argument("--layers", type=int, default=4)
-    t.add_argument("--batch", type=int, default=8)
-    t.add_argument("--length", type=int, default=320)
-    t.add_argument("--steps", type=int, default=3000)
-    t.add_argument("--minutes", type=float, default=40)
-    t.add_argument("--lr", type=float, default=2e-3)
-    t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     {"generate": generate, "train": train}[args.command](args)
 
