@@ -24,7 +24,7 @@ from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError, require
-from specbench.metrics import speed
+from specbench.metrics import quality, speed
 from specbench.models import registry
 from specbench.report.table import print_summary
 
@@ -63,6 +63,9 @@ class Runner:
             require(isinstance(threads, int) and threads >= 1, "hardware.threads", f"must be an integer >= 1, got {threads!r}")
             torch.set_num_threads(threads)
         self.samples = questions.load(cfg["dataset"])
+        self.quality_metrics = list(cfg["dataset"].get("metrics") or [])
+        unknown = [m for m in self.quality_metrics if m not in quality.METRICS]
+        require(not unknown, "dataset.metrics", f"unknown {unknown}; choose from {', '.join(quality.METRICS)}")
         model, self.tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
         self.target = TreeLM(model)
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
@@ -177,8 +180,13 @@ class Runner:
             "environment": environment(self.cfg),
             "out_dir": str(self.out_dir),
         }
+        scored = [s for s in self.samples if s.id in by_id]
+        if self.quality_metrics and scored:
+            summary["quality"] = quality.score(self.quality_metrics, scored, [r["turn_texts"] for r in method_runs])
         baseline_runs, source = self.baseline_runs(ordered)
         if baseline_runs:
+            if self.quality_metrics and len(baseline_runs) == len(scored):
+                summary["baseline_quality"] = quality.score(self.quality_metrics, scored, [b["turn_texts"] for _, b in baseline_runs])
             summary["baseline"] = speed.totals([b for _, b in baseline_runs])
             summary["baseline_source"] = source
             method_side = [m for m, _ in baseline_runs]

@@ -54,6 +54,7 @@ def test_unknown_choice(group, choice, tmp_path):
         ("gen.top_p=1.5", "gen.top_p"),
         ("method.tree.gamma=0", "method.tree.gamma"),
         ("baseline.mode=sometimes", "baseline.mode"),
+        ("dataset.metrics=[bleu_chrf,nope]", "dataset.metrics"),
     ],
 )
 def test_bad_values(override, key, tmp_path):
@@ -64,6 +65,11 @@ def test_bad_values(override, key, tmp_path):
 def test_model_not_available_offline(tmp_path):
     result = run("model=qwen3-8b", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
     one_error_line(result, "model.id", "Qwen/Qwen3-8B", "model.path=")
+
+
+def test_hub_dataset_not_available_offline(tmp_path):
+    result = run("dataset=wmt19", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
+    one_error_line(result, "dataset.path", "wmt/wmt19", "../shared/data/mars/wmt19.jsonl")
 
 
 def test_eagle3_without_a_head_for_the_target(tmp_path):
@@ -115,18 +121,20 @@ def test_interrupt_keeps_finished_samples_and_resumes(tmp_path):
 
 
 def test_sps_with_the_shipped_draft_is_identical_to_ar_in_fp32(tmp_path):
-    result = run("method=sps", "hardware=cpu-fp32", *QUICK, tmp_path=tmp_path)
+    result = run("method=sps", "hardware=cpu-fp32", "dataset=gsm8k", *QUICK, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = summary_of(tmp_path, "sps")
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    assert summary["quality"]["gsm8k_scored"] == 2 and summary["quality"] == summary["baseline_quality"]
     assert summary["results"]["draft_forwards"] > 0 and summary["results"]["delta"] > 0
 
 
 def test_eagle3_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
-    result = run("method=eagle3", "hardware=cpu-fp32", "method.tree.total_tokens=12", *QUICK, tmp_path=tmp_path)
+    result = run("method=eagle3", "hardware=cpu-fp32", "method.tree.total_tokens=12", "dataset=humaneval", *QUICK, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = summary_of(tmp_path, "eagle3")
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    assert summary["quality"]["humaneval_scored"] == 2 and summary["quality"] == summary["baseline_quality"]
     assert summary["results"]["delta"] == 7.0  # one draft forward per depth
 
 

@@ -1,14 +1,22 @@
 """Question loading: formats, subsets and bad files."""
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from specbench.data import questions
 from specbench.errors import ConfigError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+CONF = Path(__file__).resolve().parents[1] / "conf" / "dataset"
+
+
+def dataset(name, **overrides):
+    """A dataset config exactly as conf/dataset/<name>.yaml composes it."""
+    return {**yaml.safe_load((CONF / f"{name}.yaml").read_text()), **overrides}
 
 
 def cfg(**kw):
@@ -61,3 +69,77 @@ def test_bad_inputs_name_the_problem(tmp_path):
         questions.load(cfg(path=write(tmp_path, ROWS), limit=0))
     with pytest.raises(ConfigError, match="dataset.path: no local copy"):
         questions.load(cfg(package="no_such_package_here", source="somewhere"))
+
+
+@pytest.mark.parametrize("name,rows,turns", [("mt_bench", 80, 2), ("humaneval", 164, 1), ("gsm8k", 1319, 1), ("sharegpt", 17393, 1)])
+def test_packaged_sources(name, rows, turns):
+    samples = questions.load(dataset(name))
+    assert len(samples) == rows and all(len(s.turns) == turns for s in samples)
+    assert len({s.id for s in samples}) == rows
+
+
+def test_prompts_follow_the_papers():
+    gsm8k = questions.load(dataset("gsm8k", limit=1))[0]
+    assert "#### <final_answer>" in gsm8k.turns[0] and gsm8k.turns[0].endswith("farmers' market?")
+    assert gsm8k.reference[0].endswith("#### 18")
+    task = questions.load(dataset("humaneval", limit=1))[0]
+    assert task.id == "HumanEval/0" and task.meta["task_id"] == "HumanEval/0"
+    assert task.turns[0].startswith("Complete the code I provided.\n\nfrom typing import List")
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared data not beside the checkout")
+@pytest.mark.parametrize("name,file,rows", [
+    ("alpaca", "eagle/alpaca.jsonl", 80), ("cnn_dm", "eagle/sum.jsonl", 80), ("nq", "eagle/qa.jsonl", 80),
+    ("wmt19", "mars/wmt19.jsonl", 100), ("gsm8k", "mars/gsm8k_all.jsonl", 1319), ("humaneval", "mars/humaneval.jsonl", 164),
+    ("spec_bench", "spec_bench/question.jsonl", 480),
+])
+def test_offline_copies(name, file, rows):
+    assert len(questions.load(dataset(name, path=str(SHARED / file)))) == rows
+
+
+def test_spec_bench_categories():
+    if not SHARED.exists():
+        pytest.skip("shared data not beside the checkout")
+    path = str(SHARED / "spec_bench" / "question.jsonl")
+    assert len(questions.load(dataset("spec_bench", path=path, categories=["translation", "qa"]))) == 160
+    with pytest.raises(ConfigError, match=r"dataset.categories: unknown \['poetry'\]"):
+        questions.load(dataset("spec_bench", path=path, categories=["poetry"]))
+
+
+def test_source_formats_from_a_path(tmp_path):
+    """Each loader reads its source's own rows, with the prompt the papers use."""
+    cases = {
+        "gsm8k": ({"question": "2+2?", "answer": "so\n#### 4"}, "#### <final_answer>.\n\n2+2?", ["so\n#### 4"]),
+        "alpaca": ({"instruction": "Sort.", "input": "b a", "output": "a b"}, "Sort.\n\nb a", ["a b"]),
+        "cnn_dm": ({"id": "x1", "article": "Long text.", "highlights": "Short."}, "Summarize: Long text.", ["Short."]),
+        "nq": ({"question": "who wrote hamlet", "answer": ["Shakespeare"]}, "Who wrote hamlet?", ["Shakespeare"]),
+        "wmt19": ({"translation": {"zh": "你好", "en": "Hello"}}, "Translate the following Chinese text to English.\n\n你好", ["Hello"]),
+    }
+    for name, (row, prompt_end, reference) in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(json.dumps(row) + "\n")
+        [sample] = questions.load(dataset(name, path=str(path)))
+        assert sample.turns[0].endswith(prompt_end) and sample.reference == reference, name
+    gz = tmp_path / "HumanEval.jsonl.gz"
+    with gzip.open(gz, "wt") as f:
+        f.write(json.dumps({"task_id": "T/1", "prompt": "def f():\n", "canonical_solution": "    return 1\n", "test": "", "entry_point": "f"}) + "\n")
+    assert questions.load(dataset("humaneval", path=str(gz)))[0].meta == {"task_id": "T/1"}
+    sharegpt = tmp_path / "sharegpt.json"
+    conversation = {"id": "c1", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}, {"from": "human", "value": "more"}]}
+    sharegpt.write_text(json.dumps([conversation, {"id": "empty", "conversations": []}])[:-30])  # truncated mid-record
+    [sample] = questions.load(dataset("sharegpt", path=str(sharegpt), max_turns=None))
+    assert sample.turns == ["hi", "more"] and sample.reference == ["hello"]
+
+
+def test_hub_source_offline_is_one_line(monkeypatch):
+    monkeypatch.setattr("specbench.models.registry.hub_reachable", lambda: False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"dataset.path: cnn_dm comes from the hub \(abisee/cnn_dailymail.*shared/data/eagle/sum.jsonl"):
+        questions.load(dataset("cnn_dm"))
+
+
+def test_malformed_source_row_names_file_and_line(tmp_path):
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n" + json.dumps({"question": "no answer"}) + "\n")
+    with pytest.raises(ConfigError, match=r"gsm8k.jsonl line 2: KeyError\('answer'\)"):
+        questions.load(dataset("gsm8k", path=str(path)))

@@ -1,14 +1,24 @@
-"""Question sets in the EAGLE / Spec-Bench JSONL format: one object a line with
-`question_id`, `category`, `turns` (user turns) and optionally `reference`."""
+"""Benchmark prompts as samples of one shape (id, category, turns, reference), read from
+a local file (`dataset.path`), the pip package that ships the data, or the hub.
+
+A file may be in the EAGLE / Spec-Bench question format (one object a line with
+`question_id`, `category`, `turns`, optional `reference`) or in the source's own format,
+which the dataset's `loader` turns into a sample (see `specbench.data.benchmarks`)."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
+import os
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hydra.utils import get_method
+
+from specbench.data.sharegpt import json_array_records
 from specbench.errors import ConfigError, require
 
 
@@ -18,12 +28,15 @@ class Sample:
     category: str
     turns: list[str]
     reference: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)  # source fields a metric needs (e.g. HumanEval task_id)
 
 
 def load(cfg: dict) -> list[Sample]:
-    """Samples for a dataset config: source file, categories, then a (seeded) limit."""
-    path = source_path(cfg)
-    samples = read_jsonl(path)
+    """Samples for a dataset config: source, categories, then a (seeded) limit."""
+    return select(read_source(cfg), cfg)
+
+
+def select(samples: list[Sample], cfg: dict) -> list[Sample]:
     if cfg.get("categories"):
         known = sorted({s.category for s in samples})
         unknown = [c for c in cfg["categories"] if c not in known]
@@ -44,38 +57,86 @@ def load(cfg: dict) -> list[Sample]:
     return samples
 
 
-def source_path(cfg: dict) -> Path:
-    """`dataset.path` when given, else the file inside the package that ships it."""
+def read_source(cfg: dict) -> list[Sample]:
+    """`dataset.path` when given, else the package file, else the hub."""
+    convert = get_method(cfg["loader"]) if cfg.get("loader") else None
     if cfg.get("path"):
         path = Path(cfg["path"]).expanduser()
         require(path.is_file(), "dataset.path", f"{path} does not exist")
-        return path
-    package = cfg.get("package")
-    spec = importlib.util.find_spec(package) if package else None
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            f"dataset.path: no local copy of {cfg['name']} ({cfg.get('source', 'no package source')}); "
-            f"install it or point dataset.path at a question JSONL"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / cfg["file"]
-    require(path.is_file(), "dataset.path", f"{path} is missing from package {package}")
-    return path
+        return to_samples(read_rows(path), convert, str(path))
+    if cfg.get("package"):
+        spec = importlib.util.find_spec(cfg["package"])
+        if spec is not None and spec.submodule_search_locations:
+            path = Path(list(spec.submodule_search_locations)[0]) / cfg["file"]
+            require(path.is_file(), "dataset.path", f"{path} is missing from package {cfg['package']}")
+            return to_samples(read_rows(path), convert, str(path))
+    if cfg.get("hub"):
+        hub = cfg["hub"]
+        return to_samples(hub_rows(cfg), convert, f"hub {hub['id']} {hub.get('config') or ''} {hub['split']}")
+    raise ConfigError(
+        f"dataset.path: no local copy of {cfg['name']} ({cfg.get('source', 'no package or hub source')}); "
+        f"install the package or point dataset.path at a local file ({cfg.get('offline_hint') or 'a question JSONL'})"
+    )
 
 
-def read_jsonl(path: Path) -> list[Sample]:
-    samples = []
-    with open(path, encoding="utf-8") as f:
+def read_rows(path: Path) -> Iterable[tuple[int, dict]]:
+    """(line number, object) from JSONL (optionally .gz), or (index, record) from a
+    JSON array, parsed record by record so a truncated file yields its whole records."""
+    if path.suffix == ".json":
+        yield from enumerate(json_array_records(path), 1)
+        return
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                turns = row["turns"]
-                if not (isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns)):
-                    raise ValueError("'turns' must be a non-empty list of strings")
-                reference = row.get("reference") or []
-                samples.append(Sample(str(row["question_id"]), str(row.get("category", "")), turns, list(reference)))
-            except (ValueError, KeyError, TypeError) as error:
-                raise ConfigError(f"dataset.path: {path} line {number}: {error!r}") from None
-    require(bool(samples), "dataset.path", f"{path} holds no questions")
+                yield number, json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ConfigError(f"dataset.path: {path} line {number}: not JSON ({error.msg})") from None
+
+
+def to_samples(rows: Iterable[tuple[int, dict]], convert: Callable[[dict, int], Sample | None] | None, where: str) -> list[Sample]:
+    """Question-format rows as they are, others through the dataset's converter (which
+    may skip a row by returning None)."""
+    samples = []
+    for number, row in rows:
+        try:
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+            sample = question_sample(row) if "turns" in row or convert is None else convert(row, len(samples))
+            if sample is not None:
+                samples.append(sample)
+        except (ValueError, KeyError, TypeError) as error:
+            raise ConfigError(f"dataset.path: {where} line {number}: {error!r}") from None
+    require(bool(samples), "dataset.path", f"{where} holds no questions")
     return samples
+
+
+def question_sample(row: dict) -> Sample:
+    """One line of the EAGLE / Spec-Bench question format."""
+    turns = row["turns"]
+    if not (isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns)):
+        raise ValueError("'turns' must be a non-empty list of strings")
+    reference = row.get("reference") or []
+    reference = [reference] if isinstance(reference, str) else list(reference)
+    return Sample(str(row["question_id"]), str(row.get("category", "")), turns, reference)
+
+
+def hub_rows(cfg: dict) -> Iterable[tuple[int, dict]]:
+    """Rows of a hub dataset through `datasets`; offline, from its local cache or one line."""
+    from specbench.models.registry import hub_reachable
+
+    hub = cfg["hub"]
+    if not hub_reachable():
+        os.environ["HF_DATASETS_OFFLINE"] = "1"  # use the local cache only, fail fast
+    try:
+        import datasets
+
+        rows = datasets.load_dataset(hub["id"], hub.get("config"), split=hub["split"])
+    except Exception as error:  # noqa: BLE001 - datasets raises many types for "not available"
+        raise ConfigError(
+            f"dataset.path: {cfg['name']} comes from the hub ({hub['id']}, split {hub['split']}), which is not "
+            f"available here ({type(error).__name__}); point dataset.path at a local copy ({cfg.get('offline_hint', 'a question JSONL')})"
+        ) from None
+    return enumerate(rows, 1)

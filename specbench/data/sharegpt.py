@@ -22,7 +22,12 @@ def package_file() -> Path:
 
 def conversations(path: Path | None = None) -> Iterator[dict]:
     """Each whole record ({'id', 'conversations': [{'from', 'value'}, ...]}) in file order."""
-    text = (path or package_file()).read_text(encoding="utf-8")
+    return json_array_records(path or package_file())
+
+
+def json_array_records(path: Path) -> Iterator[dict]:
+    """The records of a JSON array file one at a time, stopping at a truncated tail."""
+    text = path.read_text(encoding="utf-8")
     decoder = json.JSONDecoder()
     position = text.index("[") + 1
     while True:

@@ -47,17 +47,20 @@ def speedup(method: list[dict], baseline: list[dict]) -> dict:
 
 
 def agreement(method: list[dict], baseline: list[dict]) -> dict:
-    """How often the method's output ids equal the baseline's (exact), and the mean
-    fraction of baseline tokens reproduced before the first difference."""
-    exact, prefix_fractions = [], []
+    """Precision of a (possibly lossy) method against the baseline's output for the same
+    prompt and settings: how often the ids are identical, and the tokens (and fraction of
+    the baseline's tokens) reproduced before the first difference."""
+    exact, prefix_fractions, prefix_tokens = [], [], []
     for x, y in zip(method, baseline):
         for a, b in zip(x["turn_ids"], y["turn_ids"]):
             exact.append(a == b)
             common = next((i for i, (s, t) in enumerate(zip(a, b)) if s != t), min(len(a), len(b)))
             prefix_fractions.append(common / max(len(b), 1))
+            prefix_tokens.append(common)
     if not exact:
         return {}
     return {
         "exact_match_rate": sum(exact) / len(exact),
         "mean_common_prefix_fraction": sum(prefix_fractions) / len(prefix_fractions),
+        "mean_common_prefix_tokens": sum(prefix_tokens) / len(prefix_tokens),
     }

@@ -99,7 +99,7 @@ def _from_hub(model_id: str, revision: str | None, key: str) -> str:
         return snapshot_download(model_id, revision=revision, local_files_only=True)
     except Exception:
         pass
-    if not _hub_reachable():
+    if not hub_reachable():
         raise ConfigError(
             f"{key}.id: {model_id} is not in the local Hugging Face cache and the hub is not reachable; "
             f"download it on a connected machine and set {key}.path=/local/copy/of/{model_id.split('/')[-1]}"
@@ -110,7 +110,7 @@ def _from_hub(model_id: str, revision: str | None, key: str) -> str:
         raise ConfigError(f"{key}.id: could not download {model_id}: {error}") from None
 
 
-def _hub_reachable() -> bool:
+def hub_reachable() -> bool:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
         return False
     host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname

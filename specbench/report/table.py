@@ -29,5 +29,8 @@ def print_summary(summary: dict) -> None:
             f"baseline: {summary['baseline_source']}; "
             f"outputs identical to baseline: {_fmt(agreement.get('exact_match_rate'))}"
         )
+    for key, label in (("quality", summary["method"]), ("baseline_quality", "baseline")):
+        if summary.get(key):
+            console.print(f"{label} quality: " + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary[key].items()))
     env = summary["environment"]
     console.print(f"{env['hardware']} {env['device']} {env['dtype']} threads={env['torch_threads']} torch {env['torch']} -> {summary['out_dir']}")

@@ -1,0 +1,154 @@
+"""Quality metrics on hand-checked inputs; HumanEval execution, including hostile code."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from specbench.data.questions import Sample
+from specbench.metrics import humaneval, judge, quality, speed
+
+
+@pytest.mark.parametrize("text,number", [
+    ("so she makes 9 * 2 = 18 dollars\n#### 18", 18),
+    ("#### 1,234", 1234),
+    ("#### $18.00", 18),
+    ("#### -5 degrees", -5),
+    ("The answer is 42.", 42),
+    ("first 3, then 7, so 50% is the answer", 50),
+    ("#### 12\nBut wait, 7 more", 12),
+    ("#### 1\n...\n#### 2", 2),
+    ("####\nIt is 36 apples", 36),
+    ("no number here", None),
+])
+def test_gsm8k_final_number(text, number):
+    assert quality.gsm8k_final_number(text) == number
+
+
+def test_gsm8k_accuracy_on_the_last_turn():
+    samples = [Sample("0", "math", ["q"], ["Work.\n#### 1,000"]), Sample("1", "math", ["q"], ["#### 7"])]
+    assert quality.gsm8k_accuracy(samples, [["So the total is $1000."], ["#### 8"]]) == {"gsm8k_accuracy": 0.5, "gsm8k_scored": 2}
+
+
+def test_rouge_l_by_hand():
+    # LCS of "the cat sat on the mat" / "the cat sat on a mat" is 5 words of 6: F1 = 5/6
+    samples = [Sample("0", "s", ["q"], ["the cat sat on the mat"]), Sample("1", "s", ["q"], [])]
+    result = quality.rouge_l(samples, [["the cat sat on a mat"], ["unscored"]])
+    assert result["rouge_l"] == pytest.approx(5 / 6) and result["rouge_l_scored"] == 1
+    # stemming: "running cats" matches "run cat"
+    assert quality.rouge_l([Sample("0", "s", ["q"], ["run cat"])], [["running cats"]])["rouge_l"] == pytest.approx(1.0)
+
+
+def test_bleu_and_chrf():
+    references = ["The cat is on the mat.", "There is a dog in the garden."]
+    same = quality.bleu_chrf([Sample(str(i), "t", ["q"], [r]) for i, r in enumerate(references)], [[r] for r in references])
+    assert same["bleu"] == pytest.approx(100) and same["chrf"] == pytest.approx(100)
+    disjoint = quality.bleu_chrf([Sample("0", "t", ["q"], ["xyz qqq"])], [["abc"]])
+    assert disjoint["bleu"] == pytest.approx(0) and disjoint["chrf"] == pytest.approx(0)
+    # a correct but short hypothesis: full precision, low recall, which beta=2 weighs more than beta=1
+    import sacrebleu
+    short = quality.bleu_chrf([Sample("0", "t", ["q"], [references[0]])], [["The cat"]])
+    assert short["chrf"] == pytest.approx(sacrebleu.corpus_chrf(["The cat"], [[references[0]]], beta=2).score)
+    assert short["chrf"] < sacrebleu.corpus_chrf(["The cat"], [[references[0]]], beta=1).score
+
+
+def test_precision_counts_the_common_prefix():
+    method = [{"turn_ids": [[1, 2, 3, 4], [5, 6]]}]
+    baseline = [{"turn_ids": [[1, 2, 9, 4], [5, 6]]}]
+    assert speed.agreement(method, baseline) == {
+        "exact_match_rate": 0.5, "mean_common_prefix_fraction": (2 / 4 + 1) / 2, "mean_common_prefix_tokens": 2.0,
+    }
+
+
+def test_pass_at_k_unbiased_estimator():
+    correct = [[True, True, False, False, False]]
+    assert humaneval.pass_at_k(correct, 1) == pytest.approx(0.4)
+    assert humaneval.pass_at_k(correct, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert humaneval.avg_at_n([[True, False, False, True], [True] * 4]) == pytest.approx(0.75)
+
+
+def test_canonical_solutions_all_pass():
+    tasks = list(humaneval.problems().values())
+    assert len(tasks) == 164
+    assert all(humaneval.run_all([humaneval.program(t, t["canonical_solution"]) for t in tasks]))
+
+
+def test_chat_answers_and_wrong_answers():
+    task = humaneval.problems()["HumanEval/53"]  # add(x, y)
+    fenced = "Sure!\n```python\ndef add(x: int, y: int):\n    return x + y\n```\nDone."
+    assert humaneval.passes(humaneval.program(task, fenced))
+    assert not humaneval.passes(humaneval.program(task, "    return x - y\n"))
+    assert not humaneval.passes(humaneval.program(task, "I cannot help with that."))
+    sample = Sample("53", "code", ["Complete the code I provided.\n\n" + task["prompt"]])
+    assert humaneval.score([sample], [[fenced]]) == {"humaneval_pass@1": 1.0, "humaneval_scored": 1, "humaneval_unmatched": 0}
+
+
+@pytest.mark.parametrize("body", [
+    "while True: pass",
+    "x = bytearray(8 << 30)",
+    "import os; os.remove(VICTIM)",
+    "import shutil; shutil.rmtree(VICTIM_DIR)",
+    "open(VICTIM, 'w').write('overwritten')",
+    "import os; os.rename(VICTIM, VICTIM + '.moved')",
+    "import subprocess; subprocess.run(['rm', '-f', VICTIM])",
+    "import os; os.system('rm -f ' + VICTIM)",
+    "import os; os.fork()",
+    "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)",
+    "import ctypes; ctypes.CDLL(None).system(('rm -f ' + VICTIM).encode())",
+    "import sys; sys.exit(0)",
+])
+def test_hostile_completions_fail_without_harm(body, tmp_path):
+    victim = tmp_path / "keep.txt"
+    victim.write_text("precious")
+    task = humaneval.problems()["HumanEval/53"]
+    completion = f"    VICTIM, VICTIM_DIR = {str(victim)!r}, {str(tmp_path)!r}\n    " + body.replace("; ", "\n    ") + "\n    return x + y\n"
+    assert not humaneval.passes(humaneval.program(task, completion), timeout=3)
+    assert victim.read_text() == "precious"
+
+
+class FakeJudge(BaseHTTPRequestHandler):
+    requests: list = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        FakeJudge.requests.append(body)
+        user = body["messages"][-1]["content"]
+        verdict = "Rating: [[3]]" if "Reference" in user or "reference" in user else "Rating: [[8]]"
+        reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": verdict}}]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_llm_judge_against_a_local_endpoint(monkeypatch, tmp_path):
+    server = HTTPServer(("127.0.0.1", 0), FakeJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("SPECBENCH_JUDGE_URL", f"http://127.0.0.1:{server.server_port}/v1")
+    monkeypatch.setenv("SPECBENCH_JUDGE_MODEL", "fake-judge")
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    writing = Sample("81", "writing", ["Write a blog post.", "Rewrite it."])
+    math = Sample("111", "math", ["What is the area?", "And the circle?"])  # graded against GPT-4's reference
+    answers = [["Post.", "Rewritten."], ["It is 2.", "Pi."]]
+    result = judge.score([writing, math], answers)
+    server.shutdown()
+    assert result["mt_bench_judge"] == pytest.approx((8 + 8 + 3 + 3) / 4)
+    assert result["mt_bench_judge_turn2"] == pytest.approx(5.5) and result["mt_bench_judge_unparsed"] == 0
+    assert len(FakeJudge.requests) == 4 and FakeJudge.requests[0]["temperature"] == 0
+    assert "Rewritten." in FakeJudge.requests[1]["messages"][-1]["content"]  # turn 2 sees the whole conversation
+    assert judge.score([writing, math], answers) == result  # cached: no more requests
+    assert len(FakeJudge.requests) == 4
+
+
+def test_llm_judge_not_configured_is_skipped(monkeypatch, capsys):
+    monkeypatch.delenv("SPECBENCH_JUDGE_URL", raising=False)
+    result = judge.score([Sample("81", "writing", ["q"])], [["a"]])
+    assert result["mt_bench_judge"].startswith("skipped: set SPECBENCH_JUDGE_URL")
+    assert capsys.readouterr().err.count("\n") == 1
