@@ -52,6 +52,9 @@ def test_limit_categories_turns_and_seeded_subsets(tmp_path):
     seeded = [s.id for s in questions.load(cfg(path=path, limit=4, seed=1))]
     assert seeded == [s.id for s in questions.load(cfg(path=path, limit=4, seed=1))]
     assert seeded != ["0", "1", "2", "3"]
+    repeated = questions.load(cfg(path=path, limit=2, repeats=3))
+    assert [s.id for s in repeated] == ["0#0", "0#1", "0#2", "1#0", "1#1", "1#2"]
+    assert {s.meta["repeat_of"] for s in repeated} == {"0", "1"}
 
 
 def test_bad_inputs_name_the_problem(tmp_path):
@@ -65,6 +68,8 @@ def test_bad_inputs_name_the_problem(tmp_path):
         questions.load(cfg(path=no_turns))
     with pytest.raises(ConfigError, match=r"dataset.categories: unknown \['c'\]"):
         questions.load(cfg(path=write(tmp_path, ROWS), categories=["c"]))
+    with pytest.raises(ConfigError, match="dataset.repeats"):
+        questions.load(cfg(path=write(tmp_path, ROWS), repeats=0))
     with pytest.raises(ConfigError, match="dataset.limit"):
         questions.load(cfg(path=write(tmp_path, ROWS), limit=0))
     with pytest.raises(ConfigError, match="dataset.path: no local copy"):

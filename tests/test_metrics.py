@@ -152,3 +152,12 @@ def test_llm_judge_not_configured_is_skipped(monkeypatch, capsys):
     result = judge.score([Sample("81", "writing", ["q"])], [["a"]])
     assert result["mt_bench_judge"].startswith("skipped: set SPECBENCH_JUDGE_URL")
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_repeated_answers_give_pass_at_n_and_avg_at_n():
+    task = humaneval.problems()["HumanEval/53"]
+    samples = [Sample(f"53#{r}", "code", [task["prompt"]], meta={"task_id": "HumanEval/53", "repeat_of": "53"}) for r in range(4)]
+    answers = [["    return x + y\n"], ["    return x - y\n"], ["    return y + x\n"], ["    return 0\n"]]
+    result = humaneval.score(samples, answers)
+    assert result["humaneval_pass@1"] == pytest.approx(0.5) and result["humaneval_avg@4"] == pytest.approx(0.5)
+    assert result["humaneval_pass@4"] == pytest.approx(1.0)

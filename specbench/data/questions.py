@@ -13,7 +13,7 @@ import json
 import os
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hydra.utils import get_method
@@ -54,6 +54,10 @@ def select(samples: list[Sample], cfg: dict) -> list[Sample]:
         require(isinstance(max_turns, int) and max_turns >= 1, "dataset.max_turns", f"must be an integer >= 1, got {max_turns!r}")
         for s in samples:
             s.turns = s.turns[:max_turns]
+    repeats = 1 if cfg.get("repeats") is None else cfg["repeats"]
+    require(isinstance(repeats, int) and repeats >= 1, "dataset.repeats", f"must be an integer >= 1, got {repeats!r}")
+    if repeats > 1:  # n answers per prompt (e.g. HumanEval avg@4 at T>0), each with its own seed
+        samples = [replace(s, id=f"{s.id}#{r}", meta={**s.meta, "repeat_of": s.id}) for s in samples for r in range(repeats)]
     return samples
 
 

@@ -90,13 +90,22 @@ def task_for(sample: Sample) -> dict | None:
 
 
 def score(samples: list[Sample], texts: list[list[str]]) -> dict:
-    """pass@1 of one answer per task (the last turn's text)."""
+    """pass@1 over all answers (the last turn's text); with n answers per task
+    (`dataset.repeats=n`) also pass@n and avg@n."""
     matched = [(task, turns[-1]) for sample, turns in zip(samples, texts) if (task := task_for(sample)) is not None]
     if not matched:
         return {"humaneval_unmatched": len(samples)}
     correct = run_all([program(task, answer) for task, answer in matched])
-    return {
-        "humaneval_pass@1": pass_at_k([[c] for c in correct], 1),
+    per_task: dict[str, list[bool]] = {}
+    for (task, _), passed in zip(matched, correct):
+        per_task.setdefault(task["task_id"], []).append(passed)
+    result = {
+        "humaneval_pass@1": pass_at_k(list(per_task.values()), 1),
         "humaneval_scored": len(matched),
         "humaneval_unmatched": len(samples) - len(matched),
     }
+    n = min(len(c) for c in per_task.values())
+    if n > 1:
+        result[f"humaneval_pass@{n}"] = pass_at_k(list(per_task.values()), n)
+        result[f"humaneval_avg@{n}"] = avg_at_n(list(per_task.values()))
+    return result
