@@ -21,7 +21,7 @@ from specbench import methods
 from specbench.data import questions
 from specbench.config import config_hash, run_name
 from specbench.engine.lm import TreeLM
-from specbench.engine.loop import Limits, Method, generate
+from specbench.engine.loop import Limits, Method, generate, merge_notes
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError, require
 from specbench.metrics import quality, speed
@@ -46,6 +46,10 @@ class MethodRun:
     turn_texts: list[str]
     stop_reasons: list[str]
     prompt_tokens: list[int]
+    nll: float  # target NLL of all new tokens (T=1), summed
+    step_draft_forwards: list[int]
+    tree_widths: list[list[int]]
+    verifier_notes: dict
 
 
 class Runner:
@@ -147,6 +151,10 @@ class Runner:
             turn_texts=[t for _, _, t in runs],
             stop_reasons=[r.stop_reason for _, r, _ in runs],
             prompt_tokens=[n for n, _, _ in runs],
+            nll=sum(r.nll for _, r, _ in runs),
+            step_draft_forwards=[n for _, r, _ in runs for n in r.step_draft_forwards],
+            tree_widths=[w for _, r, _ in runs for w in r.tree_widths],
+            verifier_notes=notes_of([r for _, r, _ in runs]),
         )
 
     def prompt_ids(self, messages: list[dict], sample_id: str) -> list[int]:
@@ -220,6 +228,13 @@ class Progress:
         self.bar.set_postfix(tok_s=f"{self.tokens / max(elapsed, 1e-9):.1f}", tau=f"{self.tokens / self.steps:.2f}", refresh=False)
         if self.steps % 8 == 0:
             self.bar.refresh()
+
+
+def notes_of(results) -> dict:
+    notes = {}
+    for result in results:
+        merge_notes(notes, result.verifier_notes)
+    return notes
 
 
 def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:

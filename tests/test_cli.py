@@ -55,10 +55,14 @@ def test_unknown_choice(group, choice, tmp_path):
         ("method.tree.gamma=0", "method.tree.gamma"),
         ("baseline.mode=sometimes", "baseline.mode"),
         ("dataset.metrics=[bleu_chrf,nope]", "dataset.metrics"),
+        ("method.verifier.theta=0", "method.verifier.theta"),
+        ("method.tree.mu=1.5", "method.tree.mu"),
+        ("method.tree.budget=1", "method.tree.budget"),
     ],
 )
 def test_bad_values(override, key, tmp_path):
-    extra = ["method=pld"] if "gamma" in override else []
+    extra = {"gamma": ["method=pld"], "theta": ["method=mars"], "mu": ["method=talon"], "budget": ["method=talon"]}
+    extra = next((v for k, v in extra.items() if k in override), [])
     one_error_line(run(*extra, *QUICK, override, tmp_path=tmp_path), key)
 
 
@@ -145,3 +149,23 @@ def test_cached_baseline_needs_an_ar_run_first(tmp_path):
     assert run(*args, tmp_path=tmp_path).returncode == 0
     summary = summary_of(tmp_path, "pld")
     assert summary["baseline_source"] == "cached run, outputs only" and "speedup" not in summary
+
+
+def test_talon_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
+    result = run("method=talon", "hardware=cpu-fp32", "method.tree.budget=16", *QUICK, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, "talon")
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    [line] = [json.loads(l) for l in open(next((tmp_path / "talon").glob("*/samples.jsonl")))][:1]
+    assert all(sum(w) <= 15 for w in line["method"]["tree_widths"])
+    assert sum(line["method"]["step_draft_forwards"]) == line["method"]["draft_forwards"]
+
+
+def test_mars_records_its_decisions_and_the_target_nll(tmp_path):
+    result = run("method=mars", "method.verifier.theta=0.5", "gen.temperature=1.0", "method.tree.total_tokens=12", *QUICK, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, "mars")
+    counts = summary["results"]["verifier"]
+    assert counts["relaxed"] + counts["sampled"] + counts["exact"] > 0 and counts["rejected"] > 0
+    assert summary["results"]["target_nll_per_token"] > 0 and summary["baseline"]["target_nll_per_token"] > 0
+    assert "mean_common_prefix_tokens" in summary["agreement_with_baseline"]

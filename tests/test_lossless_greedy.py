@@ -10,6 +10,8 @@ from specbench.engine.sampling import Sampling
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
+from specbench.trees.talon import TalonTree
+from specbench.verify.mars import MarsVerifier
 from specbench.verify.standard import StandardVerifier
 
 from conftest import VOCAB
@@ -36,7 +38,8 @@ def test_ar_matches_transformers_generate(target, prompts, ar_outputs):
 
 @pytest.mark.parametrize(
     "name",
-    ["sps_noisy_draft", "sps_same_model", "pld", "random_tree_noisy", "random_tree_same_model", "dynamic_tree_noisy"],
+    ["sps_noisy_draft", "sps_same_model", "pld", "random_tree_noisy", "random_tree_same_model", "dynamic_tree_noisy",
+     "talon_noisy", "mars_theta_1_tree", "mars_theta_1_chain"],
 )
 def test_identical_to_ar(name, target, draft, prompts, ar_outputs):
     drafter_model = target if "same_model" in name else draft
@@ -46,6 +49,12 @@ def test_identical_to_ar(name, target, draft, prompts, ar_outputs):
         method = Method(Chain(6), StandardVerifier(), PromptLookupDrafter(VOCAB))
     elif name.startswith("dynamic_tree"):
         method = Method(EagleDynamicTree(top_k=3, depth=4, total_tokens=10), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
+    elif name == "talon_noisy":
+        method = Method(TalonTree(budget=12, mu=0.03, top_k=3), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
+    elif name == "mars_theta_1_tree":  # r <= 1 always, so theta = 1 never relaxes: strict greedy
+        method = Method(EagleDynamicTree(top_k=3, depth=4, total_tokens=10), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
+    elif name == "mars_theta_1_chain":
+        method = Method(Chain(4), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
     else:
         method = Method(RandomTree(size=14, seed=3), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
     lm = TreeLM(target)

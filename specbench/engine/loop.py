@@ -42,6 +42,10 @@ class Generation:
     draft_forwards: int  # N_q
     accept_lengths: list[int] = field(default_factory=list)  # tokens committed per verification
     seconds: float = 0.0  # prefill included
+    nll: float = 0.0  # the target's negative log-likelihood (T=1, raw logits) of `ids`, summed
+    step_draft_forwards: list[int] = field(default_factory=list)  # draft forwards per verification
+    tree_widths: list[list[int]] = field(default_factory=list)  # per verification: drafted nodes at depth 1, 2, ...
+    verifier_notes: dict = field(default_factory=dict)  # the verifier's notes, merged over steps
 
 
 def generate(
@@ -61,36 +65,71 @@ def generate(
     target.reset()
     target.feature_layers = drafter.feature_layers if drafter is not None else ()
     with torch.inference_mode():
-        first = sampling.pick(target.forward(context=prompt)[-1], generator)
+        prefill = target.forward(context=prompt)[-1:]
+        first = sampling.pick(prefill[0], generator)
         if drafter is not None:
             drafter.begin(prompt, target.features)
         draft_forwards_before = drafter.forwards if drafter is not None else 0
         new = [first]
-        accept_lengths = []
+        token_nll = _nll(prefill, [first])
+        accept_lengths, step_draft_forwards, tree_widths, notes = [], [], [], {}
         done = _finished(new, limits, decode)
         while not done:
             context = prompt + new[:-1]
+            forwards_before = drafter.forwards if drafter is not None else 0
             tree = method.policy.build(drafter, context, new[-1], sampling, generator)
+            step_draft_forwards.append((drafter.forwards if drafter is not None else 0) - forwards_before)
+            tree_widths.append(_widths(tree.depths))
             logits = target.forward(tree=tree, nodes=range(len(tree)))
             accepted = method.verifier.accept(tree, logits, sampling, generator)
+            merge_notes(notes, accepted.notes)
+            committed = [tree.tokens[n] for n in accepted.path[1:]] + [accepted.next_token]
+            token_nll += _nll(logits[accepted.path], committed)
             target.commit(accepted.path)
             if drafter is not None:
                 features = target.features[accepted.path] if target.features is not None else None
                 drafter.commit(tree, accepted.path, features)
-            new += [tree.tokens[n] for n in accepted.path[1:]] + [accepted.next_token]
+            new += committed
             accept_lengths.append(len(accepted.path))
             done = _finished(new, limits, decode, len(accepted.path))
             if on_step is not None:
                 on_step(len(accepted.path))
     new, stop = _truncate(new, limits, decode)
+    seconds = time.perf_counter() - start
     return Generation(
         ids=new,
         stop_reason=stop,
         target_forwards=len(accept_lengths),
         draft_forwards=(drafter.forwards - draft_forwards_before) if drafter is not None else 0,
         accept_lengths=accept_lengths,
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
+        nll=sum(token_nll[: len(new)]),
+        step_draft_forwards=step_draft_forwards,
+        tree_widths=tree_widths,
+        verifier_notes=notes,
     )
+
+
+def _nll(logits: torch.Tensor, tokens: list[int]) -> list[float]:
+    """-log p(token) under the target at T=1, one per row."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return (-logp[torch.arange(len(tokens)), torch.tensor(tokens)]).tolist()
+
+
+def _widths(depths: list[int]) -> list[int]:
+    widths = [0] * max(depths)
+    for d in depths[1:]:
+        widths[d - 1] += 1
+    return widths
+
+
+def merge_notes(notes: dict, new: dict) -> None:
+    """Add `new` verifier notes into `notes`: counts are summed, lists concatenated."""
+    for key, value in new.items():
+        if isinstance(value, list):
+            notes.setdefault(key, []).extend(value)
+        else:
+            notes[key] = notes.get(key, 0) + value
 
 
 def _finished(new: list[int], limits: Limits, decode, n_added: int | None = None) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -42,6 +42,9 @@ class TreePolicy(Protocol):
 class Acceptance:
     path: list[int]  # accepted nodes, root first
     next_token: int  # the bonus or correction token appended after the path
+    # what a verifier wants recorded about its decisions: counts (int, summed per run)
+    # and observations (lists, concatenated), e.g. MARS's relaxed acceptances and logits
+    notes: dict = field(default_factory=dict)
 
 
 class Verifier(Protocol):

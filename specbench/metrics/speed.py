@@ -28,7 +28,19 @@ def totals(runs: list[dict]) -> dict:
         "target_forwards": n_p,
         "draft_forwards": n_q,
         "accept_length_hist": {str(k): lengths[k] for k in sorted(lengths)},
+        "target_nll_per_token": sum(r.get("nll", 0.0) for r in runs) / tokens if tokens else None,
+        "verifier": verifier_counts(runs),
     }
+
+
+def verifier_counts(runs: list[dict]) -> dict:
+    """The verifier's counters summed over samples (observation lists stay per sample)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        for key, value in r.get("verifier_notes", {}).items():
+            if not isinstance(value, list):
+                counts[key] = counts.get(key, 0) + value
+    return counts
 
 
 def speedup(method: list[dict], baseline: list[dict]) -> dict:

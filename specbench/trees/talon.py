@@ -1,0 +1,59 @@
+"""TALON: a budget-driven adaptive draft tree (Algorithm 2 of the TALON paper).
+
+The tree (root included) grows one depth per draft forward until it holds `budget`
+nodes. The first `robust_layers` depths keep the top-K candidates by cumulative path
+probability p(u) (robust initialisation; the paper uses one such layer). Every later
+depth gathers all children of the current parents and keeps those with
+p(u) >= mu * max p(u) (confidence gating); if that is more than the budget has room
+for, the most probable ones. A confident drafter thus yields a deep, narrow tree and an
+uncertain one a shallow, wide tree. Children are deterministic (the most probable
+ones), so the verifier treats them as point masses: lossless at any temperature.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from specbench.engine.tree import DraftTree
+from specbench.errors import require
+
+
+class TalonTree:
+    def __init__(self, budget: int = 60, mu: float = 0.03, top_k: int = 10, robust_layers: int = 1):
+        for key, value, low in (("budget", budget, 2), ("top_k", top_k, 1), ("robust_layers", robust_layers, 0)):
+            require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
+        require(isinstance(mu, (int, float)) and 0 < mu <= 1, "method.tree.mu", f"must be in (0, 1], got {mu!r}")
+        self.budget, self.mu, self.top_k, self.robust_layers = budget, float(mu), top_k, robust_layers
+
+    def build(self, drafter, context, root, sampling, generator) -> DraftTree:
+        tree = DraftTree.root(root)
+        parents, depth = [0], 0
+        while len(tree) < self.budget and parents:
+            logits = drafter.logits(context, tree, parents)
+            if logits is None:
+                break
+            room = self.budget - len(tree)
+            robust = depth < self.robust_layers
+            keep = min(room, self.top_k) if robust else room
+            candidates = self._candidates(tree, parents, torch.log_softmax(logits.float(), dim=-1), keep)
+            if not robust and candidates:
+                floor = candidates[0][0] + math.log(self.mu)  # p(u) >= mu * max p(u), in logs
+                candidates = [c for c in candidates if c[0] >= floor]
+            parents = [tree.add(parent, token, logp) for _, parent, token, logp in candidates[:keep]]
+            depth += 1
+        return tree
+
+    @staticmethod
+    def _candidates(tree: DraftTree, parents: list[int], logp: torch.Tensor, keep: int) -> list[tuple[float, int, int, float]]:
+        """(cumulative log p, parent, token, token log p) of the best `keep` children of
+        each parent, best first (no other child can make the cut)."""
+        top = logp.topk(min(keep, logp.shape[-1]), dim=-1)
+        found = []
+        for row, parent in enumerate(parents):
+            for value, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+                if value > float("-inf"):
+                    found.append((tree.logps[parent] + value, parent, token, value))
+        found.sort(key=lambda c: -c[0])
+        return found

@@ -1,0 +1,82 @@
+"""MARS: margin-aware verification (lossy). Algorithm 1 of the MARS paper.
+
+With z(1) >= z(2) the target's two largest raw logits (before temperature) and
+r = z(2) / z(1): a draft token equal to the target's top-1 is accepted; one equal to the
+top-2 is also accepted when r > theta (the target is nearly indifferent); otherwise the
+draft is rejected and the top-1 appended. r is only meaningful when z(1) > 0; otherwise
+the strict rule applies and the case is counted (`ratio_undefined`).
+
+At T > 0 (the variant the authors released): at each node, a child whose token is in
+the target's top-2 is accepted outright when r > theta; otherwise the node's children
+go through the engine's lossless recursive rejection sampling.
+
+Notes per run: `exact` / `relaxed` / `sampled` acceptances, `rejected` steps,
+`ratio_undefined`, and `top2_logits` [z(1), z(2)] at every decision point (a node with
+children), from which the paper's logit-ratio and probability-ratio plots are drawn.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.engine.parts import Acceptance
+from specbench.engine.sampling import Sampling, sample
+from specbench.engine.tree import DraftTree
+from specbench.errors import require
+from specbench.verify.standard import try_children
+
+
+class MarsVerifier:
+    def __init__(self, theta: float = 0.9):
+        require(isinstance(theta, (int, float)) and theta > 0, "method.verifier.theta", f"must be a number > 0, got {theta!r}")
+        self.theta = float(theta)
+
+    def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+        notes = {"exact": 0, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "top2_logits": []}
+        path = [0]
+        while True:
+            node = path[-1]
+            children = tree.children(node)
+            z = logits[node].float()
+            if not children:
+                return Acceptance(path, sampling.pick(z, generator), notes)
+            v1, v2 = top_two(z)
+            z1, z2 = float(z[v1]), float(z[v2])
+            notes["top2_logits"].append([round(z1, 4), round(z2, 4)])
+            margin_ok = z1 > 0 and z2 / z1 > self.theta
+            if z1 <= 0:
+                notes["ratio_undefined"] += 1
+            by_token = {}
+            for child in children:
+                by_token.setdefault(tree.tokens[child], child)
+            if sampling.greedy:
+                if v1 in by_token:
+                    notes["exact"] += 1
+                    path.append(by_token[v1])
+                elif margin_ok and v2 in by_token:
+                    notes["relaxed"] += 1
+                    path.append(by_token[v2])
+                else:
+                    notes["rejected"] += 1
+                    return Acceptance(path, v1, notes)
+                continue
+            top2_child = next((c for c in children if tree.tokens[c] in (v1, v2)), None)
+            if margin_ok and top2_child is not None:
+                notes["relaxed"] += 1
+                path.append(top2_child)
+                continue
+            p = sampling.probs(z)
+            child = try_children(tree, node, p, generator)
+            if child is None:
+                notes["rejected"] += 1
+                return Acceptance(path, sample(p, generator), notes)
+            notes["sampled"] += 1
+            path.append(child)
+
+
+def top_two(z: torch.Tensor) -> tuple[int, int]:
+    """The target's top-1 (argmax, with the same tie-breaking as greedy decoding) and top-2."""
+    first = int(z.argmax())
+    rest = z.clone()
+    rest[first] = float("-inf")
+    return first, int(rest.argmax())

@@ -1,0 +1,89 @@
+"""TALON tree shapes on hand-made draft distributions (TALON paper, Algorithm 2)."""
+
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specbench.engine.sampling import Sampling
+from specbench.trees.talon import TalonTree
+
+V = 96
+
+
+class FixedDrafter:
+    """Next-token log-probs from a function of the node's depth; counts forwards."""
+
+    def __init__(self, logp_at_depth):
+        self.logp_at_depth, self.forwards = logp_at_depth, 0
+        self.feature_layers = ()
+
+    def logits(self, context, tree, nodes):
+        self.forwards += 1
+        return torch.stack([self.logp_at_depth(tree.depths[n], n) for n in nodes])
+
+
+def peaked(confidence: float, token: int = 7) -> torch.Tensor:
+    p = torch.full((V,), (1 - confidence) / (V - 1))
+    p[token] = confidence
+    return p.log()
+
+
+def build(tree_policy, drafter):
+    return tree_policy.build(drafter, [1, 2, 3], 5, Sampling(), None)
+
+
+def widths(tree):
+    return [tree.depths.count(d) for d in range(1, max(tree.depths) + 1)]
+
+
+def test_confident_drafter_gives_a_deep_narrow_tree_using_the_whole_budget():
+    drafter = FixedDrafter(lambda depth, node: peaked(0.99))
+    tree = build(TalonTree(budget=60, mu=0.03, top_k=10), drafter)
+    assert len(tree) == 60
+    assert widths(tree) == [10] + [1] * 49  # robust top-10 first, then one confident child per depth
+    assert drafter.forwards == 50
+
+
+def test_flat_drafter_gives_a_shallow_wide_tree():
+    drafter = FixedDrafter(lambda depth, node: torch.full((V,), -math.log(V)))
+    tree = build(TalonTree(budget=60, mu=0.03, top_k=10), drafter)
+    assert len(tree) == 60 and widths(tree) == [10, 49] and drafter.forwards == 2
+
+
+def test_gating_keeps_children_within_mu_of_the_best():
+    # depth 1: one sure token; depth 2: p = 0.5, 0.3, 0.02, ... -> with mu = 0.1 keep 0.5 and 0.3 only
+    second = torch.full((V,), 0.18 / (V - 2))
+    second[10], second[11] = 0.5, 0.32
+    drafter = FixedDrafter(lambda depth, node: peaked(0.999) if depth == 0 else second.log())
+    tree = TalonTree(budget=6, mu=0.1, top_k=1).build(drafter, [1], 5, Sampling(), None)
+    assert widths(tree)[:2] == [1, 2]
+    assert sorted(tree.tokens[n] for n in range(len(tree)) if tree.depths[n] == 2) == [10, 11]
+
+
+def test_more_robust_layers_keep_top_k_deeper():
+    drafter = FixedDrafter(lambda depth, node: peaked(0.99))
+    tree = build(TalonTree(budget=40, mu=0.03, top_k=4, robust_layers=2), drafter)
+    assert widths(tree)[:3] == [4, 4, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    budget=st.integers(2, 80), mu=st.floats(0.001, 1.0), top_k=st.integers(1, 12), robust=st.integers(0, 3),
+    seed=st.integers(0, 10_000), sharpness=st.floats(0.1, 8.0),
+)
+def test_budget_and_gating_hold_for_any_distribution(budget, mu, top_k, robust, seed, sharpness):
+    generator = torch.Generator().manual_seed(seed)
+    table = torch.log_softmax(sharpness * torch.randn(200, V, generator=generator), -1)
+    drafter = FixedDrafter(lambda depth, node: table[node % 200])
+    tree = build(TalonTree(budget=budget, mu=mu, top_k=top_k, robust_layers=robust), drafter)
+    assert len(tree) == budget  # never more, and a full vocabulary always fills it
+    assert all(tree.parents[n] < n for n in range(1, len(tree)))
+    assert drafter.forwards == max(tree.depths)  # one draft forward per depth
+    for depth in range(1, max(tree.depths) + 1):
+        logps = [tree.logps[n] for n in range(len(tree)) if tree.depths[n] == depth]
+        if depth <= robust:
+            assert len(logps) <= top_k
+        else:
+            assert min(logps) >= max(logps) + math.log(mu) - 1e-5
