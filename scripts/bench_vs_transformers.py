@@ -4,6 +4,8 @@ Per prompt, ours and transformers run back to back (alternating which goes first
 drift on this machine hits both alike; the ratios are what to quote.
   ar  vs  model.generate(do_sample=False)
   pld vs  model.generate(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=max_ngram)
+  sps vs  model.generate(assistant_model=<the same draft model object>), the assistant set to
+          the same fixed draft length gamma (constant schedule, no confidence early stop)
 """
 
 from __future__ import annotations
@@ -51,11 +53,16 @@ def main() -> None:
     eos = stop_token_ids(model, tokenizer, cfg["model"])
     limits = Limits(args.max_new_tokens, frozenset(eos))
     target = TreeLM(model)
-    pld_cfg = config("method=pld")["method"]
-    ours = {"ar": methods.build(cfg["baseline"]["method"], model, hardware), "pld": methods.build(pld_cfg, model, hardware)}
+    pld_cfg, sps_cfg = config("method=pld")["method"], config("method=sps")["method"]
+    ours = {name: methods.build(c, model, hardware) for name, c in (("ar", cfg["baseline"]["method"]), ("pld", pld_cfg), ("sps", sps_cfg))}
+    assistant = ours["sps"].drafter.lm.model
+    assistant.generation_config.num_assistant_tokens = sps_cfg["tree"]["gamma"]
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    assistant.generation_config.assistant_confidence_threshold = 0.0
     theirs = {
         "ar": {},
         "pld": {"prompt_lookup_num_tokens": pld_cfg["tree"]["gamma"], "max_matching_ngram_size": pld_cfg["drafter"]["max_ngram"]},
+        "sps": {"assistant_model": assistant},
     }
     prompts = [chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])]
     # warm-up, untimed

@@ -1,0 +1,174 @@
+"""Methods against AR on the same prompts, side by side, with the cost model beside.
+
+Per prompt, AR and every method run back to back (the order rotates from prompt to
+prompt), so drift on the machine hits all alike. Reported per dataset, temperature and
+method: τ, δ, tok/s, speedup over AR (ratio of total tok/s and median of per-prompt
+ratios), c = draft forward time / target forward time (both measured in this run,
+target forwards = verification forwards), the cost-model prediction R = τ / (1 + c·δ)
+(TALON Appendix D), and since verifying a wide tree costs more than one AR step on a
+CPU, also v = verification forward time / AR forward time and R_v = τ / (v + c_AR·δ)
+with c_AR = draft forward time / AR forward time; then agreement with AR's ids and the
+dataset's quality metric for every method and AR.
+
+    python scripts/bench_methods.py --methods sps pld eagle3 --datasets mt_bench humaneval gsm8k \\
+        --prompts 20 --max-new-tokens 256 --temperatures 0 1 --out results/bench/issue3.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from statistics import median
+
+import torch
+from tqdm import tqdm
+
+from specbench import methods
+from specbench.data import questions
+from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Limits, generate
+from specbench.engine.sampling import Sampling
+from specbench.metrics import quality
+from specbench.models import registry
+from specbench.run import chat_prompt, stop_token_ids
+
+from bench_vs_transformers import config
+
+
+class Stopwatch:
+    """Wraps a bound method; accumulates its wall time and call count."""
+
+    def __init__(self, owner, name: str):
+        self.owner, self.name, self.inner, self.times = owner, name, getattr(owner, name), []
+        setattr(owner, name, self)
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.inner(*args, **kwargs)
+        finally:
+            self.times.append(time.perf_counter() - start)
+
+    def remove(self) -> None:
+        delattr(self.owner, self.name)
+
+
+DRAFT_CALLS = ("logits", "commit")  # the calls whose forwards N_q counts (not `begin`'s prompt pass)
+
+
+def run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file) -> dict:
+    cfg = config(f"dataset={name}", f"dataset.limit={args.prompts}", f"dataset.seed={args.seed}", "dataset.max_turns=1")
+    samples = questions.load(cfg["dataset"])
+    sampling = Sampling(temperature)
+    limits = Limits(args.max_new_tokens, frozenset(eos))
+    names = ["ar", *args.methods]
+    records = {n: [] for n in names}
+    bar = tqdm(samples, desc=f"{name} T={temperature}", unit="prompt")
+    for index, sample in enumerate(bar):
+        prompt = chat_prompt(tokenizer, [{"role": "user", "content": sample.turns[0]}])
+        order = names[index % len(names):] + names[: index % len(names)]
+        for method_name in order:
+            method = built[method_name]
+            forward = Stopwatch(target, "forward")
+            drafter_watches = [Stopwatch(method.drafter, n) for n in DRAFT_CALLS] if method.drafter else []
+            generator = torch.Generator().manual_seed(args.seed * 1_000_003 + index)
+            out = generate(target, method, prompt, sampling, limits, generator)
+            for watch in (forward, *drafter_watches):
+                watch.remove()
+            record = {
+                "dataset": name, "temperature": temperature, "method": method_name, "id": sample.id,
+                "tokens": len(out.ids), "seconds": out.seconds, "target_forwards": out.target_forwards,
+                "draft_forwards": out.draft_forwards, "ids": out.ids, "text": tokenizer.decode(out.ids, skip_special_tokens=True),
+                "verify_seconds": sum(forward.times[1:]),  # the first forward is the prefill
+                "draft_seconds": sum(sum(w.times) for w in drafter_watches),
+                "verifier_notes": {k: v for k, v in out.verifier_notes.items() if not isinstance(v, list)},
+            }
+            records[method_name].append(record)
+            out_file.write(json.dumps(record) + "\n")
+            out_file.flush()
+        ar = records["ar"]
+        shown = {m: f"{sum(r['tokens'] for r in records[m]) / sum(r['seconds'] for r in records[m]) / (sum(r['tokens'] for r in ar) / sum(r['seconds'] for r in ar)):.2f}x" for m in args.methods}
+        bar.set_postfix(shown)
+    return summarize(name, temperature, samples, records, cfg["dataset"].get("metrics") or [])
+
+
+def summarize(name, temperature, samples, records, metric_names) -> dict:
+    ar = records["ar"]
+    ar_tps = sum(r["tokens"] for r in ar) / sum(r["seconds"] for r in ar)
+    ar_forward = sum(r["verify_seconds"] for r in ar) / sum(r["target_forwards"] for r in ar)
+    rows = {}
+    for method_name, runs in records.items():
+        tokens, n_p, n_q = (sum(r[k] for r in runs) for k in ("tokens", "target_forwards", "draft_forwards"))
+        tps = tokens / sum(r["seconds"] for r in runs)
+        tau, delta = tokens / n_p, n_q / n_p
+        draft_forward = sum(r["draft_seconds"] for r in runs) / n_q if n_q else 0.0
+        verify_forward = sum(r["verify_seconds"] for r in runs) / n_p
+        c, v = draft_forward / verify_forward, verify_forward / ar_forward
+        rows[method_name] = {
+            "tok_per_s": tps, "tau": tau, "delta": delta, "c": c, "predicted_R": tau / (1 + c * delta),
+            "v": v, "predicted_R_v": tau / (v + draft_forward / ar_forward * delta),
+            "draft_forward_ms": 1000 * draft_forward, "verify_forward_ms": 1000 * verify_forward,
+            "speedup": tps / ar_tps,
+            "speedup_median_per_prompt": median((r["tokens"] / r["seconds"]) / (a["tokens"] / a["seconds"]) for r, a in zip(runs, ar)),
+            "identical_to_ar": sum(r["ids"] == a["ids"] for r, a in zip(runs, ar)) / len(runs),
+            "quality": quality.score(metric_names, samples, [[r["text"]] for r in runs]) if metric_names else {},
+            "verifier": {k: sum(r["verifier_notes"].get(k, 0) for r in runs) for k in runs[0]["verifier_notes"]},
+        }
+    return {"dataset": name, "temperature": temperature, "prompts": len(samples), "methods": rows}
+
+
+def print_table(results: list[dict], header: str) -> None:
+    print(f"\n{header}")
+    print("| dataset | T | method | τ | δ | c | R = τ/(1+cδ) | v | R_v | speedup (median) | tok/s | same ids as AR | quality |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for result in results:
+        for method_name, row in result["methods"].items():
+            score = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row["quality"].items() if not k.endswith(("scored", "unmatched")))
+            print(
+                f"| {result['dataset']} | {result['temperature']:g} | {method_name} | {row['tau']:.2f} | {row['delta']:.2f} | {row['c']:.3f} | "
+                f"{row['predicted_R']:.2f} | {row['v']:.2f} | {row['predicted_R_v']:.2f} | {row['speedup']:.2f}x ({row['speedup_median_per_prompt']:.2f}x) | {row['tok_per_s']:.1f} | "
+                f"{row['identical_to_ar']:.2f} | {score} |"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", nargs="+", default=["sps", "pld", "eagle3"], help="method names; LABEL=METHOD runs a method under another label")
+    parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
+    parser.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 1.0])
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0, help="seeded prompt subset and sampling")
+    parser.add_argument("--out", type=Path, default=Path("results/bench/methods.json"))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for the model and hardware, e.g. hardware=cpu-fp32")
+    parser.add_argument("--set", nargs="*", default=[], metavar="METHOD:KEY=VALUE", help="per-method override, e.g. eagle3:method.tree.top_k=4")
+    args = parser.parse_args()
+    cfg = config(*args.overrides)
+    hardware = cfg["hardware"]
+    torch.set_num_threads(hardware["threads"])
+    model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
+    eos = stop_token_ids(model, tokenizer, cfg["model"])
+    target = TreeLM(model)
+    built = {"ar": methods.build(cfg["baseline"]["method"], model, hardware)}
+    for spec in args.methods:
+        label, _, base = spec.partition("=")  # "label=method" runs a method under another name
+        overrides = [s.split(":", 1)[1] for s in args.set if s.split(":", 1)[0] == (label or spec)]
+        built[label] = methods.build(config(f"method={base or label}", *args.overrides, *overrides)["method"], model, hardware)
+    args.methods = [s.partition("=")[0] for s in args.methods]
+    warm = chat_prompt(tokenizer, [{"role": "user", "content": "Hello"}])
+    for method in built.values():
+        generate(target, method, warm, Sampling(), Limits(16, frozenset(eos)))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    results = []
+    with open(args.out.with_suffix(".samples.jsonl"), "w", encoding="utf-8") as out_file:
+        for temperature in args.temperatures:
+            for name in args.datasets:
+                results.append(run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file))
+                args.out.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)}, "results": results}, indent=2, default=str))
+    print_table(results, f"{cfg['model']['name']} {hardware['dtype']} threads={torch.get_num_threads()} prompts={args.prompts} max_new_tokens={args.max_new_tokens}")
+
+
+if __name__ == "__main__":
+    main()
