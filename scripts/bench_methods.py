@@ -55,7 +55,7 @@ class Stopwatch:
         delattr(self.owner, self.name)
 
 
-DRAFT_CALLS = ("logits", "commit")  # the calls whose forwards N_q counts (not `begin`'s prompt pass)
+DRAFT_CALLS = ("logits", "commit")  # the calls whose forwards N_q counts
 
 
 def run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file) -> dict:
@@ -73,7 +73,7 @@ def run_dataset(name, temperature, args, model, tokenizer, hardware, target, bui
             method = built[method_name]
             forward = Stopwatch(target, "forward")
             drafter_watches = [Stopwatch(method.drafter, n) for n in DRAFT_CALLS] if method.drafter else []
-            generator = torch.Generator().manual_seed(args.seed * 1_000_003 + index)
+            generator = torch.Generator(device=target.device).manual_seed(args.seed * 1_000_003 + index)
             out = generate(target, method, prompt, sampling, limits, generator)
             for watch in (forward, *drafter_watches):
                 watch.remove()
@@ -81,8 +81,11 @@ def run_dataset(name, temperature, args, model, tokenizer, hardware, target, bui
                 "dataset": name, "temperature": temperature, "method": method_name, "id": sample.id,
                 "tokens": len(out.ids), "seconds": out.seconds, "target_forwards": out.target_forwards,
                 "draft_forwards": out.draft_forwards, "ids": out.ids, "text": tokenizer.decode(out.ids, skip_special_tokens=True),
-                "verify_seconds": sum(forward.times[1:]),  # the first forward is the prefill
-                "draft_seconds": sum(sum(w.times) for w in drafter_watches),
+                # per-forward times leave out both prompt passes: the target's prefill (its first
+                # forward) and the drafter's (inside its first `logits` call, counted as one forward)
+                "verify_seconds": sum(forward.times[1:]),
+                "draft_seconds": sum(sum(w.times[1:] if w.name == "logits" else w.times) for w in drafter_watches),
+                "draft_forwards_timed": max(out.draft_forwards - 1, 0),
                 "verifier_notes": {k: v for k, v in out.verifier_notes.items() if not isinstance(v, list)},
             }
             records[method_name].append(record)
@@ -103,7 +106,8 @@ def summarize(name, temperature, samples, records, metric_names) -> dict:
         tokens, n_p, n_q = (sum(r[k] for r in runs) for k in ("tokens", "target_forwards", "draft_forwards"))
         tps = tokens / sum(r["seconds"] for r in runs)
         tau, delta = tokens / n_p, n_q / n_p
-        draft_forward = sum(r["draft_seconds"] for r in runs) / n_q if n_q else 0.0
+        timed = sum(r["draft_forwards_timed"] for r in runs)
+        draft_forward = sum(r["draft_seconds"] for r in runs) / timed if timed else 0.0
         verify_forward = sum(r["verify_seconds"] for r in runs) / n_p
         c, v = draft_forward / verify_forward, verify_forward / ar_forward
         rows[method_name] = {
@@ -114,7 +118,7 @@ def summarize(name, temperature, samples, records, metric_names) -> dict:
             "speedup_median_per_prompt": median((r["tokens"] / r["seconds"]) / (a["tokens"] / a["seconds"]) for r, a in zip(runs, ar)),
             "identical_to_ar": sum(r["ids"] == a["ids"] for r, a in zip(runs, ar)) / len(runs),
             "quality": quality.score(metric_names, samples, [[r["text"]] for r in runs]) if metric_names else {},
-            "verifier": {k: sum(r["verifier_notes"].get(k, 0) for r in runs) for k in runs[0]["verifier_notes"]},
+            "verifier": {k: sum(r["verifier_notes"].get(k, 0) for r in runs) for k in {k for r in runs for k in r["verifier_notes"]}},
         }
     return {"dataset": name, "temperature": temperature, "prompts": len(samples), "methods": rows}
 

@@ -190,11 +190,11 @@ class Runner:
         }
         scored = [s for s in self.samples if s.id in by_id]
         if self.quality_metrics and scored:
-            summary["quality"] = quality.score(self.quality_metrics, scored, [r["turn_texts"] for r in method_runs])
+            summary["quality"] = self.quality(scored, [r["turn_texts"] for r in method_runs])
         baseline_runs, source = self.baseline_runs(ordered)
         if baseline_runs:
             if self.quality_metrics and len(baseline_runs) == len(scored):
-                summary["baseline_quality"] = quality.score(self.quality_metrics, scored, [b["turn_texts"] for _, b in baseline_runs])
+                summary["baseline_quality"] = self.quality(scored, [b["turn_texts"] for _, b in baseline_runs])
             summary["baseline"] = speed.totals([b for _, b in baseline_runs])
             summary["baseline_source"] = source
             method_side = [m for m, _ in baseline_runs]
@@ -202,6 +202,15 @@ class Runner:
             if source != "cached run, outputs only":
                 summary.update(speed.speedup(method_side, [b for _, b in baseline_runs]))
         return summary
+
+    def quality(self, samples: list[questions.Sample], texts: list[list[str]]) -> dict:
+        """The dataset's metrics; a failing one (e.g. the judge endpoint is down) is recorded,
+        not raised, so the speed results of a finished run are still written."""
+        try:
+            return quality.score(self.quality_metrics, samples, texts)
+        except Exception as error:  # noqa: BLE001
+            print(f"warning: quality metrics failed: {error!r}; re-run the same command to retry", file=sys.stderr)
+            return {"error": repr(error)}
 
     def baseline_runs(self, ordered: list[dict]) -> tuple[list[tuple[dict, dict]], str | None]:
         if self.paired:

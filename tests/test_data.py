@@ -148,3 +148,16 @@ def test_malformed_source_row_names_file_and_line(tmp_path):
     path.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n" + json.dumps({"question": "no answer"}) + "\n")
     with pytest.raises(ConfigError, match=r"gsm8k.jsonl line 2: KeyError\('answer'\)"):
         questions.load(dataset("gsm8k", path=str(path)))
+
+
+def test_unreadable_files_and_bad_loaders_are_one_line(tmp_path):
+    not_gzip = tmp_path / "HumanEval.jsonl.gz"
+    not_gzip.write_text("plain text")
+    with pytest.raises(ConfigError, match="dataset.path: cannot read .*HumanEval.jsonl.gz"):
+        questions.load(dataset("humaneval", path=str(not_gzip)))
+    no_array = tmp_path / "sharegpt.json"
+    no_array.write_text('{"id": 1}')
+    with pytest.raises(ConfigError, match="dataset.path: cannot read"):
+        questions.load(dataset("sharegpt", path=str(no_array)))
+    with pytest.raises(ConfigError, match="dataset.loader: cannot import 'specbench.data.benchmarks.nope'"):
+        questions.load(dataset("gsm8k", loader="specbench.data.benchmarks.nope"))

@@ -35,7 +35,9 @@ def test_low_margin_runner_up_is_accepted():
     result = verify(chain(LOVELY), [logits_row({NICE: 10.0, LOVELY: 9.11})])
     assert result.path == [0, 1] and result.next_token == 5
     assert result.notes["relaxed"] == 1 and result.notes["rejected"] == 0
-    assert result.notes["top2_logits"][0] == [10.0, 9.11]
+    z1, z2, lse, outcome = result.notes["decisions"][0]
+    assert (z1, z2, outcome) == (10.0, 9.11, "relaxed")
+    assert lse == round(float(logits_row({NICE: 10.0, LOVELY: 9.11}).logsumexp(0)), 4)
 
 
 def test_high_margin_runner_up_is_rejected():
@@ -104,3 +106,16 @@ def test_ratio_uses_raw_logits_not_temperature():
     row = logits_row({NICE: 10.0, LOVELY: 9.5})
     result = verify(chain(LOVELY), [row], Sampling(temperature=0.1), seed=3)
     assert result.path == [0, 1] and result.notes["relaxed"] == 1
+
+
+def test_sampling_never_relaxes_to_a_token_top_p_removed():
+    # p(LOVELY)/p(NICE) = e^-2: top_p = 0.8 keeps only NICE, so LOVELY cannot be accepted by the margin rule
+    row = logits_row({NICE: 30.0, LOVELY: 28.0}, rest=0.0)
+    outcomes = {verify(chain(LOVELY), [row], Sampling(temperature=1.0, top_p=0.8), seed=s).path == [0, 1] for s in range(50)}
+    assert outcomes == {False}
+
+
+def test_sampling_counts_a_top_one_draft_as_exact():
+    row = logits_row({NICE: 10.0, LOVELY: 9.5})
+    result = verify(chain(NICE), [row], Sampling(temperature=1.0))
+    assert result.notes["exact"] == 1 and result.notes["relaxed"] == 0

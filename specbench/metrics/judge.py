@@ -68,7 +68,8 @@ def rating(judgment: str) -> float | None:
 
 def turn_prompts(sample: Sample, answers: list[str]) -> list[tuple[str, str]]:
     """(system, user) judge messages for each answered turn of one MT-Bench question."""
-    reference = reference_answers().get(sample.id) if sample.category in NEEDS_REFERENCE else None
+    question_id = sample.meta.get("repeat_of", sample.id)
+    reference = reference_answers().get(question_id) if sample.category in NEEDS_REFERENCE else None
     fields = {"question": sample.turns[0], "answer": answers[0], "question_1": sample.turns[0], "answer_1": answers[0]}
     if len(answers) > 1:
         fields.update(question_2=sample.turns[1], answer_2=answers[1])

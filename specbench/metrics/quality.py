@@ -14,9 +14,10 @@ NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def gsm8k_final_number(text: str) -> float | None:
-    """The answer GSM8K is graded on: the first number after the last '####', else the
-    last number in the text; commas, currency signs and units are ignored."""
-    marker = text.rfind("####")
+    """The answer GSM8K is graded on: the first number after the first '####' (as the
+    MARS evaluation does; a model that runs on past its answer is graded on the answer),
+    else the last number in the text; commas, currency signs and units are ignored."""
+    marker = text.find("####")
     if marker >= 0:
         found = NUMBER.search(text, marker)
         if found:

