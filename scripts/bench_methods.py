@@ -129,7 +129,7 @@ def print_table(results: list[dict], header: str) -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for result in results:
         for method_name, row in result["methods"].items():
-            score = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row["quality"].items() if not k.endswith(("scored", "unmatched")))
+            score = ", ".join(f"{k} {v:.3f}" for k, v in row["quality"].items() if isinstance(v, float))
             print(
                 f"| {result['dataset']} | {result['temperature']:g} | {method_name} | {row['tau']:.2f} | {row['delta']:.2f} | {row['c']:.3f} | "
                 f"{row['predicted_R']:.2f} | {row['v']:.2f} | {row['predicted_R_v']:.2f} | {row['speedup']:.2f}x ({row['speedup_median_per_prompt']:.2f}x) | {row['tok_per_s']:.1f} | "
