@@ -34,6 +34,8 @@ sps-draft: install-train
 	$(PY) -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 2000 --batch 32 --max-new-tokens 128 --max-prompt-tokens 256 --minutes 25
 	$(PY) -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft --minutes 26 --steps 1200 --sharegpt-answers 8000
 
-# Rebuild the EAGLE-3 head for the embedded model from the answers `make sps-draft` generated (about an hour on 2 cores).
+# Rebuild the EAGLE-3 head for the embedded model from the answers `make sps-draft` generated:
+# 1200 steps at ~6 s on 2 cores; each call trains up to 75 minutes and resumes from runs/ (run it twice).
 eagle3-head: install-train
-	$(PY) -m specbench.train.eagle3 --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-eagle3 --steps 350 --minutes 55 --sharegpt-answers 4000
+	$(PY) -m specbench.train.eagle3 --data runs/sps_data.jsonl --out runs/smollm2-135m-eagle3 --steps 1200 --minutes 75 --sharegpt-answers 4000
+	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json specbench/weights/smollm2-135m-eagle3/
