@@ -1,13 +1,9 @@
 """Checks the hand transcription of the CAST and EntMTP papers' tables
 (results/reference/cast.csv, results/reference/entmtp.csv; see the .notes.md files next to them)."""
 
-import csv
 from collections import Counter
-from pathlib import Path
 
-REF = Path(__file__).resolve().parents[1] / "results" / "reference"
-HEADER = ["paper", "table", "model", "method", "dataset", "temperature", "setting", "metric", "value"]
-KEY = HEADER[:-1]
+from reference_csv import HEADER, KEY, load
 DATASETS6 = 6  # mt_bench, humaneval, gsm8k, alpaca, cnn_dm, nq (no mean column in CAST)
 
 # CAST: every cell is a speedup.
@@ -33,14 +29,6 @@ CAST_EXPECTED = {
 #   table2: 5 frontier trees x 3 benchmarks x 3 numbers (biased, unbiased, relative bias %) = 45
 #           (the node count n and depth d of each tree are encoded in `setting`)
 ENTMTP_EXPECTED = {"table1": 5 * 3 * 3, "table2": 5 * 3 * 3}
-
-
-def load(name):
-    with (REF / f"{name}.csv").open(newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        rows = [dict(zip(header, r)) for r in reader]
-    return header, rows
 
 
 def check_common(name):

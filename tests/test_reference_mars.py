@@ -3,13 +3,9 @@
 See results/reference/mars.notes.md for what each table is and the encoding choices.
 """
 
-import csv
 from collections import Counter
-from pathlib import Path
 
-CSV_PATH = Path(__file__).resolve().parents[1] / "results" / "reference" / "mars.csv"
-HEADER = ["paper", "table", "model", "method", "dataset", "temperature", "setting", "metric", "value"]
-KEY = HEADER[:-1]
+from reference_csv import HEADER, KEY, load
 
 # Expected number of published numbers per table. Placeholder cells ("–" / "\" for the
 # tau of the autoregressive baseline) are not rows.
@@ -40,11 +36,7 @@ EXPECTED_COUNTS = {
 
 
 def load_rows():
-    with CSV_PATH.open(newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        rows = [dict(zip(header, r)) for r in reader]
-    return header, rows
+    return load("mars")
 
 
 def lookup(rows, **key):

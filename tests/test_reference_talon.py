@@ -1,12 +1,9 @@
 """Checks the hand transcription of the TALON paper's result tables (results/reference/talon.csv)."""
 
-import csv
 from collections import Counter
-from pathlib import Path
 
-CSV_PATH = Path(__file__).resolve().parents[1] / "results" / "reference" / "talon.csv"
-HEADER = ["paper", "table", "model", "method", "dataset", "temperature", "setting", "metric", "value"]
-KEY = HEADER[:-1]
+from reference_csv import HEADER, KEY
+from reference_csv import load as load_paper
 
 # Only Tables 1 and 3 hold numeric results (Table 2 lists draft checkpoints; the ablations on
 # N, mu and robust init are figures only). Both have the same layout:
@@ -17,11 +14,7 @@ EXPECTED_PER_TABLE = {"table1": 14 * 6 * 2, "table3": 14 * 6 * 2}
 
 
 def load():
-    with CSV_PATH.open(newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader)
-        rows = [dict(zip(header, r)) for r in reader]
-    return header, rows
+    return load_paper("talon")
 
 
 def test_header():
