@@ -58,7 +58,7 @@ class Stopwatch:
 DRAFT_CALLS = ("logits", "commit")  # the calls whose forwards N_q counts
 
 
-def run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file) -> dict:
+def run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file, finished) -> dict:
     cfg = config(f"dataset={name}", f"dataset.limit={args.prompts}", f"dataset.seed={args.seed}", "dataset.max_turns=1")
     samples = questions.load(cfg["dataset"])
     sampling = Sampling(temperature)
@@ -70,6 +70,10 @@ def run_dataset(name, temperature, args, model, tokenizer, hardware, target, bui
         prompt = chat_prompt(tokenizer, [{"role": "user", "content": sample.turns[0]}])
         order = names[index % len(names):] + names[: index % len(names)]
         for method_name in order:
+            done = finished.get((name, temperature, method_name, sample.id))
+            if done:
+                records[method_name].append(done)
+                continue
             method = built[method_name]
             forward = Stopwatch(target, "forward")
             drafter_watches = [Stopwatch(method.drafter, n) for n in DRAFT_CALLS] if method.drafter else []
@@ -123,6 +127,28 @@ def summarize(name, temperature, samples, records, metric_names) -> dict:
     return {"dataset": name, "temperature": temperature, "prompts": len(samples), "methods": rows}
 
 
+def load_finished(samples_path: Path, settings_path: Path, settings: dict) -> dict:
+    """Records of an interrupted run with the same settings, keyed by (dataset, T, method, id).
+
+    A run made with other settings is refused rather than mixed in: its speeds and ids
+    would not be comparable."""
+    if not samples_path.exists():
+        return {}
+    saved = json.loads(settings_path.read_text()) if settings_path.exists() else None
+    if saved != settings:
+        differing = sorted(k for k in settings.keys() | (saved or {}).keys() if (saved or {}).get(k) != settings.get(k))
+        raise SystemExit(f"error: {samples_path} was made with other settings ({', '.join(differing) or 'unknown'}); pass --fresh or another --out")
+    finished = {}
+    for line in samples_path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the line being written when the run stopped
+            continue
+        finished[(record["dataset"], record["temperature"], record["method"], record["id"])] = record
+    samples_path.write_text("".join(json.dumps(r) + "\n" for r in finished.values()), encoding="utf-8")
+    return finished
+
+
 def print_table(results: list[dict], header: str) -> None:
     print(f"\n{header}")
     print("| dataset | T | method | τ | δ | c | R = τ/(1+cδ) | v | R_v | speedup (median) | tok/s | same ids as AR | quality |")
@@ -148,7 +174,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench/methods.json"))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for the model and hardware, e.g. hardware=cpu-fp32")
     parser.add_argument("--set", nargs="*", default=[], metavar="METHOD:KEY=VALUE", help="per-method override, e.g. eagle3:method.tree.top_k=4")
+    parser.add_argument("--fresh", action="store_true", help="discard the finished samples of an earlier run with this --out instead of resuming it")
     args = parser.parse_args()
+    samples_path, settings_path = args.out.with_suffix(".samples.jsonl"), args.out.with_suffix(".settings.json")
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "fresh")}
+    if args.fresh:
+        samples_path.unlink(missing_ok=True)
+    finished = load_finished(samples_path, settings_path, settings)
     cfg = config(*args.overrides)
     hardware = cfg["hardware"]
     torch.set_num_threads(hardware["threads"])
@@ -165,11 +197,12 @@ def main() -> None:
     for method in built.values():
         generate(target, method, warm, Sampling(), Limits(16, frozenset(eos)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    settings_path.write_text(json.dumps(settings, indent=2))
     results = []
-    with open(args.out.with_suffix(".samples.jsonl"), "w", encoding="utf-8") as out_file:
+    with open(samples_path, "a", encoding="utf-8") as out_file:
         for temperature in args.temperatures:
             for name in args.datasets:
-                results.append(run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file))
+                results.append(run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file, finished))
                 args.out.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)}, "results": results}, indent=2, default=str))
     print_table(results, f"{cfg['model']['name']} {hardware['dtype']} threads={torch.get_num_threads()} prompts={args.prompts} max_new_tokens={args.max_new_tokens}")
 
