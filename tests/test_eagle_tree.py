@@ -75,3 +75,17 @@ def test_subtree_keeps_ancestors_and_maps_back():
 def test_bad_parameters(kwargs):
     with pytest.raises(ConfigError, match="method.tree"):
         EagleDynamicTree(**kwargs)
+
+
+def test_accepted_nodes_are_ranked_within_their_depth_by_cumulative_draft_probability():
+    from specbench.engine.loop import _depth_ranks
+
+    tree = DraftTree.root(0)
+    a = tree.add(0, 1, -0.1)   # depth 1, rank 0
+    b = tree.add(0, 2, -2.0)   # depth 1, rank 1
+    c = tree.add(b, 3, -0.1)   # depth 2: -2.1 -> rank 1
+    d = tree.add(a, 4, -1.0)   # depth 2: -1.1 -> rank 0
+    e = tree.add(a, 5, -3.0)   # depth 2: -3.1 -> rank 2
+    assert _depth_ranks(tree, [b, c]) == [1, 1]
+    assert _depth_ranks(tree, [a, d]) == [0, 0]
+    assert _depth_ranks(tree, [a, e]) == [0, 2]

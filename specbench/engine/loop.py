@@ -45,6 +45,9 @@ class Generation:
     nll: float = 0.0  # the target's negative log-likelihood (T=1, raw logits) of `ids`, summed
     step_draft_forwards: list[int] = field(default_factory=list)  # draft forwards per verification
     tree_widths: list[list[int]] = field(default_factory=list)  # per verification: drafted nodes at depth 1, 2, ...
+    # per verification: for each accepted draft token (depth 1, 2, ...), its rank among the
+    # tree's nodes at that depth by cumulative draft log-prob, 0 = most probable
+    accepted_ranks: list[list[int]] = field(default_factory=list)
     verifier_notes: dict = field(default_factory=dict)  # the verifier's notes, merged over steps
 
 
@@ -72,7 +75,7 @@ def generate(
         draft_forwards_before = drafter.forwards if drafter is not None else 0
         new = [first]
         token_nll = _nll(prefill, [first])
-        accept_lengths, step_draft_forwards, tree_widths, notes = [], [], [], {}
+        accept_lengths, step_draft_forwards, tree_widths, accepted_ranks, notes = [], [], [], [], {}
         done = _finished(new, limits, decode)
         while not done:
             context = prompt + new[:-1]
@@ -83,6 +86,7 @@ def generate(
             logits = target.forward(tree=tree, nodes=range(len(tree)))
             accepted = method.verifier.accept(tree, logits, sampling, generator)
             merge_notes(notes, accepted.notes)
+            accepted_ranks.append(_depth_ranks(tree, accepted.path[1:]))
             committed = [tree.tokens[n] for n in accepted.path[1:]] + [accepted.next_token]
             token_nll += _nll(logits[accepted.path], committed)
             target.commit(accepted.path)
@@ -106,6 +110,7 @@ def generate(
         nll=sum(token_nll[: len(new)]),
         step_draft_forwards=step_draft_forwards,
         tree_widths=tree_widths,
+        accepted_ranks=accepted_ranks,
         verifier_notes=notes,
     )
 
@@ -121,6 +126,15 @@ def _widths(depths: list[int]) -> list[int]:
     for d in depths[1:]:
         widths[d - 1] += 1
     return widths
+
+
+def _depth_ranks(tree, nodes: list[int]) -> list[int]:
+    """Rank of each node among the tree's nodes at its depth by cumulative draft log-prob
+    (ties by position): where in a tree acceptances fall, TALON's Figure 3."""
+    return [
+        sum(1 for m in range(1, len(tree)) if tree.depths[m] == tree.depths[n] and (tree.logps[m], -m) > (tree.logps[n], -n))
+        for n in nodes
+    ]
 
 
 def merge_notes(notes: dict, new: dict) -> None:

@@ -1,0 +1,116 @@
+"""What the runners of all papers share: the scales' common overrides, the dataset sources
+per scale, matching a published row's setting to run config keys, and figure/claim helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from specbench.replicate import results
+from specbench.replicate.sweep import Sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+# Spec-Bench's convention (80 prompts) for the speed-only datasets at paper scale; the
+# accuracy datasets run in full, as their published accuracies need
+PAPER_LIMITS = {"mt_bench": None, "humaneval": None, "gsm8k": None, "alpaca": 80, "cnn_dm": 80, "nq": 80, "wmt19": None}
+PAPER_REPEATS = {"humaneval": 4}  # MARS reports HumanEval accuracy as avg@4
+PAPER_MAX_NEW_TOKENS = 1024  # TALON E.1; MARS states none and builds on the same EAGLE-3 code
+BIG_MODEL_B = 32  # above this a model gets 8 GPUs (both papers' setups)
+
+
+# offline copies of the datasets no pip package ships (../shared/data, see its README)
+OFFLINE_COPIES = {
+    "alpaca": "../shared/data/eagle/alpaca.jsonl",
+    "cnn_dm": "../shared/data/eagle/sum.jsonl",
+    "nq": "../shared/data/eagle/qa.jsonl",
+    "wmt19": "../shared/data/mars/wmt19.jsonl",
+}
+
+
+def dataset_conf(name: str) -> dict:
+    return yaml.safe_load((ROOT / "conf" / "dataset" / f"{name}.yaml").read_text())
+
+
+def cpu_common(prompts: int, max_new_tokens: int) -> list[str]:
+    return [f"dataset.limit={prompts}", "dataset.seed=0", "dataset.max_turns=1", f"gen.max_new_tokens={max_new_tokens}"]
+
+
+def by_source(name: str, datasets: list[str], overrides: list[str], scale: str, models: list[str], prompts: int, max_new_tokens: int) -> list[Sweep]:
+    """The sweeps for `datasets` x `models` at a scale.
+
+    cpu: the embedded model; a dataset no pip package ships reads its offline copy
+    (OFFLINE_COPIES) in a sweep of its own, and is left out when that copy is absent (its
+    cells then say it was not run). paper: the hub, the paper's
+    limits and models, 1 GPU per model up to 32B and 8 above."""
+    if scale == "cpu":
+        common = cpu_common(prompts, max_new_tokens)
+        packaged = [d for d in datasets if dataset_conf(d).get("package")]
+        sweeps = [Sweep(name, [f"dataset={','.join(packaged)}", *overrides, *common])] if packaged else []
+        for dataset in datasets:
+            copy = OFFLINE_COPIES.get(dataset)
+            if dataset not in packaged and copy and (ROOT / copy).is_file():
+                sweeps.append(Sweep(name, [f"dataset={dataset}", f"dataset.path={copy}", *overrides, *common]))
+        return sweeps
+    sweeps = []
+    for big in (False, True):
+        group = [m for m in models if (model_params(m) > BIG_MODEL_B) == big]
+        if not group:
+            continue
+        for limit, repeats in sorted({(PAPER_LIMITS.get(d), PAPER_REPEATS.get(d, 1)) for d in datasets}, key=str):
+            chosen = [d for d in datasets if (PAPER_LIMITS.get(d), PAPER_REPEATS.get(d, 1)) == (limit, repeats)]
+            sweeps.append(Sweep(
+                name,
+                [f"model={','.join(group)}", f"dataset={','.join(chosen)}", f"dataset.limit={'null' if limit is None else limit}",
+                 *([f"dataset.repeats={repeats}"] if repeats > 1 else []),
+                 f"gen.max_new_tokens={PAPER_MAX_NEW_TOKENS}", f"hardware={'multi-gpu' if big else 'gpu'}", *overrides],
+            ))
+    return sweeps
+
+
+def model_params(name: str) -> float:
+    return float(yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())["params_b"])
+
+
+def parse_setting(setting: str) -> dict[str, str]:
+    """'draft=qwen3-0.6b;gamma=6' -> {'draft': 'qwen3-0.6b', 'gamma': '6'}."""
+    return dict(part.split("=", 1) for part in setting.split(";") if part)
+
+
+def base_filters(row: pd.Series) -> dict:
+    return {"config.model.name": row["model"], "config.dataset.name": row["dataset"], "temperature": float(row["temperature"])}
+
+
+def number(text: str) -> float | int:
+    value = float(text)
+    return int(value) if value.is_integer() and "." not in text else value
+
+
+# ---- helpers for claims and figures -------------------------------------------------
+
+def one(runs: pd.DataFrame, **filters) -> pd.Series:
+    """The run matching `filters` (short names: method, dataset, temperature, or a config
+    column); KeyError when there is none, so a claim that needs it says 'cannot tell'."""
+    columns = {("config.method.name" if k == "method" else "config.dataset.name" if k == "dataset" else k): v for k, v in filters.items()}
+    found = results.select(runs, columns)
+    if found.empty:
+        raise KeyError(", ".join(f"{k}={v}" for k, v in filters.items()))
+    return found.sort_values("results.samples").iloc[-1]
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope (the direction of a sweep)."""
+    return float(np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), 1)[0])
+
+
+def per_prompt(run: pd.Series) -> pd.DataFrame:
+    """τ and δ of every prompt of a run (TALON Figure 6's points)."""
+    rows = []
+    for record in results.samples(run):
+        method = record["method"]
+        steps = method["target_forwards"]
+        rows.append({"id": record["id"], "tau": method["new_tokens"] / steps if steps else np.nan,
+                     "delta": method["draft_forwards"] / steps if steps else np.nan})
+    return pd.DataFrame(rows)

@@ -1,0 +1,54 @@
+"""The replication report: per claim of the paper, what our runs say about its direction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on a cluster node or in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+VERDICTS = {True: "agrees", False: "does not agree", None: "cannot tell"}
+
+
+@dataclass
+class Claim:
+    source: str  # where the paper makes it, e.g. "Table 1"
+    text: str  # the claim, in the paper's direction
+    # our runs -> (agrees? None when our runs cannot tell, the evidence in a few words)
+    check: Callable[[pd.DataFrame], "tuple[bool | None, str]"]
+
+
+def verdicts(claims: list[Claim], runs: pd.DataFrame) -> list[dict]:
+    rows = []
+    for claim in claims:
+        try:
+            agrees, evidence = claim.check(runs)
+        except (KeyError, ValueError, IndexError, ZeroDivisionError) as error:  # a run the check needs is missing
+            agrees, evidence = None, f"missing runs ({error.__class__.__name__}: {error})"
+        rows.append({"source": claim.source, "claim": claim.text, "ours": evidence, "verdict": VERDICTS[agrees]})
+    return rows
+
+
+def write(path: Path, title: str, setup: str, rows: list[dict], tables: list[str], figures: list[Path]) -> None:
+    agreeing = sum(r["verdict"] == "agrees" for r in rows)
+    lines = [f"# {title}", "", setup, "", f"{agreeing} of {len(rows)} claims agree in direction.", ""]
+    lines += ["| source | the paper's claim | our run | direction |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in rows]
+    lines += ["", "Tables (published / ours / delta): " + ", ".join(f"[{t}](tables/{t}.md)" for t in tables)]
+    lines += ["", "Figures: " + ", ".join(f"[{f.stem}](figures/{f.name})" for f in figures if f.suffix == ".png"), ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def save(fig, out_dir: Path, name: str) -> list[Path]:
+    """A figure as PNG and PDF."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    for path in paths:
+        fig.savefig(path, bbox_inches="tight", dpi=150)
+    plt.close(fig)
+    return paths

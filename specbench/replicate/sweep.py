@@ -1,0 +1,51 @@
+"""Sweeps: the Hydra multiruns behind a paper's tables and figures, at two scales.
+
+A runner (runners/<paper>.py) lists its sweeps per scale; this module turns them into
+`python -m specbench -m ...` commands, prints them (dry run, or `scale=paper` on a
+machine without a GPU) or runs them one after another. Every run lands in a directory
+named by its config hash, so a re-run skips finished runs and finished samples, and two
+sweeps that ask for the same run share it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SCALES = ("cpu", "paper")
+# basic: jobs one after another in one process; submitit_local: local processes;
+# slurm: conf/hydra/launcher/slurm.yaml (hydra-submitit-launcher, GPUs per model's hardware)
+LAUNCHERS = ("basic", "submitit_local", "slurm")
+
+
+@dataclass
+class Sweep:
+    """One Hydra multirun; comma-separated values in `overrides` are swept."""
+
+    name: str  # what it produces, e.g. "table1" or "figure3"
+    overrides: list[str]
+
+
+def command(sweep: Sweep, output_root: Path, launcher: str = "basic", extra: tuple[str, ...] = ()) -> list[str]:
+    """The exact command line that runs `sweep`."""
+    launch = [] if launcher == "basic" else [f"hydra/launcher={launcher}"]
+    return [sys.executable, "-m", "specbench", "-m", f"output_root={output_root}", *sweep.overrides, *launch, *extra]
+
+
+def show(cmd: list[str]) -> str:
+    return shlex.join(["python", *cmd[1:]])
+
+
+def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[str, ...], dry_run: bool) -> None:
+    """Run (or print) every sweep; stop at the first that fails, naming it."""
+    for index, sweep in enumerate(sweeps, 1):
+        cmd = command(sweep, output_root, launcher, extra)
+        print(f"[{index}/{len(sweeps)}] {sweep.name}: {show(cmd)}", flush=True)
+        if dry_run:
+            continue
+        result = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2])
+        if result.returncode != 0:
+            raise SystemExit(f"error: sweep {sweep.name} failed (exit {result.returncode}); re-run the same command to resume it")

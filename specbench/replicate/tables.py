@@ -1,0 +1,111 @@
+"""Published numbers beside ours: one row per published cell, then each table in the
+paper's layout (rows: model, method, temperature, setting; columns: dataset, metric) as
+Markdown, LaTeX and CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from specbench.replicate import results
+
+KEYS = ["table", "model", "method", "dataset", "temperature", "setting", "metric"]
+NOT_AT_SCALE = "paper's model: not run at cpu scale"
+NOT_RUN = "no finished run (yet)"
+
+# locate(row) -> (filters on the runs table, read the AR baseline beside the run?) or the
+# reason our number cannot exist (e.g. a method specbench does not implement)
+Locator = Callable[[pd.Series], "tuple[dict, bool] | str"]
+
+
+def read_reference(path: Path) -> pd.DataFrame:
+    reference = pd.read_csv(path, dtype={"setting": str}, keep_default_na=False)
+    reference["temperature"] = reference["temperature"].astype(float)
+    return reference.rename(columns={"value": "published"})
+
+
+def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_model: str | None = None) -> pd.DataFrame:
+    """Every published cell with ours and the delta. With `our_model` (cpu scale) the
+    paper's models say they were not run, and rows for `our_model` (no published value)
+    carry our numbers for every cell the tables have."""
+    rows = reference[KEYS + ["published"]].copy()
+    if our_model is not None:
+        ours = rows.drop_duplicates(subset=[k for k in KEYS if k != "model"]).assign(model=our_model, published=float("nan"))
+        rows = pd.concat([rows, ours], ignore_index=True)
+    values, notes, run_dirs = [], [], []
+    for _, row in rows.iterrows():
+        value, note, run_dir = None, "", ""
+        if our_model is not None and row["model"] != our_model:
+            note = NOT_AT_SCALE
+        elif row["dataset"] != "mean":
+            found = locate(row)
+            if isinstance(found, str):
+                note = found
+            else:
+                filters, baseline = found
+                matches = results.select(runs, filters)
+                if matches.empty:
+                    note = NOT_RUN
+                else:
+                    run = matches.sort_values("results.samples").iloc[-1]
+                    value, run_dir = results.metric(run, row["metric"], row["dataset"], baseline), run["run_dir"]
+                    note = "" if value is not None else f"run has no {row['metric']}"
+        values.append(value)
+        notes.append(note)
+        run_dirs.append(run_dir)
+    rows["ours"], rows["note"], rows["run_dir"] = pd.Series(values, dtype=float).values, notes, run_dirs
+    _fill_means(rows)
+    rows["delta"] = rows["ours"] - rows["published"]
+    return rows[KEYS + ["published", "ours", "delta", "note", "run_dir"]]
+
+
+def _fill_means(rows: pd.DataFrame) -> None:
+    """A table's Mean column: the mean of our values over its other datasets, when all exist."""
+    group_keys = ["table", "model", "method", "temperature", "setting", "metric"]
+    for index in rows.index[(rows["dataset"] == "mean") & (rows["note"] != NOT_AT_SCALE)]:
+        row = rows.loc[index]
+        same = (rows[group_keys] == row[group_keys]).all(axis=1) & (rows["dataset"] != "mean")
+        values = rows.loc[same, "ours"]
+        if len(values) and values.notna().all():
+            rows.loc[index, "ours"] = values.mean()
+        else:
+            rows.loc[index, "note"] = "mean needs every dataset of the row"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def cell(row: pd.Series) -> str:
+    published = "–" if pd.isna(row["published"]) else _fmt(row["published"])
+    if pd.isna(row["ours"]):
+        return f"{published} / n/a" if row["note"] == NOT_AT_SCALE else f"{published} / – ({row['note']})"
+    delta = "" if pd.isna(row["delta"]) else f" ({row['delta']:+.2f})"
+    return f"{published} / {_fmt(row['ours'])}{delta}"
+
+
+def layout(rows: pd.DataFrame) -> pd.DataFrame:
+    """One table in the paper's layout; each cell 'published / ours (delta)'."""
+    shown = rows.assign(cell=rows.apply(cell, axis=1), T=rows["temperature"].map(lambda t: f"{t:g}"))
+    table = shown.pivot_table(index=["model", "method", "T", "setting"], columns=["dataset", "metric"], values="cell", aggfunc="first", sort=False)
+    return table.fillna("")
+
+
+def write(compared: pd.DataFrame, out_dir: Path, caption: str) -> list[Path]:
+    """<table>.csv (long form), <table>.md and <table>.tex (layout) per table."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, rows in compared.groupby("table", sort=False):
+        table = layout(rows)
+        flat = table.copy()
+        flat.columns = [f"{d} {m}" for d, m in flat.columns]
+        flat = flat.reset_index()
+        legend = f"{name}: {caption}. Each cell: published / ours (ours - published); n/a: {NOT_AT_SCALE}."
+        paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md", out_dir / f"{name}.tex"]
+        rows.to_csv(paths[0], index=False)
+        paths[1].write_text(f"{legend}\n\n{flat.to_markdown(index=False)}\n", encoding="utf-8")
+        paths[2].write_text(flat.to_latex(index=False, caption=legend, label=f"tab:{name}", escape=True), encoding="utf-8")
+        written += paths
+    return written

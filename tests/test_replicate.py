@@ -1,0 +1,154 @@
+"""Paper replication: published cells beside ours, the sweeps each scale launches, the
+SLURM submission they generate, and a tiny cpu-scale run end to end."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from runners import mars, talon
+from specbench.replicate import paper, results, tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_row(method, dataset, temperature, samples=3, **extra):
+    row = {
+        "config.model.name": "smollm2-135m", "config.method.name": method, "config.dataset.name": dataset,
+        "temperature": temperature, "config.gen.temperature": temperature, "results.samples": samples, "run_dir": f"/runs/{method}-{dataset}",
+    }
+    return {**row, **extra}
+
+
+def reference(*rows):
+    frame = pd.DataFrame([dict(zip(tables.KEYS + ["published"], r)) for r in rows])
+    frame["temperature"] = frame["temperature"].astype(float)
+    return frame
+
+
+def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run():
+    runs = pd.DataFrame([
+        run_row("mars", "gsm8k", 1.0, **{"config.method.tree.depth": 7, "config.method.verifier.theta": 0.9, "results.tau": 2.5, "speedup": 0.8}),
+        run_row("mars", "humaneval", 1.0, **{"config.method.tree.depth": 7, "config.method.verifier.theta": 0.9, "results.tau": 1.5, "speedup": 0.6}),
+        run_row("mars", "gsm8k", 1.0, samples=1, **{"config.method.tree.depth": 7, "config.method.verifier.theta": 0.84, "results.tau": 9.0, "speedup": 9.0}),
+    ])
+    ref = reference(
+        ("table1", "qwen3-8b", "mars", "gsm8k", 1, "", "tau", 5.0),
+        ("table1", "qwen3-8b", "mars", "humaneval", 1, "", "tau", 4.0),
+        ("table1", "qwen3-8b", "mars", "mean", 1, "", "tau", 4.5),
+        ("table1", "qwen3-8b", "medusa", "gsm8k", 1, "", "tau", 3.0),
+    )
+    compared = tables.compare(ref, runs, mars.locate("cpu"), "smollm2-135m").set_index(["model", "method", "dataset"])
+    assert compared.loc[("qwen3-8b", "mars", "gsm8k"), "note"] == tables.NOT_AT_SCALE
+    ours = compared.loc[("smollm2-135m", "mars")]
+    assert ours.loc["gsm8k", "ours"] == 2.5  # theta 0.9 (the empty setting's default), not the 0.84 run
+    assert ours.loc["mean", "ours"] == 2.0 and pd.isna(ours.loc["mean", "published"])
+    assert compared.loc[("smollm2-135m", "medusa", "gsm8k"), "note"] == "no medusa in specbench"
+
+
+def test_paper_scale_delta_baseline_rows_and_missing_runs():
+    runs = pd.DataFrame([
+        run_row("mars", "wmt19", 1.0, **{"config.model.name": "qwen3-8b", "config.method.tree.depth": 7, "config.method.verifier.theta": 0.86,
+                                         "quality.bleu": 27.0, "baseline_quality.bleu": 30.0}),
+    ])
+    ref = reference(
+        ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.86", "bleu", 29.12),
+        ("table4", "qwen3-8b", "ar", "wmt19", 1, "", "bleu", 29.71),
+        ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.88", "bleu", 29.34),
+    )
+    compared = tables.compare(ref, runs, mars.locate("paper")).set_index("setting")
+    assert compared.loc["theta=0.86", "ours"] == 27.0 and compared.loc["theta=0.86", "delta"] == pytest.approx(27.0 - 29.12)
+    assert compared.loc["", "ours"] == 30.0  # AR: the baseline that ran beside the method
+    assert compared.loc["theta=0.88", "note"] == tables.NOT_RUN
+    assert "29.12 / 27.00 (-2.12)" == tables.cell(compared.loc["theta=0.86"])
+
+
+def test_tables_are_written_in_three_formats(tmp_path):
+    ref = reference(("table6", "qwen3-8b", "eagle3", "gsm8k", 0, "", "accuracy", 0.9))
+    compared = tables.compare(ref, pd.DataFrame(columns=["run_dir", "results.samples"]), mars.locate("cpu"), "smollm2-135m")
+    written = tables.write(compared, tmp_path, "caption")
+    assert sorted(p.name for p in written) == ["table6.csv", "table6.md", "table6.tex"]
+    assert "0.900 / n/a" in (tmp_path / "table6.md").read_text() and "\\begin{table}" in (tmp_path / "table6.tex").read_text()
+
+
+def test_every_published_row_of_both_papers_maps_to_a_run_or_a_reason():
+    for runner in (mars, talon):
+        ref = tables.read_reference(ROOT / "results" / "reference" / f"{runner.NAME}.csv")
+        for _, row in ref.assign(model="smollm2-135m").iterrows():
+            found = runner.locate("cpu")(row)
+            assert isinstance(found, str) or (found[0]["config.model.name"] == "smollm2-135m" and "temperature" in found[0])
+
+
+def test_metric_reads_the_method_or_the_baseline_beside_it():
+    run = pd.Series({"speedup": 1.4, "results.tau": 2.0, "quality.humaneval_pass@1": 0.1, "quality.humaneval_avg@4": 0.2, "baseline_quality.gsm8k_accuracy": 0.3})
+    assert results.metric(run, "accuracy", "humaneval") == 0.2  # avg@4 where there are 4 answers
+    assert results.metric(run, "accuracy", "gsm8k", baseline=True) == 0.3
+    assert results.metric(run, "speedup", "gsm8k", baseline=True) == 1.0
+    assert results.metric(run, "rouge_l", "cnn_dm") is None
+
+
+def test_paper_scale_prints_the_multiruns_with_per_model_hardware():
+    result = subprocess.run([sys.executable, "runners/mars.py", "--scale", "paper"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [l for l in result.stdout.splitlines() if " -m specbench -m " in l]
+    assert len(lines) >= 20 and "not launched" in result.stdout
+    for line in lines:
+        big = "qwen3-235b" in line or "llama3.1-70b" in line
+        assert ("hardware=multi-gpu" in line) == big and ("hardware=gpu" in line) != big
+    assert any("dataset=humaneval" in l and "dataset.repeats=4" in l for l in lines)
+    assert not (ROOT / "outputs" / "replicate" / "mars" / "paper").exists()
+
+
+def test_bad_runner_input_is_one_line():
+    result = subprocess.run([sys.executable, "runners/talon.py", "--only", "table9"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "--only" in result.stderr and "table9" in result.stderr and "figure12" in result.stderr
+
+
+@pytest.mark.parametrize("model, hardware, gpus", [("qwen3-8b", "gpu", 1), ("qwen3-235b", "multi-gpu", 8)])
+def test_slurm_submission_asks_for_the_models_gpus(tmp_path, model, hardware, gpus):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text('#!/bin/sh\ncp "$1" "$SBATCH_RECORD"\necho "sbatch: no cluster in tests" >&2\nexit 1\n')
+    (fake / "srun").write_text('#!/bin/sh\nexec "$@"\n')
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    record = tmp_path / "submission.sh"
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SBATCH_RECORD": str(record)}
+    subprocess.run(
+        [sys.executable, "-m", "specbench", "-m", "hydra/launcher=slurm", f"model={model}", f"hardware={hardware}", "method=mars,eagle3",
+         "hydra.launcher.partition=gpu", "hydra.launcher.account=lab", "hydra.launcher.timeout_min=600", f"output_root={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )
+    script = record.read_text()
+    for line in (f"#SBATCH --gpus-per-node={gpus}", "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --time=600", "#SBATCH --array=0-1"):
+        assert line in script, script
+
+
+def test_submitit_local_runs_the_jobs_in_their_own_processes(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "specbench", "-m", "hydra/launcher=submitit_local", "method=pld", "dataset.limit=1", "dataset.max_turns=1",
+         "gen.max_new_tokens=6", f"output_root={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert list((tmp_path / "multirun" / "pld").glob("*/summary.json"))
+    assert list((tmp_path / "multirun" / ".submitit").glob("*/*_log.out"))
+
+
+def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_path):
+    args = [sys.executable, "runners/talon.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table1-eagle3", "figure12", "figure12-eagle3",
+            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    first = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert first.returncode == 0, first.stderr[-3000:]
+    out = tmp_path / "results"
+    assert {p.name for p in (out / "figures").iterdir()} >= {"figure6.png", "figure6.pdf", "figure12.png", "figure12.pdf"}
+    table = (out / "tables" / "table1.md").read_text()
+    assert "| smollm2-135m | talon" in table and "/ n/a" in table
+    report = (out / "report.md").read_text()
+    assert "Table 1" in report and "Figure 12" in report and "claims agree in direction" in report
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0 and "Loading weights" not in again.stderr  # every run finished: nothing is loaded again
