@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from specbench.config import run_name
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("model", "dataset", "method", "hardware")
+GROUPS = ("model", "dataset", "method", "hardware", "logger")
 
 
 def _run_name(*, _root_: DictConfig) -> str:

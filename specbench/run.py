@@ -17,7 +17,7 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from specbench import methods
+from specbench import methods, tracking
 from specbench.data import questions
 from specbench.config import config_hash, run_name
 from specbench.engine.lm import TreeLM
@@ -93,6 +93,9 @@ class Runner:
         records = read_records(path)
         done = {r["id"] for r in records}
         todo = [s for s in self.samples if s.id not in done]
+        tracker = tracking.start(self.cfg, f"{self.cfg['method']['name']}/{self.out_dir.name}")
+        for record in records if tracker else ():
+            tracker.sample(record)
         if todo:
             self.load()
             self.warm_up(todo[0])
@@ -104,10 +107,14 @@ class Runner:
                 out.flush()
                 os.fsync(out.fileno())
                 records.append(record)
+                if tracker:
+                    tracker.sample(record)
                 bar.update(1)
         bar.close()
         summary = self.summarize(records)
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if tracker:
+            tracker.finish(summary)
         print_summary(summary)
         return summary
 
