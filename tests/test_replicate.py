@@ -139,7 +139,30 @@ def test_submitit_local_runs_the_jobs_in_their_own_processes(tmp_path):
     assert list((tmp_path / "multirun" / ".submitit").glob("*/*_log.out"))
 
 
-def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_path):
+def execute_notebook(paper, runs, results_dir, monkeypatch):
+    """Run notebooks/<paper>.ipynb on the given sweep; the text it printed."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("SPECBENCH_RUNS", str(runs))
+    monkeypatch.setenv("SPECBENCH_RESULTS", str(results_dir))
+    notebook = nbformat.read(ROOT / "notebooks" / f"{paper}.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    return "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", "")) for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
+    args = [sys.executable, "runners/mars.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table6",
+            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"figure1.png", "figure4.pdf"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
+    printed = execute_notebook("mars", tmp_path / "runs", tmp_path / "notebook", monkeypatch)
+    assert "finished runs" in printed and "claims agree in direction" in printed and "table6" in printed
+    assert (tmp_path / "notebook" / "tables" / "table1.tex").exists()
+
+
+def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_path, monkeypatch):
     args = [sys.executable, "runners/talon.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table1-eagle3", "figure12", "figure12-eagle3",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     first = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
@@ -152,3 +175,5 @@ def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_p
     assert "Table 1" in report and "Figure 12" in report and "claims agree in direction" in report
     again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0 and "Loading weights" not in again.stderr  # every run finished: nothing is loaded again
+    printed = execute_notebook("talon", tmp_path / "runs", tmp_path / "notebook", monkeypatch)
+    assert "finished runs" in printed and "Figure 6" in printed
