@@ -143,11 +143,10 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         datasets = sorted(sweep["dataset"].unique())
         fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 3.8), squeeze=False)
         for ax, dataset in zip(axes[0], datasets):
-            part = sweep[sweep["dataset"] == dataset]
-            for depth, group in part.groupby("K"):
-                ax.plot(group["theta"], group["accuracy"], "o-", color="tab:blue", label=f"accuracy K={depth}")
-                twin = ax.twinx() if depth == part["K"].min() else twin
-                twin.plot(group["theta"], group["speedup"], "s--", color="tab:purple", label=f"speedup K={depth}")
+            twin = ax.twinx()
+            for (depth, group), style in zip(sweep[sweep["dataset"] == dataset].groupby("K"), ("-", ":")):
+                ax.plot(group["theta"], group["accuracy"], "o" + style, color="tab:blue", label=f"accuracy K={depth}")
+                twin.plot(group["theta"], group["speedup"], "s" + style, color="tab:purple", label=f"speedup K={depth}")
             ax.set(xlabel="theta", ylabel="accuracy", title=f"{dataset}, T=1")
             twin.set_ylabel("speedup (x AR)")
             ax.legend(loc="lower left", fontsize=7)
@@ -157,9 +156,10 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
-def theta_sweep(runs: pd.DataFrame) -> pd.DataFrame:
+def theta_sweep(runs: pd.DataFrame, depths: tuple[int, ...] = (7, 10)) -> pd.DataFrame:
+    """Figure 3's points: MARS at T=1 on HumanEval and GSM8K, draft depth K in `depths`."""
     chosen = results.select(runs, {"config.method.name": "mars", "temperature": 1.0})
-    chosen = chosen[chosen["config.dataset.name"].isin(["humaneval", "gsm8k"])]
+    chosen = chosen[chosen["config.dataset.name"].isin(["humaneval", "gsm8k"]) & chosen["config.method.tree.depth"].isin(depths)]
     return pd.DataFrame([
         {"dataset": run["config.dataset.name"], "K": run["config.method.tree.depth"], "theta": run["config.method.verifier.theta"],
          "accuracy": results.metric(run, "accuracy", run["config.dataset.name"]), "speedup": run.get("speedup"), "tau": run["results.tau"]}
@@ -186,14 +186,14 @@ def _versus(runs, metric, method, other, datasets, temperature, **extra):
 
 
 def _k_claim(runs):
-    rows = [(k, one(runs, method="mars", dataset=d, temperature=1.0, **{"config.method.tree.depth": k}), d) for d in ("gsm8k", "humaneval") for k in (6, 9, 12, 15)]
+    rows = [(k, one(runs, method="mars", dataset=d, temperature=1.0, **{"config.method.tree.depth": k, "config.method.verifier.theta": 0.9}), d) for d in ("gsm8k", "humaneval") for k in (6, 9, 12, 15)]
     taus = {d: [r["results.tau"] for k, r, dd in rows if dd == d] for d in ("gsm8k", "humaneval")}
     grows = all(slope([6, 9, 12, 15], t) > 0 for t in taus.values())
     return grows, "; ".join(f"{d}: tau " + ", ".join(f"{t:.2f}" for t in v) + " at K=6,9,12,15" for d, v in taus.items())
 
 
 def _theta_speed(runs):
-    sweep = theta_sweep(runs)
+    sweep = theta_sweep(runs, depths=(7,))
     sweep = sweep[sweep["theta"] <= 0.96]
     slopes = {d: slope(g["theta"], g["speedup"]) for d, g in sweep.groupby("dataset") if len(g) > 2}
     if not slopes:
@@ -202,7 +202,7 @@ def _theta_speed(runs):
 
 
 def _theta_accuracy(runs):
-    sweep = theta_sweep(runs)
+    sweep = theta_sweep(runs, depths=(7,))
     sweep = sweep[sweep["theta"] <= 0.96]
     peaks = {d: g.loc[g["accuracy"].idxmax(), "theta"] for d, g in sweep.groupby("dataset") if g["accuracy"].notna().all() and len(g) > 2}
     if not peaks:
