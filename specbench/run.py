@@ -121,7 +121,7 @@ class Runner:
     def warm_up(self, sample: questions.Sample) -> None:
         """First touches of fresh memory are slow: run each method once, untimed."""
         prompt = self.prompt_ids([{"role": "user", "content": sample.turns[0]}], sample.id)
-        limits = Limits(min(32, self.limits.max_new_tokens), self.limits.stop_token_ids)
+        limits = Limits(min(16, self.limits.max_new_tokens), self.limits.stop_token_ids)
         for method in filter(None, (self.method, self.baseline)):
             generate(self.target, method, prompt, self.sampling, limits, self.generator(sample.id))
 

@@ -177,3 +177,13 @@ def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_p
     assert again.returncode == 0 and "Loading weights" not in again.stderr  # every run finished: nothing is loaded again
     printed = execute_notebook("talon", tmp_path / "runs", tmp_path / "notebook", monkeypatch)
     assert "finished runs" in printed and "Figure 6" in printed
+
+
+def test_a_method_key_beside_a_swept_method_splits_the_sweep():
+    from specbench.replicate.sweep import Sweep, per_method
+
+    together = Sweep("t", ["dataset=gsm8k", "method=sps,sps_mars", "method.tree.gamma=6"])
+    assert [s.overrides for s in per_method([together])] == [
+        ["dataset=gsm8k", "method=sps", "method.tree.gamma=6"], ["dataset=gsm8k", "method=sps_mars", "method.tree.gamma=6"]]
+    plain = Sweep("t", ["method=mars,eagle3", "gen.temperature=1"])
+    assert per_method([plain]) == [plain]

@@ -29,6 +29,21 @@ class Sweep:
     overrides: list[str]
 
 
+def per_method(sweeps: list[Sweep]) -> list[Sweep]:
+    """Hydra composes a multirun's base config with the swept overrides left out, so a
+    `method.*` override beside a swept `method=a,b` would be checked against the default
+    method (ar) and fail: such sweeps become one sweep per method."""
+    split = []
+    for sweep in sweeps:
+        methods = next((o.split("=", 1)[1] for o in sweep.overrides if o.startswith("method=") and "," in o), None)
+        if methods is None or not any(o.startswith("method.") for o in sweep.overrides):
+            split.append(sweep)
+            continue
+        for method in methods.split(","):
+            split.append(Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides]))
+    return split
+
+
 def command(sweep: Sweep, output_root: Path, launcher: str = "basic", extra: tuple[str, ...] = ()) -> list[str]:
     """The exact command line that runs `sweep`."""
     launch = [] if launcher == "basic" else [f"hydra/launcher={launcher}"]
@@ -41,6 +56,7 @@ def show(cmd: list[str]) -> str:
 
 def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[str, ...], dry_run: bool) -> None:
     """Run (or print) every sweep; stop at the first that fails, naming it."""
+    sweeps = per_method(sweeps)
     for index, sweep in enumerate(sweeps, 1):
         cmd = command(sweep, output_root, launcher, extra)
         print(f"[{index}/{len(sweeps)}] {sweep.name}: {show(cmd)}", flush=True)

@@ -13,7 +13,8 @@ from specbench.replicate import results
 
 KEYS = ["table", "model", "method", "dataset", "temperature", "setting", "metric"]
 NOT_AT_SCALE = "paper's model: not run at cpu scale"
-NOT_RUN = "no finished run (yet)"
+NOT_RUN = "not run at this scale (not in its sweeps, or unfinished)"
+MISSING_METRIC = {"judge_score": "no LLM judge configured (SPECBENCH_JUDGE_URL)"}
 
 # locate(row) -> (filters on the runs table, read the AR baseline beside the run?) or the
 # reason our number cannot exist (e.g. a method specbench does not implement)
@@ -51,7 +52,7 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
                 else:
                     run = matches.sort_values("results.samples").iloc[-1]
                     value, run_dir = results.metric(run, row["metric"], row["dataset"], baseline), run["run_dir"]
-                    note = "" if value is not None else f"run has no {row['metric']}"
+                    note = "" if value is not None else MISSING_METRIC.get(row["metric"], f"run has no {row['metric']}")
         values.append(value)
         notes.append(note)
         run_dirs.append(run_dir)
