@@ -32,7 +32,7 @@ from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
 from specbench.metrics import quality
 from specbench.models import registry
-from specbench.run import chat_prompt, stop_token_ids
+from specbench.run import chat_prompt, read_records, stop_token_ids
 
 from bench_vs_transformers import config
 
@@ -138,15 +138,7 @@ def load_finished(samples_path: Path, settings_path: Path, settings: dict) -> di
     if saved != settings:
         differing = sorted(k for k in settings.keys() | (saved or {}).keys() if (saved or {}).get(k) != settings.get(k))
         raise SystemExit(f"error: {samples_path} was made with other settings ({', '.join(differing) or 'unknown'}); pass --fresh or another --out")
-    finished = {}
-    for line in samples_path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # the line being written when the run stopped
-            continue
-        finished[(record["dataset"], record["temperature"], record["method"], record["id"])] = record
-    samples_path.write_text("".join(json.dumps(r) + "\n" for r in finished.values()), encoding="utf-8")
-    return finished
+    return {(r["dataset"], r["temperature"], r["method"], r["id"]): r for r in read_records(samples_path)}
 
 
 def print_table(results: list[dict], header: str) -> None:
