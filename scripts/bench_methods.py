@@ -30,7 +30,7 @@ from specbench.data import questions
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
-from specbench.metrics import quality
+from specbench.metrics import quality, speed
 from specbench.models import registry
 from specbench.run import chat_prompt, read_records, stop_token_ids
 
@@ -84,7 +84,7 @@ def run_dataset(name, temperature, args, model, tokenizer, hardware, target, bui
             record = {
                 "dataset": name, "temperature": temperature, "method": method_name, "id": sample.id,
                 "tokens": len(out.ids), "seconds": out.seconds, "target_forwards": out.target_forwards,
-                "draft_forwards": out.draft_forwards, "ids": out.ids, "text": tokenizer.decode(out.ids, skip_special_tokens=True),
+                "draft_forwards": out.draft_forwards, "nll": out.nll, "ids": out.ids, "text": tokenizer.decode(out.ids, skip_special_tokens=True),
                 # per-forward times leave out both prompt passes: the target's prefill (its first
                 # forward) and the drafter's (inside its first `logits` call, counted as one forward)
                 "verify_seconds": sum(forward.times[1:]),
@@ -121,6 +121,9 @@ def summarize(name, temperature, samples, records, metric_names) -> dict:
             "speedup": tps / ar_tps,
             "speedup_median_per_prompt": median((r["tokens"] / r["seconds"]) / (a["tokens"] / a["seconds"]) for r, a in zip(runs, ar)),
             "identical_to_ar": sum(r["ids"] == a["ids"] for r, a in zip(runs, ar)) / len(runs),
+            "common_prefix_with_ar": speed.agreement([{"turn_ids": [r["ids"]]} for r in runs], [{"turn_ids": [a["ids"]]} for a in ar])["mean_common_prefix_fraction"],
+            # records made before the NLL was saved have none
+            "target_nll_per_token": sum(r["nll"] for r in runs) / tokens if all("nll" in r for r in runs) else None,
             "quality": quality.score(metric_names, samples, [[r["text"]] for r in runs]) if metric_names else {},
             "verifier": {k: sum(r["verifier_notes"].get(k, 0) for r in runs) for k in {k for r in runs for k in r["verifier_notes"]}},
         }
@@ -143,15 +146,16 @@ def load_finished(samples_path: Path, settings_path: Path, settings: dict) -> di
 
 def print_table(results: list[dict], header: str) -> None:
     print(f"\n{header}")
-    print("| dataset | T | method | τ | δ | c | R = τ/(1+cδ) | v | R_v | speedup (median) | tok/s | same ids as AR | quality |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| dataset | T | method | τ | δ | c | R = τ/(1+cδ) | v | R_v | speedup (median) | tok/s | same ids as AR | common prefix | NLL/token | quality |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for result in results:
         for method_name, row in result["methods"].items():
             score = ", ".join(f"{k} {v:.3f}" for k, v in row["quality"].items() if isinstance(v, float))
+            nll = "" if row["target_nll_per_token"] is None else f"{row['target_nll_per_token']:.3f}"
             print(
                 f"| {result['dataset']} | {result['temperature']:g} | {method_name} | {row['tau']:.2f} | {row['delta']:.2f} | {row['c']:.3f} | "
                 f"{row['predicted_R']:.2f} | {row['v']:.2f} | {row['predicted_R_v']:.2f} | {row['speedup']:.2f}x ({row['speedup_median_per_prompt']:.2f}x) | {row['tok_per_s']:.1f} | "
-                f"{row['identical_to_ar']:.2f} | {score} |"
+                f"{row['identical_to_ar']:.2f} | {row['common_prefix_with_ar']:.2f} | {nll} | {score} |"
             )
 
 
