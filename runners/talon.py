@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specbench.replicate import main, results  # noqa: E402
 from specbench.replicate.paper import base_filters, by_source, one, per_prompt, slope  # noqa: E402
-from specbench.replicate.report import Claim, save  # noqa: E402
+from specbench.replicate.report import Claim, delta_vs_tau_figure, save  # noqa: E402
 
 NAME = "talon"
 TITLE = "TALON: budget-driven adaptive draft trees"
@@ -81,22 +81,7 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     paths = []
     points = delta_vs_tau(runs)
     if not points.empty:
-        temperatures = sorted(points["temperature"].unique())
-        fig, axes = plt.subplots(1, len(temperatures), figsize=(5.5 * len(temperatures), 4.2), squeeze=False)
-        for ax, temperature in zip(axes[0], temperatures):
-            part = points[points["temperature"] == temperature]
-            for method, color in (("eagle3", "tab:orange"), ("talon", "tab:blue")):
-                mine = part[part["method"] == method].sort_values("tau")
-                ax.scatter(mine["tau"], mine["delta"], s=12, c=color, label=f"{method} (per prompt)")
-                if len(mine) > 1:
-                    fit = np.polyfit(mine["tau"], mine["delta"], 1)
-                    ax.plot(mine["tau"], np.polyval(fit, mine["tau"]), color=color)
-            top = max(part["tau"].max(), part["delta"].max()) * 1.05
-            ax.plot([0, top], [0, top], "--", color="gray", label="oracle (delta = tau)")
-            ax.set(xlabel="tau (tokens per target forward)", ylabel="delta (draft forwards per target forward)", title=f"T={temperature:g}, all datasets")
-            ax.legend(fontsize=7)
-        fig.suptitle("TALON Figure 6 (ours): draft cost vs accepted tokens")
-        paths += save(fig, out_dir, "figure6")
+        paths += delta_vs_tau_figure(points, out_dir, "figure6", "TALON Figure 6 (ours): draft cost vs accepted tokens")
     for name, method_key, values, label in (("figure12", "budget", BUDGETS, "node budget N"), ("figure13", "mu", MUS, "mu")):
         sweep = ablation(runs, method_key, values)
         if sweep.empty:

@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on a cluster node or in CI
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 VERDICTS = {True: "agrees", False: "does not agree", None: "cannot tell"}
@@ -52,3 +53,25 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
         fig.savefig(path, bbox_inches="tight", dpi=150)
     plt.close(fig)
     return paths
+
+
+def delta_vs_tau_figure(points: pd.DataFrame, out_dir: Path, name: str, title: str) -> list[Path]:
+    """TALON Figure 6's view: per prompt, draft forwards (δ) against tokens per target forward
+    (τ) for EAGLE-3 and TALON, one panel per temperature, with a linear fit per method and
+    the oracle δ = τ (a drafter that spends exactly one forward per accepted token)."""
+    temperatures = sorted(points["temperature"].unique())
+    fig, axes = plt.subplots(1, len(temperatures), figsize=(5.5 * len(temperatures), 4.2), squeeze=False)
+    for ax, temperature in zip(axes[0], temperatures):
+        part = points[points["temperature"] == temperature]
+        for method, color in (("eagle3", "tab:orange"), ("talon", "tab:blue")):
+            mine = part[part["method"] == method].sort_values("tau")
+            ax.scatter(mine["tau"], mine["delta"], s=12, c=color, label=f"{method} (per prompt)")
+            if len(mine) > 1:
+                fit = np.polyfit(mine["tau"], mine["delta"], 1)
+                ax.plot(mine["tau"], np.polyval(fit, mine["tau"]), color=color)
+        top = max(part["tau"].max(), part["delta"].max()) * 1.05
+        ax.plot([0, top], [0, top], "--", color="gray", label="oracle (delta = tau)")
+        ax.set(xlabel="tau (tokens per target forward)", ylabel="delta (draft forwards per target forward)", title=f"T={temperature:g}, all datasets")
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    return save(fig, out_dir, name)
