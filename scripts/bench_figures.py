@@ -37,15 +37,16 @@ def per_prompt_points(stems: list[Path]) -> pd.DataFrame:
 
 
 def delta_vs_tau_table(points: pd.DataFrame) -> pd.DataFrame:
-    def describe(group: pd.DataFrame) -> pd.Series:
-        spread = group["tau"].max() - group["tau"].min()
-        return pd.Series({
-            "prompts": len(group), "tau": group["tau"].mean(), "delta": group["delta"].mean(),
+    rows = []
+    for (temperature, method), group in points.groupby(["temperature", "method"]):
+        varies = group["tau"].nunique() > 1 and group["delta"].nunique() > 1  # a fixed-depth tree has one δ
+        rows.append({
+            "T": temperature, "method": method, "prompts": len(group), "tau": group["tau"].mean(), "delta": group["delta"].mean(),
             "mean |delta - tau|": (group["delta"] - group["tau"]).abs().mean(),
-            # a fixed-depth tree has δ constant: no slope to fit
-            "slope of delta on tau": np.polyfit(group["tau"], group["delta"], 1)[0] if spread > 0 and group["delta"].nunique() > 1 else 0.0,
+            "slope of delta on tau": np.polyfit(group["tau"], group["delta"], 1)[0] if varies else 0.0,
+            "correlation": group["tau"].corr(group["delta"]) if varies else np.nan,
         })
-    return points.groupby(["temperature", "method"]).apply(describe, include_groups=False).reset_index()
+    return pd.DataFrame(rows)
 
 
 def theta_table(path: Path) -> pd.DataFrame:
