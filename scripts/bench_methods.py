@@ -114,14 +114,15 @@ def summarize(name, temperature, samples, records, metric_names) -> dict:
         draft_forward = sum(r["draft_seconds"] for r in runs) / timed if timed else 0.0
         verify_forward = sum(r["verify_seconds"] for r in runs) / n_p
         c, v = draft_forward / verify_forward, verify_forward / ar_forward
+        agreement = speed.agreement([{"turn_ids": [r["ids"]]} for r in runs], [{"turn_ids": [a["ids"]]} for a in ar])
         rows[method_name] = {
             "tok_per_s": tps, "tau": tau, "delta": delta, "c": c, "predicted_R": tau / (1 + c * delta),
             "v": v, "predicted_R_v": tau / (v + draft_forward / ar_forward * delta),
             "draft_forward_ms": 1000 * draft_forward, "verify_forward_ms": 1000 * verify_forward,
             "speedup": tps / ar_tps,
             "speedup_median_per_prompt": median((r["tokens"] / r["seconds"]) / (a["tokens"] / a["seconds"]) for r, a in zip(runs, ar)),
-            "identical_to_ar": sum(r["ids"] == a["ids"] for r, a in zip(runs, ar)) / len(runs),
-            "common_prefix_with_ar": speed.agreement([{"turn_ids": [r["ids"]]} for r in runs], [{"turn_ids": [a["ids"]]} for a in ar])["mean_common_prefix_fraction"],
+            "identical_to_ar": agreement["exact_match_rate"],
+            "common_prefix_with_ar": agreement["mean_common_prefix_fraction"],
             # records made before the NLL was saved have none
             "target_nll_per_token": sum(r["nll"] for r in runs) / tokens if all("nll" in r for r in runs) else None,
             "quality": quality.score(metric_names, samples, [[r["text"]] for r in runs]) if metric_names else {},
