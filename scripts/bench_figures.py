@@ -78,7 +78,7 @@ def theta_table(path: Path) -> pd.DataFrame:
 
 def theta_figure(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     datasets = list(table["dataset"].unique())
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.0), squeeze=False, layout="constrained")
     for ax, dataset in zip(axes[0], datasets):
         part = table[table["dataset"] == dataset]
         ax.plot(part["theta"], part["accuracy"], "o-", color="tab:blue", label="accuracy")
