@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from specbench.replicate.paper import slope
 from specbench.replicate.report import delta_vs_tau_figure, save
 from specbench.run import read_records
 
@@ -43,7 +44,7 @@ def delta_vs_tau_table(points: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "T": temperature, "method": method, "prompts": len(group), "tau": group["tau"].mean(), "delta": group["delta"].mean(),
             "mean |delta - tau|": (group["delta"] - group["tau"]).abs().mean(),
-            "slope of delta on tau": np.polyfit(group["tau"], group["delta"], 1)[0] if varies else 0.0,
+            "slope of delta on tau": slope(group["tau"], group["delta"]) if varies else 0.0,
             "correlation": group["tau"].corr(group["delta"]) if varies else np.nan,
         })
     return pd.DataFrame(rows)
