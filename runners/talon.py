@@ -31,7 +31,7 @@ TITLE = "TALON: budget-driven adaptive draft trees"
 CPU_PROMPTS = 2
 CPU_MAX_NEW_TOKENS = 64
 SETUP = {
-    "cpu": "cpu scale: SmolLM2-135M-Instruct (bf16, 2 threads) with specbench's EAGLE-3 head (shared by TALON and EAGLE-3, as in the paper) in place of the paper's targets; seeded prompt subsets, first turn only.",
+    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by TALON and EAGLE-3, as in the paper) in place of the paper's targets; seeded prompt subsets, first turn only.",
     "paper": "paper scale: the paper's targets and published EAGLE-3 heads on one GPU each.",
 }
 MODELS = ["llama3.1-8b", "vicuna-13b", "qwen3-8b", "qwen3-32b", "dsl-8b"]

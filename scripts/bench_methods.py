@@ -25,9 +25,10 @@ from statistics import median
 import torch
 from tqdm import tqdm
 
-from specbench import methods
+from specbench import costs, methods
+from specbench.costs import dtype as dtype_rule
 from specbench.data import questions
-from specbench.engine.lm import TreeLM
+from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
 from specbench.metrics import quality, speed
@@ -55,7 +56,17 @@ class Stopwatch:
         delattr(self.owner, self.name)
 
 
-DRAFT_CALLS = ("logits", "commit")  # the calls whose forwards N_q counts
+DRAFT_CALLS = ("logits", "commit")
+# the fixed shapes this benchmark has always measured (the MARS/TALON setups); the method
+# configs' `auto` shapes are chosen per machine by a run (python -m specbench, make bench)
+PAPER_SHAPES = {
+    "eagle3": ["method.tree.top_k=10", "method.tree.depth=7", "method.tree.total_tokens=60"],
+    "mars": ["method.tree.top_k=10", "method.tree.depth=7", "method.tree.total_tokens=60"],
+    "talon": ["method.tree.budget=60", "method.tree.top_k=10"],
+    "sps": ["method.tree.gamma=5"],
+    "pld": ["method.tree.gamma=10"],
+    "sps_tree": ["method.tree.top_k=4", "method.tree.depth=5", "method.tree.total_tokens=24"],
+}  # the calls whose forwards N_q counts
 
 
 def run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file, finished) -> dict:
@@ -179,16 +190,18 @@ def main() -> None:
         samples_path.unlink(missing_ok=True)
     finished = load_finished(samples_path, settings_path, settings)
     cfg = config(*args.overrides)
-    hardware = cfg["hardware"]
+    hardware = dict(cfg["hardware"])
+    hardware["dtype"], _ = dtype_rule.resolve(hardware, cfg["model"]["name"], lambda d: registry.load_model(cfg["model"], d, hardware["device"]), costs.cache_root())
     torch.set_num_threads(hardware["threads"])
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])
-    target = TreeLM(model)
+    target = make_lm(model, hardware.get("forward", "auto"))
     built = {"ar": methods.build(cfg["baseline"]["method"], model, hardware)}
     for spec in args.methods:
         label, _, base = spec.partition("=")  # "label=method" runs a method under another name
         overrides = [s.split(":", 1)[1] for s in args.set if s.split(":", 1)[0] == (label or spec)]
-        built[label] = methods.build(config(f"method={base or label}", *args.overrides, *overrides)["method"], model, hardware)
+        shape = PAPER_SHAPES.get(base or label, [])
+        built[label] = methods.build(config(f"method={base or label}", *args.overrides, *shape, *overrides)["method"], model, hardware)
     args.methods = [s.partition("=")[0] for s in args.methods]
     warm = chat_prompt(tokenizer, [{"role": "user", "content": "Hello"}])
     for method in built.values():

@@ -6,6 +6,8 @@ drift on this machine hits both alike; the ratios are what to quote.
   pld vs  model.generate(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=max_ngram)
   sps vs  model.generate(assistant_model=<the same draft model object>), the assistant set to
           the same fixed draft length gamma (constant schedule, no confidence early stop)
+Draft lengths are fixed (pld 10, sps 5) so both sides run the same shape; the dtype is the
+hardware's (auto: measured).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from specbench import methods
+from specbench import costs, methods
+from specbench.costs import dtype as dtype_rule
 from specbench.data import questions
-from specbench.engine.lm import TreeLM
+from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
@@ -40,20 +43,18 @@ def hf_generate(model, prompt, max_new_tokens, eos, **kwargs):
     return out[0, len(prompt):].tolist(), time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=10)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. hardware=cpu-fp32")
-    args = parser.parse_args()
-    cfg = config(f"dataset.limit={args.prompts}", "dataset.max_turns=1", *args.overrides)
-    hardware = cfg["hardware"]
+def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
+    """tok/s of ours and transformers' for ar, pld and sps on the config's prompts, side by
+    side per prompt; {name: {"ours", "hf", "ratio", "identical", "prompts"}}."""
+    hardware = dict(cfg["hardware"])
+    hardware["dtype"], _ = dtype_rule.resolve(hardware, cfg["model"]["name"], lambda d: registry.load_model(cfg["model"], d, hardware["device"]), costs.cache_root())
     torch.set_num_threads(hardware["threads"])
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])
-    limits = Limits(args.max_new_tokens, frozenset(eos))
-    target = TreeLM(model)
-    pld_cfg, sps_cfg = config("method=pld")["method"], config("method=sps")["method"]
+    limits = Limits(max_new_tokens, frozenset(eos))
+    target = make_lm(model, hardware.get("forward", "auto"))
+    # fixed draft lengths, the same on both sides (transformers' prompt lookup default is 10)
+    pld_cfg, sps_cfg = config("method=pld", "method.tree.gamma=10")["method"], config("method=sps", "method.tree.gamma=5")["method"]
     ours = {name: methods.build(c, model, hardware) for name, c in (("ar", cfg["baseline"]["method"]), ("pld", pld_cfg), ("sps", sps_cfg))}
     assistant = ours["sps"].drafter.lm.model
     assistant.generation_config.num_assistant_tokens = sps_cfg["tree"]["gamma"]
@@ -65,33 +66,46 @@ def main() -> None:
         "sps": {"assistant_model": assistant},
     }
     prompts = [chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])]
-    # warm-up, untimed
-    for name in ours:
+    for name in ours:  # warm-up, untimed
         generate(target, ours[name], prompts[0], Sampling(), Limits(16, frozenset(eos)))
         hf_generate(model, prompts[0], 16, eos, **theirs[name])
-
     totals = {(name, side): [0, 0.0] for name in ours for side in ("ours", "hf")}
     agree = {name: 0 for name in ours}
     for i, prompt in enumerate(prompts):
         for name in ours:
             runs = {}
-            order = ["ours", "hf"] if i % 2 == 0 else ["hf", "ours"]
-            for side in order:
+            for side in (["ours", "hf"] if i % 2 == 0 else ["hf", "ours"]):
                 if side == "ours":
                     out = generate(target, ours[name], prompt, Sampling(), limits)
                     runs[side] = (out.ids, out.seconds)
                 else:
-                    runs[side] = hf_generate(model, prompt, args.max_new_tokens, eos, **theirs[name])
+                    runs[side] = hf_generate(model, prompt, max_new_tokens, eos, **theirs[name])
                 totals[name, side][0] += len(runs[side][0])
                 totals[name, side][1] += runs[side][1]
             agree[name] += runs["ours"][0] == runs["hf"][0]
-            print(f"prompt {i}: {name} ours {len(runs['ours'][0]) / runs['ours'][1]:.1f} tok/s, transformers {len(runs['hf'][0]) / runs['hf'][1]:.1f} tok/s", flush=True)
-
-    print(f"\n{cfg['model']['name']} {hardware['dtype']} threads={torch.get_num_threads()} prompts={len(prompts)} max_new_tokens={args.max_new_tokens} T=0")
+            log(f"prompt {i}: {name} ours {len(runs['ours'][0]) / runs['ours'][1]:.1f} tok/s, transformers {len(runs['hf'][0]) / runs['hf'][1]:.1f} tok/s")
+    rows = {}
     for name in ours:
         ours_tps = totals[name, "ours"][0] / totals[name, "ours"][1]
         hf_tps = totals[name, "hf"][0] / totals[name, "hf"][1]
-        print(f"{name:4s} ours {ours_tps:6.1f} tok/s | transformers {hf_tps:6.1f} tok/s | ratio {ours_tps / hf_tps:.2f} | identical outputs {agree[name]}/{len(prompts)}")
+        rows[name] = {"ours": ours_tps, "hf": hf_tps, "ratio": ours_tps / hf_tps, "identical": agree[name], "prompts": len(prompts)}
+    rows["settings"] = {"dtype": hardware["dtype"], "threads": torch.get_num_threads(), "max_new_tokens": max_new_tokens,
+                        "weights_mb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6}
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. hardware=cpu-fp32")
+    args = parser.parse_args()
+    cfg = config(f"dataset.limit={args.prompts}", "dataset.max_turns=1", *args.overrides)
+    rows = compare(cfg, args.max_new_tokens)
+    settings = rows.pop("settings")
+    print(f"\n{cfg['model']['name']} {settings['dtype']} threads={settings['threads']} prompts={args.prompts} max_new_tokens={args.max_new_tokens} T=0")
+    for name, r in rows.items():
+        print(f"{name:4s} ours {r['ours']:6.1f} tok/s | transformers {r['hf']:6.1f} tok/s | ratio {r['ratio']:.2f} | identical outputs {r['identical']}/{r['prompts']}")
 
 
 if __name__ == "__main__":

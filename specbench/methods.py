@@ -6,21 +6,34 @@ from __future__ import annotations
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
+from specbench.costs.autotune import auto_keys
 from specbench.engine.loop import Method
 from specbench.errors import ConfigError
 
 
-def build(method_cfg: dict, target, hardware: dict) -> Method:
-    policy = _instantiate(method_cfg["tree"], "method.tree")
-    verifier = _instantiate(method_cfg["verifier"], "method.verifier")
-    drafter = None
-    if method_cfg.get("drafter"):
-        make = _instantiate(method_cfg["drafter"], "method.drafter", partial=True)
-        drafter = make(target=target, hardware=hardware)
+def build(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method:
+    """`tune_tree(tree_cfg, drafter, verifier) -> tree_cfg` fills tree parameters set to
+    `auto` (specbench.costs.autotune); without it an auto parameter is an error."""
+    verifier = instantiate_part(method_cfg["verifier"], "method.verifier")
+    drafter = build_drafter(method_cfg, target, hardware)
+    tree_cfg = method_cfg["tree"]
+    if auto_keys(tree_cfg):
+        if tune_tree is None:
+            raise ConfigError(f"method.tree: {', '.join(auto_keys(tree_cfg))} = auto is chosen by a run from measured costs; set a value here")
+        tree_cfg = tune_tree(tree_cfg, drafter, verifier)
+    policy = instantiate_part(tree_cfg, "method.tree")
     return Method(policy=policy, verifier=verifier, drafter=drafter)
 
 
-def _instantiate(cfg: dict, key: str, partial: bool = False):
+def build_drafter(method_cfg: dict, target, hardware: dict):
+    """The method's drafter, or None for a method without one (AR)."""
+    if not method_cfg.get("drafter"):
+        return None
+    make = instantiate_part(method_cfg["drafter"], "method.drafter", partial=True)
+    return make(target=target, hardware=hardware)
+
+
+def instantiate_part(cfg: dict, key: str, partial: bool = False):
     try:
         return instantiate(cfg, _partial_=partial, _convert_="all")
     except InstantiationException as error:

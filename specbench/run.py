@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -17,10 +16,15 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from specbench import methods, tracking
+from specbench import costs, methods, tracking
+from specbench.costs import autotune
+from specbench.costs import dtype as dtype_rule
+from specbench.costs.fingerprint import device_fingerprint
+from specbench.costs.predict import predict
+from specbench.costs.profile import CostProfile
 from specbench.data import questions
 from specbench.config import config_hash, run_name
-from specbench.engine.lm import TreeLM
+from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, Method, generate, merge_notes
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError, require
@@ -39,6 +43,7 @@ class MethodRun:
 
     new_tokens: int
     seconds: float
+    prefill_seconds: float
     target_forwards: int
     draft_forwards: int
     accept_lengths: list[int]
@@ -75,18 +80,66 @@ class Runner:
         self.cached_baseline = load_cached_baseline(cfg) if mode == "cached" else None
 
     def load(self) -> None:
-        """Model and methods; only a run with samples left to decode needs them."""
-        cfg, hardware = self.cfg, self.cfg["hardware"]
+        """Model and methods; only a run with samples left to decode needs them. The
+        dtype and any `auto` tree shape are decided here, from measured costs."""
+        cfg = self.cfg
+        hardware = self.hardware = dict(cfg["hardware"])
+        hardware["dtype"], self.dtype_choice = dtype_rule.resolve(
+            hardware, cfg["model"]["name"], lambda d: registry.load_model(cfg["model"], d, hardware["device"]), costs.cache_root(),
+        )
         model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
-        self.target = TreeLM(model)
+        self.target = make_lm(model, hardware.get("forward", "auto"))
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
         self.limits = Limits(
             max_new_tokens=cfg["gen"]["max_new_tokens"],
             stop_token_ids=frozenset(stop_token_ids(model, self.tokenizer, cfg["model"])),
             stop_strings=tuple(cfg["gen"].get("stop_strings") or ()),
         )
-        self.method = methods.build(cfg["method"], model, hardware)
+        self.profile, self.shape_choice = None, None
+        self.method = methods.build(cfg["method"], model, hardware, tune_tree=self.tune_tree)
         self.baseline = methods.build(cfg["baseline"]["method"], model, hardware) if self.paired else None
+        if self.costs_cfg.get("profile", True):
+            self.cost_profile(self.method.drafter)
+
+    @property
+    def costs_cfg(self) -> dict:
+        return self.cfg.get("costs") or {}
+
+    def cost_profile(self, drafter):
+        """The cached cost profile of this target (and drafter) on this machine, measured
+        on first use."""
+        key = costs.profile_key(self.cfg["model"]["name"], self.hardware["dtype"], self.hardware["device"], self.hardware.get("threads"), type(self.target).__name__)
+        turns = max((len(s.turns) for s in self.samples), default=1)
+        longest = max((len(self.tokenizer(t).input_ids) for s in self.samples for t in s.turns[:1]), default=64)
+        longest = min(self.context_length, turns * (longest + 32 + self.limits.max_new_tokens) + TREE_MARGIN)
+        name = costs.drafter_id(self.cfg["method"].get("drafter"))
+        self.profile = costs.ensure_profile(
+            key, self.target, longest, {name: drafter} if drafter is not None else None,
+            repeats=self.costs_cfg.get("repeats", costs.REPEATS), max_n=self.costs_cfg.get("max_n", costs.MAX_N),
+        )
+        return self.profile
+
+    def save_decisions(self) -> None:
+        """What measured costs decided for this run (dtype, shape, the profile used), kept
+        beside the samples so a resumed run's summary reports them without re-measuring."""
+        decisions = {
+            "dtype": self.hardware["dtype"], "dtype_choice": self.dtype_choice, "tree_choice": self.shape_choice,
+            "fingerprint": device_fingerprint(self.hardware["device"], torch.get_num_threads()),
+            "profile": self.profile.to_json() if self.profile else None,
+            "drafter": costs.drafter_id(self.cfg["method"].get("drafter")),
+        }
+        (self.out_dir / "decisions.json").write_text(json.dumps(decisions, indent=1))
+
+    def tune_tree(self, tree_cfg: dict, drafter, verifier) -> dict:
+        """Tree parameters set to `auto`: the shape with the best predicted speedup."""
+        profile = self.cost_profile(drafter)
+        chosen, self.shape_choice = autotune.tune(
+            tree_cfg, drafter, verifier, self.target, profile, costs.drafter_id(self.cfg["method"].get("drafter")),
+            autotune.calibration_prompts(self.tokenizer, self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS)),
+            self.sampling, self.limits.stop_token_ids, costs.cache_root(),
+            max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS),
+        )
+        return chosen
 
     def run(self) -> dict:
         path = self.out_dir / "samples.jsonl"
@@ -98,6 +151,7 @@ class Runner:
             tracker.sample(record)
         if todo:
             self.load()
+            self.save_decisions()
             self.warm_up(todo[0])
         bar = tqdm(total=len(self.samples), initial=len(self.samples) - len(todo), desc=self.cfg["method"]["name"], unit="sample")
         with open(path, "a", encoding="utf-8") as out:
@@ -157,6 +211,7 @@ class Runner:
         return MethodRun(
             new_tokens=sum(len(r.ids) for _, r, _ in runs),
             seconds=sum(r.seconds for _, r, _ in runs),
+            prefill_seconds=sum(r.prefill_seconds for _, r, _ in runs),
             target_forwards=sum(r.target_forwards for _, r, _ in runs),
             draft_forwards=sum(r.draft_forwards for _, r, _ in runs),
             accept_lengths=[n for _, r, _ in runs for n in r.accept_lengths],
@@ -190,6 +245,8 @@ class Runner:
         return torch.Generator(device=self.target.device).manual_seed(int.from_bytes(digest[:8], "little"))
 
     def summarize(self, records: list[dict]) -> dict:
+        decisions_file = self.out_dir / "decisions.json"
+        decisions = json.loads(decisions_file.read_text()) if decisions_file.is_file() else {}
         by_id = {r["id"]: r for r in records}
         ordered = [by_id[s.id] for s in self.samples if s.id in by_id]
         method_runs = [r["method"] for r in ordered]
@@ -199,10 +256,14 @@ class Runner:
             "dataset": self.cfg["dataset"]["name"],
             "config_hash": config_hash(self.cfg),
             "results": speed.totals(method_runs),
-            "environment": environment(self.cfg),
+            "environment": environment(self.cfg, decisions),
             "out_dir": str(self.out_dir),
             "config": self.cfg,
         }
+        if decisions.get("tree_choice"):
+            summary["tree_choice"] = decisions["tree_choice"]
+        if decisions.get("profile") and method_runs:
+            summary["cost_model"] = predict(method_runs, CostProfile.from_json(decisions["profile"]), decisions.get("drafter"))
         scored = [s for s in self.samples if s.id in by_id]
         if self.quality_metrics and scored:
             summary["quality"] = self.quality(scored, [r["turn_texts"] for r in method_runs])
@@ -322,7 +383,7 @@ def load_cached_baseline(cfg: dict) -> dict[str, dict]:
     return {r["id"]: r["method"] for r in records}
 
 
-def environment(cfg: dict) -> dict:
+def environment(cfg: dict, decisions: dict) -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -333,9 +394,10 @@ def environment(cfg: dict) -> dict:
         "transformers": transformers.__version__,
         "python": sys.version.split()[0],
         "torch_threads": torch.get_num_threads(),
-        "dtype": cfg["hardware"]["dtype"],
+        "dtype": decisions.get("dtype", cfg["hardware"]["dtype"]),
+        "dtype_rule": (decisions.get("dtype_choice") or {}).get("rule") if cfg["hardware"]["dtype"] == "auto" else "set by hardware.dtype",
         "device": cfg["hardware"]["device"],
         "hardware": cfg["hardware"]["name"],
-        "cpu": platform.processor() or platform.machine(),
+        "fingerprint": decisions.get("fingerprint") or device_fingerprint(cfg["hardware"]["device"], torch.get_num_threads()),
         "seed": cfg["seed"],
     }

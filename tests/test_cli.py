@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12"]
+# small cost profile and calibration: the first run on a machine measures them (cached after)
+QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
 
 
 def run(*args, tmp_path, env=None):
@@ -97,6 +98,10 @@ def test_pld_run_side_by_side_in_fp32_is_identical_to_ar(tmp_path):
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
     assert summary["speedup"] > 0 and summary["baseline_source"].startswith("paired")
     assert summary["environment"]["dtype"] == "float32" and summary["environment"]["torch_threads"] == 2
+    # gamma: auto was chosen from measured costs; the summary names the CPU and predicts the speedup
+    assert summary["tree_choice"]["chosen"]["gamma"] in range(1, 11) and summary["config"]["method"]["tree"]["gamma"] == "auto"
+    assert summary["cost_model"]["predicted_speedup"] > 0 and summary["environment"]["fingerprint"]["cpu_model"] != "x86_64"
+    assert "predicted" in result.stdout and "tree shape chosen from measured costs" in result.stdout
 
 
 def test_interrupt_keeps_finished_samples_and_resumes(tmp_path):
@@ -134,7 +139,8 @@ def test_sps_with_the_shipped_draft_is_identical_to_ar_in_fp32(tmp_path):
 
 
 def test_eagle3_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
-    result = run("method=eagle3", "hardware=cpu-fp32", "method.tree.total_tokens=12", "dataset=humaneval", *QUICK, tmp_path=tmp_path)
+    tree = ["method.tree.top_k=10", "method.tree.depth=7", "method.tree.total_tokens=12"]
+    result = run("method=eagle3", "hardware=cpu-fp32", *tree, "dataset=humaneval", *QUICK, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = summary_of(tmp_path, "eagle3")
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0

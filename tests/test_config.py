@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from specbench import methods
 from specbench.config import config_hash
 from specbench.engine.loop import Method
+from specbench.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -41,9 +42,17 @@ def test_models_name_their_source():
 
 
 def test_method_parts_build(target):
-    for choice in ["ar", "pld"]:
-        cfg = composed(f"method={choice}")
+    for choice, overrides in (("ar", []), ("pld", ["method.tree.gamma=4"])):
+        cfg = composed(f"method={choice}", *overrides)
         assert isinstance(methods.build(cfg["method"], target, cfg["hardware"]), Method)
+
+
+def test_auto_shapes_are_the_defaults_and_need_a_run_to_choose(target):
+    for choice in ("pld", "sps", "sps_tree", "eagle3", "talon", "mars"):
+        assert "auto" in composed(f"method={choice}")["method"]["tree"].values()
+    with pytest.raises(ConfigError, match="method.tree: gamma = auto"):
+        methods.build(composed("method=pld")["method"], target, {"dtype": "float32", "device": "cpu"})
+    assert composed()["hardware"]["dtype"] == "auto"
 
 
 def test_hash_changes_with_what_changes_results():

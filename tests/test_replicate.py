@@ -13,6 +13,11 @@ from runners import mars, talon
 from specbench.replicate import paper, results, tables
 
 ROOT = Path(__file__).resolve().parents[1]
+# a small cost profile and calibration (the first run on a machine measures them; cached after)
+SMALL_COSTS = ["costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
+
+
+PAPER_TREE = {"config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60}
 
 
 def run_row(method, dataset, temperature, samples=3, **extra):
@@ -31,9 +36,9 @@ def reference(*rows):
 
 def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run():
     runs = pd.DataFrame([
-        run_row("mars", "gsm8k", 1.0, **{"config.method.tree.depth": 7, "config.method.verifier.theta": 0.9, "results.tau": 2.5, "speedup": 0.8}),
-        run_row("mars", "humaneval", 1.0, **{"config.method.tree.depth": 7, "config.method.verifier.theta": 0.9, "results.tau": 1.5, "speedup": 0.6}),
-        run_row("mars", "gsm8k", 1.0, samples=1, **{"config.method.tree.depth": 7, "config.method.verifier.theta": 0.84, "results.tau": 9.0, "speedup": 9.0}),
+        run_row("mars", "gsm8k", 1.0, **{**PAPER_TREE, "config.method.tree.depth": 7, "config.method.verifier.theta": 0.9, "results.tau": 2.5, "speedup": 0.8}),
+        run_row("mars", "humaneval", 1.0, **{**PAPER_TREE, "config.method.tree.depth": 7, "config.method.verifier.theta": 0.9, "results.tau": 1.5, "speedup": 0.6}),
+        run_row("mars", "gsm8k", 1.0, samples=1, **{**PAPER_TREE, "config.method.tree.depth": 7, "config.method.verifier.theta": 0.84, "results.tau": 9.0, "speedup": 9.0}),
     ])
     ref = reference(
         ("table1", "qwen3-8b", "mars", "gsm8k", 1, "", "tau", 5.0),
@@ -51,7 +56,7 @@ def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run(
 
 def test_paper_scale_delta_baseline_rows_and_missing_runs():
     runs = pd.DataFrame([
-        run_row("mars", "wmt19", 1.0, **{"config.model.name": "qwen3-8b", "config.method.tree.depth": 7, "config.method.verifier.theta": 0.86,
+        run_row("mars", "wmt19", 1.0, **{**PAPER_TREE, "config.model.name": "qwen3-8b", "config.method.tree.depth": 7, "config.method.verifier.theta": 0.86,
                                          "quality.bleu": 27.0, "baseline_quality.bleu": 30.0}),
     ])
     ref = reference(
@@ -131,7 +136,7 @@ def test_slurm_submission_asks_for_the_models_gpus(tmp_path, model, hardware, gp
 def test_submitit_local_runs_the_jobs_in_their_own_processes(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "specbench", "-m", "hydra/launcher=submitit_local", "method=pld", "dataset.limit=1", "dataset.max_turns=1",
-         "gen.max_new_tokens=6", f"output_root={tmp_path}"],
+         "gen.max_new_tokens=6", *SMALL_COSTS, f"output_root={tmp_path}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -153,7 +158,7 @@ def execute_notebook(paper, runs, results_dir, monkeypatch):
 
 def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
     args = [sys.executable, "runners/mars.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table6",
-            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     assert {"figure1.png", "figure4.pdf"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
@@ -164,7 +169,7 @@ def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
 
 def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_path, monkeypatch):
     args = [sys.executable, "runners/talon.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table1-eagle3", "figure12", "figure12-eagle3",
-            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
     first = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert first.returncode == 0, first.stderr[-3000:]
     out = tmp_path / "results"

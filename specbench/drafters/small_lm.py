@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.lm import TreeLM
+from specbench.engine.lean import make_lm
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
@@ -22,14 +22,14 @@ def build(target: torch.nn.Module, hardware: dict, model: dict | None) -> "Small
             "set method.drafter.model={name:my-draft,path:/dir/of/a/draft/LM} (it must share the target's tokenizer)"
         )
     draft = registry.load_model(model, hardware["dtype"], hardware["device"], key="method.drafter.model")
-    return SmallLMDrafter(draft, target.config.vocab_size)
+    return SmallLMDrafter(draft, target.config.vocab_size, hardware.get("forward", "auto"))
 
 
 class SmallLMDrafter:
     feature_layers = ()
 
-    def __init__(self, model: torch.nn.Module, target_vocab_size: int):
-        self.lm = TreeLM(model)
+    def __init__(self, model: torch.nn.Module, target_vocab_size: int, forward: str = "hf"):
+        self.lm = make_lm(model, forward)
         self.target_vocab_size = target_vocab_size
         self._node_logits: dict[int, torch.Tensor] = {}
 

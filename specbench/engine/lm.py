@@ -30,10 +30,13 @@ class TreeLM:
         return self.model.config.vocab_size
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = self._new_cache()
         self.committed = 0  # cache rows that hold committed context
         self.cached_nodes: list[int] = []  # tree node of each cache row after those
         self.forwards = 0
+
+    def _new_cache(self):
+        return DynamicCache(config=self.model.config)
 
     def forward(
         self, context: Sequence[int] = (), tree: DraftTree | None = None, nodes: Sequence[int] = ()
@@ -49,21 +52,28 @@ class TreeLM:
         positions = list(range(self.committed, root_position))
         positions += [root_position + tree.depths[n] for n in nodes]
         mask = self._mask(len(context), tree, nodes)
+        logits, hidden = self._run(tokens, positions, mask, len(nodes) or 1)
+        if self.feature_layers:
+            self.features = torch.cat([hidden[i] for i in self.feature_layers], dim=-1)
+        self.forwards += 1
+        self.committed += len(context)
+        self.cached_nodes += nodes
+        return logits
+
+    def _run(self, tokens: list[int], positions: list[int], mask, n_logits: int):
+        """(logits [n_logits, V] of the last rows, hidden_states per layer [n, H] when
+        features are read) for `tokens` appended to the cache."""
         out = self.model(
             input_ids=torch.tensor([tokens], device=self.device),
             position_ids=torch.tensor([positions], device=self.device),
             attention_mask=mask,
             past_key_values=self.cache,
             use_cache=True,
-            logits_to_keep=len(nodes) or 1,
+            logits_to_keep=n_logits,
             output_hidden_states=bool(self.feature_layers),
         )
-        if self.feature_layers:
-            self.features = torch.cat([out.hidden_states[i][0] for i in self.feature_layers], dim=-1)
-        self.forwards += 1
-        self.committed += len(context)
-        self.cached_nodes += nodes
-        return out.logits[0]
+        hidden = [h[0] for h in out.hidden_states] if self.feature_layers else None
+        return out.logits[0], hidden
 
     def _mask(self, n_context: int, tree: DraftTree | None, nodes: list[int]) -> torch.Tensor | None:
         """Bool [1, 1, q, kv] (True = attend), or None where plain causal is exact."""
@@ -91,6 +101,13 @@ class TreeLM:
                 break
             rows.append(row_of[node])
         keep = self.committed + len(rows)
+        self._keep_rows(rows, keep)
+        self.committed = keep
+        self.cached_nodes = []
+        return len(rows)
+
+    def _keep_rows(self, rows: list[int], keep: int) -> None:
+        """Move cache rows `rows` to committed..keep and drop every row after keep."""
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
         for layer in self.cache.layers:
             if not getattr(layer, "is_initialized", False):
@@ -100,6 +117,3 @@ class TreeLM:
                 layer.values[:, :, self.committed : keep] = layer.values[:, :, index]
             layer.keys = layer.keys[:, :, :keep]
             layer.values = layer.values[:, :, :keep]
-        self.committed = keep
-        self.cached_nodes = []
-        return len(rows)

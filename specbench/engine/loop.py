@@ -8,6 +8,7 @@ caches keep exactly that path.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -41,7 +42,8 @@ class Generation:
     target_forwards: int  # N_p, after prefill
     draft_forwards: int  # N_q
     accept_lengths: list[int] = field(default_factory=list)  # tokens committed per verification
-    seconds: float = 0.0  # prefill included
+    seconds: float = 0.0  # decoding only, prefill included (see Clock)
+    prefill_seconds: float = 0.0
     nll: float = 0.0  # the target's negative log-likelihood (T=1, raw logits) of `ids`, summed
     step_draft_forwards: list[int] = field(default_factory=list)  # draft forwards per verification
     tree_widths: list[list[int]] = field(default_factory=list)  # per verification: drafted nodes at depth 1, 2, ...
@@ -49,6 +51,30 @@ class Generation:
     # tree's nodes at that depth by cumulative draft log-prob, 0 = most probable
     accepted_ranks: list[list[int]] = field(default_factory=list)
     verifier_notes: dict = field(default_factory=dict)  # the verifier's notes, merged over steps
+
+
+class Clock:
+    """Wall time of decoding alone: bookkeeping (statistics, NLL, stop-string decoding,
+    progress display) runs inside `paused()` and is not counted."""
+
+    def __init__(self):
+        self.seconds, self._since = 0.0, None
+
+    def start(self) -> None:
+        self._since = time.perf_counter()
+
+    def stop(self) -> float:
+        self.seconds += time.perf_counter() - self._since
+        self._since = None
+        return self.seconds
+
+    @contextmanager
+    def paused(self):
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
 
 
 def generate(
@@ -62,44 +88,51 @@ def generate(
     on_step=None,
 ) -> Generation:
     """Decode after `prompt`. `decode(ids) -> str` is needed only for stop strings;
-    `on_step(n_new_tokens)` is called after every verification (progress display)."""
-    start = time.perf_counter()
+    `on_step(n_new_tokens)` is called after every verification (progress display).
+    The clock runs from prefill to the last token, around decoding work only."""
+    clock = Clock()
+    clock.start()
     drafter = method.drafter
     target.reset()
     target.feature_layers = drafter.feature_layers if drafter is not None else ()
     with torch.inference_mode():
         prefill = target.forward(context=prompt)[-1:]
         first = sampling.pick(prefill[0], generator)
+        with clock.paused():
+            prefill_seconds = clock.seconds
+            token_nll = _nll(prefill, [first])
         if drafter is not None:
             drafter.begin(prompt, target.features)
         draft_forwards_before = drafter.forwards if drafter is not None else 0
         new = [first]
-        token_nll = _nll(prefill, [first])
         accept_lengths, step_draft_forwards, tree_widths, accepted_ranks, notes = [], [], [], [], {}
-        done = _finished(new, limits, decode)
+        with clock.paused():
+            done = _finished(new, limits, decode)
         while not done:
             context = prompt + new[:-1]
             forwards_before = drafter.forwards if drafter is not None else 0
             tree = method.policy.build(drafter, context, new[-1], sampling, generator)
-            step_draft_forwards.append((drafter.forwards if drafter is not None else 0) - forwards_before)
-            tree_widths.append(_widths(tree.depths))
+            drafted = (drafter.forwards if drafter is not None else 0) - forwards_before
             logits = target.forward(tree=tree, nodes=range(len(tree)))
             accepted = method.verifier.accept(tree, logits, sampling, generator)
-            merge_notes(notes, accepted.notes)
-            accepted_ranks.append(_depth_ranks(tree, accepted.path[1:]))
             committed = [tree.tokens[n] for n in accepted.path[1:]] + [accepted.next_token]
-            token_nll += _nll(logits[accepted.path], committed)
             target.commit(accepted.path)
             if drafter is not None:
                 features = target.features[accepted.path] if target.features is not None else None
                 drafter.commit(tree, accepted.path, features)
             new += committed
-            accept_lengths.append(len(accepted.path))
-            done = _finished(new, limits, decode, len(accepted.path))
-            if on_step is not None:
-                on_step(len(accepted.path))
+            with clock.paused():
+                step_draft_forwards.append(drafted)
+                tree_widths.append(_widths(tree.depths))
+                merge_notes(notes, accepted.notes)
+                accepted_ranks.append(_depth_ranks(tree, accepted.path[1:]))
+                token_nll += _nll(logits[accepted.path], committed)
+                accept_lengths.append(len(accepted.path))
+                done = _finished(new, limits, decode, len(accepted.path))
+                if on_step is not None:
+                    on_step(len(accepted.path))
+    seconds = clock.stop()
     new, stop = _truncate(new, limits, decode)
-    seconds = time.perf_counter() - start
     return Generation(
         ids=new,
         stop_reason=stop,
@@ -107,6 +140,7 @@ def generate(
         draft_forwards=(drafter.forwards - draft_forwards_before) if drafter is not None else 0,
         accept_lengths=accept_lengths,
         seconds=seconds,
+        prefill_seconds=prefill_seconds,
         nll=sum(token_nll[: len(new)]),
         step_draft_forwards=step_draft_forwards,
         tree_widths=tree_widths,

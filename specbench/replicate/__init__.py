@@ -33,7 +33,7 @@ def main(paper: ModuleType, argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.prompts < 1 or args.max_new_tokens < 1:
         parser.error("--prompts and --max-new-tokens must be >= 1")
-    sweeps = paper.sweeps(args.scale, args.prompts, args.max_new_tokens)
+    sweeps = sweep.pin(paper.sweeps(args.scale, args.prompts, args.max_new_tokens), paper.DEFAULTS)
     unknown = sorted(set(args.only or ()) - {s.name for s in sweeps})
     if unknown:
         parser.error(f"--only: unknown sweep(s) {', '.join(unknown)}; choose from {', '.join(s.name for s in sweeps)}")

@@ -44,6 +44,23 @@ def per_method(sweeps: list[Sweep]) -> list[Sweep]:
     return split
 
 
+def pin(sweeps: list[Sweep], defaults: dict[str, dict]) -> list[Sweep]:
+    """The paper's shapes: method configs default to `auto` shapes chosen from this
+    machine's costs, so every swept method gets its paper values (`defaults`: method ->
+    {"config.<key>": value}) as overrides, except keys the sweep sets itself."""
+    pinned = []
+    for sweep in sweeps:
+        methods = next((o.split("=", 1)[1] for o in sweep.overrides if o.startswith("method=")), None)
+        if methods is None:
+            pinned.append(sweep)
+            continue
+        for method in methods.split(","):
+            keys = {o.split("=", 1)[0] for o in sweep.overrides}
+            extra = [f"{k.removeprefix('config.')}={v}" for k, v in defaults.get(method, {}).items() if k.removeprefix("config.") not in keys]
+            pinned.append(Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides] + extra))
+    return pinned
+
+
 def command(sweep: Sweep, output_root: Path, launcher: str = "basic", extra: tuple[str, ...] = ()) -> list[str]:
     """The exact command line that runs `sweep`."""
     launch = [] if launcher == "basic" else [f"hydra/launcher={launcher}"]

@@ -29,8 +29,21 @@ def print_summary(summary: dict) -> None:
             f"baseline: {summary['baseline_source']}; "
             f"outputs identical to baseline: {_fmt(agreement.get('exact_match_rate'))}"
         )
+    model = summary.get("cost_model") or {}
+    if model:
+        measured = f"measured {_fmt(summary.get('speedup'))}x, " if summary.get("speedup") is not None else ""
+        console.print(
+            f"cost model ({model['profile']['dtype']} profile of this machine): predicted {_fmt(model['predicted_speedup'])}x, "
+            f"{measured}engine overhead {_fmt(100 * (model.get('engine_overhead_share') or 0), 0)}% of decode time"
+        )
+    choice = summary.get("tree_choice")
+    if choice:
+        shape = {k: v for k, v in choice["chosen"].items() if k != "_target_"}
+        console.print(f"tree shape chosen from measured costs: {shape} (predicted {_fmt(choice['predicted_speedup'])}x)" + (f"; {choice['note']}" if choice.get("note") else ""))
     for key, label in (("quality", summary["method"]), ("baseline_quality", "baseline")):
         if summary.get(key):
             console.print(f"{label} quality: " + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary[key].items()))
     env = summary["environment"]
-    console.print(f"{env['hardware']} {env['device']} {env['dtype']} threads={env['torch_threads']} torch {env['torch']} -> {summary['out_dir']}")
+    fingerprint = env.get("fingerprint") or {}
+    device = fingerprint.get("gpu") or f"{fingerprint.get('cpu_model', env['device'])} [{' '.join(fingerprint.get('isa', []))}]"
+    console.print(f"{env['hardware']}: {device} {env['dtype']} threads={env['torch_threads']} torch {env['torch']} -> {summary['out_dir']}")

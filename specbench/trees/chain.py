@@ -8,6 +8,9 @@ from specbench.errors import require
 
 
 class Chain:
+    # shapes `gamma: auto` chooses from (specbench.costs.autotune), small to large
+    AUTO_CANDIDATES = [{"gamma": g} for g in range(1, 11)]
+
     def __init__(self, gamma: int = 5):
         require(isinstance(gamma, int) and gamma >= 1, "method.tree.gamma", f"must be an integer >= 1, got {gamma!r}")
         self.gamma = gamma

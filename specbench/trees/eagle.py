@@ -20,6 +20,12 @@ from specbench.errors import require
 
 
 class EagleDynamicTree:
+    # shapes `auto` chooses from (specbench.costs.autotune), small to large
+    AUTO_CANDIDATES = [
+        {"top_k": k, "depth": d, "total_tokens": n}
+        for k, d, n in ((1, 1, 2), (1, 2, 3), (2, 2, 4), (2, 3, 6), (3, 4, 8), (4, 4, 12), (4, 5, 16), (6, 6, 24), (8, 6, 32), (10, 7, 60))
+    ]
+
     def __init__(self, top_k: int = 10, depth: int = 7, total_tokens: int = 60):
         for key, value, low in (("top_k", top_k, 1), ("depth", depth, 1), ("total_tokens", total_tokens, 2)):
             require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")

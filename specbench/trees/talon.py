@@ -21,6 +21,11 @@ from specbench.errors import require
 
 
 class TalonTree:
+    # shapes `auto` chooses from (specbench.costs.autotune), small to large
+    AUTO_CANDIDATES = [
+        {"budget": n, "top_k": k} for n, k in ((2, 1), (3, 2), (4, 2), (6, 3), (8, 4), (12, 4), (16, 6), (24, 8), (32, 10), (60, 10))
+    ]
+
     def __init__(self, budget: int = 60, mu: float = 0.03, top_k: int = 10, robust_layers: int = 1):
         for key, value, low in (("budget", budget, 2), ("top_k", top_k, 1), ("robust_layers", robust_layers, 0)):
             require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")

@@ -1,0 +1,118 @@
+"""`make bench`: what speed this machine gets, written to results/bench/speed-<fingerprint>.md.
+
+1. The machine: CPU model and ISA flags (or GPU), torch, threads, the dtype `auto` chose.
+2. Our AR, PLD and SpS against transformers' generate, prompt lookup and assisted
+   generation (same model, same draft, same draft length), side by side per prompt.
+3. Every method's default (auto dtype and auto tree shape) through the runner itself
+   (python -m specbench's Runner: AR back to back on every prompt, the same summary a user
+   gets), with the speedup the cost profile predicts beside the measured one.
+
+    python scripts/bench_speed.py --prompts 10 --max-new-tokens 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from specbench import costs  # noqa: E402
+from specbench.config import run_name  # noqa: E402
+from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
+from specbench.run import Runner  # noqa: E402
+
+from bench_vs_transformers import compare, config  # noqa: E402
+
+
+def run_method(method: str, dataset: str, args) -> dict:
+    cfg = config(
+        f"method={method}", f"dataset={dataset}", f"dataset.limit={args.prompts}", "dataset.seed=0", "dataset.max_turns=1",
+        f"gen.max_new_tokens={args.max_new_tokens}", f"output_root={args.runs}", *args.overrides,
+    )
+    out_dir = Path(args.runs) / method / run_name(cfg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return Runner(cfg, out_dir).run()
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    labels = [f"{r['method']}\n{r['dataset']}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(rows)), 3.8))
+    ax.bar([i - 0.2 for i in x], [r["speedup"] or 0 for r in rows], width=0.4, label="measured")
+    ax.bar([i + 0.2 for i in x], [r["predicted"] or 0 for r in rows], width=0.4, label="predicted (cost profile)")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_ylabel("speedup over AR")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", nargs="+", default=["pld", "sps", "sps_tree", "eagle3", "talon"])
+    parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
+    parser.add_argument("--prompts", type=int, default=10)
+    parser.add_argument("--hf-prompts", type=int, default=5)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--runs", default="outputs/bench", help="where the runs go (resumable by config hash)")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. hardware=cpu-bf16")
+    args = parser.parse_args()
+    base = config(*args.overrides)
+    fingerprint = device_fingerprint(base["hardware"]["device"], base["hardware"]["threads"])
+    hf = compare(config(f"dataset.limit={args.hf_prompts}", "dataset.max_turns=1", *args.overrides), args.max_new_tokens)
+    settings = hf.pop("settings")
+    rows = []
+    for dataset in args.datasets:
+        for method in args.methods:
+            summary = run_method(method, dataset, args)
+            choice = summary.get("tree_choice") or {}
+            rows.append({
+                "method": method, "dataset": dataset, "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
+                "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
+                "speedup": summary.get("speedup"), "median": summary.get("speedup_median_per_sample"),
+                "predicted": (summary.get("cost_model") or {}).get("predicted_speedup"),
+                "overhead": (summary.get("cost_model") or {}).get("engine_overhead_share"),
+                "shape": {k: v for k, v in choice.get("chosen", {}).items() if k != "_target_"},
+                "identical": summary.get("agreement_with_baseline", {}).get("exact_match_rate"),
+                "dtype": summary["environment"]["dtype"],
+            })
+    name = fingerprint_id(fingerprint)
+    args.out.mkdir(parents=True, exist_ok=True)
+    figure(rows, args.out / f"speed-{name}.png")
+    key = costs.profile_key(base["model"]["name"], settings["dtype"], base["hardware"]["device"], base["hardware"]["threads"])
+    lines = [
+        f"# Speed on {fingerprint.get('gpu') or fingerprint['cpu_model']} ({name})", "",
+        f"- machine: {json.dumps(fingerprint)}",
+        f"- dtype (auto): {settings['dtype']}; {settings['threads']} threads; {base['model']['name']} weights {settings['weights_mb']:.0f} MB",
+        f"- cost profile: {costs.profile_path(key)}", "",
+        f"## Ours vs transformers ({args.hf_prompts} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt)", "",
+        "| | ours tok/s | transformers tok/s | ratio | identical ids |", "| --- | --- | --- | --- | --- |",
+    ]
+    for method, r in hf.items():
+        lines.append(f"| {method} | {r['ours']:.1f} | {r['hf']:.1f} | {r['ratio']:.2f} | {r['identical']}/{r['prompts']} |")
+    lines += [
+        "", f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} tokens, T=0)", "",
+        "Each row is one `python -m specbench method=M dataset=D` run: AR back to back on every prompt (order alternating).", "",
+        "| method | dataset | shape (auto) | tau | delta | tok/s | AR tok/s | speedup (median) | predicted | engine overhead | identical ids |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['method']} | {r['dataset']} | {r['shape'] or '-'} | {r['tau']:.2f} | {r['delta']:.2f} | {r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | "
+            f"{r['speedup']:.2f}x ({r['median']:.2f}x) | {r['predicted']:.2f}x | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |"
+        )
+    (args.out / f"speed-{name}.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"speed-{name}.json").write_text(json.dumps({"fingerprint": fingerprint, "transformers": hf, "settings": settings, "methods": rows}, indent=1))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Measured costs decide speed settings: profiles of forward time per machine, the
+dtype they imply, the tree shapes they favour, and the speedup they predict."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
+from specbench.costs.profile import CostProfile, context_grid, load, measure_commit, measure_drafter, measure_target, save
+from specbench.engine.lm import TreeLM
+from specbench.models import registry
+
+MAX_N = 64
+REPEATS = 5
+
+
+def cache_root() -> Path:
+    return registry.cache_dir() / "costs"
+
+
+def profile_key(model_name: str, dtype: str, device: str, threads: int | None, forward: str = "TreeLM") -> dict:
+    """What a profile is valid for; `forward` names the forward implementation (the lean
+    Llama forward and the model's own cost differently)."""
+    return {"model": model_name, "dtype": dtype, "forward": forward, "fingerprint": device_fingerprint(device, threads)}
+
+
+def profile_path(key: dict) -> Path:
+    return cache_root() / f"{key['model']}-{key['dtype']}-{key.get('forward', 'TreeLM')}-{fingerprint_id(key['fingerprint'])}.json"
+
+
+def drafter_id(drafter_cfg: dict | None) -> str | None:
+    """A drafter's identity for its cost curve: its builder and a hash of its settings."""
+    if not drafter_cfg:
+        return None
+    blob = json.dumps(drafter_cfg, sort_keys=True, default=str)
+    name = str(drafter_cfg.get("_target_", "drafter")).rsplit(".", 2)[-2]
+    return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
+
+
+def ensure_profile(
+    key: dict, target: TreeLM, longest_context: int, drafters: dict | None = None,
+    repeats: int = REPEATS, max_n: int = MAX_N, refresh: bool = False, log=print,
+) -> CostProfile:
+    """The cached profile for `key`, measuring what is missing: the target's curve (when
+    the cache has none, or its contexts stop short of `longest_context`) and the curve of
+    every drafter in `drafters` (id -> drafter) not profiled yet."""
+    path = profile_path(key)
+    profile = None if refresh else load(path, key)
+    contexts = context_grid(longest_context)
+    if profile is None or profile.target.contexts[-1] < longest_context or profile.target.max_n < max_n:
+        log(f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {contexts} (cached in {path})")
+        start = time.perf_counter()
+        curve = measure_target(target, contexts, max_n, repeats)
+        profile = CostProfile(key=key, target=curve, drafters=profile.drafters if profile else {})
+        profile.commit_ms = measure_commit(target, contexts[0], repeats)
+        profile.step_overhead_ms = measure_step_overhead(target, profile, contexts[0])
+        log(f"  target profiled in {time.perf_counter() - start:.0f} s: n=1 {curve.at(contexts[0], 1):.1f} ms, n={max_n} {curve.at(contexts[0], max_n):.1f} ms at c={contexts[0]}")
+        save(profile, path)
+    for name, drafter in (drafters or {}).items():
+        if name in profile.drafters or drafter is None or not hasattr(drafter, "logits"):
+            continue
+        log(f"profiling drafter {name} (n = 1..{max_n})")
+        draft_contexts = [c for c in profile.target.contexts if c <= min(longest_context, 1024)] or profile.target.contexts[:1]
+        profile.drafters[name] = measure_drafter(drafter, target, draft_contexts, max_n, repeats)
+        save(profile, path)
+    try:
+        from specbench.costs.plot import draw
+
+        draw(profile, path.with_suffix(".png"))
+    except Exception as error:  # noqa: BLE001 - a figure never stops a run
+        log(f"warning: cost curve figure not drawn: {error!r}")
+    return profile
+
+
+def measure_step_overhead(target: TreeLM, profile: CostProfile, context: int, steps: int = 32) -> float:
+    """Wall ms per AR step of the decoding loop beyond the target forward itself
+    (sampling, bookkeeping, cache growth): AR through the engine minus f_T(c, 1)."""
+    from specbench.engine.loop import Limits, Method, generate
+    from specbench.engine.sampling import Sampling
+    from specbench.trees.autoregressive import Autoregressive
+    from specbench.verify.standard import StandardVerifier
+
+    prompt = torch.randint(3, target.vocab_size, (context,)).tolist()
+    method = Method(Autoregressive(), StandardVerifier())
+    limits = Limits(max_new_tokens=steps + 1)
+    generate(target, method, prompt, Sampling(), limits)
+    runs = [generate(target, method, prompt, Sampling(), limits) for _ in range(3)]
+    best = min(runs, key=lambda g: g.seconds)
+    per_step = (best.seconds - best.prefill_seconds) * 1000 / max(best.target_forwards, 1)
+    return round(max(per_step - profile.target.at(context, 1), 0.0), 3)

@@ -1,0 +1,61 @@
+"""`python -m specbench.costs [model=...] [hardware=...] [method=...]`: measure (or show
+the cached) cost profile of a target and the method's drafter on this machine.
+
+    python -m specbench.costs method=eagle3            # the embedded model + its EAGLE-3 head
+    python -m specbench.costs method=sps hardware=cpu-bf16 costs.refresh=true
+"""
+
+from __future__ import annotations
+
+import sys
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+from specbench import costs, methods
+from specbench.__main__ import CONF_DIR, check_choices
+from specbench.costs import dtype as dtype_rule
+from specbench.costs.fingerprint import fingerprint_id
+from specbench.engine.lean import make_lm
+from specbench.errors import ConfigError
+from specbench.models import registry
+
+
+def main(argv: list[str]) -> None:
+    check_choices(argv)
+    refresh = "costs.refresh=true" in argv
+    argv = [a for a in argv if not a.startswith("costs.refresh=")]
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", argv)
+    with open_dict(cfg):
+        cfg.hydra = None
+    cfg = OmegaConf.to_container(cfg, resolve=True)
+    hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
+    hardware["dtype"], _ = dtype_rule.resolve(hardware, model_cfg["name"], lambda d: registry.load_model(model_cfg, d, hardware["device"]), costs.cache_root())
+    if hardware.get("threads"):
+        import torch
+
+        torch.set_num_threads(hardware["threads"])
+    model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
+    drafter = methods.build_drafter(cfg["method"], model, hardware)
+    name = costs.drafter_id(cfg["method"].get("drafter"))
+    target = make_lm(model, hardware.get("forward", "auto"))
+    key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), type(target).__name__)
+    longest = min(model_cfg.get("context_length") or model.config.max_position_embeddings, 2048)
+    profile = costs.ensure_profile(key, target, longest, {name: drafter} if drafter else None,
+                                   repeats=cfg["costs"]["repeats"], max_n=cfg["costs"]["max_n"], refresh=refresh)
+    curve = profile.target
+    print(f"{model_cfg['name']} {hardware['dtype']} on {fingerprint_id(key['fingerprint'])} ({' '.join(key['fingerprint']['isa'])}, {key['fingerprint']['threads']} threads)")
+    for context, row in zip(curve.contexts, curve.ms):
+        print(f"  target c={context}: " + "  ".join(f"n={n} {row[n - 1]:.1f}" for n in (1, 2, 4, 8, 16, 32, 64) if n <= curve.max_n) + " ms")
+    for drafter_name, draft in profile.drafters.items():
+        print(f"  drafter {drafter_name} c={draft.contexts[0]}: " + "  ".join(f"n={n} {draft.ms[0][n - 1]:.2f}" for n in (1, 4, 16, 64) if n <= draft.max_n) + " ms")
+    print(f"  step overhead {profile.step_overhead_ms:.2f} ms, commit {profile.commit_ms:.2f} ms -> {costs.profile_path(key)} (+ .png)")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,161 @@
+"""Tree shapes chosen from measured costs: a tree parameter set to `auto` takes the
+candidate with the highest predicted speedup over AR.
+
+Each candidate shape (the policy class lists them in AUTO_CANDIDATES, from small to
+large) decodes a few calibration prompts that are in no evaluation set; its τ, δ and
+tree sizes per step, priced with the cost profile, plus the per-step engine overhead
+measured in the same decode, give its predicted speedup. Results are cached per
+profile key, drafter, policy and temperature, so later runs reuse them. When no shape
+is predicted faster than AR, the smallest shape is used and the record says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra.utils import get_class
+from tqdm import tqdm
+
+from specbench.costs.predict import predict
+from specbench.costs.profile import CostProfile
+from specbench.engine.loop import Limits, Method, generate
+from specbench.errors import ConfigError
+
+AUTO = "auto"
+CALIBRATION_PROMPTS = 3
+CALIBRATION_TOKENS = 48
+
+
+def auto_keys(tree_cfg: dict) -> list[str]:
+    return [k for k, v in tree_cfg.items() if v == AUTO]
+
+
+def candidates(tree_cfg: dict) -> list[dict]:
+    """Concrete tree configs for every candidate of the policy, auto keys filled in,
+    keys the user set kept as set (duplicates dropped, order kept)."""
+    keys = auto_keys(tree_cfg)
+    policy = get_class(tree_cfg["_target_"])
+    grid = getattr(policy, "AUTO_CANDIDATES", None)
+    if not grid or any(k not in grid[0] for k in keys):
+        supported = sorted(grid[0]) if grid else []
+        raise ConfigError(f"method.tree: {', '.join(keys)} cannot be auto for {tree_cfg['_target_']} (auto supported for: {supported or 'none'})")
+    out, seen = [], set()
+    for candidate in grid:
+        cfg = {**tree_cfg, **{k: candidate[k] for k in keys}}
+        frozen = json.dumps(cfg, sort_keys=True)
+        if frozen not in seen:
+            seen.add(frozen)
+            out.append(cfg)
+    return out
+
+
+def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int = 7) -> list[list[int]]:
+    """Chat prompts from ShareGPT first turns that overlap no evaluation set."""
+    import random
+
+    from specbench.data import sharegpt
+    from specbench.run import chat_prompt
+    from specbench.train.corpus import EvalIndex, evaluation_prompts
+
+    index = EvalIndex(evaluation_prompts())
+    texts = []
+    for conversation in sharegpt.conversations():
+        turns = conversation.get("conversations") or []
+        if turns and turns[0].get("from") == "human" and 40 <= len(turns[0].get("value", "")) <= 800:
+            if not index.overlaps(turns[0]["value"]):
+                texts.append(turns[0]["value"])
+        if len(texts) >= 200:
+            break
+    chosen = random.Random(seed).sample(texts, count)
+    return [chat_prompt(tokenizer, [{"role": "user", "content": t}]) for t in chosen]
+
+
+def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> list[dict]:
+    """Predicted speedup per candidate: the profile prices the forwards; the rest of a
+    step (tree building, bookkeeping), measured in the calibration decodes, is smoothed
+    by a least-squares line in tree size, since single timings here are noisy."""
+    stats = []
+    for cfg, runs, forecast in measured:
+        steps = sum(len(r["accept_lengths"]) for r in runs)
+        decode_ms = sum((r["seconds"] - r["prefill_seconds"]) * 1000 for r in runs)
+        stats.append({
+            "tree": {k: cfg[k] for k in keys},
+            "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(steps, 1),
+            "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(steps, 1),
+            "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(steps, 1),
+            "steps": steps,
+            "forwards_ms": forecast["predicted_decode_seconds"] * 1000,
+            "ar_ms": forecast["predicted_speedup"] * forecast["predicted_decode_seconds"] * 1000,
+            "unpriced_ms_per_step": max(0.0, decode_ms - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1),
+        })
+    sizes = np.array([s["mean_tree_size"] for s in stats])
+    extra = np.array([s["unpriced_ms_per_step"] for s in stats])
+    slope, intercept = np.polyfit(sizes, extra, 1) if len(stats) > 1 and np.ptp(sizes) > 0 else (0.0, float(extra.mean()))
+    rows = []
+    for s in stats:
+        fitted = max(0.0, intercept + slope * s["mean_tree_size"])
+        speedup = s["ar_ms"] / (s["forwards_ms"] + fitted * s["steps"])
+        rows.append({
+            "tree": s["tree"], "tau": s["tau"], "delta": s["delta"], "mean_tree_size": s["mean_tree_size"],
+            "unpriced_ms_per_step": round(s["unpriced_ms_per_step"], 3), "unpriced_fit_ms": round(fitted, 3),
+            "predicted_speedup": round(speedup, 3),
+        })
+    return rows
+
+
+def cache_file(cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, prompts) -> Path:
+    blob = json.dumps([profile.key, drafter, tree_cfg, asdict(sampling), prompts], sort_keys=True, default=str)
+    return cache / f"autotune-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.json"
+
+
+def tune(
+    tree_cfg: dict, drafter, verifier, target, profile: CostProfile, drafter_name: str | None,
+    prompts: list[list[int]], sampling, stop_token_ids: frozenset[int], cache: Path,
+    max_new_tokens: int = CALIBRATION_TOKENS, log=print,
+) -> tuple[dict, dict]:
+    """(concrete tree config, record of the choice) for a tree config with auto keys."""
+    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, [prompts, max_new_tokens])
+    if path.is_file():
+        record = json.loads(path.read_text())
+        return record["chosen"], record
+    from specbench.methods import instantiate_part  # (methods imports this module)
+
+    options = candidates(tree_cfg)
+    policies = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
+    log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes on {len(prompts)} calibration prompts (once; cached in {path})")
+    limits = Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
+    measured = []
+    warm_up = Method(policy=policies[0], verifier=verifier, drafter=drafter)
+    generate(target, warm_up, prompts[0], sampling, Limits(8, stop_token_ids), torch.Generator().manual_seed(0))
+    for cfg, policy in tqdm(list(zip(options, policies)), desc="calibrating tree shapes", unit="shape"):
+        method = Method(policy=policy, verifier=verifier, drafter=drafter)
+        runs = []
+        for index, prompt in enumerate(prompts):
+            generator = torch.Generator().manual_seed(index)
+            out = generate(target, method, prompt, sampling, limits, generator)
+            runs.append({
+                "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
+                "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
+                "seconds": out.seconds, "prefill_seconds": out.prefill_seconds,
+            })
+        measured.append((cfg, runs, predict(runs, profile, drafter_name)))
+    rows = [(cfg, row) for cfg, row in zip(options, price(measured, auto_keys(tree_cfg)))]
+    for _, row in rows:
+        log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
+    best_cfg, best = max(rows, key=lambda r: r[1]["predicted_speedup"])
+    record = {"chosen": best_cfg, "candidates": [r for _, r in rows], "predicted_speedup": best["predicted_speedup"],
+              "calibration": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "temperature": sampling.temperature}}
+    if best["predicted_speedup"] < 1.0:
+        record["chosen"] = rows[0][0]
+        record["note"] = "no shape is predicted faster than AR on this hardware; decoding with the smallest shape"
+        log(f"  {record['note']}")
+    else:
+        log(f"  chosen {best['tree']} (predicted {best['predicted_speedup']:.2f}x)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    return record["chosen"], record

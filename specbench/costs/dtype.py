@@ -1,0 +1,84 @@
+"""`hardware.dtype: auto`: bf16 where the hardware runs it at least as fast as fp32 over
+the tree sizes speculative decoding verifies, fp32 otherwise.
+
+On GPUs bf16 is the answer without measuring. On a CPU the answer depends on its ISA:
+with native bf16 matmul (avx512_bf16, AMX) a bf16 forward over 16 tokens costs little
+more than over one; on AVX2-only CPUs torch runs a bf16 linear layer as one GEMV per
+token, so a 64-token bf16 forward costs many times the fp32 one. So we measure: one
+forward at a few sizes in both dtypes, cached per model and device fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
+from specbench.costs.profile import timed, wide_tree
+from specbench.engine.lean import make_lm
+
+PROBE_SIZES = (1, 4, 16, 64)
+PROBE_CONTEXT = 256
+CANDIDATES = ("bfloat16", "float32")
+
+
+def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> str:
+    """bf16 when its forward is at most fp32's at every probed size, else fp32.
+    `probe` maps dtype -> {str(n): ms}."""
+    bf16, fp32 = probe["bfloat16"], probe["float32"]
+    return "bfloat16" if all(bf16[str(n)] <= fp32[str(n)] for n in sizes) else "float32"
+
+
+def probe_path(cache: Path, model_name: str, fingerprint: dict) -> Path:
+    return cache / f"dtype-{model_name}-{fingerprint_id(fingerprint)}.json"
+
+
+def measure(load_model, repeats: int = 3, forward: str = "auto") -> dict[str, dict[str, float]]:
+    """Forward ms over n tree rows after PROBE_CONTEXT rows, per candidate dtype;
+    `load_model(dtype)` returns the model in that dtype; `forward` as hardware.forward."""
+    probe = {}
+    for dtype in CANDIDATES:
+        lm = make_lm(load_model(dtype), forward)
+        with torch.inference_mode():
+            lm.forward(context=torch.randint(3, lm.vocab_size, (PROBE_CONTEXT,)).tolist())
+            timings = {}
+            for n in PROBE_SIZES:
+                tree = wide_tree(n)
+
+                def step():
+                    lm.forward(tree=tree, nodes=range(n))
+                    lm.commit([])
+
+                timings[str(n)] = round(timed(step, repeats)[0], 3)
+        probe[dtype] = timings
+        del lm
+    return probe
+
+
+def resolve(hardware: dict, model_name: str, load_model, cache: Path, log=print) -> tuple[str, dict | None]:
+    """(dtype, the probe it came from or None) for a hardware config; `auto` is decided
+    here, explicit dtypes pass through."""
+    dtype = hardware.get("dtype")
+    if dtype != "auto":
+        return dtype, None
+    fingerprint = device_fingerprint(hardware.get("device", "cpu"), hardware.get("threads"))
+    if fingerprint["device"] == "cuda":
+        return "bfloat16", {"rule": "bf16 on GPUs"}
+    path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}", fingerprint)
+    if path.is_file():
+        record = json.loads(path.read_text())
+        if record.get("fingerprint") == fingerprint:
+            return choose(record["probe"]), record
+    log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU (once; cached in {path})")
+    start = time.perf_counter()
+    probe = measure(load_model, forward=hardware.get("forward", "auto"))
+    record = {"fingerprint": fingerprint, "context": PROBE_CONTEXT, "probe": probe, "rule": "bf16 if <= fp32 at every n"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    chosen = choose(probe)
+    shown = ", ".join(f"n={n}: bf16 {probe['bfloat16'][str(n)]:.0f} / fp32 {probe['float32'][str(n)]:.0f} ms" for n in PROBE_SIZES)
+    log(f"  {chosen} ({shown}; {time.perf_counter() - start:.0f} s)")
+    return chosen, record

@@ -1,0 +1,217 @@
+"""Cost profiles: measured forward times f(B, c, n) of a target and its drafters.
+
+f(c, n) is the wall time of one forward that feeds n new tree rows after c cached rows
+(B = 1; the batched engine adds the batch axis). It is measured for every n from 1 to
+`max_n` (real curves have steps where a kernel changes), on a grid of contexts, as the
+median of repeated timings after a warm-up, with the spread beside it. A profile is
+keyed by model, dtype and the device fingerprint, cached as versioned JSON, and reused
+until the key changes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import median
+
+import torch
+
+from specbench.engine.lm import TreeLM
+from specbench.engine.tree import DraftTree
+
+VERSION = 1
+
+
+@dataclass
+class Curve:
+    """Forward milliseconds per (context, n): ms[i][n-1] at contexts[i]."""
+
+    contexts: list[int]
+    max_n: int
+    ms: list[list[float]]
+    spread: list[list[float]]  # (max - min) / median of the repeats, per point
+
+    def at(self, context: float, n: int) -> float:
+        """Linear in context between grid points (clamped to the grid); n is clamped to
+        [1, max_n] and extrapolated linearly past max_n from the last two points."""
+        n = max(int(round(n)), 1)
+        rows = [self._at_n(row, n) for row in self.ms]
+        if context <= self.contexts[0] or len(self.contexts) == 1:
+            return rows[0]
+        for (c0, r0), (c1, r1) in zip(zip(self.contexts, rows), zip(self.contexts[1:], rows[1:])):
+            if context <= c1:
+                return r0 + (r1 - r0) * (context - c0) / (c1 - c0)
+        return rows[-1]
+
+    def _at_n(self, row: list[float], n: int) -> float:
+        if n <= self.max_n:
+            return row[n - 1]
+        slope = row[-1] - row[-2] if self.max_n >= 2 else row[-1]
+        return row[-1] + slope * (n - self.max_n)
+
+
+@dataclass
+class CostProfile:
+    key: dict  # model, dtype, fingerprint (device, cpu/gpu, ISA flags, torch, threads)
+    target: Curve
+    drafters: dict[str, Curve] = field(default_factory=dict)  # drafter id -> draft forward curve
+    step_overhead_ms: float = 0.0  # engine work per AR step beyond the target forward
+    commit_ms: float = 0.0  # keeping an accepted path's KV rows, per step
+    version: int = VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CostProfile":
+        raw = json.loads(text)
+        return cls(
+            key=raw["key"], target=Curve(**raw["target"]),
+            drafters={k: Curve(**v) for k, v in raw.get("drafters", {}).items()},
+            step_overhead_ms=raw.get("step_overhead_ms", 0.0), commit_ms=raw.get("commit_ms", 0.0),
+            version=raw.get("version", 0),
+        )
+
+
+def save(profile: CostProfile, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(profile.to_json())
+    tmp.replace(path)
+
+
+def load(path: Path, key: dict) -> CostProfile | None:
+    """The cached profile at `path` when its version and key match, else None."""
+    if not path.is_file():
+        return None
+    try:
+        profile = CostProfile.from_json(path.read_text())
+    except (ValueError, KeyError, TypeError):
+        return None
+    if profile.version != VERSION or profile.key != key:
+        return None
+    return profile
+
+
+GRID = (128, 512, 2048, 8192, 32768)
+
+
+def context_grid(longest: int, points: tuple[int, ...] = GRID) -> list[int]:
+    """Grid points up to the first one that covers the run's longest context (fixed
+    points, so runs of similar length share one cached profile)."""
+    grid = [c for c in points if c < longest]
+    cover = next((c for c in points if c >= longest), longest)
+    return grid + [cover]
+
+
+def wide_tree(n: int) -> DraftTree:
+    """A tree of n nodes (root included) that needs a real tree mask: node i hangs
+    under node (i-1)//2, the shape of a top-2 expansion."""
+    tree = DraftTree.root(1)
+    for i in range(1, n):
+        tree.add((i - 1) // 2, 1 + i % 50)
+    return tree
+
+
+def timed(fn, repeats: int) -> tuple[float, float]:
+    """(median ms, spread) of `repeats` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    mid = median(times)
+    return mid, (max(times) - min(times)) / mid if mid else 0.0
+
+
+def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, progress=None) -> Curve:
+    """Target forward over n tree rows after c context rows; the cache is cut back to
+    the context after each timing, so every point sees exactly c rows."""
+    vocab = lm.vocab_size
+    ms, spread = [], []
+    with torch.inference_mode():
+        for context in contexts:
+            lm.reset()
+            lm.forward(context=torch.randint(3, vocab, (context,)).tolist())
+            row, row_spread = [], []
+            for n in range(1, max_n + 1):
+                tree = wide_tree(n)
+
+                def forward():
+                    lm.forward(tree=tree, nodes=range(n))
+                    lm.commit([])
+
+                mid, sp = timed(forward, repeats)
+                row.append(round(mid, 3))
+                row_spread.append(round(sp, 3))
+                if progress:
+                    progress(f"target c={context} n={n}: {mid:.1f} ms")
+            ms.append(row)
+            spread.append(row_spread)
+    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread)
+
+
+def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, repeats: int, progress=None) -> Curve:
+    """One draft forward over n new tree nodes after c committed tokens, through the
+    Drafter interface alone (begin / logits / commit), so any drafter is profiled the
+    same way: the root is read first (untimed), then n children of the root."""
+    vocab = target.vocab_size
+    ms, spread = [], []
+    with torch.inference_mode():
+        for context in contexts:
+            prompt = torch.randint(3, vocab, (context,)).tolist()
+            target.reset()
+            target.feature_layers = drafter.feature_layers
+            target.forward(context=prompt[:-1])
+            drafter.begin(prompt[:-1], target.features)
+            row, row_spread = [], []
+            for n in range(1, max_n + 1):
+                tree = DraftTree.root(prompt[-1])
+                for i in range(n):
+                    tree.add(0, 3 + i)
+                features = target.features[-1:] if target.features is not None else None
+
+                def forward():
+                    drafter.logits(prompt[:-1], tree, list(range(1, n + 1)))
+
+                def reset():
+                    drafter.commit(tree, [], features)
+                    drafter.logits(prompt[:-1], tree, [0])
+
+                samples = []
+                for _ in range(repeats + 1):
+                    reset()
+                    start = time.perf_counter()
+                    forward()
+                    samples.append((time.perf_counter() - start) * 1000)
+                samples = samples[1:]
+                mid = median(samples)
+                row.append(round(mid, 3))
+                row_spread.append(round((max(samples) - min(samples)) / mid if mid else 0.0, 3))
+                if progress:
+                    progress(f"drafter c={context} n={n}: {mid:.2f} ms")
+            ms.append(row)
+            spread.append(row_spread)
+    target.feature_layers = ()
+    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread)
+
+
+def measure_commit(lm: TreeLM, context: int, repeats: int) -> float:
+    """Median ms of keeping a 4-node accepted path out of a 16-node tree's KV rows (the
+    context grows by 4 rows a repeat, a negligible change)."""
+    tree = DraftTree.root(1)
+    for i in range(1, 16):
+        tree.add(i - 1 if i < 4 else 0, 3 + i)
+    times = []
+    with torch.inference_mode():
+        lm.reset()
+        lm.forward(context=torch.randint(3, lm.vocab_size, (context,)).tolist())
+        for _ in range(repeats + 1):
+            lm.forward(tree=tree, nodes=range(16))
+            start = time.perf_counter()
+            lm.commit([0, 1, 2, 3])
+            times.append((time.perf_counter() - start) * 1000)
+    return round(median(times[1:]), 4)

@@ -1,0 +1,164 @@
+"""Cost profiles and the decisions made from them: round trip and cache key, the dtype
+rule, auto tree shapes, the predicted speedup, and the clock's boundary."""
+
+import time
+
+import pytest
+import torch
+
+from specbench import costs
+from specbench.costs import autotune, dtype as dtype_rule, fingerprint, predict as predict_mod
+from specbench.costs.profile import CostProfile, Curve, context_grid, load, measure_drafter, measure_target, save
+from specbench.drafters.prompt_lookup import PromptLookupDrafter
+from specbench.drafters.small_lm import SmallLMDrafter
+from specbench.engine import loop
+from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Limits, Method, generate
+from specbench.engine.sampling import Sampling
+from specbench.errors import ConfigError
+from specbench.replicate.sweep import Sweep, pin
+from specbench.trees.autoregressive import Autoregressive
+from specbench.trees.chain import Chain
+from specbench.verify.standard import StandardVerifier
+
+from conftest import VOCAB
+
+AVX2_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx avx2 fma bmi2\n"
+AMX_CPUINFO = "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile\n"
+
+
+def flat_curve(ms_at_1: float, per_token: float, max_n: int = 64) -> Curve:
+    row = [ms_at_1 + per_token * (n - 1) for n in range(1, max_n + 1)]
+    return Curve(contexts=[128], max_n=max_n, ms=[row], spread=[[0.0] * max_n])
+
+
+def synthetic_profile(per_token: float, drafter_ms: float = 0.0, base: float = 10.0) -> CostProfile:
+    key = {"model": "tiny", "dtype": "float32", "fingerprint": {"device": "cpu", "cpu_model": "test"}}
+    drafters = {"d": flat_curve(drafter_ms, 0.0)} if drafter_ms else {}
+    return CostProfile(key=key, target=flat_curve(base, per_token), drafters=drafters)
+
+
+def test_fingerprint_names_the_cpu_and_its_matmul_flags():
+    avx2 = fingerprint.cpu_info(AVX2_CPUINFO)
+    assert avx2["cpu_model"] == "AMD EPYC" and avx2["isa"] == ["avx2", "fma"] and avx2["cpu_family_model"] == "25/1"
+    amx = fingerprint.cpu_info(AMX_CPUINFO)
+    assert {"avx512_bf16", "amx_bf16"} <= set(amx["isa"])
+    here = fingerprint.device_fingerprint("cpu", 2)
+    assert here["threads"] == 2 and here["torch"] == torch.__version__ and here["cpu_model"] != "x86_64"
+    assert fingerprint.fingerprint_id(here) != fingerprint.fingerprint_id({**here, "threads": 1})
+
+
+def test_profile_round_trip_and_cache_key(tmp_path):
+    profile = synthetic_profile(1.5, drafter_ms=0.7)
+    path = tmp_path / "p.json"
+    save(profile, path)
+    assert load(path, profile.key) == profile
+    assert load(path, {**profile.key, "dtype": "bfloat16"}) is None  # another key: not reused
+    path.write_text(path.read_text().replace('"version": 1', '"version": 0'))
+    assert load(path, profile.key) is None  # another version: measured again
+
+
+def test_curve_interpolates_context_and_extrapolates_n():
+    curve = Curve(contexts=[100, 300], max_n=3, ms=[[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]], spread=[[0] * 3] * 2)
+    assert curve.at(100, 2) == 2.0 and curve.at(200, 2) == 3.0 and curve.at(50, 1) == 1.0 and curve.at(900, 1) == 3.0
+    assert curve.at(100, 5) == 5.0  # past max_n along the last slope
+    assert context_grid(300) == [128, 512] and context_grid(512) == [128, 512] and context_grid(40) == [128]
+
+
+def test_ensure_profile_measures_once_then_reuses(tmp_path, monkeypatch, target):
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    calls = []
+    real = costs.measure_target
+    monkeypatch.setattr(costs, "measure_target", lambda *a, **k: calls.append(1) or real(*a, **k))
+    key = costs.profile_key("tiny", "float32", "cpu", 1)
+    lm = TreeLM(target)
+    first = costs.ensure_profile(key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=4, log=lambda *_: None)
+    again = costs.ensure_profile(key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=4, log=lambda *_: None)
+    assert len(calls) == 1 and again == first and "pld" in again.drafters
+    assert costs.profile_path(key).with_suffix(".png").is_file()
+
+
+def test_measurements_cover_every_n_and_leave_the_model_usable(target, draft, prompts):
+    lm = TreeLM(target)
+    curve = measure_target(lm, [8, 24], max_n=5, repeats=1)
+    assert [len(r) for r in curve.ms] == [5, 5] and all(v > 0 for r in curve.ms for v in r)
+    drafter_curve = measure_drafter(SmallLMDrafter(draft, VOCAB), lm, [8], max_n=3, repeats=1)
+    assert len(drafter_curve.ms[0]) == 3
+    method = Method(Autoregressive(), StandardVerifier())
+    limits = Limits(max_new_tokens=12)
+    assert generate(lm, method, prompts[0], Sampling(), limits).ids == generate(TreeLM(target), method, prompts[0], Sampling(), limits).ids
+
+
+def test_dtype_rule():
+    avx2 = {"bfloat16": {"1": 42, "4": 80, "16": 259, "64": 947}, "float32": {"1": 57, "4": 70, "16": 128, "64": 266}}
+    native = {"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57}, "float32": {"1": 40, "4": 44, "16": 60, "64": 120}}
+    assert dtype_rule.choose(avx2) == "float32"
+    assert dtype_rule.choose(native) == "bfloat16"
+    assert dtype_rule.resolve({"dtype": "float32"}, "m", None, None) == ("float32", None)
+
+
+def test_auto_candidates_fill_only_auto_keys():
+    cfg = {"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 4, "depth": "auto", "total_tokens": "auto"}
+    options = autotune.candidates(cfg)
+    assert all(o["top_k"] == 4 and isinstance(o["depth"], int) for o in options)
+    assert len({(o["depth"], o["total_tokens"]) for o in options}) == len(options)
+    with pytest.raises(ConfigError, match="mu"):
+        autotune.candidates({"_target_": "specbench.trees.talon.TalonTree", "budget": 60, "mu": "auto", "top_k": 10})
+
+
+def test_predicted_speedup_from_counters():
+    # 3 steps of a 4-node chain accepting 3, 2 and 4 tokens after the prefill token
+    run = {"prompt_tokens": [50], "turn_ids": [list(range(10))], "accept_lengths": [3, 2, 4],
+           "tree_widths": [[1, 1, 1]] * 3, "step_draft_forwards": [3] * 3, "seconds": 1.0, "prefill_seconds": 0.1}
+    flat = predict_mod.predict([run], synthetic_profile(0.0), None)
+    assert flat["predicted_speedup"] == pytest.approx(9 / 3)  # AR: 9 steps of 10 ms; method: 3
+    costly = predict_mod.predict([run], synthetic_profile(10.0, drafter_ms=2.0), "d")
+    assert costly["predicted_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2)))
+
+
+def tune_on(profile, target, draft, prompts, tmp_path):
+    cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
+    drafter = SmallLMDrafter(draft, VOCAB)
+    return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, "d", prompts[:1], Sampling(),
+                         frozenset(), tmp_path, log=lambda *_: None)
+
+
+def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tmp_path):
+    # (profiled forwards of seconds, so the tiny model's real time, the unpriced part, is noise)
+    # verification cost grows steeply with n and drafting is dear: no chain pays, the smallest is used
+    steep = synthetic_profile(per_token=3000.0, drafter_ms=800.0, base=1000.0)
+    chosen, record = tune_on(steep, target, draft, prompts, tmp_path / "a")
+    assert chosen["gamma"] == 1 and "no shape" in record["note"]
+    # flat verification and nearly free drafting: a longer chain wins, predicted faster than AR
+    flat = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
+    chosen, record = tune_on(flat, target, draft, prompts, tmp_path / "b")
+    assert record["predicted_speedup"] >= 1.0 and chosen["gamma"] > 1 and "note" not in record
+    chosen_again, _ = tune_on(flat, target, draft, prompts, tmp_path / "b")
+    assert chosen_again == chosen  # cached
+
+
+def test_bookkeeping_is_outside_the_clock(target, draft, prompts, monkeypatch):
+    lm = TreeLM(target)
+    method = Method(Chain(3), StandardVerifier(), SmallLMDrafter(draft, VOCAB))
+    limits = Limits(max_new_tokens=24)
+    real_nll = loop._nll
+
+    def slow_nll(*args):
+        time.sleep(0.05)
+        return real_nll(*args)
+
+    monkeypatch.setattr(loop, "_nll", slow_nll)
+    start = time.perf_counter()
+    out = generate(lm, method, prompts[1], Sampling(), limits, on_step=lambda n: time.sleep(0.05))
+    wall = time.perf_counter() - start
+    slept = 0.05 * (1 + 2 * out.target_forwards)
+    assert wall >= slept and out.seconds < wall - 0.9 * slept
+
+
+def test_runners_pin_paper_shapes_unless_a_sweep_sets_them():
+    defaults = {"eagle3": {"config.method.tree.depth": 8, "config.method.tree.total_tokens": 60}, "talon": {"config.method.tree.budget": 60}}
+    pinned = pin([Sweep("t", ["method=talon,eagle3", "method.tree.total_tokens=32"])], defaults)
+    assert [s.overrides for s in pinned] == [
+        ["method=talon", "method.tree.total_tokens=32", "method.tree.budget=60"],
+        ["method=eagle3", "method.tree.total_tokens=32", "method.tree.depth=8"],
+    ]
