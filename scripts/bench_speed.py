@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 import matplotlib
@@ -87,12 +88,16 @@ def main() -> None:
     name = fingerprint_id(fingerprint)
     args.out.mkdir(parents=True, exist_ok=True)
     figure(rows, args.out / f"speed-{name}.png")
-    key = costs.profile_key(base["model"]["name"], settings["dtype"], base["hardware"]["device"], base["hardware"]["threads"])
+    profiles = sorted(costs.cache_root().glob(f"{base['model']['name']}-{settings['dtype']}-*-{name}.json"))
+    for profile in profiles:  # the measured curves go beside the results
+        for path in (profile, profile.with_suffix(".png")):
+            if path.is_file():
+                shutil.copy(path, args.out / f"profile-{path.name}")
     lines = [
         f"# Speed on {fingerprint.get('gpu') or fingerprint['cpu_model']} ({name})", "",
         f"- machine: {json.dumps(fingerprint)}",
         f"- dtype (auto): {settings['dtype']}; {settings['threads']} threads; {base['model']['name']} weights {settings['weights_mb']:.0f} MB",
-        f"- cost profile: {costs.profile_path(key)}", "",
+        f"- cost profiles: {', '.join(map(str, profiles))} (copied beside this file as profile-*.json / .png)", "",
         f"## Ours vs transformers ({args.hf_prompts} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt)", "",
         "| | ours tok/s | transformers tok/s | ratio | identical ids |", "| --- | --- | --- | --- | --- |",
     ]

@@ -62,6 +62,8 @@ def test_curve_interpolates_context_and_extrapolates_n():
     curve = Curve(contexts=[100, 300], max_n=3, ms=[[1.0, 2.0, 3.0], [3.0, 4.0, 5.0]], spread=[[0] * 3] * 2)
     assert curve.at(100, 2) == 2.0 and curve.at(200, 2) == 3.0 and curve.at(50, 1) == 1.0 and curve.at(900, 1) == 3.0
     assert curve.at(100, 5) == 5.0  # past max_n along the last slope
+    falling = Curve(contexts=[100], max_n=2, ms=[[3.0, 2.0]], spread=[[0, 0]])
+    assert falling.at(100, 9) == 2.0  # never cheaper than the last measured point
     assert context_grid(300) == [128, 512] and context_grid(512) == [128, 512] and context_grid(40) == [128]
 
 
@@ -75,6 +77,8 @@ def test_ensure_profile_measures_once_then_reuses(tmp_path, monkeypatch, target)
     first = costs.ensure_profile(key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=4, log=lambda *_: None)
     again = costs.ensure_profile(key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=4, log=lambda *_: None)
     assert len(calls) == 1 and again == first and "pld" in again.drafters
+    longer = costs.ensure_profile(key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=6, log=lambda *_: None)
+    assert longer.target.max_n == 6 and longer.drafters["pld"].max_n == 6  # a shorter cached curve is measured again
     assert costs.profile_path(key).with_suffix(".png").is_file()
 
 
@@ -162,3 +166,17 @@ def test_runners_pin_paper_shapes_unless_a_sweep_sets_them():
         ["method=talon", "method.tree.total_tokens=32", "method.tree.budget=60"],
         ["method=eagle3", "method.tree.total_tokens=32", "method.tree.depth=8"],
     ]
+
+
+def test_profile_command_prints_the_curves_and_rejects_bad_input():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    args = [sys.executable, "-m", "specbench.costs", "method=pld", "costs.max_n=4", "costs.repeats=1"]
+    result = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "target c=" in result.stdout and "n=4" in result.stdout and "prompt_lookup" in result.stdout
+    bad = subprocess.run([sys.executable, "-m", "specbench.costs", "method=nope"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "method" in bad.stderr

@@ -48,7 +48,7 @@ def ensure_profile(
 ) -> CostProfile:
     """The cached profile for `key`, measuring what is missing: the target's curve (when
     the cache has none, or its contexts stop short of `longest_context`) and the curve of
-    every drafter in `drafters` (id -> drafter) not profiled yet."""
+    every drafter in `drafters` (id -> drafter) not profiled yet up to `max_n`."""
     path = profile_path(key)
     profile = None if refresh else load(path, key)
     contexts = context_grid(longest_context)
@@ -62,7 +62,8 @@ def ensure_profile(
         log(f"  target profiled in {time.perf_counter() - start:.0f} s: n=1 {curve.at(contexts[0], 1):.1f} ms, n={max_n} {curve.at(contexts[0], max_n):.1f} ms at c={contexts[0]}")
         save(profile, path)
     for name, drafter in (drafters or {}).items():
-        if name in profile.drafters or drafter is None or not hasattr(drafter, "logits"):
+        known = profile.drafters.get(name)
+        if (known is not None and known.max_n >= max_n) or drafter is None:
             continue
         log(f"profiling drafter {name} (n = 1..{max_n})")
         draft_contexts = [c for c in profile.target.contexts if c <= min(longest_context, 1024)] or profile.target.contexts[:1]

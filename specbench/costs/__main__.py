@@ -2,7 +2,7 @@
 the cached) cost profile of a target and the method's drafter on this machine.
 
     python -m specbench.costs method=eagle3            # the embedded model + its EAGLE-3 head
-    python -m specbench.costs method=sps hardware=cpu-bf16 costs.refresh=true
+    python -m specbench.costs method=sps costs.refresh=true   # time the dtype probe and the curves again
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
         cfg.hydra = None
     cfg = OmegaConf.to_container(cfg, resolve=True)
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
-    hardware["dtype"], _ = dtype_rule.resolve(hardware, model_cfg["name"], lambda d: registry.load_model(model_cfg, d, hardware["device"]), costs.cache_root())
+    hardware["dtype"], _ = dtype_rule.resolve(hardware, model_cfg["name"], lambda d: registry.load_model(model_cfg, d, hardware["device"]), costs.cache_root(), refresh=refresh)
     if hardware.get("threads"):
         import torch
 

@@ -58,9 +58,9 @@ def measure(load_model, repeats: int = 3, forward: str = "auto") -> dict[str, di
     return probe
 
 
-def resolve(hardware: dict, model_name: str, load_model, cache: Path, log=print) -> tuple[str, dict | None]:
+def resolve(hardware: dict, model_name: str, load_model, cache: Path, log=print, refresh: bool = False) -> tuple[str, dict | None]:
     """(dtype, the probe it came from or None) for a hardware config; `auto` is decided
-    here, explicit dtypes pass through."""
+    here (`refresh`: timed again), explicit dtypes pass through."""
     dtype = hardware.get("dtype")
     if dtype != "auto":
         return dtype, None
@@ -68,7 +68,7 @@ def resolve(hardware: dict, model_name: str, load_model, cache: Path, log=print)
     if fingerprint["device"] == "cuda":
         return "bfloat16", {"rule": "bf16 on GPUs"}
     path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}", fingerprint)
-    if path.is_file():
+    if path.is_file() and not refresh:
         record = json.loads(path.read_text())
         if record.get("fingerprint") == fingerprint:
             return choose(record["probe"]), record

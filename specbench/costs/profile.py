@@ -17,6 +17,7 @@ from pathlib import Path
 from statistics import median
 
 import torch
+from tqdm import tqdm
 
 from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
@@ -35,7 +36,8 @@ class Curve:
 
     def at(self, context: float, n: int) -> float:
         """Linear in context between grid points (clamped to the grid); n is clamped to
-        [1, max_n] and extrapolated linearly past max_n from the last two points."""
+        [1, max_n] and extrapolated linearly past max_n from the last two points (flat
+        if they fall)."""
         n = max(int(round(n)), 1)
         rows = [self._at_n(row, n) for row in self.ms]
         if context <= self.contexts[0] or len(self.contexts) == 1:
@@ -48,7 +50,7 @@ class Curve:
     def _at_n(self, row: list[float], n: int) -> float:
         if n <= self.max_n:
             return row[n - 1]
-        slope = row[-1] - row[-2] if self.max_n >= 2 else row[-1]
+        slope = max(row[-1] - row[-2], 0.0) if self.max_n >= 2 else 0.0  # never cheaper past the data
         return row[-1] + slope * (n - self.max_n)
 
 
@@ -127,11 +129,12 @@ def timed(fn, repeats: int) -> tuple[float, float]:
     return mid, (max(times) - min(times)) / mid if mid else 0.0
 
 
-def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, progress=None) -> Curve:
+def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int) -> Curve:
     """Target forward over n tree rows after c context rows; the cache is cut back to
     the context after each timing, so every point sees exactly c rows."""
     vocab = lm.vocab_size
     ms, spread = [], []
+    bar = tqdm(total=len(contexts) * max_n, desc="profiling target forwards", unit="point")
     with torch.inference_mode():
         for context in contexts:
             lm.reset()
@@ -147,19 +150,21 @@ def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, pr
                 mid, sp = timed(forward, repeats)
                 row.append(round(mid, 3))
                 row_spread.append(round(sp, 3))
-                if progress:
-                    progress(f"target c={context} n={n}: {mid:.1f} ms")
+                bar.set_postfix(c=context, n=n, ms=f"{mid:.1f}", refresh=False)
+                bar.update(1)
             ms.append(row)
             spread.append(row_spread)
+    bar.close()
     return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread)
 
 
-def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, repeats: int, progress=None) -> Curve:
+def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, repeats: int) -> Curve:
     """One draft forward over n new tree nodes after c committed tokens, through the
     Drafter interface alone (begin / logits / commit), so any drafter is profiled the
     same way: the root is read first (untimed), then n children of the root."""
     vocab = target.vocab_size
     ms, spread = [], []
+    bar = tqdm(total=len(contexts) * max_n, desc="profiling draft forwards", unit="point")
     with torch.inference_mode():
         for context in contexts:
             prompt = torch.randint(3, vocab, (context,)).tolist()
@@ -191,10 +196,10 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
                 mid = median(samples)
                 row.append(round(mid, 3))
                 row_spread.append(round((max(samples) - min(samples)) / mid if mid else 0.0, 3))
-                if progress:
-                    progress(f"drafter c={context} n={n}: {mid:.2f} ms")
+                bar.update(1)
             ms.append(row)
             spread.append(row_spread)
+    bar.close()
     target.feature_layers = ()
     return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread)
 
