@@ -26,7 +26,6 @@ import torch
 from tqdm import tqdm
 
 from specbench import costs, methods
-from specbench.costs import dtype as dtype_rule
 from specbench.data import questions
 from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, generate
@@ -56,7 +55,7 @@ class Stopwatch:
         delattr(self.owner, self.name)
 
 
-DRAFT_CALLS = ("logits", "commit")
+DRAFT_CALLS = ("logits", "commit")  # the calls whose forwards N_q counts
 # the fixed shapes this benchmark has always measured (the MARS/TALON setups); the method
 # configs' `auto` shapes are chosen per machine by a run (python -m specbench, make bench)
 PAPER_SHAPES = {
@@ -66,7 +65,7 @@ PAPER_SHAPES = {
     "sps": ["method.tree.gamma=5"],
     "pld": ["method.tree.gamma=10"],
     "sps_tree": ["method.tree.top_k=4", "method.tree.depth=5", "method.tree.total_tokens=24"],
-}  # the calls whose forwards N_q counts
+}
 
 
 def run_dataset(name, temperature, args, model, tokenizer, hardware, target, built, eos, out_file, finished) -> dict:
@@ -191,7 +190,7 @@ def main() -> None:
     finished = load_finished(samples_path, settings_path, settings)
     cfg = config(*args.overrides)
     hardware = dict(cfg["hardware"])
-    hardware["dtype"], _ = dtype_rule.resolve(hardware, cfg["model"]["name"], lambda d: registry.load_model(cfg["model"], d, hardware["device"]), costs.cache_root())
+    hardware["dtype"], _ = costs.resolve_dtype(hardware, cfg["model"])
     torch.set_num_threads(hardware["threads"])
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])

@@ -20,7 +20,6 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from specbench import costs, methods
-from specbench.costs import dtype as dtype_rule
 from specbench.data import questions
 from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, generate
@@ -47,7 +46,7 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     """tok/s of ours and transformers' for ar, pld and sps on the config's prompts, side by
     side per prompt; {name: {"ours", "hf", "ratio", "identical", "prompts"}}."""
     hardware = dict(cfg["hardware"])
-    hardware["dtype"], _ = dtype_rule.resolve(hardware, cfg["model"]["name"], lambda d: registry.load_model(cfg["model"], d, hardware["device"]), costs.cache_root())
+    hardware["dtype"], _ = costs.resolve_dtype(hardware, cfg["model"])
     torch.set_num_threads(hardware["threads"])
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])

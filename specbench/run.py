@@ -18,7 +18,6 @@ from tqdm import tqdm
 
 from specbench import costs, methods, tracking
 from specbench.costs import autotune
-from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import device_fingerprint
 from specbench.costs.predict import predict
 from specbench.costs.profile import CostProfile
@@ -84,9 +83,7 @@ class Runner:
         dtype and any `auto` tree shape are decided here, from measured costs."""
         cfg = self.cfg
         hardware = self.hardware = dict(cfg["hardware"])
-        hardware["dtype"], self.dtype_choice = dtype_rule.resolve(
-            hardware, cfg["model"]["name"], lambda d: registry.load_model(cfg["model"], d, hardware["device"]), costs.cache_root(),
-        )
+        hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"])
         model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
         self.target = make_lm(model, hardware.get("forward", "auto"))
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
@@ -98,7 +95,7 @@ class Runner:
         self.profile, self.shape_choice = None, None
         self.method = methods.build(cfg["method"], model, hardware, tune_tree=self.tune_tree)
         self.baseline = methods.build(cfg["baseline"]["method"], model, hardware) if self.paired else None
-        if self.costs_cfg.get("profile", True):
+        if self.costs_cfg.get("profile", True) and self.profile is None:  # tune_tree has it already
             self.cost_profile(self.method.drafter)
 
     @property
@@ -133,9 +130,10 @@ class Runner:
     def tune_tree(self, tree_cfg: dict, drafter, verifier) -> dict:
         """Tree parameters set to `auto`: the shape with the best predicted speedup."""
         profile = self.cost_profile(drafter)
+        count = self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS)
         chosen, self.shape_choice = autotune.tune(
             tree_cfg, drafter, verifier, self.target, profile, costs.drafter_id(self.cfg["method"].get("drafter")),
-            autotune.calibration_prompts(self.tokenizer, self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS)),
+            lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count),
             self.sampling, self.limits.stop_token_ids, costs.cache_root(),
             max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS),
         )

@@ -123,7 +123,7 @@ def test_predicted_speedup_from_counters():
 def tune_on(profile, target, draft, prompts, tmp_path):
     cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
     drafter = SmallLMDrafter(draft, VOCAB)
-    return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, "d", prompts[:1], Sampling(),
+    return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, "d", lambda: prompts[:1], "test-prompts", Sampling(),
                          frozenset(), tmp_path, log=lambda *_: None)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
 from specbench.costs.profile import CostProfile, context_grid, load, measure_commit, measure_drafter, measure_target, save
 from specbench.engine.lm import TreeLM
@@ -21,6 +22,15 @@ REPEATS = 5
 
 def cache_root() -> Path:
     return registry.cache_dir() / "costs"
+
+
+def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False) -> tuple[str, dict | None]:
+    """(dtype, the probe behind it) for `hardware.dtype`, `auto` decided for this model on
+    this machine (specbench.costs.dtype); explicit dtypes pass through."""
+    def load_model(dtype: str):
+        return registry.load_model(model_cfg, dtype, hardware["device"])
+
+    return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh)
 
 
 def profile_key(model_name: str, dtype: str, device: str, threads: int | None, forward: str = "TreeLM") -> dict:
@@ -51,6 +61,7 @@ def ensure_profile(
     every drafter in `drafters` (id -> drafter) not profiled yet up to `max_n`."""
     path = profile_path(key)
     profile = None if refresh else load(path, key)
+    measured = False
     contexts = context_grid(longest_context)
     if profile is None or profile.target.contexts[-1] < longest_context or profile.target.max_n < max_n:
         log(f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {contexts} (cached in {path})")
@@ -61,6 +72,7 @@ def ensure_profile(
         profile.step_overhead_ms = measure_step_overhead(target, profile, contexts[0])
         log(f"  target profiled in {time.perf_counter() - start:.0f} s: n=1 {curve.at(contexts[0], 1):.1f} ms, n={max_n} {curve.at(contexts[0], max_n):.1f} ms at c={contexts[0]}")
         save(profile, path)
+        measured = True
     for name, drafter in (drafters or {}).items():
         known = profile.drafters.get(name)
         if (known is not None and known.max_n >= max_n) or drafter is None:
@@ -69,13 +81,20 @@ def ensure_profile(
         draft_contexts = [c for c in profile.target.contexts if c <= min(longest_context, 1024)] or profile.target.contexts[:1]
         profile.drafters[name] = measure_drafter(drafter, target, draft_contexts, max_n, repeats)
         save(profile, path)
+        measured = True
+    if measured or not path.with_suffix(".png").is_file():
+        draw_curves(profile, path.with_suffix(".png"), log)
+    return profile
+
+
+def draw_curves(profile: CostProfile, path: Path, log) -> None:
+    """The curves as a PNG beside the profile; a figure never stops a run."""
     try:
         from specbench.costs.plot import draw
 
-        draw(profile, path.with_suffix(".png"))
-    except Exception as error:  # noqa: BLE001 - a figure never stops a run
+        draw(profile, path)
+    except Exception as error:  # noqa: BLE001
         log(f"warning: cost curve figure not drawn: {error!r}")
-    return profile
 
 
 def measure_step_overhead(target: TreeLM, profile: CostProfile, context: int, steps: int = 32) -> float:

@@ -14,7 +14,6 @@ from omegaconf import OmegaConf, open_dict
 
 from specbench import costs, methods
 from specbench.__main__ import CONF_DIR, check_choices
-from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.engine.lean import make_lm
 from specbench.errors import ConfigError
@@ -31,7 +30,7 @@ def main(argv: list[str]) -> None:
         cfg.hydra = None
     cfg = OmegaConf.to_container(cfg, resolve=True)
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
-    hardware["dtype"], _ = dtype_rule.resolve(hardware, model_cfg["name"], lambda d: registry.load_model(model_cfg, d, hardware["device"]), costs.cache_root(), refresh=refresh)
+    hardware["dtype"], _ = costs.resolve_dtype(hardware, model_cfg, refresh=refresh)
     if hardware.get("threads"):
         import torch
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -54,7 +55,15 @@ def candidates(tree_cfg: dict) -> list[dict]:
     return out
 
 
-def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int = 7) -> list[list[int]]:
+CALIBRATION_SEED = 7
+
+
+def calibration_id(count: int, seed: int = CALIBRATION_SEED) -> str:
+    """Names the prompts calibration_prompts(count, seed) picks (cache key without reading them)."""
+    return f"sharegpt-first-turns-no-eval-overlap:{count}:{seed}"
+
+
+def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int = CALIBRATION_SEED) -> list[list[int]]:
     """Chat prompts from ShareGPT first turns that overlap no evaluation set."""
     import random
 
@@ -108,18 +117,20 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
     return rows
 
 
-def cache_file(cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, prompts) -> Path:
-    blob = json.dumps([profile.key, drafter, tree_cfg, asdict(sampling), prompts], sort_keys=True, default=str)
+def cache_file(cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, calibration) -> Path:
+    blob = json.dumps([profile.key, drafter, tree_cfg, asdict(sampling), calibration], sort_keys=True, default=str)
     return cache / f"autotune-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.json"
 
 
 def tune(
     tree_cfg: dict, drafter, verifier, target, profile: CostProfile, drafter_name: str | None,
-    prompts: list[list[int]], sampling, stop_token_ids: frozenset[int], cache: Path,
+    make_prompts: Callable[[], list[list[int]]], prompts_id: str, sampling, stop_token_ids: frozenset[int], cache: Path,
     max_new_tokens: int = CALIBRATION_TOKENS, log=print,
 ) -> tuple[dict, dict]:
-    """(concrete tree config, record of the choice) for a tree config with auto keys."""
-    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, [prompts, max_new_tokens])
+    """(concrete tree config, record of the choice) for a tree config with auto keys.
+    `make_prompts()` gives the calibration prompts, read only when the cache (keyed by
+    `prompts_id`) has no choice yet."""
+    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, [prompts_id, max_new_tokens])
     if path.is_file():
         record = json.loads(path.read_text())
         return record["chosen"], record
@@ -127,6 +138,7 @@ def tune(
 
     options = candidates(tree_cfg)
     policies = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
+    prompts = make_prompts()
     log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes on {len(prompts)} calibration prompts (once; cached in {path})")
     limits = Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     measured = []
@@ -144,7 +156,7 @@ def tune(
                 "seconds": out.seconds, "prefill_seconds": out.prefill_seconds,
             })
         measured.append((cfg, runs, predict(runs, profile, drafter_name)))
-    rows = [(cfg, row) for cfg, row in zip(options, price(measured, auto_keys(tree_cfg)))]
+    rows = list(zip(options, price(measured, auto_keys(tree_cfg))))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
     best_cfg, best = max(rows, key=lambda r: r[1]["predicted_speedup"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
-from specbench.costs.profile import timed, wide_tree
+from specbench.costs.profile import tree_forward_ms
 from specbench.engine.lean import make_lm
 
 PROBE_SIZES = (1, 4, 16, 64)
@@ -44,15 +44,7 @@ def measure(load_model, repeats: int = 3, forward: str = "auto") -> dict[str, di
         lm = make_lm(load_model(dtype), forward)
         with torch.inference_mode():
             lm.forward(context=torch.randint(3, lm.vocab_size, (PROBE_CONTEXT,)).tolist())
-            timings = {}
-            for n in PROBE_SIZES:
-                tree = wide_tree(n)
-
-                def step():
-                    lm.forward(tree=tree, nodes=range(n))
-                    lm.commit([])
-
-                timings[str(n)] = round(timed(step, repeats)[0], 3)
+            timings = {str(n): round(tree_forward_ms(lm, n, repeats)[0], 3) for n in PROBE_SIZES}
         probe[dtype] = timings
         del lm
     return probe

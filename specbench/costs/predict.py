@@ -35,14 +35,14 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict
     draft_curve = profile.drafters.get(drafter) if drafter else None
     per_step_extra = profile.step_overhead_ms
     method_ms = ar_ms = forward_ms = 0.0
-    draft_used = False
+    drafted = False
     for run in runs:
         for context, n, drafts in steps(run):
             verify = profile.target.at(context, n)
             draft = 0.0
+            drafted = drafted or drafts > 0
             if drafts and draft_curve is not None:
                 draft = drafts * draft_curve.at(context, max(1.0, (n - 1) / drafts))
-                draft_used = True
             forward_ms += verify + draft
             method_ms += verify + draft + per_step_extra + (profile.commit_ms if n > 1 else 0.0)
         for prompt_len, ids in zip(run["prompt_tokens"], run["turn_ids"]):
@@ -57,6 +57,6 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict
         "engine_overhead_share": max(0.0, 1 - forward_ms / decode_ms) if decode_ms else None,
         "profile": {"model": profile.key["model"], "dtype": profile.key["dtype"]},
     }
-    if drafter and not draft_used and any(s[2] for r in runs for s in steps(r)):
+    if drafted and draft_curve is None:
         result["note"] = f"no cost curve for drafter {drafter}: draft forwards left out of the prediction"
     return result

@@ -117,16 +117,30 @@ def wide_tree(n: int) -> DraftTree:
     return tree
 
 
-def timed(fn, repeats: int) -> tuple[float, float]:
-    """(median ms, spread) of `repeats` calls after one warm-up call."""
-    fn()
+def timed(fn, repeats: int, setup=None) -> tuple[float, float]:
+    """(median ms, spread) of `repeats` calls after one warm-up call; `setup()`, when
+    given, runs untimed before every call."""
     times = []
-    for _ in range(repeats):
+    for _ in range(repeats + 1):
+        if setup is not None:
+            setup()
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1000)
+    times = times[1:]  # the warm-up
     mid = median(times)
     return mid, (max(times) - min(times)) / mid if mid else 0.0
+
+
+def tree_forward_ms(lm: TreeLM, n: int, repeats: int) -> tuple[float, float]:
+    """timed() of one forward over a wide_tree(n), cut back to the same context after each."""
+    tree = wide_tree(n)
+
+    def forward():
+        lm.forward(tree=tree, nodes=range(n))
+        lm.commit([])
+
+    return timed(forward, repeats)
 
 
 def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int) -> Curve:
@@ -141,13 +155,7 @@ def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int) ->
             lm.forward(context=torch.randint(3, vocab, (context,)).tolist())
             row, row_spread = [], []
             for n in range(1, max_n + 1):
-                tree = wide_tree(n)
-
-                def forward():
-                    lm.forward(tree=tree, nodes=range(n))
-                    lm.commit([])
-
-                mid, sp = timed(forward, repeats)
+                mid, sp = tree_forward_ms(lm, n, repeats)
                 row.append(round(mid, 3))
                 row_spread.append(round(sp, 3))
                 bar.set_postfix(c=context, n=n, ms=f"{mid:.1f}", refresh=False)
@@ -186,16 +194,9 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
                     drafter.commit(tree, [], features)
                     drafter.logits(prompt[:-1], tree, [0])
 
-                samples = []
-                for _ in range(repeats + 1):
-                    reset()
-                    start = time.perf_counter()
-                    forward()
-                    samples.append((time.perf_counter() - start) * 1000)
-                samples = samples[1:]
-                mid = median(samples)
+                mid, sp = timed(forward, repeats, setup=reset)
                 row.append(round(mid, 3))
-                row_spread.append(round((max(samples) - min(samples)) / mid if mid else 0.0, 3))
+                row_spread.append(round(sp, 3))
                 bar.update(1)
             ms.append(row)
             spread.append(row_spread)
@@ -210,13 +211,8 @@ def measure_commit(lm: TreeLM, context: int, repeats: int) -> float:
     tree = DraftTree.root(1)
     for i in range(1, 16):
         tree.add(i - 1 if i < 4 else 0, 3 + i)
-    times = []
     with torch.inference_mode():
         lm.reset()
         lm.forward(context=torch.randint(3, lm.vocab_size, (context,)).tolist())
-        for _ in range(repeats + 1):
-            lm.forward(tree=tree, nodes=range(16))
-            start = time.perf_counter()
-            lm.commit([0, 1, 2, 3])
-            times.append((time.perf_counter() - start) * 1000)
-    return round(median(times[1:]), 4)
+        mid, _ = timed(lambda: lm.commit([0, 1, 2, 3]), repeats, setup=lambda: lm.forward(tree=tree, nodes=range(16)))
+    return round(mid, 4)

@@ -1,11 +1,13 @@
 """A lean forward for Llama-architecture models: the same weights, a preallocated KV
-cache, fused projections, and none of the per-call machinery of a general model class.
+cache, and none of the per-call machinery of a general model class.
 
 On a CPU about half of a 135M model's decoding step is per-op dispatch and Python over
-30 layers, not arithmetic. This forward runs each layer as: RMSNorm, one fused QKV
-matmul, RoPE from a precomputed table, an in-place cache write, SDPA over the cache
-(GQA without copies), the output projection, RMSNorm, one fused gate/up matmul, SiLU,
-the down projection. Committing a path moves rows inside the preallocated cache.
+30 layers, not arithmetic. This forward runs each layer as: RMSNorm, the Q, K and V
+projections, RoPE from a precomputed table, an in-place cache write, SDPA over the cache
+(KV heads expanded to the query heads), the output projection, RMSNorm, gate and up
+projections, SiLU, the down projection. Fused QKV / gate-up weights and GQA inside SDPA
+were measured slower on an AVX2 CPU (bigger GEMMs ran slower per FLOP; SDPA fell back to
+its math kernel), so they are not used. Committing a path moves rows inside the cache.
 It computes what the Hugging Face forward computes (ids equal in fp32; tested), and
 `TreeLM` falls back to that forward for any architecture not listed here.
 """
@@ -16,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from specbench.engine.lm import TreeLM
+from specbench.errors import require
 
 ROPE_TYPES = ("default", "llama3", "linear")  # inv_freq fixed at load time
 INITIAL_ROWS = 1024
@@ -162,8 +165,6 @@ FORWARDS = ("auto", "lean", "hf")
 def make_lm(model: torch.nn.Module, forward: str = "auto") -> TreeLM:
     """The KV-cached LM over `model`: the lean forward where it supports the architecture
     (`auto` or `lean`), the model's own forward otherwise or when asked (`hf`)."""
-    from specbench.errors import require
-
     require(forward in FORWARDS, "hardware.forward", f"unknown {forward!r}; choose one of {', '.join(FORWARDS)}")
     if forward == "lean":
         require(supports(model), "hardware.forward", f"lean supports Llama-architecture models; {type(model).__name__} needs hardware.forward=hf or auto")

@@ -35,13 +35,23 @@ def per_method(sweeps: list[Sweep]) -> list[Sweep]:
     method (ar) and fail: such sweeps become one sweep per method."""
     split = []
     for sweep in sweeps:
-        methods = next((o.split("=", 1)[1] for o in sweep.overrides if o.startswith("method=") and "," in o), None)
-        if methods is None or not any(o.startswith("method.") for o in sweep.overrides):
+        if any(o.startswith("method.") for o in sweep.overrides):
+            split += [one for _, one in each_method(sweep)]
+        else:
             split.append(sweep)
-            continue
-        for method in methods.split(","):
-            split.append(Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides]))
     return split
+
+
+def each_method(sweep: Sweep) -> list[tuple[str | None, Sweep]]:
+    """(method, the sweep for that method alone) for each method a `method=a,b` sweep
+    lists; (None, the sweep) when it names no method."""
+    methods = next((o.split("=", 1)[1] for o in sweep.overrides if o.startswith("method=")), None)
+    if methods is None:
+        return [(None, sweep)]
+    return [
+        (method, Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides]))
+        for method in methods.split(",")
+    ]
 
 
 def pin(sweeps: list[Sweep], defaults: dict[str, dict]) -> list[Sweep]:
@@ -50,14 +60,10 @@ def pin(sweeps: list[Sweep], defaults: dict[str, dict]) -> list[Sweep]:
     {"config.<key>": value}) as overrides, except keys the sweep sets itself."""
     pinned = []
     for sweep in sweeps:
-        methods = next((o.split("=", 1)[1] for o in sweep.overrides if o.startswith("method=")), None)
-        if methods is None:
-            pinned.append(sweep)
-            continue
-        for method in methods.split(","):
-            keys = {o.split("=", 1)[0] for o in sweep.overrides}
+        keys = {o.split("=", 1)[0] for o in sweep.overrides}
+        for method, one in each_method(sweep):
             extra = [f"{k.removeprefix('config.')}={v}" for k, v in defaults.get(method, {}).items() if k.removeprefix("config.") not in keys]
-            pinned.append(Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides] + extra))
+            pinned.append(Sweep(one.name, one.overrides + extra))
     return pinned
 
 
