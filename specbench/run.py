@@ -20,11 +20,11 @@ from specbench import costs, methods, tracking
 from specbench.costs import autotune
 from specbench.costs.fingerprint import device_fingerprint
 from specbench.costs.predict import predict
-from specbench.costs.profile import CostProfile
+from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.data import questions
 from specbench.config import config_hash, run_name
 from specbench.engine.lean import make_lm
-from specbench.engine.loop import Limits, Method, generate, merge_notes
+from specbench.engine.loop import Limits, Method, generate_batch, merge_notes
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError, require
 from specbench.metrics import quality, speed
@@ -32,6 +32,7 @@ from specbench.models import registry
 from specbench.report.table import print_summary
 
 BASELINE_MODES = ("paired", "cached", "none")
+MAX_BATCH = 32
 # room kept after prompt + max_new_tokens for the draft tree of the last step
 TREE_MARGIN = 64
 
@@ -41,7 +42,7 @@ class MethodRun:
     """What one method produced for one sample (all turns)."""
 
     new_tokens: int
-    seconds: float
+    seconds: float  # this sample's latency (all turns), decoding only
     prefill_seconds: float
     target_forwards: int
     draft_forwards: int
@@ -55,6 +56,9 @@ class MethodRun:
     tree_widths: list[list[int]]
     accepted_ranks: list[list[int]]
     verifier_notes: dict
+    batch_size: int = 1  # sequences decoded together (gen.batch_size, fewer in a last batch)
+    batch_seconds: float = 0.0  # the whole batch's decoding time, the same in each of its samples
+    batch_id: str = ""  # the first sample of its batch: throughput counts each batch's time once
 
 
 class Runner:
@@ -64,6 +68,11 @@ class Runner:
         gen, hardware = cfg["gen"], cfg["hardware"]
         max_new = gen["max_new_tokens"]
         require(isinstance(max_new, int) and max_new >= 1, "gen.max_new_tokens", f"must be an integer >= 1, got {max_new!r}")
+        self.batch_size = gen.get("batch_size", 1)
+        require(
+            isinstance(self.batch_size, int) and 1 <= self.batch_size <= MAX_BATCH, "gen.batch_size",
+            f"must be an integer from 1 to {MAX_BATCH}, got {self.batch_size!r}",
+        )
         self.sampling = Sampling(gen["temperature"], gen["top_p"], gen["top_k"])
         mode = cfg["baseline"]["mode"]
         require(mode in BASELINE_MODES, "baseline.mode", f"unknown {mode!r}; choose one of {', '.join(BASELINE_MODES)}")
@@ -97,6 +106,8 @@ class Runner:
         self.baseline = methods.build(cfg["baseline"]["method"], model, hardware) if self.paired else None
         if self.costs_cfg.get("profile", True) and self.profile is None:  # tune_tree has it already
             self.cost_profile(self.method.drafter)
+        if self.profile is not None:
+            self.method.costs = self.method_costs
 
     @property
     def costs_cfg(self) -> dict:
@@ -113,7 +124,9 @@ class Runner:
         self.profile = costs.ensure_profile(
             key, self.target, longest, {name: drafter} if drafter is not None else None,
             repeats=self.costs_cfg.get("repeats", costs.REPEATS), max_n=self.costs_cfg.get("max_n", costs.MAX_N),
+            batch=self.batch_size,
         )
+        self.method_costs = ProfileCosts(self.profile, name)
         return self.profile
 
     def save_decisions(self) -> None:
@@ -150,18 +163,18 @@ class Runner:
         if todo:
             self.load()
             self.save_decisions()
-            self.warm_up(todo[0])
+            self.warm_up(todo[: self.batch_size])
         bar = tqdm(total=len(self.samples), initial=len(self.samples) - len(todo), desc=self.cfg["method"]["name"], unit="sample")
         with open(path, "a", encoding="utf-8") as out:
-            for index, sample in enumerate(todo):
-                record = self.run_sample(sample, baseline_first=index % 2 == 1, bar=bar)
-                out.write(json.dumps(record) + "\n")
+            for index, start in enumerate(range(0, len(todo), self.batch_size)):
+                for record in self.run_batch(todo[start : start + self.batch_size], baseline_first=index % 2 == 1, bar=bar):
+                    out.write(json.dumps(record) + "\n")
+                    records.append(record)
+                    if tracker:
+                        tracker.sample(record)
                 out.flush()
                 os.fsync(out.fileno())
-                records.append(record)
-                if tracker:
-                    tracker.sample(record)
-                bar.update(1)
+                bar.update(min(self.batch_size, len(todo) - start))
         bar.close()
         summary = self.summarize(records)
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -170,42 +183,59 @@ class Runner:
         print_summary(summary)
         return summary
 
-    def warm_up(self, sample: questions.Sample) -> None:
-        """First touches of fresh memory are slow: run each method once, untimed."""
-        prompt = self.prompt_ids([{"role": "user", "content": sample.turns[0]}], sample.id)
+    def warm_up(self, samples: list[questions.Sample]) -> None:
+        """First touches of fresh memory are slow: run each method once, untimed, at the
+        run's batch size."""
+        prompts = [self.prompt_ids([{"role": "user", "content": s.turns[0]}], s.id) for s in samples]
         limits = Limits(min(16, self.limits.max_new_tokens), self.limits.stop_token_ids)
         for method in filter(None, (self.method, self.baseline)):
-            generate(self.target, method, prompt, self.sampling, limits, self.generator(sample.id))
+            generate_batch(self.target, method, prompts, self.sampling, limits, [self.generator(s.id) for s in samples])
 
-    def run_sample(self, sample: questions.Sample, baseline_first: bool, bar) -> dict:
+    def run_batch(self, samples: list[questions.Sample], baseline_first: bool, bar) -> list[dict]:
+        """The method and the baseline back to back on the same batch of samples."""
         runs = {}
         order = [("baseline", self.baseline), ("method", self.method)]
         if not baseline_first:
             order.reverse()
         for role, method in order:
             if method is not None:
-                runs[role] = self.decode_turns(sample, method, bar if role == "method" else None)
-        record = {"id": sample.id, "category": sample.category, "method": asdict(runs["method"])}
-        if "baseline" in runs:
-            record["baseline"] = asdict(runs["baseline"])
-            record["baseline_first"] = baseline_first
-        return record
+                runs[role] = self.decode_turns(samples, method, bar if role == "method" else None)
+        records = []
+        for i, sample in enumerate(samples):
+            record = {"id": sample.id, "category": sample.category, "method": asdict(runs["method"][i])}
+            if "baseline" in runs:
+                record["baseline"] = asdict(runs["baseline"][i])
+                record["baseline_first"] = baseline_first
+            records.append(record)
+        return records
 
-    def decode_turns(self, sample: questions.Sample, method: Method, bar) -> MethodRun:
-        """All turns of a conversation; each later turn sees this method's own answers."""
-        messages, runs = [], []
-        generator = self.generator(sample.id)
-        for turn in sample.turns:
-            messages.append({"role": "user", "content": turn})
-            prompt = self.prompt_ids(messages, sample.id)
+    def decode_turns(self, samples: list[questions.Sample], method: Method, bar) -> list[MethodRun]:
+        """All turns of a batch of conversations, turn by turn (a batch holds the samples
+        that have that turn); each later turn sees this method's own answers."""
+        messages = [[] for _ in samples]
+        results: list[list[tuple[int, object, str]]] = [[] for _ in samples]
+        generators = [self.generator(s.id) for s in samples]
+        batch_seconds = 0.0
+        for turn in range(max(len(s.turns) for s in samples)):
+            rows = [i for i, s in enumerate(samples) if turn < len(s.turns)]
+            for i in rows:
+                messages[i].append({"role": "user", "content": samples[i].turns[turn]})
+            prompts = [self.prompt_ids(messages[i], samples[i].id) for i in rows]
             progress = Progress(bar) if bar is not None else None
-            result = generate(
-                self.target, method, prompt, self.sampling, self.limits, generator,
+            generations = generate_batch(
+                self.target, method, prompts, self.sampling, self.limits, [generators[i] for i in rows],
                 decode=self.tokenizer.decode, on_step=progress,
             )
-            text = self.tokenizer.decode(result.ids, skip_special_tokens=True)
-            messages.append({"role": "assistant", "content": text})
-            runs.append((len(prompt), result, text))
+            batch_seconds += generations[0].batch_seconds
+            for i, prompt, result in zip(rows, prompts, generations):
+                text = self.tokenizer.decode(result.ids, skip_special_tokens=True)
+                messages[i].append({"role": "assistant", "content": text})
+                results[i].append((len(prompt), result, text))
+        return [self.method_run(runs, len(samples), batch_seconds, samples[0].id) for runs in results]
+
+    @staticmethod
+    def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str) -> MethodRun:
+        """One sample's turns, summed."""
         return MethodRun(
             new_tokens=sum(len(r.ids) for _, r, _ in runs),
             seconds=sum(r.seconds for _, r, _ in runs),
@@ -222,6 +252,9 @@ class Runner:
             tree_widths=[w for _, r, _ in runs for w in r.tree_widths],
             accepted_ranks=[a for _, r, _ in runs for a in r.accepted_ranks],
             verifier_notes=notes_of([r for _, r, _ in runs]),
+            batch_size=batch_size,
+            batch_seconds=batch_seconds,
+            batch_id=batch_id,
         )
 
     def prompt_ids(self, messages: list[dict], sample_id: str) -> list[int]:
@@ -298,15 +331,15 @@ class Runner:
 
 
 class Progress:
-    """Live tok/s and tau for the progress bar of one generation."""
+    """Live tok/s (over the batch) and tau for the progress bar of one generation."""
 
     def __init__(self, bar):
         self.bar, self.tokens, self.steps = bar, 0, 0
         self.start = bar.format_dict["elapsed"]
 
-    def __call__(self, committed: int) -> None:
+    def __call__(self, committed: int, rows: int = 1) -> None:
         self.tokens += committed
-        self.steps += 1
+        self.steps += rows
         elapsed = self.bar.format_dict["elapsed"] - self.start
         self.bar.set_postfix(tok_s=f"{self.tokens / max(elapsed, 1e-9):.1f}", tau=f"{self.tokens / self.steps:.2f}", refresh=False)
         if self.steps % 8 == 0:

@@ -85,9 +85,25 @@ def test_eagle3_without_a_head_for_the_target(tmp_path):
 def test_prompt_longer_than_the_context(tmp_path):
     questions = tmp_path / "long.jsonl"
     questions.write_text(json.dumps({"question_id": 1, "category": "x", "turns": ["word " * 400]}) + "\n")
-    args = ["dataset=jsonl", f"dataset.path={questions}", "model.context_length=300", "gen.max_new_tokens=8", "baseline.mode=none"]
+    args = ["dataset=jsonl", f"dataset.path={questions}", "model.context_length=300", "gen.max_new_tokens=8", "baseline.mode=none", "costs.max_n=8", "costs.repeats=1"]
     one_error_line(run(*args, tmp_path=tmp_path), "gen.truncate_prompt", "300")
     assert run(*args, "gen.truncate_prompt=true", tmp_path=tmp_path).returncode == 0
+
+
+def test_cast_batched_run_is_identical_to_ar_at_the_same_batch_size(tmp_path):
+    args = ["dataset.limit=4", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.max_n=8", "costs.repeats=1"]
+    result = run("method=cast", "hardware=cpu-fp32", "gen.batch_size=2", *args, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, "cast")
+    assert summary["results"]["samples"] == 4 and summary["results"]["batch_size"] == 2
+    assert summary["baseline"]["batch_size"] == 2  # AR at the same batch size, same prompts
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    low, high = summary["speedup_ci95"]
+    assert low <= summary["speedup"] <= high
+
+
+def test_batch_size_out_of_range_is_one_line(tmp_path):
+    one_error_line(run("gen.batch_size=33", "dataset.limit=1", tmp_path=tmp_path), "gen.batch_size", "1 to 32")
 
 
 def test_pld_run_side_by_side_in_fp32_is_identical_to_ar(tmp_path):

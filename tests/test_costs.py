@@ -153,7 +153,7 @@ def test_bookkeeping_is_outside_the_clock(target, draft, prompts, monkeypatch):
 
     monkeypatch.setattr(loop, "_nll", slow_nll)
     start = time.perf_counter()
-    out = generate(lm, method, prompts[1], Sampling(), limits, on_step=lambda n: time.sleep(0.05))
+    out = generate(lm, method, prompts[1], Sampling(), limits, on_step=lambda n, rows: time.sleep(0.05))
     wall = time.perf_counter() - start
     slept = 0.05 * (1 + 2 * out.target_forwards)
     assert wall >= slept and out.seconds < wall - 0.9 * slept

@@ -9,8 +9,9 @@ from safetensors.torch import save_file
 
 from specbench.drafters.eagle3 import Eagle3Drafter
 from specbench.engine.lm import TreeLM
-from specbench.engine.loop import Limits, Method, generate
+from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
+from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models.eagle3 import Eagle3Head, head_config, load_head
 from specbench.trees.autoregressive import Autoregressive
@@ -104,6 +105,21 @@ def test_features_come_from_layers_2_mid_and_l_minus_3(target4, tmp_path):
     assert drafter_for(target4, tmp_path).feature_layers == (2, 2, 1)
 
 
+def read_from_scratch(target4, directory, text, root):
+    """Next-token logits of a fresh head that reads `text` (with target features) and `root`."""
+    fresh_lm, fresh = TreeLM(target4), drafter_for(target4, directory)
+    fresh_lm.feature_layers = fresh.feature_layers
+    fresh_lm.forward(contexts=[text])
+    fresh.begin([text], fresh_lm.features)
+    return fresh.logits([text], [DraftTree.root(root)], [[0]])[0]
+
+
+def assert_same_logits(incremental, scratch):
+    finite = torch.isfinite(scratch)
+    assert torch.equal(finite, torch.isfinite(incremental))
+    torch.testing.assert_close(incremental[finite], scratch[finite], rtol=1e-4, atol=1e-4)
+
+
 def test_incremental_reading_equals_reading_from_scratch(target4, tmp_path, prompts):
     """After generating, the head's next-token logits equal those of a fresh head that
     reads the whole text at once: features and tokens are paired right at every step."""
@@ -111,43 +127,104 @@ def test_incremental_reading_equals_reading_from_scratch(target4, tmp_path, prom
     lm = TreeLM(target4)
     out = generate(lm, method, prompts[0], Sampling(), Limits(max_new_tokens=17))
     text = prompts[0] + out.ids[:-1]
-    from specbench.engine.tree import DraftTree
-
     with torch.inference_mode():
-        root = DraftTree.root(out.ids[-1])
-        incremental = method.drafter.logits(text, root, [0])
-        fresh_lm, fresh = TreeLM(target4), drafter_for(target4, tmp_path / "b")
-        fresh_lm.feature_layers = fresh.feature_layers
-        fresh_lm.forward(context=text)
-        fresh.begin(text, fresh_lm.features)
-        scratch = fresh.logits(text, root, [0])
-    finite = torch.isfinite(scratch)
-    assert torch.equal(finite, torch.isfinite(incremental))
-    torch.testing.assert_close(incremental[finite], scratch[finite], rtol=1e-4, atol=1e-4)
+        incremental = method.drafter.logits([text], [DraftTree.root(out.ids[-1])], [[0]])[0]
+        scratch = read_from_scratch(target4, tmp_path / "b", text, out.ids[-1])
+    assert_same_logits(incremental, scratch)
 
 
+def test_batched_incremental_reading_equals_reading_from_scratch(target4, tmp_path, prompts):
+    """Rows of different prompt lengths accept paths of different lengths (the target's
+    and the head's caches keep masked holes) and one row leaves the batch; every row's
+    next-token logits still equal a fresh single-row head reading its whole text."""
+    policy = EagleDynamicTree(top_k=3, depth=3, total_tokens=8)
+    drafter = drafter_for(target4, tmp_path / "a")
+    lm = TreeLM(target4)
+    lm.feature_layers = drafter.feature_layers
+    texts = [list(p) for p in (prompts[0], prompts[3], prompts[5])]
+    assert len({len(t) for t in texts}) == 3
+    # accepted path length per step and row (capped by the tree's depth), and which rows go on
+    accept = [[3, 1, 2], [1, 4, 2], [2, 2, 1], [4, 1]]
+    keep_after = {2: [0, 2]}
+    lm.reset(3)
+    with torch.inference_mode():
+        first = lm.forward(contexts=texts)
+        roots = [int(z[-1].argmax()) for z in first]
+        drafter.begin(texts, lm.features)
+        for step, lengths in enumerate(accept):
+            trees = policy.build(drafter, texts, roots, Sampling(), [None] * len(texts))
+            logits = lm.forward(trees=trees, nodes=[range(len(t)) for t in trees])
+            paths = [longest_path(tree, n) for tree, n in zip(trees, lengths)]
+            assert len({len(p) for p in paths}) > 1  # rows accept different lengths
+            lm.commit(paths)
+            drafter.commit(trees, paths, [f[p] for f, p in zip(lm.features, paths)])
+            for b, (tree, path) in enumerate(zip(trees, paths)):
+                texts[b] = texts[b] + [tree.tokens[n] for n in path]
+                roots[b] = int(logits[b][path[-1]].argmax())
+            if step in keep_after:
+                rows = keep_after[step]
+                lm.keep(rows)
+                drafter.keep(rows)
+                texts, roots = [texts[r] for r in rows], [roots[r] for r in rows]
+        incremental = drafter.logits(texts, [DraftTree.root(r) for r in roots], [[0] for _ in roots])
+        for b, (text, root) in enumerate(zip(texts, roots)):
+            assert_same_logits(incremental[b], read_from_scratch(target4, tmp_path / f"fresh{b}", text, root))
+
+
+def longest_path(tree: DraftTree, length: int) -> list[int]:
+    """A root-first path of `length` nodes (or the deepest the tree has), first node wins."""
+    deepest = max(range(len(tree)), key=lambda n: (min(tree.depths[n] + 1, length), -n))
+    return tree.path_to(deepest)
+
+
+LIMITS = Limits(max_new_tokens=30, stop_token_ids=frozenset({2}))
+
+
+@pytest.fixture(scope="module")
+def ar_ids(target4, prompts):
+    ar = Method(Autoregressive(), StandardVerifier())
+    return [generate(TreeLM(target4), ar, prompt, Sampling(), LIMITS).ids for prompt in prompts[:20]]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("policy", ["dynamic_tree", "chain"])
-def test_greedy_identical_to_ar(policy, target4, tmp_path, prompts):
+def test_greedy_identical_to_ar(policy, batch, target4, tmp_path, prompts, ar_ids):
+    """Batches of 3 (the last of 2) hold prompts of different lengths; rows stop at
+    different steps and leave the batch."""
     tree = EagleDynamicTree(top_k=6, depth=3, total_tokens=16) if policy == "dynamic_tree" else Chain(3)
     method = Method(tree, StandardVerifier(), drafter_for(target4, tmp_path))
-    ar = Method(Autoregressive(), StandardVerifier())
     lm = TreeLM(target4)
-    limits = Limits(max_new_tokens=30, stop_token_ids=frozenset({2}))
+    outputs = []
+    for start in range(0, 20, batch):
+        outputs += generate_batch(lm, method, prompts[start : min(start + batch, 20)], Sampling(), LIMITS)
     accepted = 0
-    for prompt in prompts[:20]:
-        expected = generate(lm, ar, prompt, Sampling(), limits).ids
-        out = generate(lm, method, prompt, Sampling(), limits)
-        assert out.ids == expected
+    for out, ids in zip(outputs, ar_ids, strict=True):
+        assert out.ids == ids
         accepted += sum(n - 1 for n in out.accept_lengths)
         assert out.draft_forwards > 0 or out.target_forwards == 0
     if policy == "dynamic_tree":
         assert accepted > 0
 
 
+def test_a_row_stopping_before_any_draft_leaves(target4, tmp_path):
+    """Row 0's first token is a stop token, row 1 goes on: row 0 leaves the batch before
+    the head has drafted anything, and row 1 still decodes as it does alone."""
+    prompts = [[5, 9, 14, 3, 22], [7, 8, 40, 41, 6, 12]]
+    lm = TreeLM(target4)
+    with torch.inference_mode():
+        first = [int(TreeLM(target4).forward(contexts=[p])[0][-1].argmax()) for p in prompts]
+    assert first[0] != first[1]
+    limits = Limits(max_new_tokens=10, stop_token_ids=frozenset({first[0]}))
+    method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path))
+    ar = Method(Autoregressive(), StandardVerifier())
+    outputs = generate_batch(lm, method, prompts, Sampling(), limits)
+    assert [o.ids for o in outputs] == [generate(lm, ar, p, Sampling(), limits).ids for p in prompts]
+    assert outputs[0].ids == [first[0]] and outputs[0].target_forwards == 0
+
+
 def test_training_rows_equal_inference_tree_nodes(target4, tmp_path):
     """What the trainer unrolls at step j for anchor a is what the drafter computes for
     the depth-j node of a chain after committing tokens up to a+1."""
-    from specbench.engine.tree import DraftTree
     from specbench.models.eagle3 import feature_layers
     from specbench.train.eagle3 import ttt_unroll
 
@@ -160,11 +237,11 @@ def test_training_rows_equal_inference_tree_nodes(target4, tmp_path):
         n = len(ids) - 1
         unrolled = ttt_unroll(drafter.head, embeds[:, 1:], features[:, :n], steps=3)
         anchor = 4
-        drafter.begin(ids[: anchor + 1], features[0, : anchor + 1])
+        drafter.begin([ids[: anchor + 1]], [features[0, : anchor + 1]])
         tree = DraftTree.root(ids[anchor + 1])
         node = 0
         for depth in range(3):
-            logits = drafter.logits(ids[: anchor + 1], tree, [node])[0]
+            logits = drafter.logits([ids[: anchor + 1]], [tree], [[node]])[0][0]
             expected = unrolled[depth][0, anchor + depth]
             torch.testing.assert_close(logits[drafter.target_ids], expected, rtol=1e-4, atol=1e-4)
             node = tree.add(node, ids[anchor + depth + 2])

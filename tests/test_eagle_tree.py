@@ -8,35 +8,48 @@ import torch
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
-from specbench.trees.eagle import EagleDynamicTree
+from specbench.trees.eagle import EagleDynamicTree, expand_top_k, keep_best
 
 
 class TableDrafter:
-    """Next-token log-probs from a fixed table keyed by the path's last token."""
+    """Batched drafter: next-token log-probs from a fixed table keyed by the path's last
+    token (one table per row, or one for all rows); records each call's node lists."""
 
     forwards = 0
+    feature_layers = ()
 
-    def __init__(self, table, vocab):
-        self.table, self.vocab = table, vocab
+    def __init__(self, tables, vocab):
+        self.tables, self.vocab = tables, vocab
         self.calls = []
 
-    def logits(self, context, tree, nodes):
-        self.calls.append(list(nodes))
+    def logits(self, contexts, trees, nodes):
+        self.calls.append([list(n) for n in nodes])
+        return [self._row(b, tree, row) if row else None for b, (tree, row) in enumerate(zip(trees, nodes))]
+
+    def _row(self, b, tree, nodes):
+        table = self.tables[b] if isinstance(self.tables, list) else self.tables
         out = torch.full((len(nodes), self.vocab), -30.0)
         for row, node in enumerate(nodes):
-            for token, p in self.table.get(tree.tokens[node], {}).items():
+            for token, p in table.get(tree.tokens[node], {}).items():
                 out[row, token] = math.log(p)
         return out
 
 
+# after 0: 1 (0.6), 2 (0.4); after 1: 3 (0.9), 4 (0.1); after 2: 5 (0.5), 6 (0.5)
+TABLE = {0: {1: 0.6, 2: 0.4}, 1: {3: 0.9, 4: 0.1}, 2: {5: 0.5, 6: 0.5}, 3: {7: 1.0}, 5: {8: 1.0}, 6: {9: 1.0}}
+
+
+def paths(tree):
+    return {tuple(tree.tokens[n] for n in tree.path_to(i)[1:]) for i in range(1, len(tree))}
+
+
 def test_expands_top_k_by_cumulative_probability_and_reranks():
-    # after 0: 1 (0.6), 2 (0.4); after 1: 3 (0.9), 4 (0.1); after 2: 5 (0.5), 6 (0.5)
-    table = {0: {1: 0.6, 2: 0.4}, 1: {3: 0.9, 4: 0.1}, 2: {5: 0.5, 6: 0.5}, 3: {7: 1.0}, 5: {8: 1.0}, 6: {9: 1.0}}
-    drafter = TableDrafter(table, 10)
-    tree = EagleDynamicTree(top_k=2, depth=3, total_tokens=6).build(drafter, [], 0, Sampling(), None)
+    drafter = TableDrafter(TABLE, 10)
+    [tree] = EagleDynamicTree(top_k=2, depth=3, total_tokens=6).build(drafter, [[]], [0], Sampling(), [None])
     # depth 2 expands both depth-1 nodes; the best two grandchildren (3: .54, 5: .2 tied with 6) go on
-    assert len(drafter.calls) == 3 and drafter.calls[0] == [0]
-    kept = {tuple(tree.tokens[n] for n in tree.path_to(i)[1:]) for i in range(1, len(tree))}
+    assert len(drafter.calls) == 3 and drafter.calls[0] == [[0]]
+    assert drafter.calls[1] == [[1, 2]] and len(drafter.calls[2][0]) == 2
+    kept = paths(tree)
     # ranks: (1) .6, (1,3) .54, (1,3,7) .54, (2) .4, (2,5)/(2,6) .2: the five best with the root
     assert len(tree) == 6
     assert {(1,), (1, 3), (1, 3, 7), (2,)} <= kept
@@ -45,19 +58,61 @@ def test_expands_top_k_by_cumulative_probability_and_reranks():
         assert tree.logps[i] <= tree.logps[tree.parents[i]] + 1e-9
 
 
+def test_each_row_grows_its_own_tree_in_shared_draft_forwards():
+    """Rows with different roots and draft distributions, one of which runs out of
+    proposals after depth 1: each row's tree is what it would be alone, and each depth
+    is one draft call for every row still growing."""
+    other = {10: {11: 0.7, 12: 0.2, 13: 0.1}, 11: {14: 1.0}, 12: {15: 1.0}, 14: {16: 0.5, 17: 0.5}}
+    tables = [TABLE, other, {20: {21: 1.0}}]
+    roots = [0, 10, 20]
+    policy = EagleDynamicTree(top_k=2, depth=3, total_tokens=6)
+
+    class RunsOut(TableDrafter):
+        def _row(self, b, tree, nodes):  # nothing to say below root 20's children
+            return None if tree.tokens[0] == 20 and nodes != [0] else super()._row(b, tree, nodes)
+
+    drafter = RunsOut(tables, 30)
+    trees = policy.build(drafter, [[1, 2], [3], [4, 5, 6]], roots, Sampling(), [None] * 3)
+    assert len(drafter.calls) == 3 and drafter.calls[0] == [[0], [0], [0]]
+    assert len(drafter.calls[1][2]) == 2 and drafter.calls[2][2] == []  # row 2 stopped growing
+    for b, tree in enumerate(trees):
+        alone = RunsOut([tables[b]], 30)
+        [expected] = policy.build(alone, [[]], [roots[b]], Sampling(), [None])
+        assert (tree.tokens, tree.parents, tree.logps, tree.origin) == (expected.tokens, expected.parents, expected.logps, expected.origin)
+    assert len(trees[2]) == 3 and (21,) in paths(trees[2])
+    assert {(11,), (11, 14), (12,)} <= paths(trees[1]) and len(trees[1]) == 6
+
+
 @pytest.mark.parametrize("total", [2, 5, 17, 60])
 def test_budget_is_never_exceeded(total):
     g = torch.Generator().manual_seed(total)
 
     class RandomDrafter:
         forwards = 0
+        feature_layers = ()
 
-        def logits(self, context, tree, nodes):
-            return torch.randn(len(nodes), 50, generator=g) * 3
+        def logits(self, contexts, trees, nodes):
+            return [torch.randn(len(row), 50, generator=g) * 3 if row else None for row in nodes]
 
-    tree = EagleDynamicTree(top_k=4, depth=5, total_tokens=total).build(RandomDrafter(), [], 1, Sampling(), None)
-    assert len(tree) == total
-    assert tree.origin is not None and tree.origin[0] == 0
+    trees = EagleDynamicTree(top_k=4, depth=5, total_tokens=total).build(RandomDrafter(), [[], [7]], [1, 2], Sampling(), [None, None])
+    for tree, root in zip(trees, [1, 2]):
+        assert len(tree) == total and tree.tokens[0] == root
+        assert tree.origin is not None and tree.origin[0] == 0
+
+
+def test_expand_top_k_and_keep_best():
+    tree = DraftTree.root(0)
+    first = expand_top_k(tree, [0], torch.tensor([[0.1, 0.6, 0.3, 0.0]]).log(), 2)
+    assert first == [1, 2] and [tree.tokens[n] for n in first] == [1, 2]
+    # each frontier node (logits row) gets its top-2 children; the 2 best of the 4 new
+    # nodes (cumulative .3, .18, .12, .105) are the next frontier
+    second = expand_top_k(tree, first, torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.4, 0.0, 0.35, 0.25]]).log(), 2)
+    assert [tree.parents[n] for n in range(3, 7)] == [1, 1, 2, 2]
+    assert [tree.tokens[n] for n in range(3, 7)] == [0, 2, 0, 2]
+    assert second == [3, 4]
+    assert keep_best(tree, 5).origin == [0, 1, 2, 3, 4]  # .6, .3, .3, .18
+    best = keep_best(tree, 2)
+    assert best.origin == [0, 1] and best.tokens == [0, 1]
 
 
 def test_subtree_keeps_ancestors_and_maps_back():

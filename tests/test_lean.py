@@ -7,7 +7,7 @@ import torch
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.engine.lean import LeanTreeLM, make_lm, supports
 from specbench.engine.lm import TreeLM
-from specbench.engine.loop import Limits, Method, generate
+from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
@@ -19,47 +19,132 @@ from specbench.verify.standard import StandardVerifier
 from conftest import VOCAB, tiny_llama
 
 
+def random_ids(n: int, seed: int) -> list[int]:
+    return torch.randint(3, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def binary_tree(root: int, size: int) -> DraftTree:
+    tree = DraftTree.root(root)
+    for i in range(1, size):
+        tree.add((i - 1) // 2, 3 + i)
+    return tree
+
+
+def chain(root: int, tokens: list[int]) -> DraftTree:
+    tree = DraftTree.root(root)
+    for token in tokens:
+        tree.add(len(tree) - 1, token)
+    return tree
+
+
 def test_logits_and_features_match_the_model_forward(target):
     ours, theirs = LeanTreeLM(target), TreeLM(target)
     ours.feature_layers = theirs.feature_layers = (0, 1, 2)
-    prompt = torch.randint(3, VOCAB, (30,), generator=torch.Generator().manual_seed(0)).tolist()
-    tree = DraftTree.root(5)
-    for i in range(1, 12):
-        tree.add((i - 1) // 2, 3 + i)
+    prompt = random_ids(30, 0)
+    tree = binary_tree(5, 12)
     follow_up = DraftTree.root(7)
     follow_up.add(follow_up.add(0, 9), 10)
+
     def check(run):
         torch.testing.assert_close(run(ours), run(theirs), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(ours.features, theirs.features, rtol=1e-5, atol=1e-5)
 
     with torch.inference_mode():
-        check(lambda lm: lm.forward(context=prompt))
-        check(lambda lm: lm.forward(tree=tree, nodes=range(len(tree))))
+        check(lambda lm: lm.forward(contexts=[prompt]))
+        check(lambda lm: lm.forward(trees=[tree], nodes=[range(len(tree))]))
         for lm in (ours, theirs):
-            lm.commit([0, 2, 5])  # a path that is not a prefix of the cached rows: rows move
-        check(lambda lm: lm.forward(tree=follow_up, nodes=range(3)))
+            lm.commit([[0, 2, 5]])  # a path that is not a prefix of the cached rows: rows move
+        check(lambda lm: lm.forward(trees=[follow_up], nodes=[range(3)]))
         for lm in (ours, theirs):
-            lm.commit([0])
-        check(lambda lm: lm.forward(tree=DraftTree.root(4), nodes=[0]))
+            lm.commit([[0]])
+        check(lambda lm: lm.forward(trees=[DraftTree.root(4)], nodes=[[0]]))
 
 
-@pytest.mark.parametrize("tree", ["chain", "dynamic"])
-def test_decoding_gives_the_same_ids(target, draft, prompts, tree):
-    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=4, total_tokens=10)
-    limits = Limits(max_new_tokens=40, stop_token_ids=frozenset({2}))
-    for prompt in prompts[:8]:
-        reference = generate(TreeLM(target), Method(Autoregressive(), StandardVerifier()), prompt, Sampling(), limits).ids
-        lean = generate(LeanTreeLM(target), Method(policy, StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean")), prompt, Sampling(), limits)
-        assert lean.ids == reference
+def test_batched_logits_and_features_match_the_model_forward(target):
+    """Three rows of different prompt lengths, trees and accepted path lengths (rows move
+    and leave masked holes), some rows feeding nothing, then a row leaving the batch."""
+    ours, theirs = LeanTreeLM(target), TreeLM(target)
+    ours.feature_layers = theirs.feature_layers = (0, 1, 2)
+    for lm in (ours, theirs):
+        lm.reset(3)
+    prompts = [random_ids(30, 0), random_ids(7, 1), random_ids(19, 2)]
+    trees = [binary_tree(5, 12), chain(6, [20, 21, 22, 23]), binary_tree(8, 5)]
+    follow_ups = [chain(7, [9, 10]), binary_tree(11, 7), DraftTree.root(4)]
 
+    def check(run):
+        ours_out, theirs_out = run(ours), run(theirs)
+        assert [z is None for z in ours_out] == [z is None for z in theirs_out]
+        torch.testing.assert_close(ours_out, theirs_out, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ours.features, theirs.features, rtol=1e-5, atol=1e-5)
 
-def test_lean_cache_grows_past_its_first_allocation(target):
-    lm, reference = LeanTreeLM(target), TreeLM(target)
-    prompt = torch.randint(3, VOCAB, (1000,), generator=torch.Generator().manual_seed(1)).tolist()
     with torch.inference_mode():
-        lm.forward(context=prompt)
-        reference.forward(context=prompt)
-        torch.testing.assert_close(lm.forward(context=list(range(3, 40))), reference.forward(context=list(range(3, 40))), rtol=1e-5, atol=1e-5)
+        check(lambda lm: lm.forward(contexts=prompts))
+        check(lambda lm: lm.forward(trees=trees, nodes=[range(len(t)) for t in trees]))
+        for lm in (ours, theirs):
+            assert lm.commit([[0, 2, 5], [0, 1, 2, 3, 4], [0]]) == [3, 5, 1]
+        # row 2 feeds nothing, row 1 only part of its tree
+        check(lambda lm: lm.forward(trees=follow_ups, nodes=[range(3), [0, 1, 3], []]))
+        check(lambda lm: lm.forward(trees=follow_ups, nodes=[[], [2, 5, 6], [0]]))
+        for lm in (ours, theirs):
+            assert lm.commit([[0, 1], [0, 2, 6], [0]]) == [2, 3, 1]
+        check(lambda lm: lm.forward(contexts=[[12], [13, 14, 15], []]))
+        for lm in (ours, theirs):
+            lm.keep([0, 1])
+        check(lambda lm: lm.forward(trees=[trees[2], trees[0]], nodes=[range(5), range(12)]))
+        for lm in (ours, theirs):
+            lm.commit([[0, 1, 3], [0, 2]])
+            lm.keep([1])
+        check(lambda lm: lm.forward(contexts=[[16, 17]]))
+
+
+LIMITS = Limits(max_new_tokens=40, stop_token_ids=frozenset({2}))
+
+
+@pytest.fixture(scope="module")
+def reference_ids(target, prompts):
+    """AR with the model's own forward, one prompt at a time."""
+    ar = Method(Autoregressive(), StandardVerifier())
+    return [generate(TreeLM(target), ar, prompt, Sampling(), LIMITS).ids for prompt in prompts[:8]]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree, batch):
+    """Batches of 3 (the last of 2) hold prompts of different lengths."""
+    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=4, total_tokens=10)
+    method = Method(policy, StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
+    lm = LeanTreeLM(target)
+    lean = []
+    for start in range(0, 8, batch):
+        lean += [out.ids for out in generate_batch(lm, method, prompts[start : min(start + batch, 8)], Sampling(), LIMITS)]
+    assert lean == reference_ids
+
+
+def test_a_row_stopping_before_any_draft_leaves(target, draft):
+    """SpS with a lean draft LM: row 0's first token is a stop token, so it leaves the
+    batch before the draft has read anything; row 1 still decodes as it does alone."""
+    prompts = [[5, 9, 14, 3, 22], [7, 8, 40, 41, 6, 12]]
+    with torch.inference_mode():
+        first = [int(TreeLM(target).forward(contexts=[p])[0][-1].argmax()) for p in prompts]
+    assert first[0] != first[1]
+    limits = Limits(max_new_tokens=10, stop_token_ids=frozenset({first[0]}))
+    method = Method(Chain(3), StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
+    ar = Method(Autoregressive(), StandardVerifier())
+    outputs = generate_batch(LeanTreeLM(target), method, prompts, Sampling(), limits)
+    assert [o.ids for o in outputs] == [generate(TreeLM(target), ar, p, Sampling(), limits).ids for p in prompts]
+    assert outputs[0].ids == [first[0]] and outputs[0].target_forwards == 0
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_lean_cache_grows_past_its_first_allocation(target, batch):
+    lm, reference = LeanTreeLM(target), TreeLM(target)
+    prompts = [random_ids(1000, 1), random_ids(1010, 2)][:batch]
+    more = [list(range(3, 40)), list(range(5, 30))][:batch]
+    with torch.inference_mode():
+        for model in (lm, reference):
+            model.reset(batch)
+            model.forward(contexts=prompts)
+        torch.testing.assert_close(lm.forward(contexts=more), reference.forward(contexts=more), rtol=1e-5, atol=1e-5)
 
 
 def test_forward_choice():

@@ -5,9 +5,11 @@ import pytest
 from specbench.drafters.prompt_lookup import PromptLookupDrafter
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.engine.lm import TreeLM
-from specbench.engine.loop import Limits, Method, generate
+from specbench.engine.lean import LeanTreeLM
+from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.trees.autoregressive import Autoregressive
+from specbench.trees.cast import CastTree
 from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.trees.talon import TalonTree
@@ -36,12 +38,26 @@ def test_ar_matches_transformers_generate(target, prompts, ar_outputs):
         assert ids[0, len(prompt):].tolist() == ours.ids
 
 
+class LinearCosts:
+    """Forward costs a + b * batch * n (ms), as a profile would give (CAST prices with them);
+    gentle enough that CAST still drafts at batch size 8."""
+
+    def target_ms(self, batch, context, n):
+        return 10 + 0.05 * batch * n
+
+    def draft_ms(self, batch, context, n):
+        return 1 + 0.01 * batch * n
+
+
 @pytest.mark.parametrize(
-    "name",
-    ["sps_noisy_draft", "sps_same_model", "pld", "random_tree_noisy", "random_tree_same_model", "dynamic_tree_noisy",
-     "talon_noisy", "mars_theta_1_tree", "mars_theta_1_chain"],
+    "name,batch",
+    [(name, batch) for name in ("sps_noisy_draft", "sps_same_model", "pld", "random_tree_noisy", "random_tree_same_model", "dynamic_tree_noisy",
+                                "talon_noisy", "mars_theta_1_tree", "mars_theta_1_chain", "cast_noisy", "ar") for batch in (1, 3)]
+    + [(name, 8) for name in ("sps_noisy_draft", "pld", "random_tree_noisy", "cast_noisy", "ar")],
 )
-def test_identical_to_ar(name, target, draft, prompts, ar_outputs):
+def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
+    """Every row of a batch (prompts of different lengths, rows stopping at different
+    steps) yields exactly the ids AR gives that prompt alone."""
     drafter_model = target if "same_model" in name else draft
     if name.startswith("sps"):
         method = Method(Chain(4), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
@@ -55,18 +71,34 @@ def test_identical_to_ar(name, target, draft, prompts, ar_outputs):
         method = Method(EagleDynamicTree(top_k=3, depth=4, total_tokens=10), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
     elif name == "mars_theta_1_chain":
         method = Method(Chain(4), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
+    elif name == "cast_noisy":
+        tree = CastTree(top_k=3, depth=5, total_tokens=12, c1=0.5, c2=0.5, c3=0.5)
+        method = Method(tree, StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB), costs=LinearCosts())
+    elif name == "ar":
+        method = Method(Autoregressive(), StandardVerifier())
     else:
         method = Method(RandomTree(size=14, seed=3), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
     lm = TreeLM(target)
-    accepted_drafts = 0
-    for prompt, ar in zip(prompts, ar_outputs):
-        out = generate(lm, method, prompt, GREEDY, LIMITS)
+    outputs = []
+    for start in range(0, len(prompts), batch):
+        outputs += generate_batch(lm, method, prompts[start : start + batch], GREEDY, LIMITS)
+    for out, ar in zip(outputs, ar_outputs, strict=True):
         assert out.ids == ar.ids
         assert out.stop_reason == ar.stop_reason
         assert sum(out.accept_lengths) >= len(out.ids) - 1
-        accepted_drafts += sum(n - 1 for n in out.accept_lengths)
-    # the test must exercise acceptance, not only rejections
-    assert accepted_drafts > len(prompts)
+    if name != "ar":  # the test must exercise acceptance, not only rejections
+        assert sum(n - 1 for out in outputs for n in out.accept_lengths) > len(prompts)
+
+
+@pytest.mark.parametrize("batch", [3, 8])
+def test_lean_forward_batched_identical_to_ar(batch, target, draft, prompts, ar_outputs):
+    """The lean forward's batched cache (holes where rows accept fewer tokens) gives AR's ids."""
+    lm = LeanTreeLM(target)
+    method = Method(EagleDynamicTree(top_k=3, depth=4, total_tokens=10), StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
+    outputs = []
+    for start in range(0, len(prompts), batch):
+        outputs += generate_batch(lm, method, prompts[start : start + batch], GREEDY, LIMITS)
+    assert [o.ids for o in outputs] == [a.ids for a in ar_outputs]
 
 
 def test_same_model_draft_accepts_whole_chains(target, prompts, ar_outputs):

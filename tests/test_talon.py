@@ -13,15 +13,23 @@ V = 96
 
 
 class FixedDrafter:
-    """Next-token log-probs from a function of the node's depth; counts forwards."""
+    """Batched drafter: next-token log-probs from a function of the node's depth and
+    index (one function for every row, or one per row); counts forwards (one per call,
+    however many rows it serves)."""
 
-    def __init__(self, logp_at_depth):
+    def __init__(self, *logp_at_depth):
         self.logp_at_depth, self.forwards = logp_at_depth, 0
         self.feature_layers = ()
 
-    def logits(self, context, tree, nodes):
+    def logits(self, contexts, trees, nodes):
         self.forwards += 1
-        return torch.stack([self.logp_at_depth(tree.depths[n], n) for n in nodes])
+        return [
+            torch.stack([self.function(b)(tree.depths[n], n) for n in row]) if row else None
+            for b, (tree, row) in enumerate(zip(trees, nodes))
+        ]
+
+    def function(self, row):
+        return self.logp_at_depth[row if len(self.logp_at_depth) > 1 else 0]
 
 
 def peaked(confidence: float, token: int = 7) -> torch.Tensor:
@@ -31,7 +39,16 @@ def peaked(confidence: float, token: int = 7) -> torch.Tensor:
 
 
 def build(tree_policy, drafter):
-    return tree_policy.build(drafter, [1, 2, 3], 5, Sampling(), None)
+    [tree] = tree_policy.build(drafter, [[1, 2, 3]], [5], Sampling(), [None])
+    return tree
+
+
+def build_rows(tree_policy, drafter, rows):
+    return tree_policy.build(drafter, [[1, 2, 3][: r + 1] for r in range(rows)], [5 + r for r in range(rows)], Sampling(), [None] * rows)
+
+
+def same_tree(a, b) -> bool:
+    return (a.tokens[1:], a.parents, a.depths, a.logps) == (b.tokens[1:], b.parents, b.depths, b.logps)
 
 
 def widths(tree):
@@ -57,7 +74,7 @@ def test_gating_keeps_children_within_mu_of_the_best():
     second = torch.full((V,), 0.18 / (V - 2))
     second[10], second[11] = 0.5, 0.32
     drafter = FixedDrafter(lambda depth, node: peaked(0.999) if depth == 0 else second.log())
-    tree = TalonTree(budget=6, mu=0.1, top_k=1).build(drafter, [1], 5, Sampling(), None)
+    [tree] = TalonTree(budget=6, mu=0.1, top_k=1).build(drafter, [[1]], [5], Sampling(), [None])
     assert widths(tree)[:2] == [1, 2]
     assert sorted(tree.tokens[n] for n in range(len(tree)) if tree.depths[n] == 2) == [10, 11]
 
@@ -68,22 +85,51 @@ def test_more_robust_layers_keep_top_k_deeper():
     assert widths(tree)[:3] == [4, 4, 1]
 
 
+def test_each_row_gets_its_own_shape_from_shared_forwards():
+    """A confident, a flat and a gated row built together: each tree is the one that row
+    gets alone, and the batch takes as many draft forwards as its deepest row."""
+    second = torch.full((V,), 0.18 / (V - 2))
+    second[10], second[11] = 0.5, 0.32
+    functions = [
+        lambda depth, node: peaked(0.99),
+        lambda depth, node: torch.full((V,), -math.log(V)),
+        lambda depth, node: peaked(0.999) if depth == 0 else second.log(),
+    ]
+    policy = TalonTree(budget=60, mu=0.1, top_k=10)
+    drafter = FixedDrafter(*functions)
+    trees = build_rows(policy, drafter, 3)
+    assert [len(t) for t in trees] == [60, 60, 60]
+    assert widths(trees[0]) == [10] + [1] * 49 and widths(trees[1]) == [10, 49]
+    assert drafter.forwards == 50
+    for function, tree in zip(functions, trees):
+        alone = FixedDrafter(function)
+        assert same_tree(tree, build(policy, alone))
+        assert alone.forwards == max(tree.depths)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     budget=st.integers(2, 80), mu=st.floats(0.001, 1.0), top_k=st.integers(1, 12), robust=st.integers(0, 3),
-    seed=st.integers(0, 10_000), sharpness=st.floats(0.1, 8.0),
+    seed=st.integers(0, 10_000), sharpness=st.floats(0.1, 8.0), rows=st.integers(1, 3),
 )
-def test_budget_and_gating_hold_for_any_distribution(budget, mu, top_k, robust, seed, sharpness):
+def test_budget_and_gating_hold_for_any_distribution(budget, mu, top_k, robust, seed, sharpness, rows):
     generator = torch.Generator().manual_seed(seed)
     table = torch.log_softmax(sharpness * torch.randn(200, V, generator=generator), -1)
-    drafter = FixedDrafter(lambda depth, node: table[node % 200])
-    tree = build(TalonTree(budget=budget, mu=mu, top_k=top_k, robust_layers=robust), drafter)
-    assert len(tree) == budget  # never more, and a full vocabulary always fills it
-    assert all(tree.parents[n] < n for n in range(1, len(tree)))
-    assert drafter.forwards == max(tree.depths)  # one draft forward per depth
-    for depth in range(1, max(tree.depths) + 1):
-        logps = [tree.logps[n] for n in range(len(tree)) if tree.depths[n] == depth]
-        if depth <= robust:
-            assert len(logps) <= top_k
-        else:
-            assert min(logps) >= max(logps) + math.log(mu) - 1e-5
+    # each row reads its own part of the table
+    functions = [lambda depth, node, r=r: table[(node + 67 * r) % 200] for r in range(rows)]
+    policy = TalonTree(budget=budget, mu=mu, top_k=top_k, robust_layers=robust)
+    drafter = FixedDrafter(*functions)
+    trees = build_rows(policy, drafter, rows)
+    assert drafter.forwards == max(max(tree.depths) for tree in trees)  # one draft forward per depth
+    for function, tree in zip(functions, trees):
+        assert len(tree) == budget  # never more, and a full vocabulary always fills it
+        assert all(tree.parents[n] < n for n in range(1, len(tree)))
+        for depth in range(1, max(tree.depths) + 1):
+            logps = [tree.logps[n] for n in range(len(tree)) if tree.depths[n] == depth]
+            if depth <= robust:
+                assert len(logps) <= top_k
+            else:
+                assert min(logps) >= max(logps) + math.log(mu) - 1e-5
+        alone = FixedDrafter(function)
+        assert same_tree(tree, build(policy, alone))  # the batch does not change a row's tree
+        assert alone.forwards == max(tree.depths)

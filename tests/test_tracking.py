@@ -7,6 +7,9 @@ from pathlib import Path
 
 from specbench.tracking import read_offline_run
 
+# a small cost profile and calibration: these tests check logging, not speed
+CHEAP_COSTS = ["costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,7 +20,7 @@ def env(**extra):
 
 def test_offline_wandb_run_has_config_samples_summary_and_accept_lengths(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "specbench", "logger=wandb", "method=pld", "dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=8", f"output_root={tmp_path}"],
+        [sys.executable, "-m", "specbench", "logger=wandb", "method=pld", "dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=8", *CHEAP_COSTS, f"output_root={tmp_path}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env(HOME=str(tmp_path)),
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -33,7 +36,7 @@ def test_offline_wandb_run_has_config_samples_summary_and_accept_lengths(tmp_pat
 
 def test_bad_logger_mode_is_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "specbench", "logger=wandb", "logger.mode=sometimes", "dataset.limit=1", f"output_root={tmp_path}"],
+        [sys.executable, "-m", "specbench", "logger=wandb", "logger.mode=sometimes", "dataset.limit=1", *CHEAP_COSTS, f"output_root={tmp_path}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env(HOME=str(tmp_path)),
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr

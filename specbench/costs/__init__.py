@@ -54,11 +54,12 @@ def drafter_id(drafter_cfg: dict | None) -> str | None:
 
 def ensure_profile(
     key: dict, target: TreeLM, longest_context: int, drafters: dict | None = None,
-    repeats: int = REPEATS, max_n: int = MAX_N, refresh: bool = False, log=print,
+    repeats: int = REPEATS, max_n: int = MAX_N, refresh: bool = False, log=print, batch: int = 1,
 ) -> CostProfile:
     """The cached profile for `key`, measuring what is missing: the target's curve (when
     the cache has none, or its contexts stop short of `longest_context`) and the curve of
-    every drafter in `drafters` (id -> drafter) not profiled yet up to `max_n`."""
+    every drafter in `drafters` (id -> drafter) not profiled yet up to `max_n`; at batch
+    size `batch` > 1, the same curves at that batch size too."""
     path = profile_path(key)
     profile = None if refresh else load(path, key)
     measured = False
@@ -82,9 +83,32 @@ def ensure_profile(
         profile.drafters[name] = measure_drafter(drafter, target, draft_contexts, max_n, repeats)
         save(profile, path)
         measured = True
+    if batch > 1:
+        measured = _ensure_batch(profile, path, target, drafters or {}, batch, longest_context, repeats, max_n, log) or measured
     if measured or not path.with_suffix(".png").is_file():
         draw_curves(profile, path.with_suffix(".png"), log)
     return profile
+
+
+def _ensure_batch(profile, path, target, drafters, batch, longest_context, repeats, max_n, log) -> bool:
+    """Target and drafter curves at batch size `batch`, where missing or too short."""
+    measured = False
+    known = profile.target_batches.get(str(batch))
+    if known is None or known.contexts[-1] < longest_context or known.max_n < max_n:
+        log(f"profiling {profile.key['model']} forwards at batch size {batch}")
+        profile.target_batches[str(batch)] = measure_target(target, profile.target.contexts, max_n, repeats, batch=batch)
+        save(profile, path)
+        measured = True
+    for name, drafter in drafters.items():
+        known = profile.drafter_batches.get(name, {}).get(str(batch))
+        if drafter is None or (known is not None and known.max_n >= max_n):
+            continue
+        log(f"profiling drafter {name} at batch size {batch}")
+        draft_contexts = [c for c in profile.target.contexts if c <= min(longest_context, 1024)] or profile.target.contexts[:1]
+        profile.drafter_batches.setdefault(name, {})[str(batch)] = measure_drafter(drafter, target, draft_contexts, max_n, repeats, batch=batch)
+        save(profile, path)
+        measured = True
+    return measured
 
 
 def draw_curves(profile: CostProfile, path: Path, log) -> None:

@@ -43,7 +43,7 @@ def measure(load_model, repeats: int = 3, forward: str = "auto") -> dict[str, di
     for dtype in CANDIDATES:
         lm = make_lm(load_model(dtype), forward)
         with torch.inference_mode():
-            lm.forward(context=torch.randint(3, lm.vocab_size, (PROBE_CONTEXT,)).tolist())
+            lm.forward(contexts=[torch.randint(3, lm.vocab_size, (PROBE_CONTEXT,)).tolist()])
             timings = {str(n): round(tree_forward_ms(lm, n, repeats)[0], 3) for n in PROBE_SIZES}
         probe[dtype] = timings
         del lm

@@ -31,7 +31,11 @@ def steps(run: dict):
 
 def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict:
     """Predicted speedup over AR for the samples `runs` (as run.py writes them), and the
-    share of the measured decode time that the profile does not explain."""
+    share of the measured decode time that the profile does not explain. At batch size 1
+    only: a batched step's cost depends on every row's tree at once, which per-sample
+    counters do not record."""
+    if any(r.get("batch_size", 1) > 1 for r in runs):
+        return {"note": "predicted speedup is computed at batch size 1 only"}
     draft_curve = profile.drafters.get(drafter) if drafter else None
     per_step_extra = profile.step_overhead_ms
     method_ms = ar_ms = forward_ms = 0.0

@@ -1,8 +1,9 @@
 """Cost profiles: measured forward times f(B, c, n) of a target and its drafters.
 
-f(c, n) is the wall time of one forward that feeds n new tree rows after c cached rows
-(B = 1; the batched engine adds the batch axis). It is measured for every n from 1 to
-`max_n` (real curves have steps where a kernel changes), on a grid of contexts, as the
+f(B, c, n) is the wall time of one forward that feeds n new tree rows to each of B
+sequences after c cached rows. At B = 1 it is measured for every n from 1 to `max_n`
+(real curves have steps where a kernel changes); at B > 1 (a forward over B * n rows,
+seconds each on a CPU) on a grid of n, interpolated between. Each point is the
 median of repeated timings after a warm-up, with the spread beside it. A profile is
 keyed by model, dtype and the device fingerprint, cached as versioned JSON, and reused
 until the key changes.
@@ -27,12 +28,14 @@ VERSION = 1
 
 @dataclass
 class Curve:
-    """Forward milliseconds per (context, n): ms[i][n-1] at contexts[i]."""
+    """Forward milliseconds per (context, n): ms[i][j] at contexts[i] and n = ns[j]
+    (ns None: every n from 1 to max_n)."""
 
     contexts: list[int]
     max_n: int
     ms: list[list[float]]
     spread: list[list[float]]  # (max - min) / median of the repeats, per point
+    ns: list[int] | None = None
 
     def at(self, context: float, n: int) -> float:
         """Linear in context between grid points (clamped to the grid); n is clamped to
@@ -48,10 +51,20 @@ class Curve:
         return rows[-1]
 
     def _at_n(self, row: list[float], n: int) -> float:
-        if n <= self.max_n:
-            return row[n - 1]
-        slope = max(row[-1] - row[-2], 0.0) if self.max_n >= 2 else 0.0  # never cheaper past the data
-        return row[-1] + slope * (n - self.max_n)
+        ns = self.ns or list(range(1, self.max_n + 1))
+        if n <= ns[0]:
+            return row[0]
+        for (n0, r0), (n1, r1) in zip(zip(ns, row), zip(ns[1:], row[1:])):
+            if n <= n1:
+                return r0 + (r1 - r0) * (n - n0) / (n1 - n0)
+        slope = max((row[-1] - row[-2]) / (ns[-1] - ns[-2]), 0.0) if len(ns) >= 2 else 0.0  # never cheaper past the data
+        return row[-1] + slope * (n - ns[-1])
+
+
+def batch_grid(max_n: int) -> list[int]:
+    """n points profiled at B > 1: every n to 8, then about 1.5x apart."""
+    points = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+    return [n for n in points if n < max_n] + [max_n]
 
 
 @dataclass
@@ -61,7 +74,21 @@ class CostProfile:
     drafters: dict[str, Curve] = field(default_factory=dict)  # drafter id -> draft forward curve
     step_overhead_ms: float = 0.0  # engine work per AR step beyond the target forward
     commit_ms: float = 0.0  # keeping an accepted path's KV rows, per step
+    # batch size (as a string: JSON keys) -> target curve at that batch size, for B > 1
+    target_batches: dict[str, Curve] = field(default_factory=dict)
+    # drafter id -> batch size -> draft forward curve, for B > 1
+    drafter_batches: dict[str, dict[str, Curve]] = field(default_factory=dict)
     version: int = VERSION
+
+    def target_ms(self, batch: int, context: float, n: int) -> float:
+        return by_batch({1: self.target} | {int(b): c for b, c in self.target_batches.items()}, batch, context, n)
+
+    def draft_ms(self, drafter: str, batch: int, context: float, n: int) -> float | None:
+        """None when this drafter was never profiled."""
+        curves = {int(b): c for b, c in self.drafter_batches.get(drafter, {}).items()}
+        if drafter in self.drafters:
+            curves[1] = self.drafters[drafter]
+        return by_batch(curves, batch, context, n) if curves else None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -73,8 +100,39 @@ class CostProfile:
             key=raw["key"], target=Curve(**raw["target"]),
             drafters={k: Curve(**v) for k, v in raw.get("drafters", {}).items()},
             step_overhead_ms=raw.get("step_overhead_ms", 0.0), commit_ms=raw.get("commit_ms", 0.0),
+            target_batches={b: Curve(**v) for b, v in raw.get("target_batches", {}).items()},
+            drafter_batches={d: {b: Curve(**v) for b, v in per.items()} for d, per in raw.get("drafter_batches", {}).items()},
             version=raw.get("version", 0),
         )
+
+
+@dataclass
+class ProfileCosts:
+    """A profile as the StepCosts a tree policy prices with (one drafter's curves)."""
+
+    profile: CostProfile
+    drafter: str | None
+
+    def target_ms(self, batch: int, context: float, n: int) -> float:
+        return self.profile.target_ms(batch, context, n)
+
+    def draft_ms(self, batch: int, context: float, n: int) -> float:
+        """0 for a drafter without forwards (or never profiled: the prediction says so)."""
+        ms = self.profile.draft_ms(self.drafter, batch, context, n) if self.drafter else None
+        return ms if ms is not None else 0.0
+
+
+def by_batch(curves: dict[int, Curve], batch: int, context: float, n: int) -> float:
+    """Linear in batch size between the measured ones (clamped to the largest below or
+    smallest above when outside)."""
+    sizes = sorted(curves)
+    if batch <= sizes[0]:
+        return curves[sizes[0]].at(context, n)
+    for b0, b1 in zip(sizes, sizes[1:]):
+        if batch <= b1:
+            f0, f1 = curves[b0].at(context, n), curves[b1].at(context, n)
+            return f0 + (f1 - f0) * (batch - b0) / (b1 - b0)
+    return curves[sizes[-1]].at(context, n) * batch / sizes[-1]  # past the data: rows scale linearly
 
 
 def save(profile: CostProfile, path: Path) -> None:
@@ -133,28 +191,31 @@ def timed(fn, repeats: int, setup=None) -> tuple[float, float]:
 
 
 def tree_forward_ms(lm: TreeLM, n: int, repeats: int) -> tuple[float, float]:
-    """timed() of one forward over a wide_tree(n), cut back to the same context after each."""
-    tree = wide_tree(n)
+    """timed() of one forward over a wide_tree(n) in every row, cut back to the same
+    context after each."""
+    trees = [wide_tree(n)] * lm.batch_size
 
     def forward():
-        lm.forward(tree=tree, nodes=range(n))
-        lm.commit([])
+        lm.forward(trees=trees, nodes=[range(n)] * len(trees))
+        lm.commit([[]] * len(trees))
 
     return timed(forward, repeats)
 
 
-def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int) -> Curve:
-    """Target forward over n tree rows after c context rows; the cache is cut back to
-    the context after each timing, so every point sees exactly c rows."""
+def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1) -> Curve:
+    """Target forward over n tree rows per sequence after c context rows, B sequences;
+    the cache is cut back to the context after each timing, so every point sees exactly
+    c rows."""
     vocab = lm.vocab_size
+    ns = list(range(1, max_n + 1)) if batch == 1 else batch_grid(max_n)
     ms, spread = [], []
-    bar = tqdm(total=len(contexts) * max_n, desc="profiling target forwards", unit="point")
+    bar = tqdm(total=len(contexts) * len(ns), desc=f"profiling target forwards (B={batch})", unit="point")
     with torch.inference_mode():
         for context in contexts:
-            lm.reset()
-            lm.forward(context=torch.randint(3, vocab, (context,)).tolist())
+            lm.reset(batch)
+            lm.forward(contexts=[torch.randint(3, vocab, (context,)).tolist()] * batch)
             row, row_spread = [], []
-            for n in range(1, max_n + 1):
+            for n in ns:
                 mid, sp = tree_forward_ms(lm, n, repeats)
                 row.append(round(mid, 3))
                 row_spread.append(round(sp, 3))
@@ -163,36 +224,40 @@ def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int) ->
             ms.append(row)
             spread.append(row_spread)
     bar.close()
-    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread)
+    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread, ns=None if batch == 1 else ns)
 
 
-def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, repeats: int) -> Curve:
-    """One draft forward over n new tree nodes after c committed tokens, through the
-    Drafter interface alone (begin / logits / commit), so any drafter is profiled the
-    same way: the root is read first (untimed), then n children of the root."""
+def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1) -> Curve:
+    """One draft forward over n new tree nodes per sequence after c committed tokens, B
+    sequences, through the Drafter interface alone (begin / logits / commit), so any
+    drafter is profiled the same way: the root is read first (untimed), then n children
+    of the root."""
     vocab = target.vocab_size
+    ns = list(range(1, max_n + 1)) if batch == 1 else batch_grid(max_n)
     ms, spread = [], []
-    bar = tqdm(total=len(contexts) * max_n, desc="profiling draft forwards", unit="point")
+    bar = tqdm(total=len(contexts) * len(ns), desc=f"profiling draft forwards (B={batch})", unit="point")
     with torch.inference_mode():
         for context in contexts:
             prompt = torch.randint(3, vocab, (context,)).tolist()
-            target.reset()
+            target.reset(batch)
             target.feature_layers = drafter.feature_layers
-            target.forward(context=prompt[:-1])
-            drafter.begin(prompt[:-1], target.features)
+            target.forward(contexts=[prompt[:-1]] * batch)
+            drafter.begin([prompt[:-1]] * batch, target.features)
+            contexts_b = [prompt[:-1]] * batch
             row, row_spread = [], []
-            for n in range(1, max_n + 1):
+            for n in ns:
                 tree = DraftTree.root(prompt[-1])
                 for i in range(n):
                     tree.add(0, 3 + i)
-                features = target.features[-1:] if target.features is not None else None
+                trees = [tree] * batch
+                features = [f[-1:] for f in target.features] if target.features is not None else None
 
                 def forward():
-                    drafter.logits(prompt[:-1], tree, list(range(1, n + 1)))
+                    drafter.logits(contexts_b, trees, [list(range(1, n + 1))] * batch)
 
                 def reset():
-                    drafter.commit(tree, [], features)
-                    drafter.logits(prompt[:-1], tree, [0])
+                    drafter.commit(trees, [[]] * batch, features)
+                    drafter.logits(contexts_b, trees, [[0]] * batch)
 
                 mid, sp = timed(forward, repeats, setup=reset)
                 row.append(round(mid, 3))
@@ -202,7 +267,7 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
             spread.append(row_spread)
     bar.close()
     target.feature_layers = ()
-    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread)
+    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread, ns=None if batch == 1 else ns)
 
 
 def measure_commit(lm: TreeLM, context: int, repeats: int) -> float:
@@ -213,6 +278,6 @@ def measure_commit(lm: TreeLM, context: int, repeats: int) -> float:
         tree.add(i - 1 if i < 4 else 0, 3 + i)
     with torch.inference_mode():
         lm.reset()
-        lm.forward(context=torch.randint(3, lm.vocab_size, (context,)).tolist())
-        mid, _ = timed(lambda: lm.commit([0, 1, 2, 3]), repeats, setup=lambda: lm.forward(tree=tree, nodes=range(16)))
+        lm.forward(contexts=[torch.randint(3, lm.vocab_size, (context,)).tolist()])
+        mid, _ = timed(lambda: lm.commit([[0, 1, 2, 3]]), repeats, setup=lambda: lm.forward(trees=[tree], nodes=[range(16)]))
     return round(mid, 4)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from specbench.engine.columns import ColumnCache
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
@@ -38,61 +39,95 @@ class Eagle3Drafter:
         self.target_ids = head.target_ids()
         self.forwards = 0
 
-    def begin(self, prompt: list[int], features: torch.Tensor) -> None:
-        self.past = None  # (keys, values) of committed rows
-        self.committed_positions = 0
-        self._pending = (features, prompt[1:])  # features of t, tokens of t+1 (the root completes them)
-        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}  # node -> (hidden, logits, position)
-        self._tree_past = None
+    def begin(self, prompts: list[list[int]], features: list[torch.Tensor]) -> None:
+        self.layout = ColumnCache(len(prompts), features[0].device)
+        self.past = None  # (keys, values) [B, kv, columns, d]
+        # per row: features of t and tokens of t+1, waiting to be read (the root completes them)
+        self._pending = [(f, p[1:]) for f, p in zip(features, prompts)]
+        self._rows: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = [{} for _ in prompts]  # node -> (hidden, logits)
 
-    def logits(self, context: list[int], tree: DraftTree, nodes: list[int]) -> torch.Tensor:
-        missing = sorted({a for n in nodes for a in tree.path_to(n)} - self._rows.keys())
-        if 0 in missing:
-            self._read_pending(tree.tokens[0])
-            missing.remove(0)
-        if missing:
-            self._read_nodes(tree, missing)
-        return torch.stack([self._to_target_vocab(self._rows[n][1]) for n in nodes])
+    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+        missing = [
+            sorted({a for n in row_nodes for a in tree.path_to(n)} - known.keys())
+            for tree, row_nodes, known in zip(trees, nodes, self._rows)
+        ]
+        if any(0 in m for m in missing):
+            self._read_pending([t.tokens[0] if 0 in m else None for t, m in zip(trees, missing)])
+        tree_nodes = [[n for n in m if n != 0] for m in missing]
+        if any(tree_nodes):
+            self._read_nodes(trees, tree_nodes)
+        return [
+            torch.stack([self._to_target_vocab(known[n][1]) for n in row_nodes]) if row_nodes else None
+            for known, row_nodes in zip(self._rows, nodes)
+        ]
 
-    def commit(self, tree: DraftTree, path: list[int], features: torch.Tensor) -> None:
-        """Forget the tree; queue the accepted tokens with their target features."""
-        self._pending = (features, [tree.tokens[n] for n in path[1:]])
-        self._rows = {}
-        self._tree_past = None
+    def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:
+        """Forget the trees; queue each row's accepted tokens with their target features."""
+        self._pending = [(f, [t.tokens[n] for n in p[1:]]) for t, p, f in zip(trees, paths, features)]
+        self._rows = [{} for _ in trees]
+        self.layout.drop_tree()
+        self._truncate()
 
-    def _read_pending(self, root_token: int) -> None:
-        """Committed tokens with target features, ending with the root (one forward)."""
-        features, tokens = self._pending
-        tokens = tokens + [root_token]
-        n = len(tokens)
-        positions = torch.arange(self.committed_positions, self.committed_positions + n, device=features.device)
-        past_len = self.committed_positions
-        mask = torch.ones(n, past_len + n, dtype=torch.bool, device=features.device)
-        mask[:, past_len:] = torch.ones(n, n, dtype=torch.bool, device=features.device).tril()
-        projected = self.head.fc(features.to(self.head.fc.weight.dtype))
-        hidden, logits, self.past = self.head(self._embed(tokens), projected, positions, self.past, mask)
+    def keep(self, rows: list[int]) -> None:
+        self.layout.keep(rows)
+        if self.past is not None:  # None: a row stopped before the head's first forward
+            index = torch.tensor(rows, device=self.past[0].device)
+            self.past = (self.past[0][index], self.past[1][index])
+        self._pending = [self._pending[r] for r in rows]
+        self._rows = [self._rows[r] for r in rows]
+
+    def _read_pending(self, roots: list[int | None]) -> None:
+        """Committed tokens with target features, ending with the root (one forward over
+        the rows whose root is asked for)."""
+        rows = [(b, *self._pending[b]) if root is not None else None for b, root in enumerate(roots)]
+        counts = [len(r[2]) + 1 if r else 0 for r in rows]
+        plan = self.layout.plan(counts, [None] * len(rows), [[] for _ in rows])
+        dtype = self.head.fc.weight.dtype
+        tokens = torch.zeros(len(rows), plan.width, dtype=torch.long)
+        features = None
+        for b, row in enumerate(rows):
+            if row is None:
+                continue
+            _, row_features, row_tokens = row
+            tokens[b, : counts[b]] = torch.tensor(row_tokens + [roots[b]])
+            if features is None:
+                features = torch.zeros(len(rows), plan.width, row_features.shape[-1], dtype=dtype, device=row_features.device)
+            features[b, : counts[b]] = row_features.to(dtype)
+        hidden, logits = self._forward(tokens, self.head.fc(features), plan)
+        for b, count in enumerate(counts):
+            if count:
+                self._rows[b][0] = (hidden[b, count - 1], logits[b, count - 1])
+
+    def _read_nodes(self, trees: list[DraftTree], nodes: list[list[int]]) -> None:
+        """Tree nodes: feature = the parent row's own hidden state, tree attention mask;
+        the root's row is the last committed row, not a tree column."""
+        plan = self.layout.plan([0] * len(trees), trees, nodes, node_offset=-1)
+        tokens = torch.zeros(len(trees), plan.width, dtype=torch.long)
+        features = torch.zeros(len(trees), plan.width, self.head.fc.weight.shape[0], dtype=self.head.fc.weight.dtype, device=self.embed.weight.device)
+        for b, (tree, row_nodes) in enumerate(zip(trees, nodes)):
+            if row_nodes:
+                tokens[b, : len(row_nodes)] = torch.tensor([tree.tokens[n] for n in row_nodes])
+                features[b, : len(row_nodes)] = torch.stack([self._rows[b][tree.parents[n]][0] for n in row_nodes])
+        hidden, logits = self._forward(tokens, features, plan)
+        for b, row_nodes in enumerate(nodes):
+            for i, n in enumerate(row_nodes):
+                self._rows[b][n] = (hidden[b, i], logits[b, i])
+
+    def _forward(self, tokens: torch.Tensor, features: torch.Tensor, plan):
+        embeds = self.embed(tokens.to(self.embed.weight.device)).to(self.head.fc.weight.dtype)
+        mask = plan.mask if plan.mask is not None else self._causal(plan)
+        hidden, logits, self.past = self.head(embeds, features, plan.positions, self.past, mask)
+        self.layout.advance(plan)
         self.forwards += 1
-        self.committed_positions += n
-        self._rows[0] = (hidden[-1], logits[-1], self.committed_positions - 1)
-        self._tree_past, self._tree_nodes = self.past, []
+        return hidden, logits
 
-    def _read_nodes(self, tree: DraftTree, nodes: list[int]) -> None:
-        """Tree nodes: feature = the parent row's own hidden state, tree attention mask."""
-        features = torch.stack([self._rows[tree.parents[n]][0] for n in nodes])
-        positions = torch.tensor([self._rows[0][2] + tree.depths[n] for n in nodes], device=features.device)
-        # the root's row is the last committed row, not a tree column
-        mask = tree.node_rows_mask(nodes, self._tree_nodes, self.committed_positions)
-        hidden, logits, self._tree_past = self.head(
-            self._embed([tree.tokens[n] for n in nodes]), features, positions, self._tree_past, mask.to(features.device)
-        )
-        self.forwards += 1
-        self._tree_nodes = self._tree_nodes + nodes
-        for i, n in enumerate(nodes):
-            self._rows[n] = (hidden[i], logits[i], int(positions[i]))
+    def _causal(self, plan) -> torch.Tensor:
+        return torch.ones(plan.width, plan.start + plan.width, dtype=torch.bool, device=plan.positions.device).tril(plan.start)
 
-    def _embed(self, tokens: list[int]) -> torch.Tensor:
-        weight = self.embed.weight
-        return self.embed(torch.tensor(tokens, device=weight.device)).to(self.head.fc.weight.dtype)
+    def _truncate(self) -> None:
+        columns = self.layout.columns
+        if self.past is not None and self.past[0].shape[2] > columns:
+            self.past = (self.past[0][:, :, :columns], self.past[1][:, :, :columns])
 
     def _to_target_vocab(self, draft_logits: torch.Tensor) -> torch.Tensor:
         out = torch.full((self.vocab_size,), float("-inf"), dtype=draft_logits.dtype, device=draft_logits.device)

@@ -25,13 +25,19 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def begin(self, prompt: list[int], features=None) -> None:
+    def begin(self, prompts, features=None) -> None:
         pass
 
-    def commit(self, tree: DraftTree, path: list[int], features=None) -> None:
+    def commit(self, trees, paths, features=None) -> None:
         pass
 
-    def logits(self, context: list[int], tree: DraftTree, nodes: list[int]) -> torch.Tensor | None:
+    def keep(self, rows) -> None:
+        pass
+
+    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+        return [self._row_logits(c, t, n) if n else None for c, t, n in zip(contexts, trees, nodes)]
+
+    def _row_logits(self, context: list[int], tree: DraftTree, nodes: list[int]) -> torch.Tensor | None:
         proposals = [self.lookup(context + [tree.tokens[a] for a in tree.path_to(n)]) for n in nodes]
         if all(p is None for p in proposals):
             return None

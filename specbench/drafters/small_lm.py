@@ -37,21 +37,34 @@ class SmallLMDrafter:
     def forwards(self) -> int:
         return self.lm.forwards
 
-    def begin(self, prompt: list[int], features=None) -> None:
-        self.lm.reset()
-        self._node_logits = {}
+    def begin(self, prompts: list[list[int]], features=None) -> None:
+        self.lm.reset(len(prompts))
+        self._node_logits = [{} for _ in prompts]
 
-    def logits(self, context: list[int], tree: DraftTree, nodes: list[int]) -> torch.Tensor:
-        needed = sorted({a for n in nodes for a in tree.path_to(n)} - self._node_logits.keys())
-        if needed:
-            tail = [] if self.lm.cached_nodes else context[self.lm.committed :]
-            rows = self._in_target_vocab(self.lm.forward(tail, tree, needed))
-            self._node_logits.update(zip(needed, rows))
-        return torch.stack([self._node_logits[n] for n in nodes])
+    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+        """Rows read the context they have not seen (first step after a commit) and the
+        asked nodes' uncached ancestors, all rows in one forward."""
+        needed = [
+            sorted({a for n in row_nodes for a in tree.path_to(n)} - known.keys())
+            for tree, row_nodes, known in zip(trees, nodes, self._node_logits)
+        ]
+        if any(needed):
+            tails = [
+                context[self.lm.layout.lengths[b] :] if row_needed and not self.lm.layout.node_columns[b] else []
+                for b, (context, row_needed) in enumerate(zip(contexts, needed))
+            ]
+            rows = self.lm.forward(tails, trees, needed)
+            for known, row_needed, row_logits in zip(self._node_logits, needed, rows):
+                if row_needed:
+                    known.update(zip(row_needed, self._in_target_vocab(row_logits)))
+        return [torch.stack([known[n] for n in row_nodes]) if row_nodes else None for known, row_nodes in zip(self._node_logits, nodes)]
 
-    def commit(self, tree: DraftTree, path: list[int], features=None) -> None:
-        self.lm.commit(tree.drafted_ids(path))
-        self._node_logits = {}
+    def commit(self, trees: list[DraftTree], paths: list[list[int]], features=None) -> None:
+        self.lm.commit([tree.drafted_ids(path) for tree, path in zip(trees, paths)])
+        self._node_logits = [{} for _ in trees]
+
+    def keep(self, rows: list[int]) -> None:
+        self.lm.keep(rows)
 
     def _in_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """Drafts may pad their vocabulary differently from the target: align the ids."""

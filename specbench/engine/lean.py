@@ -61,17 +61,20 @@ class LeanTreeLM(TreeLM):
                     "down": mlp.down_proj.weight,
                 })
         self.final_norm = (inner.norm.weight, inner.norm.variance_epsilon)
-        self.lm_head = model.lm_head.weight
         rotary = inner.rotary_emb
         self._inv_freq = rotary.inv_freq.float()
         self._rope_scale = rotary.attention_scaling
         self._rope_rows = 0
         self._rows = 0
         self._k = self._v = None
+        self._batch = 1
         super().__init__(model)
 
-    def _new_cache(self):
-        self._rows = 0  # the preallocated buffers are kept and overwritten
+    def _new_cache(self, batch_size: int):
+        if self._k is not None and self._k.shape[1] != batch_size:
+            self._k = self._v = None  # the preallocated buffers are kept while B stays
+        self._batch = batch_size
+        self._rows = 0
         return None
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,15 +89,15 @@ class LeanTreeLM(TreeLM):
         return self._cos[positions], self._sin[positions]
 
     def _reserve(self, rows: int) -> None:
-        if self._k is not None and rows <= self._k.shape[2]:
+        if self._k is not None and rows <= self._k.shape[3]:
             return
-        capacity = max(rows, 2 * (self._k.shape[2] if self._k is not None else 0), INITIAL_ROWS)
-        shape = (len(self.layers), self.kv_heads, capacity, self.head_dim)
+        capacity = max(rows, 2 * (self._k.shape[3] if self._k is not None else 0), INITIAL_ROWS)
+        shape = (len(self.layers), self._batch, self.kv_heads, capacity, self.head_dim)
         k = torch.empty(shape, dtype=self.embed.dtype, device=self.embed.device)
         v = torch.empty_like(k)
         if self._k is not None:
-            k[:, :, : self._rows] = self._k[:, :, : self._rows]
-            v[:, :, : self._rows] = self._v[:, :, : self._rows]
+            k[..., : self._rows, :] = self._k[..., : self._rows, :]
+            v[..., : self._rows, :] = self._v[..., : self._rows, :]
         self._k, self._v = k, v
 
     @staticmethod
@@ -111,52 +114,56 @@ class LeanTreeLM(TreeLM):
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def _run(self, tokens: list[int], positions: list[int], mask, n_logits: int):
-        n, start = len(tokens), self._rows
+    def _run(self, tokens: torch.Tensor, plan):
+        batch, n = tokens.shape
+        start = self._rows
         self._reserve(start + n)
-        ids = torch.tensor(tokens, device=self.device)
-        cos, sin = self._rope(torch.tensor(positions, device=self.device))
-        cos, sin = cos[None], sin[None]  # [1, n, d]: broadcast over heads
-        if mask is not None:
-            attn_mask = mask[0]  # [1, n, kv]
+        cos, sin = self._rope(plan.positions)
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, n, d]: broadcast over heads
+        if plan.mask is not None:
+            attn_mask = plan.mask[:, None]  # [B, 1, n, kv]
         elif n > 1:  # causal over the new rows, everything cached before them
-            attn_mask = torch.ones(n, start + n, dtype=torch.bool, device=self.device).tril(start)[None]
+            attn_mask = torch.ones(n, start + n, dtype=torch.bool, device=self.device).tril(start)
         else:
             attn_mask = None
         h, d, kv = self.heads, self.head_dim, self.kv_heads
         groups = h // kv
-        x = F.embedding(ids, self.embed)
+        x = F.embedding(tokens, self.embed)
         hidden = [] if self.feature_layers else None
         for index, layer in enumerate(self.layers):
             if hidden is not None:
                 hidden.append(x)
             normed = self._norm(x, layer["norm1"])
-            q = F.linear(normed, layer["q"]).view(n, h, d).transpose(0, 1)
-            k = F.linear(normed, layer["k"]).view(n, kv, d).transpose(0, 1)
-            v = F.linear(normed, layer["v"]).view(n, kv, d).transpose(0, 1)
+            q = F.linear(normed, layer["q"]).view(batch, n, h, d).transpose(1, 2)
+            k = F.linear(normed, layer["k"]).view(batch, n, kv, d).transpose(1, 2)
+            v = F.linear(normed, layer["v"]).view(batch, n, kv, d).transpose(1, 2)
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-            self._k[index, :, start : start + n] = k
-            self._v[index, :, start : start + n] = v
-            keys = self._k[index, :, : start + n].repeat_interleave(groups, dim=0)
-            values = self._v[index, :, : start + n].repeat_interleave(groups, dim=0)
-            attended = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=attn_mask)
-            x = x + F.linear(attended[0].transpose(0, 1).reshape(n, h * d), layer["o"])
+            self._k[index, :, :, start : start + n] = k
+            self._v[index, :, :, start : start + n] = v
+            keys = self._k[index, :, :, : start + n].repeat_interleave(groups, dim=1)
+            values = self._v[index, :, :, : start + n].repeat_interleave(groups, dim=1)
+            attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask)
+            x = x + F.linear(attended.transpose(1, 2).reshape(batch, n, h * d), layer["o"])
             normed = self._norm(x, layer["norm2"])
             x = x + F.linear(F.silu(F.linear(normed, layer["gate"])) * F.linear(normed, layer["up"]), layer["down"])
         self._rows = start + n
+        normed = self._norm(x, self.final_norm)
         if hidden is not None:  # as the model's own hidden_states: the last entry is normed
-            normed = self._norm(x, self.final_norm)
             hidden.append(normed)
-            return F.linear(normed[-n_logits:], self.lm_head), hidden
-        logits = F.linear(self._norm(x[-n_logits:], self.final_norm), self.lm_head)
-        return logits, hidden
+        return normed, hidden
 
-    def _keep_rows(self, rows: list[int], keep: int) -> None:
-        if rows and rows != list(range(self.committed, keep)):
+    def _move(self, row_moves, columns: int) -> None:
+        for b, cols, dest in row_moves:
+            index = torch.tensor(cols, dtype=torch.long, device=self.device)
+            self._k[:, b, :, dest : dest + len(cols)] = self._k[:, b, :, index]
+            self._v[:, b, :, dest : dest + len(cols)] = self._v[:, b, :, index]
+        self._rows = columns
+
+    def _keep_batch(self, rows: list[int]) -> None:
+        if self._k is not None:  # None: rows left before the first forward
             index = torch.tensor(rows, dtype=torch.long, device=self.device)
-            self._k[:, :, self.committed : keep] = self._k[:, :, index]
-            self._v[:, :, self.committed : keep] = self._v[:, :, index]
-        self._rows = keep
+            self._k, self._v = self._k[:, index].contiguous(), self._v[:, index].contiguous()
+        self._batch = len(rows)
 
 
 FORWARDS = ("auto", "lean", "hf")

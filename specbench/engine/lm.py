@@ -1,8 +1,9 @@
-"""A causal LM whose KV cache holds committed context followed by draft-tree nodes.
+"""A causal LM over a batch whose KV cache holds each row's committed context followed
+by its draft-tree nodes.
 
 Target and draft models both use it: a forward feeds new context tokens and/or tree
-nodes (tree attention mask, position = root position + depth), and `commit` keeps
-only the accepted path's rows, gathered in place.
+nodes per row (tree attention mask, position = root position + depth), and `commit`
+keeps only each row's accepted path, moved in place (see engine/columns.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from specbench.engine.columns import ColumnCache, Plan, moves
 from specbench.engine.tree import DraftTree
 
 
@@ -19,101 +21,109 @@ class TreeLM:
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.device = model.device
-        # hidden_states indices a drafter reads (EAGLE-3); their concatenation for every
-        # row of the last forward is left in `features`
+        self.lm_head = model.get_output_embeddings()
+        # hidden_states indices a drafter reads (EAGLE-3); per row, their concatenation
+        # for every token that row fed in the last forward is left in `features`
         self.feature_layers: tuple[int, ...] = ()
-        self.features: torch.Tensor | None = None
+        self.features: list[torch.Tensor] | None = None
         self.reset()
 
     @property
     def vocab_size(self) -> int:
         return self.model.config.vocab_size
 
-    def reset(self) -> None:
-        self.cache = self._new_cache()
-        self.committed = 0  # cache rows that hold committed context
-        self.cached_nodes: list[int] = []  # tree node of each cache row after those
+    @property
+    def batch_size(self) -> int:
+        return self.layout.batch_size
+
+    def reset(self, batch_size: int = 1) -> None:
+        self.layout = ColumnCache(batch_size, self.device)
+        self.cache = self._new_cache(batch_size)
         self.forwards = 0
 
-    def _new_cache(self):
+    def _new_cache(self, batch_size: int):
         return DynamicCache(config=self.model.config)
 
     def forward(
-        self, context: Sequence[int] = (), tree: DraftTree | None = None, nodes: Sequence[int] = ()
-    ) -> torch.Tensor:
-        """Feed new context tokens, then tree `nodes` (ascending; each node's ancestors
-        cached already or fed in this call). Returns logits [len(nodes), V], or [1, V]
-        at the last context token when no nodes are fed."""
-        nodes = list(nodes)
-        if context and self.cached_nodes:
-            raise RuntimeError("context can only be added before any tree node is cached")
-        root_position = self.committed + len(context)
-        tokens = list(context) + [tree.tokens[n] for n in nodes] if nodes else list(context)
-        positions = list(range(self.committed, root_position))
-        positions += [root_position + tree.depths[n] for n in nodes]
-        mask = self._mask(len(context), tree, nodes)
-        logits, hidden = self._run(tokens, positions, mask, len(nodes) or 1)
-        if self.feature_layers:
-            self.features = torch.cat([hidden[i] for i in self.feature_layers], dim=-1)
+        self,
+        contexts: Sequence[Sequence[int]] | None = None,
+        trees: Sequence[DraftTree | None] | None = None,
+        nodes: Sequence[Sequence[int]] | None = None,
+    ) -> list[torch.Tensor | None]:
+        """Feed, per row, new context tokens then tree `nodes` (ascending; each node's
+        ancestors cached already or fed in this call). Returns per row the logits
+        [len(nodes[b]), V], or [1, V] at the last context token when it fed no nodes,
+        or None when it fed nothing."""
+        rows = self.batch_size
+        contexts = [list(c) for c in contexts] if contexts is not None else [[] for _ in range(rows)]
+        nodes = [list(n) for n in nodes] if nodes is not None else [[] for _ in range(rows)]
+        trees = list(trees) if trees is not None else [None] * rows
+        plan = self.layout.plan([len(c) for c in contexts], trees, nodes)
+        tokens = torch.zeros(rows, plan.width, dtype=torch.long)
+        for b, (context, row_nodes) in enumerate(zip(contexts, nodes)):
+            fed = context + [trees[b].tokens[n] for n in row_nodes]
+            tokens[b, : len(fed)] = torch.tensor(fed, dtype=torch.long)
+        normed, hidden = self._run(tokens.to(self.device), plan)
+        self.layout.advance(plan)
         self.forwards += 1
-        self.committed += len(context)
-        self.cached_nodes += nodes
-        return logits
+        counts = [len(c) + len(n) for c, n in zip(contexts, nodes)]
+        if self.feature_layers:
+            features = torch.cat([hidden[i] for i in self.feature_layers], dim=-1)
+            self.features = [features[b, :count] for b, count in enumerate(counts)]
+        wanted = [
+            (b, range(len(c), len(c) + len(n)) if n else range(len(c) - 1, len(c)))
+            for b, (c, n) in enumerate(zip(contexts, nodes)) if c or n
+        ]
+        if rows == 1 and wanted:  # one row: no gather
+            return [self.lm_head(normed[0, wanted[0][1].start : wanted[0][1].stop])]
+        picked = torch.cat([normed[b, r.start : r.stop] for b, r in wanted]) if wanted else None
+        logits = self.lm_head(picked).split([len(r) for _, r in wanted]) if wanted else ()
+        out: list[torch.Tensor | None] = [None] * rows
+        for (b, _), row_logits in zip(wanted, logits):
+            out[b] = row_logits
+        return out
 
-    def _run(self, tokens: list[int], positions: list[int], mask, n_logits: int):
-        """(logits [n_logits, V] of the last rows, hidden_states per layer [n, H] when
-        features are read) for `tokens` appended to the cache."""
-        out = self.model(
-            input_ids=torch.tensor([tokens], device=self.device),
-            position_ids=torch.tensor([positions], device=self.device),
-            attention_mask=mask,
+    def _run(self, tokens: torch.Tensor, plan: Plan):
+        """(final-normed hidden [B, width, H], hidden_states per layer [B, width, H] when
+        features are read, else None) for `tokens` [B, width] appended to the cache."""
+        out = self.model.base_model(
+            input_ids=tokens,
+            position_ids=plan.positions,
+            attention_mask=plan.mask[:, None] if plan.mask is not None else None,
             past_key_values=self.cache,
             use_cache=True,
-            logits_to_keep=n_logits,
             output_hidden_states=bool(self.feature_layers),
         )
-        hidden = [h[0] for h in out.hidden_states] if self.feature_layers else None
-        return out.logits[0], hidden
+        return out.last_hidden_state, out.hidden_states if self.feature_layers else None
 
-    def _mask(self, n_context: int, tree: DraftTree | None, nodes: list[int]) -> torch.Tensor | None:
-        """Bool [1, 1, q, kv] (True = attend), or None where plain causal is exact."""
-        if not nodes:
-            return None
-        plain_chain = not self.cached_nodes and nodes == list(range(len(nodes)))
-        if plain_chain and all(tree.parents[n] == n - 1 for n in nodes):
-            return None
-        n_past = self.committed + n_context
-        q = n_context + len(nodes)
-        kv = n_past + len(self.cached_nodes) + len(nodes)
-        mask = torch.zeros(q, kv, dtype=torch.bool)
-        mask[:n_context, : self.committed] = True
-        mask[:n_context, self.committed : n_past] = torch.ones(n_context, n_context).tril().bool()
-        mask[n_context:] = tree.node_rows_mask(nodes, self.cached_nodes, n_past)
-        return mask[None, None].to(self.device)
+    def commit(self, paths: Sequence[Sequence[int]]) -> list[int]:
+        """Keep each row's cached rows of its accepted path (root first) as context, drop
+        the other tree rows. Returns per row how many path nodes were cached (a prefix)."""
+        sources, dest = self.layout.commit([list(p) for p in paths])
+        self._move(moves(sources, dest), self.layout.columns)
+        return [len(s) for s in sources]
 
-    def commit(self, path: Sequence[int]) -> int:
-        """Keep the cached rows of the accepted `path` (root first) as context, drop the
-        other tree rows. Returns how many path nodes were cached (a prefix of the path)."""
-        row_of = {node: self.committed + i for i, node in enumerate(self.cached_nodes)}
-        rows = []
-        for node in path:
-            if node not in row_of:
-                break
-            rows.append(row_of[node])
-        keep = self.committed + len(rows)
-        self._keep_rows(rows, keep)
-        self.committed = keep
-        self.cached_nodes = []
-        return len(rows)
-
-    def _keep_rows(self, rows: list[int], keep: int) -> None:
-        """Move cache rows `rows` to committed..keep and drop every row after keep."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+    def _move(self, row_moves: list[tuple[int, list[int], int]], columns: int) -> None:
+        """Copy each (row, source columns, dest) block into place, then keep `columns` columns."""
         for layer in self.cache.layers:
             if not getattr(layer, "is_initialized", False):
                 continue
-            if rows and rows != list(range(self.committed, keep)):
-                layer.keys[:, :, self.committed : keep] = layer.keys[:, :, index]
-                layer.values[:, :, self.committed : keep] = layer.values[:, :, index]
-            layer.keys = layer.keys[:, :, :keep]
-            layer.values = layer.values[:, :, :keep]
+            for b, cols, dest in row_moves:
+                index = torch.tensor(cols, device=self.device)
+                layer.keys[b, :, dest : dest + len(cols)] = layer.keys[b, :, index]
+                layer.values[b, :, dest : dest + len(cols)] = layer.values[b, :, index]
+            layer.keys = layer.keys[:, :, :columns]
+            layer.values = layer.values[:, :, :columns]
+
+    def keep(self, rows: list[int]) -> None:
+        """Only these rows (ascending indices into the current batch) go on decoding."""
+        if rows == list(range(self.batch_size)):
+            return
+        self.layout.keep(rows)
+        self._keep_batch(rows)
+
+    def _keep_batch(self, rows: list[int]) -> None:
+        index = torch.tensor(rows, device=self.device)
+        for layer in self.cache.layers:
+            if getattr(layer, "is_initialized", False):
+                layer.keys, layer.values = layer.keys[index], layer.values[index]

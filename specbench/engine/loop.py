@@ -1,8 +1,9 @@
 """The one decoding loop every method runs through.
 
-prefill -> repeat: policy builds a tree (draft forwards), the target verifies all of
-it in one forward, the verifier picks the accepted path and one more token, and both
-caches keep exactly that path.
+prefill -> repeat: the policy builds a tree per row (draft forwards over the whole batch),
+the target verifies every row's tree in one forward, the verifier picks each row's
+accepted path and one more token, and both caches keep exactly those paths. Rows that
+stop leave the batch; batch size 1 is the same loop with one row.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 
 from specbench.engine.lm import TreeLM
 from specbench.engine.sampling import Sampling
-from specbench.engine.parts import Drafter, TreePolicy, Verifier
+from specbench.engine.parts import Drafter, StepCosts, TreePolicy, Verifier
 
 
 @dataclass
@@ -25,6 +26,7 @@ class Method:
     policy: TreePolicy
     verifier: Verifier
     drafter: Drafter | None = None
+    costs: StepCosts | None = None  # measured forward costs, for policies that price trees (CAST)
 
 
 @dataclass
@@ -39,11 +41,13 @@ class Limits:
 class Generation:
     ids: list[int]  # new tokens only
     stop_reason: str  # "eos", "stop_string" or "length"
-    target_forwards: int  # N_p, after prefill
-    draft_forwards: int  # N_q
+    target_forwards: int  # N_p: verifications this sequence took part in, after prefill
+    draft_forwards: int  # N_q: draft forwards during those verifications
     accept_lengths: list[int] = field(default_factory=list)  # tokens committed per verification
-    seconds: float = 0.0  # decoding only, prefill included (see Clock)
+    seconds: float = 0.0  # this sequence's latency: decoding only, prefill included (see Clock)
     prefill_seconds: float = 0.0
+    batch_seconds: float = 0.0  # the whole batch's decoding time (= seconds at batch size 1)
+    batch_size: int = 1
     nll: float = 0.0  # the target's negative log-likelihood (T=1, raw logits) of `ids`, summed
     step_draft_forwards: list[int] = field(default_factory=list)  # draft forwards per verification
     tree_widths: list[list[int]] = field(default_factory=list)  # per verification: drafted nodes at depth 1, 2, ...
@@ -77,6 +81,22 @@ class Clock:
             self.start()
 
 
+@dataclass(eq=False)
+class _Row:
+    """What the loop tracks for one sequence of the batch."""
+
+    prompt: list[int]
+    generator: torch.Generator | None
+    new: list[int] = field(default_factory=list)
+    nll: list[float] = field(default_factory=list)
+    accept_lengths: list[int] = field(default_factory=list)
+    step_draft_forwards: list[int] = field(default_factory=list)
+    tree_widths: list[list[int]] = field(default_factory=list)
+    accepted_ranks: list[list[int]] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
 def generate(
     target: TreeLM,
     method: Method,
@@ -87,66 +107,112 @@ def generate(
     decode=None,
     on_step=None,
 ) -> Generation:
-    """Decode after `prompt`. `decode(ids) -> str` is needed only for stop strings;
-    `on_step(n_new_tokens)` is called after every verification (progress display).
-    The clock runs from prefill to the last token, around decoding work only."""
+    """Decode after one prompt: the batched loop with one row."""
+    return generate_batch(target, method, [prompt], sampling, limits, [generator], decode, on_step)[0]
+
+
+def generate_batch(
+    target: TreeLM,
+    method: Method,
+    prompts: list[list[int]],
+    sampling: Sampling,
+    limits: Limits,
+    generators: list[torch.Generator | None] | None = None,
+    decode=None,
+    on_step=None,
+) -> list[Generation]:
+    """Decode after every prompt at once, one row per prompt; a row that stops leaves the
+    batch. `decode(ids) -> str` is needed only for stop strings; `on_step(n_new_tokens)`
+    is called after every verification (progress display). The clock runs from prefill
+    to the last token, around decoding work only."""
+    rows = [_Row(list(p), g) for p, g in zip(prompts, generators or [None] * len(prompts))]
     clock = Clock()
     clock.start()
-    drafter = method.drafter
-    target.reset()
+    drafter, policy = method.drafter, method.policy
+    target.reset(len(rows))
     target.feature_layers = drafter.feature_layers if drafter is not None else ()
     with torch.inference_mode():
-        prefill = target.forward(context=prompt)[-1:]
-        first = sampling.pick(prefill[0], generator)
+        prefill = target.forward(contexts=[r.prompt for r in rows])
+        for row, logits in zip(rows, prefill):
+            row.new.append(sampling.pick(logits[-1], row.generator))
         with clock.paused():
             prefill_seconds = clock.seconds
-            token_nll = _nll(prefill, [first])
+            for row, logits in zip(rows, prefill):
+                row.nll += _nll(logits[-1:], row.new)
         if drafter is not None:
-            drafter.begin(prompt, target.features)
-        draft_forwards_before = drafter.forwards if drafter is not None else 0
-        new = [first]
-        accept_lengths, step_draft_forwards, tree_widths, accepted_ranks, notes = [], [], [], [], {}
+            drafter.begin([r.prompt for r in rows], target.features)
+        if hasattr(policy, "begin"):
+            policy.begin(len(rows), method.costs)
         with clock.paused():
-            done = _finished(new, limits, decode)
-        while not done:
-            context = prompt + new[:-1]
+            active = [r for r in rows if not _finished(r.new, limits, decode)]
+            _leave(rows, active, target, drafter, clock)
+        while active:
             forwards_before = drafter.forwards if drafter is not None else 0
-            tree = method.policy.build(drafter, context, new[-1], sampling, generator)
+            trees = policy.build(drafter, [r.prompt + r.new[:-1] for r in active], [r.new[-1] for r in active], sampling, [r.generator for r in active])
             drafted = (drafter.forwards if drafter is not None else 0) - forwards_before
-            logits = target.forward(tree=tree, nodes=range(len(tree)))
-            accepted = method.verifier.accept(tree, logits, sampling, generator)
-            committed = [tree.tokens[n] for n in accepted.path[1:]] + [accepted.next_token]
-            target.commit(accepted.path)
+            logits = target.forward(trees=trees, nodes=[range(len(t)) for t in trees])
+            accepted = [method.verifier.accept(t, z, sampling, r.generator) for t, z, r in zip(trees, logits, active)]
+            paths = [a.path for a in accepted]
+            target.commit(paths)
             if drafter is not None:
-                features = target.features[accepted.path] if target.features is not None else None
-                drafter.commit(tree, accepted.path, features)
-            new += committed
+                features = [f[p] for f, p in zip(target.features, paths)] if target.features is not None else None
+                drafter.commit(trees, paths, features)
+            if hasattr(policy, "observe"):
+                policy.observe(trees, paths)
+            for row, tree, a in zip(active, trees, accepted):
+                row.new += [tree.tokens[n] for n in a.path[1:]] + [a.next_token]
             with clock.paused():
-                step_draft_forwards.append(drafted)
-                tree_widths.append(_widths(tree.depths))
-                merge_notes(notes, accepted.notes)
-                accepted_ranks.append(_depth_ranks(tree, accepted.path[1:]))
-                token_nll += _nll(logits[accepted.path], committed)
-                accept_lengths.append(len(accepted.path))
-                done = _finished(new, limits, decode, len(accepted.path))
+                for row, tree, a, z in zip(active, trees, accepted, logits):
+                    row.step_draft_forwards.append(drafted)
+                    row.tree_widths.append(_widths(tree.depths))
+                    merge_notes(row.notes, a.notes)
+                    row.accepted_ranks.append(_depth_ranks(tree, a.path[1:]))
+                    row.nll += _nll(z[a.path], row.new[len(row.new) - len(a.path) :])
+                    row.accept_lengths.append(len(a.path))
                 if on_step is not None:
-                    on_step(len(accepted.path))
+                    on_step(sum(len(a.path) for a in accepted), len(active))
+                still = [r for r, a in zip(active, accepted) if not _finished(r.new, limits, decode, len(a.path))]
+                _leave(active, still, target, drafter, clock)
+                active = still
     seconds = clock.stop()
-    new, stop = _truncate(new, limits, decode)
-    return Generation(
-        ids=new,
-        stop_reason=stop,
-        target_forwards=len(accept_lengths),
-        draft_forwards=(drafter.forwards - draft_forwards_before) if drafter is not None else 0,
-        accept_lengths=accept_lengths,
-        seconds=seconds,
-        prefill_seconds=prefill_seconds,
-        nll=sum(token_nll[: len(new)]),
-        step_draft_forwards=step_draft_forwards,
-        tree_widths=tree_widths,
-        accepted_ranks=accepted_ranks,
-        verifier_notes=notes,
-    )
+    generations = []
+    for row in rows:
+        new, stop = _truncate(row.new, limits, decode)
+        generations.append(Generation(
+            ids=new,
+            stop_reason=stop,
+            target_forwards=len(row.accept_lengths),
+            draft_forwards=sum(row.step_draft_forwards),
+            accept_lengths=row.accept_lengths,
+            seconds=row.seconds,
+            prefill_seconds=prefill_seconds,
+            batch_seconds=seconds,
+            batch_size=len(rows),
+            nll=sum(row.nll[: len(new)]),
+            step_draft_forwards=row.step_draft_forwards,
+            tree_widths=row.tree_widths,
+            accepted_ranks=row.accepted_ranks,
+            verifier_notes=row.notes,
+        ))
+    return generations
+
+
+def _leave(active: list[_Row], still: list[_Row], target: TreeLM, drafter, clock: Clock) -> None:
+    """Rows that stopped record their latency and leave the batch (called with the clock
+    paused; the cache compaction it triggers is decoding work and is timed)."""
+    if len(still) == len(active):
+        return
+    for row in active:
+        if row not in still:
+            row.seconds = clock.seconds
+    keep = [i for i, row in enumerate(active) if row in still]
+    if not keep:
+        return
+    clock.start()
+    target.keep(keep)
+    if drafter is not None:
+        drafter.keep(keep)
+    clock.stop()
 
 
 def _nll(logits: torch.Tensor, tokens: list[int]) -> list[float]:

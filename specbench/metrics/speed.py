@@ -1,12 +1,16 @@
 """Speed metrics, exactly as the measurement protocol defines them.
 
 tokens: new tokens after the prompt; N_p: target forwards after prefill; N_q: draft
-forwards; tau = tokens / N_p; delta = N_q / N_p; tok/s = tokens / wall seconds
-(prefill included). Aggregates are ratios of sums over all samples and turns.
+forwards (per sequence: the verifications it took part in and the draft forwards
+during them); tau = tokens / N_p; delta = N_q / N_p; tok/s = tokens / wall seconds
+(prefill included): at batch size B > 1, throughput, every token of the batch over the
+batch's wall time, with each sample's latency beside it. Aggregates are ratios of sums
+over all samples and turns.
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from statistics import median
 
@@ -14,7 +18,7 @@ from statistics import median
 def totals(runs: list[dict]) -> dict:
     """Aggregate per-sample measurements of one method (each a dict as written by run.py)."""
     tokens = sum(r["new_tokens"] for r in runs)
-    seconds = sum(r["seconds"] for r in runs)
+    seconds = wall_seconds(runs)
     n_p = sum(r["target_forwards"] for r in runs)
     n_q = sum(r["draft_forwards"] for r in runs)
     lengths = Counter(n for r in runs for n in r["accept_lengths"])
@@ -26,11 +30,19 @@ def totals(runs: list[dict]) -> dict:
         "tau": tokens / n_p if n_p else None,
         "delta": n_q / n_p if n_p else 0.0,
         "target_forwards": n_p,
+        "batch_size": max((r.get("batch_size", 1) for r in runs), default=1),
+        "mean_latency_s": sum(r["seconds"] for r in runs) / len(runs) if runs else None,
         "draft_forwards": n_q,
         "accept_length_hist": {str(k): lengths[k] for k in sorted(lengths)},
         "target_nll_per_token": sum(r.get("nll", 0.0) for r in runs) / tokens if tokens else None,
         "verifier": verifier_counts(runs),
     }
+
+
+def wall_seconds(runs: list[dict]) -> float:
+    """Decoding wall time of these samples: each batch's time counted once."""
+    batches = {r["batch_id"]: r["batch_seconds"] for r in runs if r.get("batch_size", 1) > 1}
+    return sum(r["seconds"] for r in runs if r.get("batch_size", 1) == 1) + sum(batches.values())
 
 
 def verifier_counts(runs: list[dict]) -> dict:
@@ -52,10 +64,33 @@ def speedup(method: list[dict], baseline: list[dict]) -> dict:
         for x, y in zip(method, baseline)
         if x["seconds"] and y["seconds"] and y["new_tokens"]
     ]
+    low, high = bootstrap_ci(method, baseline)
     return {
         "speedup": m["tok_per_s"] / b["tok_per_s"] if m["tok_per_s"] and b["tok_per_s"] else None,
+        "speedup_ci95": [low, high] if low is not None else None,
         "speedup_median_per_sample": median(per_sample) if per_sample else None,
     }
+
+
+def bootstrap_ci(method: list[dict], baseline: list[dict], draws: int = 2000, seed: int = 0) -> tuple[float | None, float | None]:
+    """95% percentile bootstrap interval of the aggregate speedup, resampling batches (a
+    sample at batch size 1) with replacement: how far the ratio could move with other
+    prompts of the same kind."""
+    groups: dict[str, list[int]] = {}
+    for i, run in enumerate(method):
+        groups.setdefault(run.get("batch_id") or str(i) if run.get("batch_size", 1) > 1 else str(i), []).append(i)
+    keys = list(groups)
+    if len(keys) < 2:
+        return None, None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(draws):
+        picked = [i for key in rng.choices(keys, k=len(keys)) for i in groups[key]]
+        m, b = totals([method[i] for i in picked]), totals([baseline[i] for i in picked])
+        if m["tok_per_s"] and b["tok_per_s"]:
+            ratios.append(m["tok_per_s"] / b["tok_per_s"])
+    ratios.sort()
+    return ratios[int(0.025 * len(ratios))], ratios[min(int(0.975 * len(ratios)), len(ratios) - 1)]
 
 
 def agreement(method: list[dict], baseline: list[dict]) -> dict:

@@ -51,7 +51,8 @@ class Eagle3Attention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=False)
 
     def forward(self, x, cos, sin, past: tuple | None, mask):
-        """x [B, n, 2H]; past (keys, values) or None; mask bool [n, past + n] (True = attend)."""
+        """x [B, n, 2H]; past (keys, values) or None; mask bool [n, past + n] or, per row,
+        [B, n, past + n] (True = attend)."""
         b, n = x.shape[:2]
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -60,7 +61,7 @@ class Eagle3Attention(nn.Module):
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         groups = self.heads // self.kv_heads
-        out = nn.functional.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask[None, None])
+        out = nn.functional.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask[:, None] if mask.dim() == 3 else mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), (k, v)
 
 
@@ -98,11 +99,11 @@ class Eagle3Head(nn.Module):
         return self.config.draft_vocab_size != self.config.vocab_size
 
     def forward(self, embeds, features, positions, past, mask):
-        """embeds, features [n, H] (features already projected); positions [n].
-        Returns (pre-norm hidden [n, H], draft-vocab logits [n, Vd], new past)."""
-        cos, sin = self.rotary(embeds[None], positions[None])
-        hidden, present = self.midlayer(embeds[None], features[None], cos, sin, past, mask)
-        return hidden[0], self.lm_head(self.norm(hidden[0])), present
+        """embeds, features [B, n, H] (features already projected); positions [B, n].
+        Returns (pre-norm hidden [B, n, H], draft-vocab logits [B, n, Vd], new past)."""
+        cos, sin = self.rotary(embeds, positions)
+        hidden, present = self.midlayer(embeds, features, cos, sin, past, mask)
+        return hidden, self.lm_head(self.norm(hidden)), present
 
     def target_ids(self) -> torch.Tensor:
         """Target-vocabulary id of every draft-vocabulary id."""

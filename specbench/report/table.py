@@ -7,6 +7,10 @@ from rich.markup import escape
 from rich.table import Table
 
 
+def _ci(interval) -> str:
+    return f", 95% CI {_fmt(interval[0])}-{_fmt(interval[1])}" if interval else ""
+
+
 def _fmt(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
@@ -25,12 +29,15 @@ def print_summary(summary: dict) -> None:
     if "baseline" in summary:
         agreement = summary.get("agreement_with_baseline", {})
         console.print(
-            f"speedup {_fmt(summary.get('speedup'))}x (median per sample {_fmt(summary.get('speedup_median_per_sample'))}x), "
+            f"speedup {_fmt(summary.get('speedup'))}x{_ci(summary.get('speedup_ci95'))} at batch size {summary['results'].get('batch_size', 1)} "
+            f"(median per sample {_fmt(summary.get('speedup_median_per_sample'))}x), "
             f"baseline: {summary['baseline_source']}; "
             f"outputs identical to baseline: {_fmt(agreement.get('exact_match_rate'))}"
         )
     model = summary.get("cost_model") or {}
-    if model:
+    if model.get("note") and "predicted_speedup" not in model:
+        console.print(f"cost model: {model['note']}")
+    elif model:
         measured = f"measured {_fmt(summary.get('speedup'))}x, " if summary.get("speedup") is not None else ""
         console.print(
             f"cost model ({model['profile']['dtype']} profile of this machine): predicted {_fmt(model['predicted_speedup'])}x, "

@@ -109,14 +109,13 @@ def generate(args) -> None:
     deadline = time.time() + args.minutes * 60
     for temperature in args.temperatures:
         path = out_dir / f"answers-t{temperature:g}-{args.shard}of{args.shards}.jsonl"
-        done = len(read_records(path))  # a torn last line is cut, so appends stay valid
-        todo = prompts[done:]
-        bar = tqdm(total=len(prompts), initial=done, desc=f"target answers T={temperature:g} shard {args.shard}", unit="prompt")
+        done = {row["key"] for row in read_records(path)}  # a torn last line is cut, so appends stay valid
+        todo = [(t, ids) for t, ids in prompts if prompt_key(t) not in done]
+        bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=f"target answers T={temperature:g} shard {args.shard}", unit="prompt")
         with open(path, "a") as f, torch.inference_mode():
-            for start in range(0, len(todo), args.batch):
+            for batch in length_sorted_batches(todo, args.batch, window=args.batch * 32):
                 if time.time() > deadline:
                     return
-                batch = todo[start : start + args.batch]
                 width = max(len(ids) for _, ids in batch)
                 ids = torch.tensor([[pad] * (width - len(p)) + p for _, p in batch])
                 mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for _, p in batch])
@@ -131,6 +130,15 @@ def generate(args) -> None:
                 f.flush()
                 bar.update(len(batch))
         bar.close()
+
+
+def length_sorted_batches(prompts: list, batch: int, window: int):
+    """Batches of prompts of similar length (sorted within windows of the given order),
+    so little of each batched forward is spent on padding."""
+    for start in range(0, len(prompts), window):
+        chunk = sorted(prompts[start : start + window], key=lambda p: len(p[1]))
+        for i in range(0, len(chunk), batch):
+            yield chunk[i : i + batch]
 
 
 def read_corpus(directory: str) -> list[dict]:

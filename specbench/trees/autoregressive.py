@@ -4,5 +4,5 @@ from specbench.engine.tree import DraftTree
 
 
 class Autoregressive:
-    def build(self, drafter, context, root, sampling, generator) -> DraftTree:
-        return DraftTree.root(root)
+    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+        return [DraftTree.root(root) for root in roots]

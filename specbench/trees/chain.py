@@ -15,19 +15,25 @@ class Chain:
         require(isinstance(gamma, int) and gamma >= 1, "method.tree.gamma", f"must be an integer >= 1, got {gamma!r}")
         self.gamma = gamma
 
-    def build(self, drafter, context, root, sampling, generator) -> DraftTree:
-        tree = DraftTree.root(root)
-        node = 0
+    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+        """Each row's chain grows by one token per draft forward until gamma tokens or
+        until the drafter has nothing to propose for it."""
+        trees = [DraftTree.root(root) for root in roots]
+        tips = [0] * len(trees)  # a row's last node, None once its chain has ended
         for _ in range(self.gamma):
-            logits = drafter.logits(context, tree, [node])
-            if logits is None:
+            if all(tip is None for tip in tips):
                 break
-            logits = logits[0]
-            if sampling.greedy:
-                node = tree.add(node, int(logits.argmax()))
-                continue
-            q = sampling.probs(logits)
-            token = sample(q, generator)
-            tree.child_dists[node] = q
-            node = tree.add(node, token, float(q[token].log()))
-        return tree
+            rows = drafter.logits(contexts, trees, [[tip] if tip is not None else [] for tip in tips])
+            for b, (tree, logits) in enumerate(zip(trees, rows)):
+                if tips[b] is None:
+                    continue
+                if logits is None:
+                    tips[b] = None
+                elif sampling.greedy:
+                    tips[b] = tree.add(tips[b], int(logits[0].argmax()))
+                else:
+                    q = sampling.probs(logits[0])
+                    token = sample(q, generators[b])
+                    tree.child_dists[tips[b]] = q
+                    tips[b] = tree.add(tips[b], token, float(q[token].log()))
+        return trees

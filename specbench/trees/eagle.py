@@ -31,23 +31,41 @@ class EagleDynamicTree:
             require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
         self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
 
-    def build(self, drafter, context, root, sampling, generator) -> DraftTree:
-        tree = DraftTree.root(root)
-        frontier = [0]
+    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+        trees = [DraftTree.root(root) for root in roots]
+        frontiers = [[0] for _ in trees]
         for _ in range(self.depth):
-            logits = drafter.logits(context, tree, frontier)
-            if logits is None:
+            if not any(frontiers):
                 break
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            top = logp.topk(min(self.top_k, logp.shape[-1]), dim=-1)
-            children = []
-            for row, parent in enumerate(frontier):
-                for value, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
-                    if value > float("-inf"):
-                        children.append(tree.add(parent, token, value))
-            frontier = sorted(children, key=lambda n: tree.logps[n], reverse=True)[: self.top_k]
-            frontier.sort()
-            if not frontier:
-                break
-        ranked = sorted(range(1, len(tree)), key=lambda n: (-tree.logps[n], n))
-        return tree.subtree(ranked[: self.total_tokens - 1])
+            rows = drafter.logits(contexts, trees, frontiers)
+            frontiers = [
+                expand_top_k(tree, frontier, logits, self.top_k) if logits is not None else []
+                for tree, frontier, logits in zip(trees, frontiers, rows)
+            ]
+        return [keep_best(tree, self.total_tokens) for tree in trees]
+
+
+def expand_top_k(tree: DraftTree, frontier: list[int], logits: torch.Tensor, top_k: int) -> list[int]:
+    """Add each frontier node's top-k children; return the k best new nodes (by
+    cumulative log-prob), in tree order: the next frontier."""
+    children = add_top_children(tree, frontier, logits, top_k)
+    return sorted(sorted(children, key=lambda n: tree.logps[n], reverse=True)[:top_k])
+
+
+def add_top_children(tree: DraftTree, frontier: list[int], logits: torch.Tensor, top_k: int) -> list[int]:
+    """Add each frontier node's top-k children (deterministic: the verifier treats them
+    as point masses); returns the new nodes."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    top = logp.topk(min(top_k, logp.shape[-1]), dim=-1)
+    children = []
+    for row, parent in enumerate(frontier):
+        for value, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+            if value > float("-inf"):
+                children.append(tree.add(parent, token, value))
+    return children
+
+
+def keep_best(tree: DraftTree, total_tokens: int) -> DraftTree:
+    """The root and the total_tokens - 1 drafted nodes of highest cumulative log-prob."""
+    ranked = sorted(range(1, len(tree)), key=lambda n: (-tree.logps[n], n))
+    return tree.subtree(ranked[: total_tokens - 1])

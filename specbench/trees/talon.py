@@ -32,23 +32,32 @@ class TalonTree:
         require(isinstance(mu, (int, float)) and 0 < mu <= 1, "method.tree.mu", f"must be in (0, 1], got {mu!r}")
         self.budget, self.mu, self.top_k, self.robust_layers = budget, float(mu), top_k, robust_layers
 
-    def build(self, drafter, context, root, sampling, generator) -> DraftTree:
-        tree = DraftTree.root(root)
-        parents, depth = [0], 0
-        while len(tree) < self.budget and parents:
-            logits = drafter.logits(context, tree, parents)
-            if logits is None:
+    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+        trees = [DraftTree.root(root) for root in roots]
+        parents = [[0] for _ in trees]
+        depth = 0
+        while any(parents):
+            asked = [p if len(t) < self.budget else [] for t, p in zip(trees, parents)]
+            if not any(asked):
                 break
-            room = self.budget - len(tree)
-            robust = depth < self.robust_layers
-            keep = min(room, self.top_k) if robust else room
-            candidates = self._candidates(tree, parents, torch.log_softmax(logits.float(), dim=-1), keep)
-            if not robust and candidates:
-                floor = candidates[0][0] + math.log(self.mu)  # p(u) >= mu * max p(u), in logs
-                candidates = [c for c in candidates if c[0] >= floor]
-            parents = [tree.add(parent, token, logp) for _, parent, token, logp in candidates[:keep]]
+            rows = drafter.logits(contexts, trees, asked)
+            parents = [
+                self._grow(tree, row_parents, logits, depth) if logits is not None else []
+                for tree, row_parents, logits in zip(trees, asked, rows)
+            ]
             depth += 1
-        return tree
+        return trees
+
+    def _grow(self, tree: DraftTree, parents: list[int], logits: torch.Tensor, depth: int) -> list[int]:
+        """One depth of Algorithm 2 for one row; returns the new nodes (next parents)."""
+        room = self.budget - len(tree)
+        robust = depth < self.robust_layers
+        keep = min(room, self.top_k) if robust else room
+        candidates = self._candidates(tree, parents, torch.log_softmax(logits.float(), dim=-1), keep)
+        if not robust and candidates:
+            floor = candidates[0][0] + math.log(self.mu)  # p(u) >= mu * max p(u), in logs
+            candidates = [c for c in candidates if c[0] >= floor]
+        return [tree.add(parent, token, logp) for _, parent, token, logp in candidates[:keep]]
 
     @staticmethod
     def _candidates(tree: DraftTree, parents: list[int], logp: torch.Tensor, keep: int) -> list[tuple[float, int, int, float]]:

@@ -1,0 +1,172 @@
+"""CAST: the EAGLE-2/3 dynamic tree with its breadth, depth and verified size priced by
+measured forward costs (Hong, Tan & Hu, "Inference-Cost-Aware Dynamic Tree Construction
+for Efficient Inference in Large Language Models", section 4).
+
+The tree grows as EAGLE's: layer 1 is the root's top-K children; every later layer is the
+top-K children of each node expanded from the layer before. Confidence v(u) is the
+draft's path probability (exp of the cumulative log-prob). Three switches (the paper's
+Table 3 ablations) replace EAGLE's fixed counts; with all three off this is exactly
+EagleDynamicTree with the same top_k, depth and total_tokens.
+
+- Breadth pruning: how many of layer i's candidates to expand (EAGLE: K). Algorithm 1 over
+  u_k = batch mean of the k best confidences summed (eq. 1) and c_k = draft ms for k nodes
+  / target ms for one token (eq. 2), threshold C1. Never more than K: the paper prunes
+  EAGLE's top-K ("the initial number of nodes ... determined by the top-K"). One count per
+  layer for the whole batch, as u and c are batch quantities.
+- Depth pruning: draft layer i+1 only while alpha_i * u_{n_i} / c_{n_i} >= C2, alpha_i the
+  mean of buffer A_i. A_i holds (FIFO, at most R values, initially {1}) the paper's
+  confidence gain ratio phi_i = u^{(i+1)}_{n_{i+1}} / u^{(i)}_{n_i}: how much confident
+  mass one more layer has carried over from this one. It is a draft-side quantity, known
+  as soon as layer i+1 is breadth-pruned, so it is recorded while building, as the paper
+  says; no accepted path is needed (hence no `observe`).
+- Dynamic reranking: Algorithm 1 over all drafted nodes ranked by confidence (the root
+  first, v = 1), u_k their batch-mean prefix sums, c_k = target ms for k tokens / target ms
+  for 1, threshold C3, capped at total_tokens: how many tokens (root included) to verify.
+
+Thresholds. Appendix E gives a single "threshold" per setting (4 for Llama-3.3-70B and
+Vicuna-13B, 3 for the 8B models at batch size 1; 2.5 at batch size 8). We read it as the
+common value of C1, C2 and C3: all three compare expected accepted tokens (confidence is
+the acceptance proxy) with cost in target single-token forwards, i.e. the same exchange
+rate, and the values track the speedups the paper reports in each setting, as a marginal
+rule "spend while the return beats the rate already achieved" would. Each is its own
+argument, defaulting to 3 (8B models, batch size 1).
+
+Costs are looked up at the current batch size (rows may have left since `begin`) and the
+mean committed context of the rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import torch
+
+from specbench.engine.tree import DraftTree
+from specbench.errors import ConfigError, require
+from specbench.trees.eagle import add_top_children
+
+NO_COSTS = "method.tree: CAST prices trees with the measured cost profile; set costs.profile=true"
+
+
+def select_count(u: list[float], c: list[float], threshold: float) -> int:
+    """Algorithm 1 (Select Maximum Valid Index): the largest k in 1..len(u) such that,
+    for every smaller count i, going from i to k nodes gains at least `threshold` utility
+    per unit of cost. Count 1 always qualifies. Written as du >= C * dc so that a flat
+    stretch of a measured cost curve (dc = 0) counts as free instead of dividing by 0."""
+    best = 1
+    for k in range(1, len(u)):
+        if all(u[k] - u[i] >= threshold * (c[k] - c[i]) for i in range(k)):
+            best = k + 1
+    return best
+
+
+def batch_utility(scores: list[list[float]], size: int) -> list[float]:
+    """u_k for k = 1..size: per row the sum of its k best confidences (`scores[b]` is
+    best first; a row with fewer has nothing more to add), averaged over the rows (eq. 1)."""
+    u, total = [], 0.0
+    for k in range(size):
+        total += sum(row[k] for row in scores if k < len(row))
+        u.append(total / len(scores))
+    return u
+
+
+def best_first(tree: DraftTree, nodes: list[int]) -> list[int]:
+    """Nodes by cumulative log-prob, best first; ties to the older node (as EAGLE)."""
+    return sorted(nodes, key=lambda n: (-tree.logps[n], n))
+
+
+class CastTree:
+    """Cost-aware EAGLE tree. `buffer` is R, the length of each depth's FIFO of phi_i. The
+    paper does not give it; 8 averages out step-to-step noise in phi while evicting the
+    optimistic initial 1 within the first few dozen tokens of a sequence, and lets alpha
+    follow changes in how predictable the text is (prose versus code) within a reply."""
+
+    def __init__(
+        self, top_k: int = 12, depth: int = 13, total_tokens: int = 72, c1: float = 3.0, c2: float = 3.0,
+        c3: float = 3.0, buffer: int = 8, breadth_pruning: bool = True, depth_pruning: bool = True,
+        dynamic_rerank: bool = True,
+    ):
+        counts = (("top_k", top_k, 1), ("depth", depth, 1), ("total_tokens", total_tokens, 2), ("buffer", buffer, 1))
+        for key, value, low in counts:
+            require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
+                    f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
+        for key, value in (("c1", c1), ("c2", c2), ("c3", c3)):
+            require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf,
+                    f"method.tree.{key}", f"must be a number > 0, got {value!r}")
+        switches = (("breadth_pruning", breadth_pruning), ("depth_pruning", depth_pruning), ("dynamic_rerank", dynamic_rerank))
+        for key, value in switches:
+            require(isinstance(value, bool), f"method.tree.{key}", f"must be true or false, got {value!r}")
+        self.top_k, self.depth, self.total_tokens, self.buffer = top_k, depth, total_tokens, buffer
+        self.c1, self.c2, self.c3 = float(c1), float(c2), float(c3)
+        self.breadth_pruning, self.depth_pruning, self.dynamic_rerank = breadth_pruning, depth_pruning, dynamic_rerank
+        self.costs = None
+        self.buffers: dict[int, deque] = {}  # layer i -> A_i
+
+    @property
+    def priced(self) -> bool:
+        return self.breadth_pruning or self.depth_pruning or self.dynamic_rerank
+
+    def begin(self, batch_size: int, costs) -> None:
+        """A new batch: its cost profile, and fresh buffers (each batch starts from the
+        paper's {1}, so a result does not depend on which batches ran before it). The
+        batch size is not kept: rows leave, so `build` prices at len(roots)."""
+        if costs is None and self.priced:
+            raise ConfigError(NO_COSTS)
+        self.costs, self.buffers = costs, {}
+
+    def alpha(self, layer: int) -> float:
+        ratios = self.ratios(layer)
+        return sum(ratios) / len(ratios)
+
+    def ratios(self, layer: int) -> deque:
+        """A_layer, created as {1} on first use."""
+        return self.buffers.setdefault(layer, deque([1.0], maxlen=self.buffer))
+
+    def build(self, drafter, contexts, roots, sampling, generator) -> list[DraftTree]:
+        if self.priced and self.costs is None:
+            raise ConfigError(NO_COSTS)
+        batch = len(roots)
+        context = sum(len(c) for c in contexts) / batch
+        one_token_ms = self.costs.target_ms(batch, context, 1) if self.priced else 1.0
+        trees = [DraftTree.root(r) for r in roots]
+        frontiers, fed, kept_utility = [[0] for _ in roots], 1, None
+        for layer in range(1, self.depth + 1):
+            logits = drafter.logits(contexts, trees, frontiers)
+            layer_nodes = [best_first(t, self._expand(t, f, z)) for t, f, z in zip(trees, frontiers, logits)]
+            scores = [[math.exp(t.logps[n]) for n in nodes[: self.top_k]] for t, nodes in zip(trees, layer_nodes)]
+            u = batch_utility(scores, max(len(s) for s in scores))
+            if not u:
+                break
+            # The paper reads its tables at select(c) = (max(floor(c / L), M - 1) + 1) L, a typo
+            # for min: c rounded up to the grid of measured contexts, clamped to its last point.
+            # The cost profile does that clamping itself (interpolating between grid points).
+            # Eq. 2 prices layer i at the tree rows the drafter has cached (`fed`, root
+            # included); it has the committed context cached too, so that is added.
+            cost = []
+            if self.breadth_pruning or self.depth_pruning:
+                cost = [self.costs.draft_ms(batch, context + fed, k) / one_token_ms for k in range(1, len(u) + 1)]
+            count = select_count(u, cost, self.c1) if self.breadth_pruning else len(u)
+            if kept_utility:
+                self.ratios(layer - 1).append(u[count - 1] / kept_utility)  # phi_{layer-1}
+            kept_utility = u[count - 1]
+            if layer == self.depth:
+                break
+            if self.depth_pruning and self.alpha(layer) * u[count - 1] < self.c2 * cost[count - 1]:
+                break
+            frontiers = [sorted(nodes[:count]) for nodes in layer_nodes]
+            fed += count
+        ranked = [best_first(t, list(range(1, len(t)))) for t in trees]
+        keep = self.total_tokens
+        if self.dynamic_rerank:
+            size = min(self.total_tokens, max(len(t) for t in trees))
+            scores = [[1.0] + [math.exp(t.logps[n]) for n in nodes] for t, nodes in zip(trees, ranked)]
+            cost = [self.costs.target_ms(batch, context, k) / one_token_ms for k in range(1, size + 1)]
+            keep = select_count(batch_utility(scores, size), cost, self.c3)
+        return [t.subtree(nodes[: keep - 1]) for t, nodes in zip(trees, ranked)]
+
+    def _expand(self, tree: DraftTree, frontier: list[int], logits: torch.Tensor | None) -> list[int]:
+        """Add each frontier node's top-K children (deterministic, as EAGLE); the new nodes."""
+        if logits is None or not frontier:
+            return []
+        return add_top_children(tree, frontier, logits, self.top_k)
