@@ -81,14 +81,14 @@ def main() -> None:
                     "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
                     "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
                     "speedup": summary["speedup"], "ci95": summary.get("speedup_ci95"),
-                    "latency_s": summary["results"]["mean_latency_s"],
+                    "latency_s": summary["results"]["mean_latency_s"], "dtype": summary["environment"]["dtype"],
                 })
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"batch-{fingerprint_id(fingerprint)}"
     lines = [
         f"# Speedup against batch size on {fingerprint.get('cpu_model') or fingerprint.get('gpu')}",
         "",
-        f"Fingerprint: `{json.dumps(fingerprint)}`. dtype {base['hardware']['dtype']} (auto decides per machine), T=0, "
+        f"Fingerprint: `{json.dumps(fingerprint)}`. dtype {', '.join(sorted({r['dtype'] for r in rows}))} (hardware.dtype={base['hardware']['dtype']}), T=0, "
         f"{args.max_new_tokens} new tokens, first turn only; AR at the same batch size on the same prompts, back to back.",
         "",
         "| dataset | batch | variant | prompts | tau | delta | tok/s | AR tok/s | speedup (95% CI) | mean latency s |",

@@ -98,8 +98,7 @@ def test_cast_batched_run_is_identical_to_ar_at_the_same_batch_size(tmp_path):
     assert summary["results"]["samples"] == 4 and summary["results"]["batch_size"] == 2
     assert summary["baseline"]["batch_size"] == 2  # AR at the same batch size, same prompts
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
-    low, high = summary["speedup_ci95"]
-    assert low <= summary["speedup"] <= high
+    assert summary["speedup_ci95"] is None  # two batches are too few to resample
 
 
 def test_batch_size_out_of_range_is_one_line(tmp_path):

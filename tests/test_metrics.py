@@ -168,3 +168,24 @@ def test_repeated_answers_give_pass_at_n_and_avg_at_n():
     result = humaneval.score(samples, answers)
     assert result["humaneval_pass@1"] == pytest.approx(0.5) and result["humaneval_avg@4"] == pytest.approx(0.5)
     assert result["humaneval_pass@4"] == pytest.approx(1.0)
+
+
+def _run(tokens, seconds, batch_id="", batch_size=1, batch_seconds=0.0):
+    return {"new_tokens": tokens, "seconds": seconds, "target_forwards": tokens, "draft_forwards": 0, "accept_lengths": [1] * tokens,
+            "batch_id": batch_id, "batch_size": batch_size, "batch_seconds": batch_seconds}
+
+
+def test_batched_throughput_counts_each_batch_once():
+    runs = [_run(10, 2.0, "a", 2, 2.5), _run(30, 2.5, "a", 2, 2.5), _run(20, 1.0, "b", 2, 1.5), _run(20, 1.5, "b", 2, 1.5)]
+    totals = speed.totals(runs)
+    assert totals["tok_per_s"] == 80 / 4.0  # throughput: (2.5 + 1.5) s of batch wall time
+    assert totals["mean_latency_s"] == 7.0 / 4 and totals["batch_size"] == 2
+
+
+def test_speedup_interval_brackets_the_speedup_and_needs_enough_batches():
+    method = [_run(20, 1.0 + 0.1 * i) for i in range(12)]
+    baseline = [_run(20, 2.0 + 0.05 * i) for i in range(12)]
+    result = speed.speedup(method, baseline)
+    low, high = result["speedup_ci95"]
+    assert low < result["speedup"] < high and high - low < 0.5
+    assert speed.speedup(method[:4], baseline[:4])["speedup_ci95"] is None

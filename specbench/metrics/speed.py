@@ -72,15 +72,18 @@ def speedup(method: list[dict], baseline: list[dict]) -> dict:
     }
 
 
+MIN_GROUPS = 5
+
+
 def bootstrap_ci(method: list[dict], baseline: list[dict], draws: int = 2000, seed: int = 0) -> tuple[float | None, float | None]:
     """95% percentile bootstrap interval of the aggregate speedup, resampling batches (a
     sample at batch size 1) with replacement: how far the ratio could move with other
-    prompts of the same kind."""
+    prompts of the same kind. None below MIN_GROUPS batches: too few to resample."""
     groups: dict[str, list[int]] = {}
     for i, run in enumerate(method):
         groups.setdefault(run.get("batch_id") or str(i) if run.get("batch_size", 1) > 1 else str(i), []).append(i)
     keys = list(groups)
-    if len(keys) < 2:
+    if len(keys) < MIN_GROUPS:
         return None, None
     rng = random.Random(seed)
     ratios = []
