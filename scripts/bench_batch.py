@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 
-from bench_speed import run_method  # noqa: E402
+from bench_speed import add_run_arguments, run_method  # noqa: E402
 from bench_vs_transformers import config  # noqa: E402
 
 VARIANTS = {
@@ -61,11 +61,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--datasets", nargs="+", default=["humaneval", "mt_bench"])
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--runs", default="outputs/bench", help="where the runs go (resumable by config hash)")
-    parser.add_argument("--out", type=Path, default=Path("results/bench"))
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. hardware=cpu-bf16")
+    add_run_arguments(parser, prompts=16)
     args = parser.parse_args()
     base = config(*args.overrides)
     fingerprint = device_fingerprint(base["hardware"]["device"], base["hardware"]["threads"])

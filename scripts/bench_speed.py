@@ -30,6 +30,15 @@ from specbench.run import Runner  # noqa: E402
 from bench_vs_transformers import compare, config  # noqa: E402
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, prompts: int) -> None:
+    """The arguments run_method reads (and where results go)."""
+    parser.add_argument("--prompts", type=int, default=prompts)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--runs", default="outputs/bench", help="where the runs go (resumable by config hash)")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. hardware=cpu-bf16")
+
+
 def run_method(method: str, dataset: str, args) -> dict:
     cfg = config(
         f"method={method}", f"dataset={dataset}", f"dataset.limit={args.prompts}", "dataset.seed=0", "dataset.max_turns=1",
@@ -59,12 +68,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["pld", "sps", "sps_tree", "eagle3", "talon"])
     parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
-    parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--hf-prompts", type=int, default=5)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--runs", default="outputs/bench", help="where the runs go (resumable by config hash)")
-    parser.add_argument("--out", type=Path, default=Path("results/bench"))
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. hardware=cpu-bf16")
+    add_run_arguments(parser, prompts=10)
     args = parser.parse_args()
     base = config(*args.overrides)
     fingerprint = device_fingerprint(base["hardware"]["device"], base["hardware"]["threads"])

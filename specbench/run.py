@@ -107,7 +107,7 @@ class Runner:
         if self.costs_cfg.get("profile", True) and self.profile is None:  # tune_tree has it already
             self.cost_profile(self.method.drafter)
         if self.profile is not None:
-            self.method.costs = self.method_costs
+            self.method.costs = ProfileCosts(self.profile, costs.drafter_id(cfg["method"].get("drafter")))
 
     @property
     def costs_cfg(self) -> dict:
@@ -126,7 +126,6 @@ class Runner:
             repeats=self.costs_cfg.get("repeats", costs.REPEATS), max_n=self.costs_cfg.get("max_n", costs.MAX_N),
             batch=self.batch_size,
         )
-        self.method_costs = ProfileCosts(self.profile, name)
         return self.profile
 
     def save_decisions(self) -> None:
@@ -334,15 +333,16 @@ class Progress:
     """Live tok/s (over the batch) and tau for the progress bar of one generation."""
 
     def __init__(self, bar):
-        self.bar, self.tokens, self.steps = bar, 0, 0
+        self.bar, self.tokens, self.steps, self.calls = bar, 0, 0, 0
         self.start = bar.format_dict["elapsed"]
 
-    def __call__(self, committed: int, rows: int = 1) -> None:
+    def __call__(self, committed: int, rows: int) -> None:
         self.tokens += committed
-        self.steps += rows
+        self.steps += rows  # row-steps: tau is per sequence
+        self.calls += 1
         elapsed = self.bar.format_dict["elapsed"] - self.start
         self.bar.set_postfix(tok_s=f"{self.tokens / max(elapsed, 1e-9):.1f}", tau=f"{self.tokens / self.steps:.2f}", refresh=False)
-        if self.steps % 8 == 0:
+        if self.calls % 8 == 0:
             self.bar.refresh()
 
 

@@ -68,7 +68,8 @@ def ensure_profile(
         log(f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {contexts} (cached in {path})")
         start = time.perf_counter()
         curve = measure_target(target, contexts, max_n, repeats)
-        profile = CostProfile(key=key, target=curve, drafters=profile.drafters if profile else {})
+        kept = {"drafters": profile.drafters, "target_batches": profile.target_batches, "drafter_batches": profile.drafter_batches} if profile else {}
+        profile = CostProfile(key=key, target=curve, **kept)
         profile.commit_ms = measure_commit(target, contexts[0], repeats)
         profile.step_overhead_ms = measure_step_overhead(target, profile, contexts[0])
         log(f"  target profiled in {time.perf_counter() - start:.0f} s: n=1 {curve.at(contexts[0], 1):.1f} ms, n={max_n} {curve.at(contexts[0], max_n):.1f} ms at c={contexts[0]}")
@@ -79,8 +80,7 @@ def ensure_profile(
         if (known is not None and known.max_n >= max_n) or drafter is None:
             continue
         log(f"profiling drafter {name} (n = 1..{max_n})")
-        draft_contexts = [c for c in profile.target.contexts if c <= min(longest_context, 1024)] or profile.target.contexts[:1]
-        profile.drafters[name] = measure_drafter(drafter, target, draft_contexts, max_n, repeats)
+        profile.drafters[name] = measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats)
         save(profile, path)
         measured = True
     if batch > 1:
@@ -104,11 +104,17 @@ def _ensure_batch(profile, path, target, drafters, batch, longest_context, repea
         if drafter is None or (known is not None and known.max_n >= max_n):
             continue
         log(f"profiling drafter {name} at batch size {batch}")
-        draft_contexts = [c for c in profile.target.contexts if c <= min(longest_context, 1024)] or profile.target.contexts[:1]
-        profile.drafter_batches.setdefault(name, {})[str(batch)] = measure_drafter(drafter, target, draft_contexts, max_n, repeats, batch=batch)
+        curve = measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats, batch=batch)
+        profile.drafter_batches.setdefault(name, {})[str(batch)] = curve
         save(profile, path)
         measured = True
     return measured
+
+
+def draft_contexts(profile: CostProfile, longest_context: int) -> list[int]:
+    """Contexts a drafter is profiled at: the target's grid points up to the run's longest
+    context, capped at 1024 to keep drafter profiling short."""
+    return [c for c in profile.target.contexts if c <= min(longest_context, 1024)] or profile.target.contexts[:1]
 
 
 def draw_curves(profile: CostProfile, path: Path, log) -> None:

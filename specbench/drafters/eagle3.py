@@ -79,8 +79,8 @@ class Eagle3Drafter:
     def _read_pending(self, roots: list[int | None]) -> None:
         """Committed tokens with target features, ending with the root (one forward over
         the rows whose root is asked for)."""
-        rows = [(b, *self._pending[b]) if root is not None else None for b, root in enumerate(roots)]
-        counts = [len(r[2]) + 1 if r else 0 for r in rows]
+        rows = [self._pending[b] if root is not None else None for b, root in enumerate(roots)]
+        counts = [len(r[1]) + 1 if r else 0 for r in rows]
         plan = self.layout.plan(counts, [None] * len(rows), [[] for _ in rows])
         dtype = self.head.fc.weight.dtype
         tokens = torch.zeros(len(rows), plan.width, dtype=torch.long)
@@ -88,7 +88,7 @@ class Eagle3Drafter:
         for b, row in enumerate(rows):
             if row is None:
                 continue
-            _, row_features, row_tokens = row
+            row_features, row_tokens = row
             tokens[b, : counts[b]] = torch.tensor(row_tokens + [roots[b]])
             if features is None:
                 features = torch.zeros(len(rows), plan.width, row_features.shape[-1], dtype=dtype, device=row_features.device)
@@ -115,14 +115,11 @@ class Eagle3Drafter:
 
     def _forward(self, tokens: torch.Tensor, features: torch.Tensor, plan):
         embeds = self.embed(tokens.to(self.embed.weight.device)).to(self.head.fc.weight.dtype)
-        mask = plan.mask if plan.mask is not None else self._causal(plan)
+        mask = plan.mask if plan.mask is not None else plan.causal_mask()
         hidden, logits, self.past = self.head(embeds, features, plan.positions, self.past, mask)
         self.layout.advance(plan)
         self.forwards += 1
         return hidden, logits
-
-    def _causal(self, plan) -> torch.Tensor:
-        return torch.ones(plan.width, plan.start + plan.width, dtype=torch.bool, device=plan.positions.device).tril(plan.start)
 
     def _truncate(self) -> None:
         columns = self.layout.columns

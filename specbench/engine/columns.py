@@ -30,6 +30,10 @@ class Plan:
     positions: torch.Tensor  # long [B, width]
     mask: torch.Tensor | None  # bool [B, width, start + width] (True = attend); None = plain causal
 
+    def causal_mask(self) -> torch.Tensor:
+        """Bool [width, start + width]: the plain causal mask `mask` None stands for."""
+        return torch.ones(self.width, self.start + self.width, dtype=torch.bool, device=self.positions.device).tril(self.start)
+
 
 class ColumnCache:
     def __init__(self, batch_size: int, device="cpu"):

@@ -123,7 +123,7 @@ class LeanTreeLM(TreeLM):
         if plan.mask is not None:
             attn_mask = plan.mask[:, None]  # [B, 1, n, kv]
         elif n > 1:  # causal over the new rows, everything cached before them
-            attn_mask = torch.ones(n, start + n, dtype=torch.bool, device=self.device).tril(start)
+            attn_mask = plan.causal_mask()
         else:
             attn_mask = None
         h, d, kv = self.heads, self.head_dim, self.kv_heads

@@ -74,8 +74,6 @@ class TreeLM:
             (b, range(len(c), len(c) + len(n)) if n else range(len(c) - 1, len(c)))
             for b, (c, n) in enumerate(zip(contexts, nodes)) if c or n
         ]
-        if rows == 1 and wanted:  # one row: no gather
-            return [self.lm_head(normed[0, wanted[0][1].start : wanted[0][1].stop])]
         picked = torch.cat([normed[b, r.start : r.stop] for b, r in wanted]) if wanted else None
         logits = self.lm_head(picked).split([len(r) for _, r in wanted]) if wanted else ()
         out: list[torch.Tensor | None] = [None] * rows

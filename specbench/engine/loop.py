@@ -122,8 +122,8 @@ def generate_batch(
     on_step=None,
 ) -> list[Generation]:
     """Decode after every prompt at once, one row per prompt; a row that stops leaves the
-    batch. `decode(ids) -> str` is needed only for stop strings; `on_step(n_new_tokens)`
-    is called after every verification (progress display). The clock runs from prefill
+    batch. `decode(ids) -> str` is needed only for stop strings; `on_step(n_new_tokens,
+    n_rows)` is called after every verification (progress display). The clock runs from prefill
     to the last token, around decoding work only."""
     rows = [_Row(list(p), g) for p, g in zip(prompts, generators or [None] * len(prompts))]
     clock = Clock()

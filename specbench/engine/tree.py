@@ -77,15 +77,6 @@ class DraftTree:
     def is_chain(self) -> bool:
         return all(p == i - 1 for i, p in enumerate(self.parents))
 
-    def node_rows_mask(self, nodes: list[int], cached_nodes: list[int], n_past: int) -> torch.Tensor:
-        """Bool [len(nodes), n_past + len(cached_nodes) + len(nodes)]: rows for `nodes`
-        fed after `n_past` context rows and the rows of `cached_nodes`; each sees all
-        context and, among tree rows, itself and its ancestors."""
-        mask = torch.zeros(len(nodes), n_past + len(cached_nodes) + len(nodes), dtype=torch.bool)
-        mask[:, :n_past] = True
-        mask[:, n_past:] = self.ancestor_mask()[nodes][:, cached_nodes + nodes]
-        return mask
-
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [n, n]: row i is True at i and at every ancestor of i."""
         n = len(self.tokens)
