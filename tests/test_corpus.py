@@ -1,6 +1,8 @@
 """Drafter training prompts never include an evaluation prompt."""
 
-from specbench.train.corpus import SHARED_DATA, EvalIndex, evaluation_prompts, normalize, training_prompts
+from specbench.train.contamination import SHARED_DATA, EvalIndex, evaluation_prompts, normalize
+from specbench.train.corpus import training_prompts
+from specbench.train.data import exchanges
 
 
 def test_overlap_rule():
@@ -21,3 +23,10 @@ def test_no_evaluation_prompt_is_in_the_training_prompts():
     train = {tuple(normalize(p)) for p in prompts}
     assert not any(tuple(normalize(e)) in train for e in evaluation)
     assert not any(index.overlaps(p) for p in prompts[:2000])
+
+
+def test_sharegpt_training_answers_overlap_no_evaluation_prompt():
+    index = EvalIndex(evaluation_prompts())
+    pairs = exchanges(seed=0)
+    assert len(pairs) > 40000
+    assert not any(index.overlaps(question) for question, _ in pairs[:2000] + pairs[-2000:])

@@ -2,7 +2,8 @@
 
 import torch
 
-from specbench.train.eagle3 import draft_vocabulary, ttt_mask
+from specbench.train.data import collate
+from specbench.train.eagle3 import chain_acceptance, draft_vocabulary, ttt_mask
 
 
 def test_step_zero_is_causal():
@@ -24,3 +25,59 @@ def test_draft_vocabulary_keeps_frequent_tokens_and_eos():
     rows = [{"answer": [5, 5, 5, 7, 7, 9]}, {"answer": [5, 7, 11]}]
     assert draft_vocabulary(rows, 3, 20, {2}).tolist() == [2, 5, 7]
     assert draft_vocabulary(rows, 6, 20, {2}).tolist() == [0, 2, 5, 7, 9, 11]
+
+
+def _hits(rows_hit, rows_scored):
+    return [(torch.tensor([h]) & torch.tensor([s]), torch.tensor([s])) for h, s in zip(rows_hit, rows_scored)]
+
+
+def test_chain_acceptance_counts_leading_hits_from_each_anchor():
+    hit = [[1, 1, 0, 1, 1, 1], [0, 1, 1, 0, 0, 1]]
+    scored = [[1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1]]  # step 1 has no anchor at row 0
+    hits = _hits([[bool(x) for x in r] for r in hit], [[bool(x) for x in r] for r in scored])
+    # anchors 0..4: step 0 at row a, step 1 at row a+1 -> 2, 2, 0, 1, 2 accepted
+    assert chain_acceptance(hits) == (7, 5)
+
+
+def test_chain_acceptance_skips_anchors_whose_chain_is_unlabelled():
+    hit = [[1, 1, 0, 1, 1, 1], [0, 1, 1, 0, 1, 1]]
+    scored = [[1, 1, 1, 1, 0, 1], [0, 1, 1, 1, 0, 1]]  # row 4 is padding or prompt
+    hits = _hits([[bool(x) for x in r] for r in hit], [[bool(x) for x in r] for r in scored])
+    assert chain_acceptance(hits) == (4, 3)  # anchors 3 and 4 need row 4; 0, 1, 2 give 2, 2, 0
+
+
+def test_collate_masks_prompt_and_padding():
+    ids, labels = collate([{"prompt": [1, 2, 3], "answer": [4, 5]}, {"prompt": [1, 2, 3, 4, 5, 6], "answer": [7]}], 5)
+    assert ids.tolist() == [[1, 2, 3, 4, 5], [3, 4, 5, 6, 7]]  # long rows keep their last tokens
+    assert labels.tolist() == [[-100, -100, -100, 4, 5], [-100, -100, -100, -100, 7]]
+    ids, labels = collate([{"prompt": [1], "answer": [2]}], 4)
+    assert ids.tolist() == [[1, 2, 0, 0]] and labels.tolist() == [[-100, 2, -100, -100]]
+
+
+def test_training_resumes_and_writes_a_learning_curve(tmp_path):
+    """Two steps, then a re-run to three: the second run continues the first (same
+    validation rows, curve extended) and the export loads strictly."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rng = torch.Generator().manual_seed(0)
+    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()} for i in range(6)]
+    data = tmp_path / "answers.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "head"
+    args = [sys.executable, "-m", "specbench.train.eagle3", "--data", str(data), "--out", str(out), "--sharegpt-answers", "4",
+            "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
+    root = Path(__file__).resolve().parents[1]
+    for steps in (2, 3):
+        result = subprocess.run([*args, "--steps", str(steps)], cwd=root, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((tmp_path / "head.validation.json").read_text()) == ["k0", "k1"]
+    curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in curve] == [1, 2, 3]
+    assert all(len(p["top1"]) == 3 and 1.0 <= p["chain_tau"] <= 4.0 for p in curve)
+    assert curve[-1]["tokens"] > curve[0]["tokens"]
+    training = json.loads((out / "training.json").read_text())
+    assert training["steps"] == 3 and training["target_answers"] == 4 and training["validation_answers"] == 2
+    assert (out / "curve.png").exists() and (out / "model.safetensors").exists()

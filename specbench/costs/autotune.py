@@ -69,9 +69,9 @@ def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int =
 
     from specbench.data import sharegpt
     from specbench.run import chat_prompt
-    from specbench.train.corpus import EvalIndex, evaluation_prompts
+    from specbench.train.contamination import evaluation_index
 
-    index = EvalIndex(evaluation_prompts())
+    index = evaluation_index()
     texts = []
     for conversation in sharegpt.conversations():
         turns = conversation.get("conversations") or []

@@ -18,62 +18,17 @@ import argparse
 import hashlib
 import json
 import random
-import re
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from specbench.data import questions, sharegpt
+from specbench.data import sharegpt
 from specbench.models import registry
 from specbench.run import chat_prompt, read_records
+from specbench.train.contamination import EvalIndex, evaluation_index, normalize
 from specbench.train.data import TARGET
-
-SPAN = 13  # words: a shared span this long counts as overlap (GPT-3's contamination rule)
-EVAL_DATASETS = ("mt_bench", "humaneval", "gsm8k")
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-def normalize(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
-
-
-def spans(words: list[str]) -> set[tuple[str, ...]]:
-    return {tuple(words[i : i + SPAN]) for i in range(len(words) - SPAN + 1)}
-
-
-class EvalIndex:
-    """The prompts of every evaluation set, for overlap checks."""
-
-    def __init__(self, texts: Iterable[str]):
-        self.exact: set[tuple[str, ...]] = set()
-        self.spans: set[tuple[str, ...]] = set()
-        for text in texts:
-            words = normalize(text)
-            self.exact.add(tuple(words))
-            self.spans |= spans(words)
-
-    def overlaps(self, text: str) -> bool:
-        words = normalize(text)
-        return tuple(words) in self.exact or not spans(words).isdisjoint(self.spans)
-
-
-def evaluation_prompts() -> list[str]:
-    """Every turn of the evaluation sets this tool benchmarks on, from their packages
-    and from the shared offline question files when they are beside the checkout."""
-    from omegaconf import OmegaConf
-
-    conf = Path(__file__).resolve().parents[2] / "conf" / "dataset"
-    texts = []
-    for name in EVAL_DATASETS:
-        cfg = OmegaConf.to_container(OmegaConf.load(conf / f"{name}.yaml"), resolve=True)
-        texts += [t for s in questions.load(cfg) for t in s.turns]
-    for path in sorted(SHARED_DATA.glob("*/*.jsonl")):
-        for row in map(json.loads, path.open()):
-            texts += row.get("turns", [])
-    return texts
 
 
 def training_prompts(eval_index: EvalIndex, seed: int) -> list[str]:
@@ -100,7 +55,7 @@ def generate(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed + args.shard)
     model, tokenizer = registry.load(TARGET, args.dtype, "cpu")
-    texts = training_prompts(EvalIndex(evaluation_prompts()), args.seed)[args.shard :: args.shards]
+    texts = training_prompts(evaluation_index(), args.seed)[args.shard :: args.shards]
     encoded = ((t, chat_prompt(tokenizer, [{"role": "user", "content": t}])) for t in texts)
     prompts = [(t, ids) for t, ids in encoded if len(ids) <= args.max_prompt_tokens]
     out_dir = Path(args.out)
@@ -139,13 +94,6 @@ def length_sorted_batches(prompts: list, batch: int, window: int):
         chunk = sorted(prompts[start : start + window], key=lambda p: len(p[1]))
         for i in range(0, len(chunk), batch):
             yield chunk[i : i + batch]
-
-
-def read_corpus(directory: str) -> list[dict]:
-    """All answer rows of a corpus directory (or one JSONL file), in a stable order."""
-    path = Path(directory)
-    files = sorted(path.glob("answers-*.jsonl")) if path.is_dir() else [path]
-    return [json.loads(line) for f in files for line in f.open() if line.strip()]
 
 
 def main() -> None:

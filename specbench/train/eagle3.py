@@ -8,7 +8,7 @@ feature the step j-1 hidden state at t-1 (no `fc`), and attends to the anchor's
 committed rows (step 0, positions <= a) plus its own chain (step i at a + i), exactly
 what a depth-j tree node sees at inference.
 
-    python -m specbench.train.eagle3 --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-eagle3
+    python -m specbench.train.eagle3 --data runs/corpus --out runs/smollm2-135m-eagle3 --steps 12000 --minutes 600
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from specbench.models import registry
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head
-from specbench.train.data import TARGET, batches, load_rows
+from specbench.train.data import TARGET, batches, collate, load_rows, read_answers
 from specbench.train.loop import add_fit_arguments, fit
 
 
@@ -88,28 +88,95 @@ def ttt_unroll(head: Eagle3Head, embeds, features, steps: int) -> list[torch.Ten
     return logits
 
 
+def step_hits(logits: list[torch.Tensor], target_probs, loss_mask) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(hits, scored) bool [B, n] per unrolled step: the draft's top-1 equals the
+    target's, at rows with a label and an anchor (t >= step)."""
+    out = []
+    for step, step_logits in enumerate(logits):
+        scored = loss_mask.clone()
+        scored[:, :step] = False
+        out.append(((step_logits.argmax(-1) == target_probs.argmax(-1)) & scored, scored))
+    return out
+
+
 def ttt_loss(head: Eagle3Head, embeds, features, target_probs, loss_mask, steps: int, decay: float = 0.8):
     """Soft cross-entropy summed over unrolled steps (weights decay**j); also returns
     each step's top-1 agreement with the target for logging."""
-    total, accuracy = 0.0, []
-    for step, logits in enumerate(ttt_unroll(head, embeds, features, steps)):
-        logp = logits.float().log_softmax(-1)
-        scored = loss_mask.clone()
-        scored[:, :step] = False
+    logits = ttt_unroll(head, embeds, features, steps)
+    hits = step_hits(logits, target_probs, loss_mask)
+    total = 0.0
+    for step, (step_logits, (_, scored)) in enumerate(zip(logits, hits)):
         weight = scored.float()
-        loss = -(target_probs * logp).sum(-1)
+        loss = -(target_probs * step_logits.float().log_softmax(-1)).sum(-1)
         total = total + decay**step * (loss * weight).sum() / weight.sum().clamp_min(1)
-        hits = (logp.argmax(-1) == target_probs.argmax(-1)) & scored
-        accuracy.append(float(hits.sum() / scored.sum().clamp_min(1)))
-    return total, accuracy
+    return total, [float(h.sum() / s.sum().clamp_min(1)) for h, s in hits]
+
+
+def chain_acceptance(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int, int]:
+    """(accepted draft tokens, anchors) of greedy chain drafting `len(hits)` deep from every
+    anchor a whose whole chain is labelled: step j of anchor a is row a + j, and a chain
+    stops at its first miss. With the target's greedy answers as text this is exactly
+    what chain decoding would accept, so tau = 1 + accepted / anchors."""
+    depth = len(hits)
+    anchors = hits[0][0].shape[1] - depth + 1
+    if anchors <= 0:
+        return 0, 0
+    alive = torch.ones_like(hits[0][0][:, :anchors])
+    accepted = torch.zeros(alive.shape, dtype=torch.long)
+    for j, (hit, _) in enumerate(hits):
+        alive = alive & hit[:, j : j + anchors]
+        accepted += alive
+    valid = hits[0][1][:, :anchors] & hits[-1][1][:, depth - 1 : depth - 1 + anchors]
+    return int(accepted[valid].sum()), int(valid.sum())
+
+
+def validation_set(path: Path, rows: list[dict], count: int) -> list[str]:
+    """Keys of the held-out rows, fixed at the first run (saved to `path`) so the
+    learning curve stays comparable while the corpus grows: the `count` greedy target
+    answers of 64+ tokens with the smallest keys."""
+    if path.exists():
+        return json.loads(path.read_text())
+    greedy = sorted((r for r in rows if r.get("temperature") == 0.0 and len(r["answer"]) >= 64), key=lambda r: r["key"])
+    keys = [r["key"] for r in greedy[:count]]
+    path.write_text(json.dumps(keys))
+    return keys
+
+
+def draw_curve(points: list[dict], path: Path) -> None:
+    """Top-1 per TTT step and chain tau against answer tokens seen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tokens = [p["tokens"] / 1e6 for p in points]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for j in range(len(points[0]["top1"])):
+        left.plot(tokens, [p["top1"][j] for p in points], label=f"TTT step {j}")
+    left.set(xlabel="answer tokens seen (M)", ylabel="top-1 agreement with the target", title="validation top-1")
+    left.legend()
+    right.plot(tokens, [p["chain_tau"] for p in points])
+    right.set(xlabel="answer tokens seen (M)", ylabel="tau", title=f"validation chain tau (depth {len(points[0]['top1'])})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def train(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     target, tokenizer = registry.load(TARGET, args.target_dtype, "cpu")
-    rows, n_target = load_rows(args.data, tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
-    vocab_ids = draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
+    answers = read_answers(args.data)
+    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows))
+    validation = [r for r in answers if r.get("key") in held_out]
+    rows, n_target = load_rows([r for r in answers if r.get("key") not in held_out], tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
+    if checkpoint.exists():  # the resumed head keeps the vocabulary it was trained with
+        vocab_ids = torch.load(checkpoint)["module"]["d2t"] + torch.arange(args.draft_vocab)
+    else:
+        vocab_ids = draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
     raw_config = head_config_for(target.config, len(vocab_ids))
     head = Eagle3Head(head_config(raw_config))
     head.d2t.copy_(vocab_ids - torch.arange(len(vocab_ids)))
@@ -118,31 +185,54 @@ def train(args) -> None:
     layers = feature_layers(target.config.num_hidden_layers)
     embedding = target.get_input_embeddings()
 
-    def loss_fn(ids, labels):
+    def target_pass(ids, labels):
+        """Row t: feature t, token t+1, and the target's distribution at t+1 (token t+2)."""
         with torch.no_grad():
             result = target(input_ids=ids, output_hidden_states=True)
             features = torch.cat([result.hidden_states[i] for i in layers], dim=-1).float()
             probs = result.logits.float().softmax(-1)[..., vocab_ids]
             embeds = embedding(ids).float()
-        n = ids.shape[1] - 2  # row t: feature t, token t+1, learns the target at t+1 (token t+2)
-        return ttt_loss(head, embeds[:, 1 : n + 1], features[:, :n], probs[:, 1 : n + 1], labels[:, 2 : n + 2] != -100, args.ttt_steps)
+        n = ids.shape[1] - 2
+        return embeds[:, 1 : n + 1], features[:, :n], probs[:, 1 : n + 1], labels[:, 2 : n + 2] != -100
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    def loss_fn(ids, labels):
+        return ttt_loss(head, *target_pass(ids, labels), args.ttt_steps)
+
+    def evaluate(step: int, seen: int) -> None:
+        hits_total, scored_total, accepted, anchors = [0] * args.ttt_steps, [0] * args.ttt_steps, 0, 0
+        with torch.no_grad():
+            for start in range(0, len(validation), args.batch):
+                embeds, features, probs, mask = target_pass(*collate(validation[start : start + args.batch], args.length))
+                hits = step_hits(ttt_unroll(head, embeds, features, args.ttt_steps), probs, mask)
+                for j, (hit, scored) in enumerate(hits):
+                    hits_total[j] += int(hit.sum())
+                    scored_total[j] += int(scored.sum())
+                a, n = chain_acceptance(hits)
+                accepted, anchors = accepted + a, anchors + n
+        point = {"step": step, "tokens": seen, "top1": [h / max(s, 1) for h, s in zip(hits_total, scored_total)], "chain_tau": 1 + accepted / max(anchors, 1)}
+        with curve_path.open("a") as f:
+            f.write(json.dumps(point) + "\n")
+
     result = fit(
         head, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
-        out.with_name(out.name + ".ckpt.pt"), args.steps, args.minutes, args.lr, 0.0, "eagle3 training (top-1 per TTT step)",
+        checkpoint, args.steps, args.minutes, args.lr, 0.0, "eagle3 training (top-1 per TTT step)",
+        evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(raw_config, indent=2))
     save_file({k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}, out / "model.safetensors")
     load_head(str(out), torch.float32, "cpu", key="trained head")  # the shipped files load strictly
+    curve = [json.loads(line) for line in curve_path.open()] if curve_path.exists() else []
+    if curve:
+        (out / "curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in curve))
+        draw_curve(curve, out / "curve.png")
     (out / "training.json").write_text(json.dumps({
-        "target": TARGET["name"], "data": str(args.data), "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
-        **result,  # final_metrics_ema: top-1 agreement with the target per TTT step
+        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
+        "validation_answers": len(validation), "validation": curve[-1] if curve else None,
+        **result,  # final_metrics_ema: top-1 agreement with the target per TTT step (training batches)
         "draft_vocab": len(vocab_ids), "ttt_steps": args.ttt_steps, "batch": args.batch, "length": args.length,
-        "lr": args.lr, "seed": args.seed, "feature_layers": list(layers),
-        "parameters": sum(p.numel() for p in head.parameters()),
+        "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "feature_layers": list(layers),
+        "target_dtype": args.target_dtype, "parameters": sum(p.numel() for p in head.parameters()),
     }, indent=2))
     print(f"saved {out}: {result}")
 
@@ -152,7 +242,8 @@ def main() -> None:
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     parser.add_argument("--draft-vocab", type=int, default=8192)
     parser.add_argument("--ttt-steps", type=int, default=3)
-    parser.add_argument("--target-dtype", default="bfloat16")
+    parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
+    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
     train(parser.parse_args())
 
 

@@ -18,7 +18,7 @@ CHECKPOINT_EVERY = 50
 
 def add_fit_arguments(parser: ArgumentParser, *, sharegpt_answers: int, length: int, steps: int, minutes: float, lr: float) -> None:
     """The options every drafter trainer takes, with that trainer's defaults."""
-    parser.add_argument("--data", required=True, help="JSONL of the target's answers (specbench.train.sps_draft generate)")
+    parser.add_argument("--data", required=True, nargs="+", help="the target's answers: JSONL files (specbench.train.sps_draft generate) or corpus directories (specbench.train.corpus)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--sharegpt-answers", type=int, default=sharegpt_answers)
     parser.add_argument("--batch", type=int, default=8)
@@ -28,6 +28,7 @@ def add_fit_arguments(parser: ArgumentParser, *, sharegpt_answers: int, length: 
     parser.add_argument("--lr", type=float, default=lr)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, help="steps between checkpoints (and learning-curve points)")
 
 
 def fit(
@@ -40,9 +41,12 @@ def fit(
     lr: float,
     weight_decay: float,
     desc: str,
+    evaluate: Callable[[int, int], None] | None = None,
+    checkpoint_every: int = CHECKPOINT_EVERY,
 ) -> dict:
     """Train until `steps` or `minutes`; `make_batches(step)` yields (ids, labels) and
-    `loss_fn` returns the loss and metrics to show. Re-running resumes from `checkpoint`."""
+    `loss_fn` returns the loss and metrics to show. Re-running resumes from `checkpoint`.
+    `evaluate(step, tokens_seen)` runs at every checkpoint (learning curves)."""
     parameters = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
     step, seen = 0, 0
@@ -75,8 +79,12 @@ def fit(
         metrics_ema = metrics if metrics_ema is None else [0.98 * a + 0.02 * b for a, b in zip(metrics_ema, metrics)]
         bar.update(1)
         bar.set_postfix(loss=f"{loss_ema:.3f}", metrics="/".join(f"{m:.2f}" for m in metrics_ema), tokens=seen)
-        if step % CHECKPOINT_EVERY == 0:
+        if step % checkpoint_every == 0:
             save()
+            if evaluate is not None:
+                module.eval()
+                evaluate(step, seen)
+                module.train()
     save()
     bar.close()
     module.eval()

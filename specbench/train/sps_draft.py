@@ -25,7 +25,7 @@ from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specbench.models import registry
-from specbench.train.data import TARGET, batches, first_turns, load_rows
+from specbench.train.data import TARGET, batches, first_turns, load_rows, read_answers
 from specbench.train.loop import add_fit_arguments, fit
 
 def generate(args) -> None:
@@ -102,21 +102,21 @@ def train(args) -> None:
             model.model.embed_tokens.weight.copy_(pca_embedding(target.model.embed_tokens.weight, args.hidden))
     teacher = target if args.distill else None
     del target
-    rows, n_target_answers = load_rows(args.data, tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
+    rows, n_target_answers = load_rows(read_answers(args.data), tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     result = fit(
         model,
         lambda step: batches(rows, args.batch, args.length, args.seed + step),
         lambda ids, labels: (answer_loss(model, ids, labels, teacher), []),
-        out.with_name(out.name + ".ckpt.pt"), args.steps, args.minutes, args.lr, 0.01, "draft training",
+        out.with_name(out.name + ".ckpt.pt"), args.steps, args.minutes, args.lr, 0.01, "draft training", checkpoint_every=args.checkpoint_every,
     )
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
     weights = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     save_file(weights, out / "model.safetensors")
     (out / "training.json").write_text(json.dumps({
-        "target": TARGET["name"], "data": str(args.data), "target_answers": n_target_answers,
+        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target_answers,
         "sharegpt_answers": len(rows) - n_target_answers, **result,
         "hidden": config.hidden_size, "layers": config.num_hidden_layers,
         "batch": args.batch, "length": args.length, "lr": args.lr, "seed": args.seed,

@@ -1,0 +1,67 @@
+"""Which texts count as evaluation prompts, so no drafter ever trains on one.
+
+A training text overlaps when it equals an evaluation prompt after normalisation or
+shares a 13-word span with one (GPT-3's contamination rule). The evaluation prompts are
+every turn of MT-Bench, HumanEval and GSM8K test, plus the question files in
+../shared/data when they are beside the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+from specbench.data import questions
+
+SPAN = 13  # words: a shared span this long counts as overlap
+EVAL_DATASETS = ("mt_bench", "humaneval", "gsm8k")
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def normalize(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def spans(words: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + SPAN]) for i in range(len(words) - SPAN + 1)}
+
+
+class EvalIndex:
+    """The prompts of every evaluation set, for overlap checks."""
+
+    def __init__(self, texts: Iterable[str]):
+        self.exact: set[tuple[str, ...]] = set()
+        self.spans: set[tuple[str, ...]] = set()
+        for text in texts:
+            words = normalize(text)
+            self.exact.add(tuple(words))
+            self.spans |= spans(words)
+
+    def overlaps(self, text: str) -> bool:
+        words = normalize(text)
+        return tuple(words) in self.exact or not spans(words).isdisjoint(self.spans)
+
+
+def evaluation_prompts() -> list[str]:
+    """Every turn of the evaluation sets this tool benchmarks on, from their packages
+    and from the shared offline question files when they are beside the checkout."""
+    from omegaconf import OmegaConf
+
+    conf = Path(__file__).resolve().parents[2] / "conf" / "dataset"
+    texts = []
+    for name in EVAL_DATASETS:
+        cfg = OmegaConf.to_container(OmegaConf.load(conf / f"{name}.yaml"), resolve=True)
+        texts += [t for s in questions.load(cfg) for t in s.turns]
+    for path in sorted(SHARED_DATA.glob("*/*.jsonl")):
+        for row in map(json.loads, path.open()):
+            texts += row.get("turns", [])
+    return texts
+
+
+@cache
+def evaluation_index() -> EvalIndex:
+    """The index over evaluation_prompts(), built once per process."""
+    return EvalIndex(evaluation_prompts())
