@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from runners import mars, talon
-from specbench.replicate import paper, results, tables
+from runners import cast, mars, talon
+from specbench.replicate import paper, report, results, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small cost profile and calibration (the first run on a machine measures them; cached after)
@@ -79,8 +79,8 @@ def test_tables_are_written_in_three_formats(tmp_path):
     assert "0.900 / n/a" in (tmp_path / "table6.md").read_text() and "\\begin{table}" in (tmp_path / "table6.tex").read_text()
 
 
-def test_every_published_row_of_both_papers_maps_to_a_run_or_a_reason():
-    for runner in (mars, talon):
+def test_every_published_row_of_every_paper_maps_to_a_run_or_a_reason():
+    for runner in (mars, talon, cast):
         ref = tables.read_reference(ROOT / "results" / "reference" / f"{runner.NAME}.csv")
         for _, row in ref.assign(model="smollm2-135m").iterrows():
             found = runner.locate("cpu")(row)
@@ -168,7 +168,8 @@ def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
 
 
 def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_path, monkeypatch):
-    args = [sys.executable, "runners/talon.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table1-eagle3", "figure12", "figure12-eagle3",
+    # the budget sweep holds TALON's and EAGLE-3's default runs on MT-Bench, so Table 1 has our row
+    args = [sys.executable, "runners/talon.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "figure12", "figure12-eagle3",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
     first = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -192,3 +193,52 @@ def test_a_method_key_beside_a_swept_method_splits_the_sweep():
         ["dataset=gsm8k", "method=sps", "method.tree.gamma=6"], ["dataset=gsm8k", "method=sps_mars", "method.tree.gamma=6"]]
     plain = Sweep("t", ["method=mars,eagle3", "gen.temperature=1"])
     assert per_method([plain]) == [plain]
+
+
+def test_cast_rows_find_the_run_at_their_batch_size_and_ablation():
+    full = {"config.method.tree.dynamic_rerank": True, "config.method.tree.depth_pruning": True, "config.method.tree.breadth_pruning": True}
+    runs = pd.DataFrame([
+        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 1, "config.method.tree.depth": 13, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72, **full, "speedup": 1.1}),
+        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 9, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72, **full, "speedup": 1.5}),
+        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 9, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72,
+                                            **full, "config.method.tree.breadth_pruning": False, "speedup": 1.3}),
+        run_row("eagle3", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 7, **PAPER_TREE, "speedup": 1.2}),
+    ])
+    ref = reference(
+        ("table1", "llama3.1-8b", "cast", "humaneval", 0, "batch=1", "speedup", 5.0),
+        ("table2", "llama3.1-8b", "cast", "humaneval", 0, "batch=8", "speedup", 2.6),
+        ("table3", "", "cast", "", 0, "batch=8;ablation=DR+DP", "speedup", 2.84),
+        ("table3", "", "eagle3", "", 0, "batch=8", "speedup", 1.91),
+        ("table4", "llama3.1-8b", "cast", "humaneval", 0, "batch=1;gpu=h20", "speedup", 6.0),
+    )
+    ours = tables.compare(ref, runs, cast.locate("cpu"), "smollm2-135m").query("model == 'smollm2-135m'").set_index("table")
+    assert ours.loc["table1", "ours"] == 1.1 and ours.loc["table2", "ours"] == 1.5
+    assert ours.loc["table3"].set_index("method").loc["cast", "ours"] == 1.3  # DR+DP: breadth pruning off
+    assert ours.loc["table3"].set_index("method").loc["eagle3", "ours"] == 1.2
+    assert "h20" in ours.loc["table4", "note"] and pd.isna(ours.loc["table4", "ours"])
+    verdicts = {v["claim"]: v for v in report.verdicts(cast.CLAIMS, runs)}
+    assert verdicts["At batch size 8 CAST is faster than EAGLE-3 on every dataset"]["verdict"] == "agrees"
+
+
+def test_cast_paper_scale_sweeps_cover_the_batch_sizes_gpus_and_thresholds():
+    result = subprocess.run([sys.executable, "runners/cast.py", "--scale", "paper"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [l for l in result.stdout.splitlines() if " -m specbench -m " in l]
+    assert {f"gen.batch_size={b}" for b in (1, 2, 4, 8, 16, 32)} <= {w for l in lines for w in l.split()}
+    assert any("hardware.name=h20" in l for l in lines) and any("hardware.name=2x4090" in l for l in lines)
+    table1 = [l for l in lines if l.split(":")[0].endswith("table1") and "method=cast" in l]
+    assert any("vicuna-13b" in l and "method.tree.c1=4.0" in l for l in table1)
+    assert any("llama3.1-8b" in l and "method.tree.c1=3.0" in l for l in table1)
+    assert all("method.tree.depth=9" in l and "method.tree.c1=2.5" in l for l in lines if "method=cast" in l and "gen.batch_size=8" in l)
+
+
+def test_tiny_cast_replication_at_batch_size_8_and_its_notebook(tmp_path, monkeypatch):
+    args = [sys.executable, "runners/cast.py", "--prompts", "1", "--max-new-tokens", "4", "--only", "table2",
+            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "results" / "tables" / "table2.md").read_text()
+    assert "| smollm2-135m | cast" in table
+    assert {"figure5.png", "costs.png"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
+    printed = execute_notebook("cast", tmp_path / "runs", tmp_path / "notebook", monkeypatch)
+    assert "finished runs" in printed and "Table 2" in printed and "CAST" in printed

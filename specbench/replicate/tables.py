@@ -23,7 +23,8 @@ Locator = Callable[[pd.Series], "tuple[dict, bool] | str"]
 
 def read_reference(path: Path) -> pd.DataFrame:
     reference = pd.read_csv(path, dtype={"setting": str}, keep_default_na=False)
-    reference["temperature"] = reference["temperature"].astype(float)
+    # a table that prints no temperature (CAST Table 3) leaves it empty: NaN here
+    reference["temperature"] = pd.to_numeric(reference["temperature"], errors="coerce")
     return reference.rename(columns={"value": "published"})
 
 
