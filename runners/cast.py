@@ -219,8 +219,12 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
             left.errorbar(group["batch"], group["speedup"], yerr=errors, marker="o", capsize=3, label=variant)
             right.plot(group["batch"], group["tok_per_s"], "o-", label=variant)
         left.axhline(1.0, color="gray", linestyle="--", linewidth=0.8)
-        left.set(xscale="log", xlabel="batch size", ylabel="speedup over AR at the same batch size", title="CAST Figure 5 / Table 3 (ours), HumanEval T=0")
-        right.set(xscale="log", xlabel="batch size", ylabel="tok/s over the batch", title="throughput")
+        left.set(xlabel="batch size", ylabel="speedup over AR at the same batch size", title="CAST Figure 5 / Table 3 (ours), HumanEval T=0")
+        right.set(xlabel="batch size", ylabel="tok/s over the batch", title="throughput")
+        batches = sorted(sweep["batch"].unique())
+        for ax in (left, right):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(batches, [str(b) for b in batches])
         left.legend(fontsize=7)
         paths += save(fig, out_dir, "figure5")
     verified = verified_sweep(runs)
@@ -238,6 +242,13 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 # ---- claims -------------------------------------------------------------------------
 
+def full_cast(batch: int) -> dict:
+    """Filters for the full CAST (all three components) at a batch size, in its paper shape."""
+    dr, dp, bp = ABLATIONS["DR+DP+BP"]
+    return {"config.gen.batch_size": batch, "config.method.tree.depth": 9 if batch >= 8 else 13, **DEFAULTS["cast"],
+            "config.method.tree.dynamic_rerank": dr, "config.method.tree.depth_pruning": dp, "config.method.tree.breadth_pruning": bp}
+
+
 def _speed(run: pd.Series) -> str:
     ci = run.get("speedup_ci95")
     return f"{run['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if isinstance(ci, list) else "")
@@ -248,8 +259,7 @@ def _cast_vs_eagle(temperature: float, batch: int):
         pairs = []
         for dataset in DATASETS:
             try:
-                cast = one(runs, method="cast", dataset=dataset, temperature=temperature, **{"config.gen.batch_size": batch, "config.method.tree.depth": 9 if batch >= 8 else 13,
-                           "config.method.tree.dynamic_rerank": True, "config.method.tree.depth_pruning": True, "config.method.tree.breadth_pruning": True})
+                cast = one(runs, method="cast", dataset=dataset, temperature=temperature, **full_cast(batch))
                 eagle = one(runs, method="eagle3", dataset=dataset, temperature=temperature, **{"config.gen.batch_size": batch}, **DEFAULTS["eagle3"])
             except KeyError:
                 continue
@@ -265,7 +275,7 @@ def _baselines(runs):
     lines, wins, total = [], 0, 0
     for dataset in DATASETS:
         try:
-            cast = one(runs, method="cast", dataset=dataset, temperature=0.0, **{"config.gen.batch_size": 1, "config.method.tree.depth": 13})
+            cast = one(runs, method="cast", dataset=dataset, temperature=0.0, **full_cast(1))
         except KeyError:
             continue
         for method in ("sps", "pld"):
