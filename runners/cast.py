@@ -87,7 +87,7 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int):
         return by_source(name, datasets, [*overrides, f"gen.batch_size={batch}"], scale, list(models), max(prompts, batch), max_new_tokens)
 
     # cpu scale runs T=1, the baselines and batch size 8 on the datasets a package ships, and fewer
-    # points on the batch and m axes (about 45 minutes on 2 cores, the first run profiling included)
+    # points on the batch and m axes (about 50 minutes on 2 cores, the first run profiling included)
     wide = DATASETS if paper else PACKAGED
     thresholds = {4.0: THRESHOLD_4, 3.0: [m for m in BATCH1_MODELS if m not in THRESHOLD_4]} if paper else {3.0: BATCH1_MODELS}
     sweeps = []
