@@ -189,3 +189,15 @@ def test_speedup_interval_brackets_the_speedup_and_needs_enough_batches():
     low, high = result["speedup_ci95"]
     assert low < result["speedup"] < high and high - low < 0.5
     assert speed.speedup(method[:4], baseline[:4])["speedup_ci95"] is None
+
+
+def test_a_resampled_batch_counts_like_one_sample_holding_its_tokens_and_time():
+    """A batch drawn twice by the bootstrap brings its tokens and its wall time twice."""
+    method, baseline, method_flat, baseline_flat = [], [], [], []
+    for b in range(8):
+        tokens, m_seconds, b_seconds = (20 + 5 * b, 25), 1.0 + 0.3 * b, 2.0 + 0.1 * (b % 3)
+        method += [_run(t, m_seconds, f"batch{b}", 2, m_seconds) for t in tokens]
+        baseline += [_run(t, b_seconds, f"batch{b}", 2, b_seconds) for t in tokens]
+        method_flat.append(_run(sum(tokens), m_seconds))
+        baseline_flat.append(_run(sum(tokens), b_seconds))
+    assert speed.bootstrap_ci(method, baseline) == speed.bootstrap_ci(method_flat, baseline_flat)

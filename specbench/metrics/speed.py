@@ -78,22 +78,29 @@ MIN_GROUPS = 5
 def bootstrap_ci(method: list[dict], baseline: list[dict], draws: int = 2000, seed: int = 0) -> tuple[float | None, float | None]:
     """95% percentile bootstrap interval of the aggregate speedup, resampling batches (a
     sample at batch size 1) with replacement: how far the ratio could move with other
-    prompts of the same kind. None below MIN_GROUPS batches: too few to resample."""
+    prompts of the same kind. None below MIN_GROUPS batches: too few to resample. A batch
+    drawn twice counts its tokens and its wall time twice."""
     groups: dict[str, list[int]] = {}
     for i, run in enumerate(method):
-        groups.setdefault(run.get("batch_id") or str(i) if run.get("batch_size", 1) > 1 else str(i), []).append(i)
-    keys = list(groups)
-    if len(keys) < MIN_GROUPS:
+        batched = run.get("batch_size", 1) > 1 and run.get("batch_id")
+        groups.setdefault(run["batch_id"] if batched else str(i), []).append(i)
+    if len(groups) < MIN_GROUPS:
         return None, None
+    sums = [(_tokens_seconds([method[i] for i in g]), _tokens_seconds([baseline[i] for i in g])) for g in groups.values()]
     rng = random.Random(seed)
     ratios = []
     for _ in range(draws):
-        picked = [i for key in rng.choices(keys, k=len(keys)) for i in groups[key]]
-        m, b = totals([method[i] for i in picked]), totals([baseline[i] for i in picked])
-        if m["tok_per_s"] and b["tok_per_s"]:
-            ratios.append(m["tok_per_s"] / b["tok_per_s"])
+        picked = rng.choices(sums, k=len(sums))
+        m_tokens, m_seconds = map(sum, zip(*(m for m, _ in picked)))
+        b_tokens, b_seconds = map(sum, zip(*(b for _, b in picked)))
+        if m_tokens and m_seconds and b_tokens and b_seconds:
+            ratios.append((m_tokens / m_seconds) / (b_tokens / b_seconds))
     ratios.sort()
     return ratios[int(0.025 * len(ratios))], ratios[min(int(0.975 * len(ratios)), len(ratios) - 1)]
+
+
+def _tokens_seconds(runs: list[dict]) -> tuple[int, float]:
+    return sum(r["new_tokens"] for r in runs), wall_seconds(runs)
 
 
 def agreement(method: list[dict], baseline: list[dict]) -> dict:
