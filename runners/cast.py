@@ -68,16 +68,25 @@ DEFAULTS = {
 }
 
 
+def cast_depth(batch: int) -> int:
+    """Appendix E: depth 13 at batch size 1, 9 from batch size 8."""
+    return 9 if batch >= 8 else 13
+
+
 def cast_shape(batch: int, threshold: float) -> list[str]:
-    """Appendix E: depth 13 at batch size 1, depth 9 (threshold 2.5) from batch size 8."""
+    """Depth and thresholds at a batch size (threshold 2.5 from batch size 8)."""
     c = 2.5 if batch >= 8 else threshold
-    depth = 9 if batch >= 8 else 13
-    return [f"method.tree.depth={depth}", f"method.tree.c1={c}", f"method.tree.c2={c}", f"method.tree.c3={c}"]
+    return [f"method.tree.depth={cast_depth(batch)}", f"method.tree.c1={c}", f"method.tree.c2={c}", f"method.tree.c3={c}"]
 
 
-def ablation_switches(name: str) -> list[str]:
-    dr, dp, bp = ABLATIONS[name]
-    return [f"method.tree.dynamic_rerank={dr}", f"method.tree.depth_pruning={dp}", f"method.tree.breadth_pruning={bp}"]
+def switch_filters(ablation: str) -> dict:
+    """Run-config filters for the components an ablation switches on."""
+    dr, dp, bp = ABLATIONS[ablation]
+    return {"config.method.tree.dynamic_rerank": dr, "config.method.tree.depth_pruning": dp, "config.method.tree.breadth_pruning": bp}
+
+
+def ablation_switches(ablation: str) -> list[str]:
+    return [f"{key.removeprefix('config.')}={value}" for key, value in switch_filters(ablation).items()]
 
 
 def sweeps(scale: str, prompts: int, max_new_tokens: int):
@@ -135,9 +144,7 @@ def locate(scale: str):
         if scale == "paper":
             filters["config.hardware.name"] = gpu or ("multi-gpu" if model_params(filters["config.model.name"]) > 32 else "gpu")
         if method == "cast":
-            dr, dp, bp = ABLATIONS[setting.get("ablation", "DR+DP+BP")]
-            filters.update({"config.method.tree.dynamic_rerank": dr, "config.method.tree.depth_pruning": dp, "config.method.tree.breadth_pruning": bp})
-            filters["config.method.tree.depth"] = 9 if batch >= 8 else 13
+            filters.update({**switch_filters(setting.get("ablation", "DR+DP+BP")), "config.method.tree.depth": cast_depth(batch)})
         return filters, False
 
     return find
@@ -153,11 +160,10 @@ def batch_sweep(runs: pd.DataFrame) -> pd.DataFrame:
     for method, ablation in variants:
         filters = {**DEFAULTS[method], "config.method.name": method, "config.dataset.name": "humaneval", "temperature": 0.0}
         if ablation:
-            dr, dp, bp = ABLATIONS[ablation]
-            filters.update({"config.method.tree.dynamic_rerank": dr, "config.method.tree.depth_pruning": dp, "config.method.tree.breadth_pruning": bp})
+            filters.update(switch_filters(ablation))
         for _, run in results.select(runs, filters).iterrows():
             batch = int(run["config.gen.batch_size"])
-            depth_ok = method != "cast" or run["config.method.tree.depth"] == (9 if batch >= 8 else 13)
+            depth_ok = method != "cast" or run["config.method.tree.depth"] == cast_depth(batch)
             if depth_ok and run.get("speedup") is not None:
                 ci = run.get("speedup_ci95")
                 rows.append({"variant": "EAGLE-3" if method == "eagle3" else ("CAST" if ablation == "DR+DP+BP" else f"EAGLE-3+{ablation}"),
@@ -244,9 +250,7 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 def full_cast(batch: int) -> dict:
     """Filters for the full CAST (all three components) at a batch size, in its paper shape."""
-    dr, dp, bp = ABLATIONS["DR+DP+BP"]
-    return {"config.gen.batch_size": batch, "config.method.tree.depth": 9 if batch >= 8 else 13, **DEFAULTS["cast"],
-            "config.method.tree.dynamic_rerank": dr, "config.method.tree.depth_pruning": dp, "config.method.tree.breadth_pruning": bp}
+    return {"config.gen.batch_size": batch, "config.method.tree.depth": cast_depth(batch), **DEFAULTS["cast"], **switch_filters("DR+DP+BP")}
 
 
 def _speed(run: pd.Series) -> str:

@@ -44,7 +44,7 @@ import torch
 
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError, require
-from specbench.trees.eagle import add_top_children
+from specbench.trees.eagle import add_top_children, best_first
 
 NO_COSTS = "method.tree: CAST prices trees with the measured cost profile; set costs.profile=true"
 
@@ -69,11 +69,6 @@ def batch_utility(scores: list[list[float]], size: int) -> list[float]:
         total += sum(row[k] for row in scores if k < len(row))
         u.append(total / len(scores))
     return u
-
-
-def best_first(tree: DraftTree, nodes: list[int]) -> list[int]:
-    """Nodes by cumulative log-prob, best first; ties to the older node (as EAGLE)."""
-    return sorted(nodes, key=lambda n: (-tree.logps[n], n))
 
 
 class CastTree:

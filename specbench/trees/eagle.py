@@ -48,8 +48,7 @@ class EagleDynamicTree:
 def expand_top_k(tree: DraftTree, frontier: list[int], logits: torch.Tensor, top_k: int) -> list[int]:
     """Add each frontier node's top-k children; return the k best new nodes (by
     cumulative log-prob), in tree order: the next frontier."""
-    children = add_top_children(tree, frontier, logits, top_k)
-    return sorted(sorted(children, key=lambda n: tree.logps[n], reverse=True)[:top_k])
+    return sorted(best_first(tree, add_top_children(tree, frontier, logits, top_k))[:top_k])
 
 
 def add_top_children(tree: DraftTree, frontier: list[int], logits: torch.Tensor, top_k: int) -> list[int]:
@@ -67,5 +66,9 @@ def add_top_children(tree: DraftTree, frontier: list[int], logits: torch.Tensor,
 
 def keep_best(tree: DraftTree, total_tokens: int) -> DraftTree:
     """The root and the total_tokens - 1 drafted nodes of highest cumulative log-prob."""
-    ranked = sorted(range(1, len(tree)), key=lambda n: (-tree.logps[n], n))
-    return tree.subtree(ranked[: total_tokens - 1])
+    return tree.subtree(best_first(tree, range(1, len(tree)))[: total_tokens - 1])
+
+
+def best_first(tree: DraftTree, nodes) -> list[int]:
+    """Nodes by cumulative log-prob, best first; ties to the older node."""
+    return sorted(nodes, key=lambda n: (-tree.logps[n], n))
