@@ -88,14 +88,15 @@ def ttt_unroll(head: Eagle3Head, embeds, features, steps: int) -> list[torch.Ten
     return logits
 
 
-def step_hits(logits: list[torch.Tensor], target_probs, loss_mask) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def step_hits(logits: list[torch.Tensor], target_top1, loss_mask) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(hits, scored) bool [B, n] per unrolled step: the draft's top-1 equals the
-    target's, at rows with a label and an anchor (t >= step)."""
+    target's (`target_top1`, draft-vocabulary ids), at rows with a label and an anchor
+    (t >= step)."""
     out = []
     for step, step_logits in enumerate(logits):
         scored = loss_mask.clone()
         scored[:, :step] = False
-        out.append(((step_logits.argmax(-1) == target_probs.argmax(-1)) & scored, scored))
+        out.append(((step_logits.argmax(-1) == target_top1) & scored, scored))
     return out
 
 
@@ -103,7 +104,7 @@ def ttt_loss(head: Eagle3Head, embeds, features, target_probs, loss_mask, steps:
     """Soft cross-entropy summed over unrolled steps (weights decay**j); also returns
     each step's top-1 agreement with the target for logging."""
     logits = ttt_unroll(head, embeds, features, steps)
-    hits = step_hits(logits, target_probs, loss_mask)
+    hits = step_hits(logits, target_probs.argmax(-1), loss_mask)
     total = 0.0
     for step, (step_logits, (_, scored)) in enumerate(zip(logits, hits)):
         weight = scored.float()
@@ -198,12 +199,17 @@ def train(args) -> None:
     def loss_fn(ids, labels):
         return ttt_loss(head, *target_pass(ids, labels), args.ttt_steps)
 
+    validation_passes = []  # the target's side of the validation batches, computed once
+
     def evaluate(step: int, seen: int) -> None:
-        hits_total, scored_total, accepted, anchors = [0] * args.ttt_steps, [0] * args.ttt_steps, 0, 0
-        with torch.no_grad():
+        if not validation_passes:
             for start in range(0, len(validation), args.batch):
                 embeds, features, probs, mask = target_pass(*collate(validation[start : start + args.batch], args.length))
-                hits = step_hits(ttt_unroll(head, embeds, features, args.ttt_steps), probs, mask)
+                validation_passes.append((embeds, features, probs.argmax(-1), mask))
+        hits_total, scored_total, accepted, anchors = [0] * args.ttt_steps, [0] * args.ttt_steps, 0, 0
+        with torch.no_grad():
+            for embeds, features, target_top1, mask in validation_passes:
+                hits = step_hits(ttt_unroll(head, embeds, features, args.ttt_steps), target_top1, mask)
                 for j, (hit, scored) in enumerate(hits):
                     hits_total[j] += int(hit.sum())
                     scored_total[j] += int(scored.sum())
