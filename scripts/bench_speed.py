@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from specbench import costs  # noqa: E402
+from specbench.costs import autotune  # noqa: E402
 from specbench.config import run_name  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.run import Runner  # noqa: E402
@@ -86,7 +87,7 @@ def main() -> None:
                 "speedup": summary.get("speedup"), "median": summary.get("speedup_median_per_sample"),
                 "predicted": (summary.get("cost_model") or {}).get("predicted_speedup"),
                 "overhead": (summary.get("cost_model") or {}).get("engine_overhead_share"),
-                "shape": {k: v for k, v in choice.get("chosen", {}).items() if k != "_target_"},
+                "shape": autotune.describe(choice) if choice else None,
                 "identical": summary.get("agreement_with_baseline", {}).get("exact_match_rate"),
                 "dtype": summary["environment"]["dtype"],
             })

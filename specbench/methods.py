@@ -6,14 +6,15 @@ from __future__ import annotations
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from specbench.costs.autotune import auto_keys
+from specbench.costs.autotune import DRAFTING_OFF, auto_keys
 from specbench.engine.loop import Method
 from specbench.errors import ConfigError
 
 
 def build(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method:
     """`tune_tree(tree_cfg, drafter, verifier) -> tree_cfg` fills tree parameters set to
-    `auto` (specbench.costs.autotune); without it an auto parameter is an error."""
+    `auto` (specbench.costs.autotune), or turns drafting off when no shape pays; without
+    it an auto parameter is an error."""
     verifier = instantiate_part(method_cfg["verifier"], "method.verifier")
     drafter = build_drafter(method_cfg, target, hardware)
     tree_cfg = method_cfg["tree"]
@@ -21,6 +22,8 @@ def build(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method:
         if tune_tree is None:
             raise ConfigError(f"method.tree: {', '.join(auto_keys(tree_cfg))} = auto is chosen by a run from measured costs; set a value here")
         tree_cfg = tune_tree(tree_cfg, drafter, verifier)
+        if tree_cfg == DRAFTING_OFF:  # no shape pays on this machine: the drafter is not run at all
+            drafter = None
     policy = instantiate_part(tree_cfg, "method.tree")
     return Method(policy=policy, verifier=verifier, drafter=drafter)
 

@@ -1,12 +1,29 @@
 """Tiny random-weight models: fast, fp32, so identity with AR is exact."""
 
 import copy
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 VOCAB = 96
+
+
+def _isolate_cache() -> None:
+    """Tests measure small cost profiles and shape choices of their own: keep them out of
+    the user's cache (SPECBENCH_CACHE is inherited by the commands tests run), sharing
+    only the converted model weights."""
+    real = Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+    (real / "models").mkdir(parents=True, exist_ok=True)
+    isolated = Path(tempfile.mkdtemp(prefix="specbench-test-cache-"))
+    (isolated / "models").symlink_to(real / "models")
+    os.environ["SPECBENCH_CACHE"] = str(isolated)
+
+
+_isolate_cache()
 
 
 def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausalLM:

@@ -36,7 +36,7 @@ def test_models_name_their_source():
         model = composed(f"model={choice}")["model"]
         assert model["name"] == choice
         assert model.get("id") or model.get("package")
-        for part in ("sps_draft", "eagle3"):
+        for part in ("sps_draft", "eagle3", "medusa"):
             entry = model.get(part)
             assert entry is None or entry.get("id") or entry.get("package")
 
@@ -45,6 +45,15 @@ def test_method_parts_build(target):
     for choice, overrides in (("ar", []), ("pld", ["method.tree.gamma=4"])):
         cfg = composed(f"method={choice}", *overrides)
         assert isinstance(methods.build(cfg["method"], target, cfg["hardware"]), Method)
+
+
+def test_medusa_on_a_target_without_heads_says_how_to_give_them(target):
+    cfg = composed("method=medusa")  # the embedded model: no Medusa heads configured
+    assert cfg["method"]["drafter"]["heads"] is None
+    with pytest.raises(ConfigError, match=r"^method.drafter.heads: this target has no Medusa heads configured; set method.drafter.heads="):
+        methods.build(cfg["method"], target, {"dtype": "float32", "device": "cpu"})
+    heads = composed("method=medusa", "model=vicuna-7b")["method"]["drafter"]["heads"]
+    assert heads["id"] == "FasterDecoding/medusa-vicuna-7b-v1.3"
 
 
 def test_auto_shapes_are_the_defaults_and_need_a_run_to_choose(target):

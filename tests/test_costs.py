@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from specbench import costs
+from specbench import costs, methods
 from specbench.costs import autotune, dtype as dtype_rule, fingerprint, predict as predict_mod
 from specbench.costs.profile import CostProfile, Curve, context_grid, load, measure_drafter, measure_target, save
 from specbench.drafters.prompt_lookup import PromptLookupDrafter
@@ -129,16 +129,31 @@ def tune_on(profile, target, draft, prompts, tmp_path):
 
 def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tmp_path):
     # (profiled forwards of seconds, so the tiny model's real time, the unpriced part, is noise)
-    # verification cost grows steeply with n and drafting is dear: no chain pays, the smallest is used
+    # verification cost grows steeply with n and drafting is dear: no chain pays, so drafting
+    # is turned off (the smallest chain would still be slower than AR)
     steep = synthetic_profile(per_token=3000.0, drafter_ms=800.0, base=1000.0)
     chosen, record = tune_on(steep, target, draft, prompts, tmp_path / "a")
-    assert chosen["gamma"] == 1 and "no shape" in record["note"]
+    assert chosen == autotune.DRAFTING_OFF and "no shape" in record["note"]
+    assert all(c["predicted_speedup"] < 1.0 for c in record["candidates"])
+    assert autotune.describe(record).startswith("drafting off (best shape {'gamma': ")
     # flat verification and nearly free drafting: a longer chain wins, predicted faster than AR
     flat = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
     chosen, record = tune_on(flat, target, draft, prompts, tmp_path / "b")
     assert record["predicted_speedup"] >= 1.0 and chosen["gamma"] > 1 and "note" not in record
     chosen_again, _ = tune_on(flat, target, draft, prompts, tmp_path / "b")
     assert chosen_again == chosen  # cached
+
+
+def test_drafting_off_decodes_as_ar_without_running_the_drafter(target, draft, prompts):
+    method_cfg = {"drafter": {"_target_": "specbench.drafters.prompt_lookup.build"},
+                  "tree": {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"},
+                  "verifier": {"_target_": "specbench.verify.standard.StandardVerifier"}}
+    offered = []
+    method = methods.build(method_cfg, target, {}, tune_tree=lambda cfg, d, v: offered.append(d) or autotune.DRAFTING_OFF)
+    assert isinstance(offered[0], PromptLookupDrafter) and method.drafter is None
+    ar = generate(TreeLM(target), Method(Autoregressive(), StandardVerifier()), prompts[2], Sampling(), Limits(20))
+    off = generate(TreeLM(target), method, prompts[2], Sampling(), Limits(20))
+    assert off.ids == ar.ids and off.draft_forwards == 0 and set(off.accept_lengths) == {1}
 
 
 def test_bookkeeping_is_outside_the_clock(target, draft, prompts, monkeypatch):

@@ -6,7 +6,9 @@ large) decodes a few calibration prompts that are in no evaluation set; its τ, 
 tree sizes per step, priced with the cost profile, plus the per-step engine overhead
 measured in the same decode, give its predicted speedup. Results are cached per
 profile key, drafter, policy and temperature, so later runs reuse them. When no shape
-is predicted faster than AR, the smallest shape is used and the record says so.
+is predicted faster than AR, the method decodes without drafting (AR's empty tree, no
+drafter forwards) and the record says so: the smallest tree is not a safe fallback, since
+a verification over 2 tokens can cost twice one over 1 (AVX2 CPUs: GEMV vs GEMM).
 """
 
 from __future__ import annotations
@@ -28,12 +30,23 @@ from specbench.engine.loop import Limits, Method, generate
 from specbench.errors import ConfigError
 
 AUTO = "auto"
+# the tree config chosen when no shape pays: AR through the same loop, the drafter unused
+DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
+VERSION = 2  # in the cache key: records of an older choice rule are re-measured
 CALIBRATION_PROMPTS = 3
 CALIBRATION_TOKENS = 48
 
 
 def auto_keys(tree_cfg: dict) -> list[str]:
     return [k for k, v in tree_cfg.items() if v == AUTO]
+
+
+def describe(record: dict) -> str:
+    """The chosen shape in a few words: its auto keys, or why drafting is off."""
+    if record["chosen"] == DRAFTING_OFF:
+        best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
+        return f"drafting off (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x)"
+    return str({k: v for k, v in record["chosen"].items() if k != "_target_"})
 
 
 def candidates(tree_cfg: dict) -> list[dict]:
@@ -118,7 +131,7 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
 
 
 def cache_file(cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, calibration) -> Path:
-    blob = json.dumps([profile.key, drafter, tree_cfg, asdict(sampling), calibration], sort_keys=True, default=str)
+    blob = json.dumps([VERSION, profile.key, drafter, tree_cfg, asdict(sampling), calibration], sort_keys=True, default=str)
     return cache / f"autotune-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.json"
 
 
@@ -162,9 +175,10 @@ def tune(
     best_cfg, best = max(rows, key=lambda r: r[1]["predicted_speedup"])
     record = {"chosen": best_cfg, "candidates": [r for _, r in rows], "predicted_speedup": best["predicted_speedup"],
               "calibration": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "temperature": sampling.temperature}}
-    if best["predicted_speedup"] < 1.0:
-        record["chosen"] = rows[0][0]
-        record["note"] = "no shape is predicted faster than AR on this hardware; decoding with the smallest shape"
+    if best["predicted_speedup"] <= 1.0:
+        record["chosen"] = DRAFTING_OFF
+        record["note"] = (f"no shape is predicted faster than AR on this hardware (best {best['predicted_speedup']:.2f}x at "
+                          f"{best['tree']}); decoding without drafting. Set the tree keys to force a shape")
         log(f"  {record['note']}")
     else:
         log(f"  chosen {best['tree']} (predicted {best['predicted_speedup']:.2f}x)")

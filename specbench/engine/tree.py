@@ -24,6 +24,8 @@ class DraftTree:
     child_dists: dict[int, torch.Tensor] = field(default_factory=dict)
     # for a pruned tree: each node's index in the tree the drafter expanded
     origin: list[int] | None = None
+    # a static tree's ancestor mask, computed once for its shape (trees/static.py)
+    ancestors: torch.Tensor | None = None
 
     @classmethod
     def root(cls, token: int) -> "DraftTree":
@@ -36,6 +38,7 @@ class DraftTree:
         """Append a child of `parent`; logp is the draft log-prob of this token alone."""
         if not 0 <= parent < len(self.tokens):
             raise IndexError(f"parent {parent} is not a node of this tree")
+        self.ancestors = None  # the shape changed
         self.tokens.append(token)
         self.parents.append(parent)
         self.depths.append(self.depths[parent] + 1)
@@ -79,6 +82,8 @@ class DraftTree:
 
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [n, n]: row i is True at i and at every ancestor of i."""
+        if self.ancestors is not None:
+            return self.ancestors
         n = len(self.tokens)
         mask = torch.zeros(n, n, dtype=torch.bool)
         for i, p in enumerate(self.parents):

@@ -105,7 +105,7 @@ def _from_hub(model_id: str, revision: str | None, key: str) -> str:
             f"download it on a connected machine and set {key}.path=/local/copy/of/{model_id.split('/')[-1]}"
         )
     try:
-        return snapshot_download(model_id, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model", "*.txt", "*.jinja"])
+        return snapshot_download(model_id, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.pt", "*.model", "*.txt", "*.jinja"])
     except Exception as error:
         raise ConfigError(f"{key}.id: could not download {model_id}: {error}") from None
 

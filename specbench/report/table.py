@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specbench.costs.autotune import describe
+
 
 def _ci(interval) -> str:
     return f", 95% CI {_fmt(interval[0])}-{_fmt(interval[1])}" if interval else ""
@@ -45,8 +47,8 @@ def print_summary(summary: dict) -> None:
         )
     choice = summary.get("tree_choice")
     if choice:
-        shape = {k: v for k, v in choice["chosen"].items() if k != "_target_"}
-        console.print(f"tree shape chosen from measured costs: {shape} (predicted {_fmt(choice['predicted_speedup'])}x)" + (f"; {choice['note']}" if choice.get("note") else ""))
+        chosen = choice.get("note") or f"{describe(choice)} (predicted {_fmt(choice['predicted_speedup'])}x)"
+        console.print(f"tree shape chosen from measured costs: {chosen}")
     for key, label in (("quality", summary["method"]), ("baseline_quality", "baseline")):
         if summary.get(key):
             console.print(f"{label} quality: " + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary[key].items()))

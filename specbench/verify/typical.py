@@ -1,0 +1,73 @@
+"""Typical acceptance (Medusa §2.3.1), the verifier of Medusa, Hydra and EntMTP at T>0.
+
+A draft token x under a node whose target distribution is p (after temperature) is
+accepted when p(x) > min(ε, α·exp(−H(p))), H = −Σ p·log(p + 1e-5) as in the release: a
+fixed floor ε, relaxed where the target is uncertain. Every root-to-node path is scored
+by how many of its tokens pass in a row; the longest wins, ties by the summed target
+log-probability of the accepted tokens (then the first in node order). The token after
+the accepted path is, by default, the target's argmax at its last node: what the Medusa
+(fast=True, its default) and Hydra releases do at any temperature; `next_token: typical`
+samples it from p with tokens below the same threshold removed (Medusa's
+get_typical_one_token). It is lossy; agreement with AR and the NLL are measured like
+MARS. At T=0 it is greedy verification, lossless.
+
+The released generate passes ε = 0.09 and α = 0.3 explicitly (the function's own
+defaults are the two numbers swapped); these are the defaults here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.engine.parts import Acceptance
+from specbench.engine.sampling import Sampling, sample
+from specbench.engine.tree import DraftTree
+from specbench.errors import require
+from specbench.verify.standard import greedy_accept
+
+
+NEXT_TOKEN = ("argmax", "typical")
+
+
+class TypicalVerifier:
+    def __init__(self, posterior_threshold: float = 0.09, posterior_alpha: float = 0.3, next_token: str = "argmax"):
+        require(0 < posterior_threshold <= 1, "method.verifier.posterior_threshold", f"must be in (0, 1], got {posterior_threshold}")
+        require(0 < posterior_alpha <= 1, "method.verifier.posterior_alpha", f"must be in (0, 1], got {posterior_alpha}")
+        require(next_token in NEXT_TOKEN, "method.verifier.next_token", f"unknown {next_token!r}; choose one of {', '.join(NEXT_TOKEN)}")
+        self.epsilon, self.alpha, self.next_token = posterior_threshold, posterior_alpha, next_token
+
+    def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+        if sampling.greedy:
+            return greedy_accept(tree, logits)
+        p = sampling.probs(logits)  # [n, V]
+        thresholds = self.thresholds(p)
+        passes, logp = self.passes(tree, p, thresholds)
+        best, best_key = 0, (0, 0.0)
+        length, total = [0] * len(tree), [0.0] * len(tree)
+        for node in range(1, len(tree)):  # parents precede children
+            parent = tree.parents[node]
+            if passes[node] and length[parent] == tree.depths[parent]:
+                length[node], total[node] = length[parent] + 1, total[parent] + logp[node]
+                if (length[node], total[node]) > best_key:
+                    best, best_key = node, (length[node], total[node])
+        path = tree.path_to(best)
+        if self.next_token == "argmax":
+            token = int(p[best].argmax())
+        else:
+            typical = p[best].masked_fill(p[best] < thresholds[best], 0.0)
+            token = sample(typical / typical.sum(), generator)
+        return Acceptance(path, token, {"typical_accepted": len(path) - 1})
+
+    def thresholds(self, p: torch.Tensor) -> torch.Tensor:
+        """Per row of p: min(ε, α·exp(−H))."""
+        entropy = -(p * (p + 1e-5).log()).sum(-1)
+        return torch.minimum(torch.full_like(entropy, self.epsilon), self.alpha * torch.exp(-entropy))
+
+    def passes(self, tree: DraftTree, p: torch.Tensor, threshold: torch.Tensor) -> tuple[list[bool], list[float]]:
+        """Per node: whether its token passes the typical test under its parent's target
+        distribution, and that token's target log-probability (root: False, 0)."""
+        parents = torch.tensor(tree.parents[1:], dtype=torch.long)
+        tokens = torch.tensor(tree.tokens[1:], dtype=torch.long)
+        prob = p[parents, tokens]
+        ok = (prob > threshold[parents]).tolist()
+        return [False] + ok, [0.0] + prob.clamp_min(1e-30).log().tolist()
