@@ -84,7 +84,7 @@ def test_released_checkpoint_layout_loads_strictly(target, tmp_path):
     # like the 7B release: the file holds 5 heads while config.json says 2
     path = write_heads(tmp_path / "a", medusa_state(5, 1), {"medusa_num_heads": 2, "medusa_num_layers": 1})
     heads, facts = load_heads(path, target, torch.float32, "method.drafter.heads")
-    assert len(heads) == 5 and facts == {"heads_in_file": 5, "heads_in_config": 2, "blocks": 1, "shared_lm_head": False}
+    assert len(heads) == 5 and facts == {"heads_in_file": 5, "heads_in_config": 2, "blocks": 1, "shared_lm_head": False, "draft_vocab": None}
     hidden = torch.randn(3, 32)
     state = medusa_state(5, 1)
     block = state["4.0.linear.weight"], state["4.0.linear.bias"]
@@ -98,6 +98,21 @@ def test_shared_lm_head_heads_use_the_targets_projection(target, tmp_path):
     assert facts["blocks"] == 2 and facts["shared_lm_head"]
     assert heads(torch.zeros(1, 32)).shape == (1, 3, VOCAB)
     assert torch.allclose(heads(torch.zeros(32))[0], torch.zeros(VOCAB))  # zero blocks + zero input: the projection of 0
+
+
+def test_a_draft_vocabulary_scores_only_its_rows_of_the_shared_projection(target, tmp_path):
+    state = medusa_state(2, 1, shared=True)
+    rows = torch.tensor([3, 10, 50, 95])
+    path = write_heads(tmp_path / "v", {**state, "draft_vocab": rows}, {"shared_lm_head": True}, as_pt=False)
+    heads, facts = load_heads(path, target, torch.float32, "k")
+    assert facts["draft_vocab"] == 4
+    hidden = torch.randn(2, 32)
+    full = load_heads(write_heads(tmp_path / "f", state, {"shared_lm_head": True}, as_pt=False), target, torch.float32, "k")[0](hidden)
+    reduced = heads(hidden)
+    assert torch.allclose(reduced[..., rows], full[..., rows], atol=1e-5)
+    assert torch.isinf(reduced[..., [0, 1, 2, 4]]).all()
+    with pytest.raises(ConfigError, match="draft_vocab must hold int64 target ids below 96"):
+        load_heads(write_heads(tmp_path / "bad", {**state, "draft_vocab": torch.tensor([3, 96])}, {"shared_lm_head": True}, as_pt=False), target, torch.float32, "k")
 
 
 @pytest.mark.parametrize("edit,message", [
@@ -124,7 +139,7 @@ class FixedDrafter(MedusaDrafter):
         self._logits = None
 
     def logits(self, contexts, trees, nodes):
-        self._logits = self.fixed
+        self._logits = dict(enumerate(self.fixed.unbind(1)))
         return super().logits(contexts, trees, nodes)
 
 
@@ -213,7 +228,7 @@ def test_medusa_is_lossless_at_t0(batch, target, prompts, tmp_path):
         outputs += generate_batch(lm, method, prompts[start : start + batch], Sampling(), limits)
     for prompt, out in zip(prompts[:12], outputs):
         assert out.ids == generate(lm, ar_method, prompt, Sampling(), limits).ids
-        assert out.draft_forwards == out.target_forwards  # all heads in one forward per step
+        assert out.draft_forwards == 3 * out.target_forwards  # each head once per step (the tree is 3 deep)
     assert sum(n - 1 for out in outputs for n in out.accept_lengths) > 12
 
 
@@ -223,3 +238,14 @@ def test_medusa_samples_at_t1_and_reports_typical_acceptances(target, prompts, t
     method = Method(StaticTree(WIDE), TypicalVerifier(), MedusaDrafter(heads, target))
     out = generate(TreeLM(target), method, prompts[0], Sampling(temperature=1.0), Limits(max_new_tokens=30), torch.Generator().manual_seed(0))
     assert len(out.ids) == 30 and out.verifier_notes["typical_accepted"] == sum(out.accept_lengths) - len(out.accept_lengths)
+
+
+def test_the_cost_profile_times_a_head_forward(target, tmp_path):
+    """The profiler reads the root untimed, then times the depth-1 nodes: one head run."""
+    from specbench.costs.profile import measure_drafter
+
+    path = write_heads(tmp_path / "p", medusa_state(3, 1), {"medusa_num_heads": 3})
+    drafter = MedusaDrafter(load_heads(path, target, torch.float32, "k")[0], target)
+    curve = measure_drafter(drafter, TreeLM(target), [16], max_n=3, repeats=2)
+    assert len(curve.ms[0]) == 3 and all(ms > 0 for ms in curve.ms[0])
+    assert drafter.forwards >= 2 * 3 * 2  # root head and depth-1 head, every repeat of every n

@@ -1,10 +1,12 @@
 """Medusa drafter: every head reads the target's final hidden state at the last
-committed token, so all draft positions come from one small forward per step.
+committed token.
 
 The root of each step's tree is the token the target itself chose from that hidden
 state; a node at depth d gets its candidates from head d (depth 0, the root, from head
 0, which predicts the token after the root). Head outputs do not depend on the drafted
-tokens, so every node at one depth shares them.
+tokens, so every node at one depth shares them: a head runs once per step, when a depth
+first needs it, and each head run counts as one draft forward (so δ is the number of
+heads a step used, and the cost profile's f_D is one head's cost).
 """
 
 from __future__ import annotations
@@ -38,24 +40,25 @@ class MedusaDrafter:
 
     def begin(self, prompts: list[list[int]], features: list[torch.Tensor]) -> None:
         self._hidden = [f[-1] for f in features]
-        self._logits = None  # [B, heads, V] for this step, computed on first use
+        self._logits: dict[int, torch.Tensor] = {}  # head -> [B, V] for this step
 
     def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
-        if self._logits is None:
-            self._logits = self.heads(torch.stack(self._hidden))
-            self.forwards += 1
-        heads = len(self.heads)
-        out = []
-        for b, (tree, row_nodes) in enumerate(zip(trees, nodes)):
-            depths = [tree.depths[n] for n in row_nodes]
-            out.append(self._logits[b, depths] if row_nodes and max(depths) < heads else None)
-        return out
+        count = len(self.heads)
+        depths = [[tree.depths[n] for n in row_nodes] for tree, row_nodes in zip(trees, nodes)]
+        missing = sorted({d for row in depths for d in row if d < count} - self._logits.keys())
+        if missing:
+            computed = self.heads(torch.stack(self._hidden), missing)  # [B, len(missing), V]
+            self._logits.update({d: computed[:, i] for i, d in enumerate(missing)})
+            self.forwards += len(missing)
+        return [
+            torch.stack([self._logits[d][b] for d in row]) if row and max(row) < count else None
+            for b, row in enumerate(depths)
+        ]
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:
         self._hidden = [f[-1] for f in features]
-        self._logits = None
+        self._logits = {}
 
     def keep(self, rows: list[int]) -> None:
         self._hidden = [self._hidden[r] for r in rows]
-        if self._logits is not None:
-            self._logits = self._logits[rows]
+        self._logits = {d: z[rows] for d, z in self._logits.items()}

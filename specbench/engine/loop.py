@@ -145,7 +145,7 @@ def generate_batch(
             policy.begin(len(rows), method.costs)
         with clock.paused():
             active = [r for r in rows if not _finished(r.new, limits, decode)]
-            _leave(rows, active, target, drafter, clock)
+            _leave(rows, active, target, method, clock)
         while active:
             forwards_before = drafter.forwards if drafter is not None else 0
             trees = policy.build(drafter, [r.prompt + r.new[:-1] for r in active], [r.new[-1] for r in active], sampling, [r.generator for r in active])
@@ -158,7 +158,7 @@ def generate_batch(
                 features = [f[p] for f, p in zip(target.features, paths)] if target.features is not None else None
                 drafter.commit(trees, paths, features)
             if hasattr(policy, "observe"):
-                policy.observe(trees, paths)
+                policy.observe(trees, paths, logits)
             for row, tree, a in zip(active, trees, accepted):
                 row.new += [tree.tokens[n] for n in a.path[1:]] + [a.next_token]
             with clock.paused():
@@ -172,7 +172,7 @@ def generate_batch(
                 if on_step is not None:
                     on_step(sum(len(a.path) for a in accepted), len(active))
                 still = [r for r, a in zip(active, accepted) if not _finished(r.new, limits, decode, len(a.path))]
-                _leave(active, still, target, drafter, clock)
+                _leave(active, still, target, method, clock)
                 active = still
     seconds = clock.stop()
     generations = []
@@ -197,7 +197,7 @@ def generate_batch(
     return generations
 
 
-def _leave(active: list[_Row], still: list[_Row], target: TreeLM, drafter, clock: Clock) -> None:
+def _leave(active: list[_Row], still: list[_Row], target: TreeLM, method: Method, clock: Clock) -> None:
     """Rows that stopped record their latency and leave the batch (called with the clock
     paused; the cache compaction it triggers is decoding work and is timed)."""
     if len(still) == len(active):
@@ -210,8 +210,10 @@ def _leave(active: list[_Row], still: list[_Row], target: TreeLM, drafter, clock
         return
     clock.start()
     target.keep(keep)
-    if drafter is not None:
-        drafter.keep(keep)
+    if method.drafter is not None:
+        method.drafter.keep(keep)
+    if hasattr(method.policy, "keep"):
+        method.policy.keep(keep)
     clock.stop()
 
 

@@ -50,9 +50,11 @@ class StepCosts(Protocol):
 
 class TreePolicy(Protocol):
     """Builds each row's draft tree. Policies that keep state across steps (CAST's
-    acceptance buffers) also define `begin(batch_size, costs)`, called once per batch
-    before the first step, and `observe(trees, paths)`, called after every verification;
-    the loop calls them when present, and a policy never touches the engine or the model."""
+    acceptance buffers, EntMTP's scheduler) also define `begin(batch_size, costs)`, called
+    once per batch before the first step, and/or `observe(trees, paths, logits)`, called
+    after every verification with each row's tree, accepted path and the target logits
+    the verifier saw, and `keep(rows)` when rows leave the batch; the loop calls them when
+    present, and a policy never touches the engine or the model."""
 
     def build(
         self, drafter: Drafter | None, contexts: list[list[int]], roots: list[int], sampling: Sampling,

@@ -10,7 +10,10 @@ more heads than their config.json says (the 7B release ships 5 with
 
 Heads trained by specbench for small targets leave the projection out (`shared_lm_head:
 true` in config.json): every head reuses the target's lm_head, which keeps a 49k-vocab
-head file small; the target's weight is then used as is.
+head file small. Such a file may also hold `draft_vocab` (target ids, sorted): the heads
+then score only those rows of the lm_head (as EAGLE-3's reduced vocabulary does), since
+on a CPU a full 49k-row projection per head costs a sizeable part of a target forward;
+other tokens get -inf.
 """
 
 from __future__ import annotations
@@ -41,21 +44,35 @@ class ResBlock(nn.Module):
 class MedusaHeads(nn.ModuleList):
     """`heads` heads of `layers` residual blocks (a ModuleList, so its state dict has the
     released key names); the projection is the target's lm_head weight when `shared` is
-    given, else a parameter of each head."""
+    given (its `draft_vocab` rows only, when given), else a parameter of each head."""
 
-    def __init__(self, hidden: int, vocab: int, heads: int, layers: int, shared: torch.Tensor | None = None):
+    def __init__(self, hidden: int, vocab: int, heads: int, layers: int, shared: torch.Tensor | None = None,
+                 draft_vocab: torch.Tensor | None = None):
         super().__init__(
             nn.Sequential(*[ResBlock(hidden) for _ in range(layers)], *([] if shared is not None else [nn.Linear(hidden, vocab, bias=False)]))
             for _ in range(heads)
         )
-        self.shared = shared
+        self.vocab = vocab
+        if draft_vocab is not None:
+            self.register_buffer("draft_vocab", draft_vocab)
+        self.projection = None if shared is None else shared if draft_vocab is None else shared[draft_vocab].contiguous()
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [..., H] -> logits [..., heads, V]."""
-        outputs = [head(hidden) for head in self]
-        if self.shared is not None:
-            outputs = [F.linear(o, self.shared) for o in outputs]
+    def draft_logits(self, hidden: torch.Tensor, heads: list[int] | None = None) -> torch.Tensor:
+        """hidden [..., H] -> logits [..., len(heads), V'] of the given heads (all by
+        default) over the projection's rows (V' = V unless a draft vocabulary is set)."""
+        outputs = [self[i](hidden) for i in (heads if heads is not None else range(len(self)))]
+        if self.projection is not None:
+            outputs = [F.linear(o, self.projection) for o in outputs]
         return torch.stack(outputs, dim=-2)
+
+    def forward(self, hidden: torch.Tensor, heads: list[int] | None = None) -> torch.Tensor:
+        """hidden [..., H] -> logits [..., len(heads), V] over the target vocabulary."""
+        logits = self.draft_logits(hidden, heads)
+        if not hasattr(self, "draft_vocab"):
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.vocab), float("-inf"))
+        full[..., self.draft_vocab] = logits
+        return full
 
 
 def read_state(path: Path, key: str) -> dict[str, torch.Tensor]:
@@ -78,15 +95,20 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     config = json.loads(config_file.read_text())
     state = read_state(path, key)
     pattern = re.compile(r"^(\d+)\.(\d+)\.")
+    shared = bool(config.get("shared_lm_head", False))
+    draft_vocab = state.pop("draft_vocab", None) if shared else None
     unexpected = sorted(k for k in state if not pattern.match(k))
     if unexpected:
         raise ConfigError(f"{key}: {path} is not a Medusa checkpoint: unexpected keys {unexpected[:8]}")
     heads = 1 + max(int(pattern.match(k).group(1)) for k in state)
-    shared = bool(config.get("shared_lm_head", False))
     blocks = 1 + max(int(pattern.match(k).group(2)) for k in state) - (0 if shared else 1)
     hidden, vocab = target.config.hidden_size, target.config.vocab_size
     output = target.get_output_embeddings().weight
-    model = MedusaHeads(hidden, vocab, heads, blocks, shared=output.detach() if shared else None)
+    if draft_vocab is not None and (draft_vocab.dtype != torch.int64 or draft_vocab.numel() == 0 or int(draft_vocab.max()) >= vocab):
+        raise ConfigError(f"{key}: {path}: draft_vocab must hold int64 target ids below {vocab}")
+    model = MedusaHeads(hidden, vocab, heads, blocks, shared=output.detach() if shared else None, draft_vocab=draft_vocab)
+    if draft_vocab is not None:
+        state["draft_vocab"] = draft_vocab
     expected = set(model.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
@@ -95,5 +117,6 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     if wrong:
         raise ConfigError(f"{key}: {path} does not fit this target (hidden {hidden}, vocab {vocab}): shapes differ for {wrong[:4]}")
     model.load_state_dict(state)
-    facts = {"heads_in_file": heads, "heads_in_config": config.get("medusa_num_heads"), "blocks": blocks, "shared_lm_head": shared}
+    facts = {"heads_in_file": heads, "heads_in_config": config.get("medusa_num_heads"), "blocks": blocks, "shared_lm_head": shared,
+             "draft_vocab": None if draft_vocab is None else int(draft_vocab.numel())}
     return model.to(device=output.device, dtype=dtype).eval(), facts

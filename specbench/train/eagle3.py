@@ -143,8 +143,8 @@ def validation_set(path: Path, rows: list[dict], count: int) -> list[str]:
     return keys
 
 
-def draw_curve(points: list[dict], path: Path) -> None:
-    """Top-1 per TTT step and chain tau against answer tokens seen."""
+def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> None:
+    """Top-1 per draft step (`step_label` j) and chain tau against answer tokens seen."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -153,7 +153,7 @@ def draw_curve(points: list[dict], path: Path) -> None:
     tokens = [p["tokens"] / 1e6 for p in points]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for j in range(len(points[0]["top1"])):
-        left.plot(tokens, [p["top1"][j] for p in points], label=f"TTT step {j}")
+        left.plot(tokens, [p["top1"][j] for p in points], label=f"{step_label} {j}")
     left.set(xlabel="answer tokens seen (M)", ylabel="top-1 agreement with the target", title="validation top-1")
     left.legend()
     right.plot(tokens, [p["chain_tau"] for p in points])

@@ -89,21 +89,23 @@ class StaticTree:
         self.topology = Topology.from_choices(choices)
 
     def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
-        return grow(self.topology, drafter, contexts, roots)
+        return grow([self.topology] * len(roots), drafter, contexts, roots)
 
 
-def grow(topology: Topology, drafter, contexts, roots) -> list[DraftTree]:
-    """Fill `topology` per row, depth by depth: one drafter call per depth over the
-    nodes that depth expands; a node's token is its rank-th most likely candidate under
-    its parent. Draft log-probs are kept (schedulers read path values from them)."""
+def grow(topologies: list[Topology], drafter, contexts, roots) -> list[DraftTree]:
+    """Fill row b's `topologies[b]` depth by depth: one drafter call per depth over the
+    nodes each row expands there; a node's token is its rank-th most likely candidate
+    under its parent. Draft log-probs are kept (schedulers read path values from them)."""
     trees = [
-        DraftTree(tokens=[root] + [0] * (len(topology) - 1), parents=list(topology.parents), depths=list(topology.depths),
-                  logps=[0.0] * len(topology), ancestors=topology.ancestors)
-        for root in roots
+        DraftTree(tokens=[root] + [0] * (len(t) - 1), parents=list(t.parents), depths=list(t.depths), logps=[0.0] * len(t), ancestors=t.ancestors)
+        for t, root in zip(topologies, roots)
     ]
-    for depth, parents in enumerate(topology.expanded, start=1):
-        rows = drafter.logits(contexts, trees, [list(parents)] * len(trees))
-        for tree, logits in zip(trees, rows):
+    for depth in range(1, max(t.depth for t in topologies) + 1):
+        asked = [list(t.expanded[depth - 1]) if depth <= t.depth else [] for t in topologies]
+        rows = drafter.logits(contexts, trees, asked)
+        for topology, tree, parents, logits in zip(topologies, trees, asked, rows):
+            if not parents:
+                continue
             if logits is None or logits.shape[0] != len(parents):
                 raise ConfigError(f"method.tree: the drafter proposes nothing at depth {depth}; the tree is {topology.depth} deep")
             logp = torch.log_softmax(logits.float(), dim=-1)

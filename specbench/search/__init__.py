@@ -1,0 +1,1 @@
+"""Offline searches over draft-tree shapes (EntMTP's acceptance frontier)."""

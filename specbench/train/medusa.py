@@ -1,0 +1,157 @@
+"""Train Medusa heads for any target (CPU or GPU) by self-distillation.
+
+Head i at position t learns the target's own distribution for token t+2+i (the target's
+logits at t+1+i), restricted to a draft vocabulary of the most frequent answer tokens,
+from the target's final normed hidden state at t; the projection is the target's lm_head
+(shared, frozen), so only the residual blocks train. Loss weights 0.8^i, as Medusa's.
+The validation curve reports each head's top-1 agreement with the target's greedy token
+and the chain τ of drafting every head's top-1 in a row.
+
+    python -m specbench.train.medusa --data runs/corpus --out runs/smollm2-135m-medusa --steps 600 --minutes 90
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from specbench.models import registry
+from specbench.models.medusa import MedusaHeads, load_heads
+from specbench.train.data import TARGET, batches, collate, load_rows, read_answers
+from specbench.train.eagle3 import draft_vocabulary, draw_curve, validation_set
+from specbench.train.loop import add_fit_arguments, fit
+
+DECAY = 0.8
+
+
+def head_hits(top1: torch.Tensor, target_top1: torch.Tensor, mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per head i: (hit, scored) [B, n]: whether head i's top-1 at anchor t is the
+    target's top-1 for token t+2+i, and whether that token is a labelled answer token.
+    top1 [B, n, K] (target ids); target_top1 and mask [B, >= n + K - 1], index j being
+    token j+2."""
+    n, heads = top1.shape[1], top1.shape[2]
+    return [((top1[:, :, i] == target_top1[:, i : i + n]) & mask[:, i : i + n], mask[:, i : i + n]) for i in range(heads)]
+
+
+def chain_tau(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int, int]:
+    """(accepted draft tokens, anchors) of drafting every head's top-1 in a chain from
+    every anchor whose whole chain is labelled: head i counts only if heads 0..i-1 hit."""
+    alive = torch.ones_like(hits[0][0])
+    accepted = torch.zeros(alive.shape, dtype=torch.long)
+    for hit, _ in hits:
+        alive = alive & hit
+        accepted += alive
+    valid = hits[-1][1]
+    return int(accepted[valid].sum()), int(valid.sum())
+
+
+def train(args) -> None:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    target, tokenizer = registry.load(TARGET, args.target_dtype, "cpu")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
+    answers = read_answers(args.data)
+    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows))
+    validation = [r for r in answers if r.get("key") in held_out]
+    rows, n_target = load_rows([r for r in answers if r.get("key") not in held_out], tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
+    if checkpoint.exists():  # the resumed heads keep the vocabulary they were trained with
+        vocab_ids = torch.load(checkpoint)["module"]["draft_vocab"]
+    else:
+        vocab_ids = draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
+    lm_head = target.get_output_embeddings().weight.detach().float()
+    heads = MedusaHeads(target.config.hidden_size, target.config.vocab_size, args.heads, args.blocks, shared=lm_head, draft_vocab=vocab_ids)
+    for head in heads:  # every head starts as the target's own next-token guess: identity blocks
+        for block in head:
+            torch.nn.init.zeros_(block.linear.weight)
+            torch.nn.init.zeros_(block.linear.bias)
+    k = args.heads
+
+    def target_pass(ids, labels):
+        """Hidden at t (for t with all K future tokens inside the window), the target's
+        draft-vocabulary distribution for tokens t+2.., its top-1 ids and label mask."""
+        with torch.no_grad():
+            result = target(input_ids=ids, output_hidden_states=True)
+            hidden = result.hidden_states[-1].float()
+            logits = result.logits.float()
+        n = ids.shape[1] - k - 1
+        probs = logits[..., vocab_ids].softmax(-1)
+        return hidden[:, :n], probs[:, 1:], logits.argmax(-1)[:, 1:], labels[:, 2:] != -100
+
+    def loss_fn(ids, labels):
+        hidden, probs, top1, mask = target_pass(ids, labels)
+        n = hidden.shape[1]
+        draft = heads.draft_logits(hidden)  # [B, n, K, V']
+        loss, metrics = 0.0, []
+        for i in range(k):
+            m = mask[:, i : i + n]
+            logp = torch.log_softmax(draft[:, :, i], -1)
+            ce = -(probs[:, i : i + n] * logp).sum(-1)
+            loss = loss + DECAY**i * (ce * m).sum() / m.sum().clamp_min(1)
+            hit = vocab_ids[draft[:, :, i].argmax(-1)] == top1[:, i : i + n]
+            metrics.append(float((hit & m).sum() / m.sum().clamp_min(1)))
+        return loss, metrics
+
+    validation_passes = []
+
+    def evaluate(step: int, seen: int) -> None:
+        if not validation_passes:
+            for start in range(0, len(validation), args.batch):
+                hidden, _, top1, mask = target_pass(*collate(validation[start : start + args.batch], args.length))
+                validation_passes.append((hidden, top1, mask))
+        hits_total, scored_total, accepted, anchors = [0] * k, [0] * k, 0, 0
+        with torch.no_grad():
+            for hidden, top1, mask in validation_passes:
+                hits = head_hits(vocab_ids[heads.draft_logits(hidden).argmax(-1)], top1, mask)
+                for i, (hit, scored) in enumerate(hits):
+                    hits_total[i] += int(hit.sum())
+                    scored_total[i] += int(scored.sum())
+                a, n = chain_tau(hits)
+                accepted, anchors = accepted + a, anchors + n
+        point = {"step": step, "tokens": seen, "top1": [h / max(s, 1) for h, s in zip(hits_total, scored_total)], "chain_tau": 1 + accepted / max(anchors, 1)}
+        with curve_path.open("a") as f:
+            f.write(json.dumps(point) + "\n")
+
+    result = fit(
+        heads, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
+        checkpoint, args.steps, args.minutes, args.lr, 0.0, "medusa training (top-1 per head)",
+        evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"medusa_num_heads": k, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": TARGET["name"]}
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    save_file({name: t.contiguous() for name, t in heads.state_dict().items()}, out / "medusa_lm_head.safetensors")
+    load_heads(str(out), target, torch.float32, key="trained heads")  # the shipped files load strictly
+    curve = [json.loads(line) for line in curve_path.open()] if curve_path.exists() else []
+    if curve:
+        (out / "curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in curve))
+        draw_curve(curve, out / "curve.png", step_label="head")
+    (out / "training.json").write_text(json.dumps({
+        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
+        "validation_answers": len(validation), "validation": curve[-1] if curve else None,
+        **result,  # final_metrics_ema: top-1 agreement with the target per head (training batches)
+        "heads": k, "blocks": args.blocks, "draft_vocab": len(vocab_ids), "batch": args.batch, "length": args.length,
+        "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,
+        "parameters": sum(p.numel() for p in heads.parameters()),
+    }, indent=2))
+    print(f"saved {out}: {result}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=600, minutes=90, lr=1e-3)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--blocks", type=int, default=1)
+    parser.add_argument("--draft-vocab", type=int, default=8192)
+    parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
+    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
+    train(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""EntMTP's runtime: a bank of frontier trees per task and a per-step choice among them.
+
+The bank (built offline by specbench.search.frontier) holds, per task, the trees of the
+throughput-Pareto frontier with their frozen buffers (trees/static.py), and names the
+task's throughput-optimal tree (`static`) and the scheduler's conservative and
+aggressive pair. Each step, per row, a policy picks one; switching is choosing another
+prebuilt Topology, nothing is rebuilt.
+
+The score s is a path value from the previous verification's target top-1 probability
+p0 (no temperature) and the heads' top-1 probabilities q_1..q_D along the all-top-1
+draft chain: g_d = p0 · q_1 ··· q_d.
+- `path_value: greedy_depth` (default): s = g_D, the deepest greedy path's value, which
+  is what the public code effectively uses to drive the switch.
+- `path_value: paper`: s = max(p0, g_1, ..., g_D), the text's best_path_value. Since
+  every q_d <= 1 this always equals p0 (a trap in the paper, kept as an option so both
+  can be measured).
+Policies: `static` (the task's tree), `binary_tau` (EntMTPτ: aggressive once s > tau_on,
+back to conservative once s <= tau_off, tau_off <= tau_on), `ladder` (K-way: the number
+of thresholds below s indexes the trees from small to large). The first step of a row,
+with no verification yet, uses the conservative tree.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from specbench.engine.tree import DraftTree
+from specbench.errors import ConfigError, require
+from specbench.trees.static import Topology, grow
+
+POLICIES = ("static", "binary_tau", "ladder")
+PATH_VALUES = ("greedy_depth", "paper")
+
+
+@dataclass
+class TaskTrees:
+    """One task's frontier trees (small to large) and the ones the policies use."""
+
+    trees: list[dict]  # choices, size, accept_biased, accept_unbiased, predicted_speedup, ...
+    static: int
+    conservative: int
+    aggressive: int
+    topologies: list[Topology] = field(default_factory=list)
+
+
+def save_bank(path: Path, bank: dict[str, TaskTrees], meta: dict) -> None:
+    tasks = {task: {"trees": t.trees, "static": t.static, "conservative": t.conservative, "aggressive": t.aggressive} for task, t in bank.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "meta": meta, "tasks": tasks}, indent=1))
+
+
+def load_bank(path: str, key: str = "method.tree.bank") -> tuple[dict[str, TaskTrees], dict]:
+    """The bank at `path`, every tree's buffers built once."""
+    require(bool(path), key, "no tree bank given; build one with python -m specbench.search.frontier (or make replicate-entmtp) and set its path")
+    file = Path(path)
+    require(file.is_file(), key, f"no such file {path!r}")
+    try:
+        raw = json.loads(file.read_text())
+        bank = {task: TaskTrees(**entry) for task, entry in raw["tasks"].items()}
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ConfigError(f"{key}: {path} is not a tree bank ({error})") from None
+    for task, entry in bank.items():
+        entry.topologies = [Topology.from_choices(t["choices"], key=f"{key} ({task})") for t in entry.trees]
+        for name in ("static", "conservative", "aggressive"):
+            require(0 <= getattr(entry, name) < len(entry.trees), key, f"task {task}: {name} is not a tree index")
+    return bank, raw.get("meta", {})
+
+
+def path_value(p0: float, head_top1: list[float], rule: str) -> float:
+    values, g = [p0], p0
+    for q in head_top1:
+        g *= q
+        values.append(g)
+    return values[-1] if rule == "greedy_depth" else max(values)
+
+
+class ScheduledTree:
+    def __init__(self, bank: str | None, task: str, policy: str = "binary_tau", tau_on: float = 0.02, tau_off: float | None = None,
+                 ladder: list[float] | None = None, path_value: str = "greedy_depth"):
+        require(policy in POLICIES, "method.tree.policy", f"unknown {policy!r}; choose one of {', '.join(POLICIES)}")
+        require(path_value in PATH_VALUES, "method.tree.path_value", f"unknown {path_value!r}; choose one of {', '.join(PATH_VALUES)}")
+        tau_off = tau_on if tau_off is None else tau_off
+        require(0 <= tau_off <= tau_on <= 1, "method.tree.tau_off", f"must satisfy 0 <= tau_off <= tau_on <= 1, got tau_off={tau_off}, tau_on={tau_on}")
+        banks, self.meta = load_bank(bank)
+        require(task in banks, "method.tree.task", f"the bank has no trees for {task!r}; it has {', '.join(sorted(banks))}")
+        self.task = banks[task]
+        if policy == "ladder":
+            ladder = list(ladder or [])
+            size = len(self.task.topologies)
+            require(len(ladder) == size - 1 and ladder == sorted(ladder), "method.tree.ladder",
+                    f"needs {size - 1} ascending thresholds for the task's {size} trees, got {ladder}")
+        self.policy, self.tau_on, self.tau_off, self.ladder, self.rule = policy, tau_on, tau_off, ladder, path_value
+        self.depth = max(t.depth for t in self.task.topologies)
+        self.p0: list[float | None] = []
+        self.current: list[int] = []
+
+    def begin(self, batch_size: int, costs) -> None:
+        self.p0, self.current = [None] * batch_size, [self.task.conservative] * batch_size
+
+    def observe(self, trees: list[DraftTree], paths: list[list[int]], logits: list[torch.Tensor]) -> None:
+        self.p0 = [float(z[p[-1]].float().softmax(-1).max()) for z, p in zip(logits, paths)]
+
+    def keep(self, rows: list[int]) -> None:
+        self.p0, self.current = [self.p0[r] for r in rows], [self.current[r] for r in rows]
+
+    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+        if self.policy == "static":
+            chosen = [self.task.static] * len(roots)
+        else:
+            scores = self.scores(drafter, contexts, roots)
+            chosen = [self.choose(b, s) for b, s in enumerate(scores)]
+        self.current = chosen
+        return grow([self.task.topologies[i] for i in chosen], drafter, contexts, roots)
+
+    def scores(self, drafter, contexts, roots) -> list[float | None]:
+        """Per row, the path value s (None before the row's first verification)."""
+        chains = [DraftTree.root(r) for r in roots]
+        tips, top1 = [0] * len(roots), [[] for _ in roots]
+        for _ in range(self.depth):
+            rows = drafter.logits(contexts, chains, [[t] for t in tips])
+            for b, logits in enumerate(rows):
+                if logits is None:
+                    continue
+                probs = logits[0].float().softmax(-1)
+                top1[b].append(float(probs.max()))
+                tips[b] = chains[b].add(tips[b], int(probs.argmax()))
+        return [None if p0 is None else path_value(p0, q, self.rule) for p0, q in zip(self.p0, top1)]
+
+    def choose(self, row: int, score: float | None) -> int:
+        task = self.task
+        if score is None:
+            return task.conservative
+        if self.policy == "ladder":
+            return bisect.bisect_left(self.ladder, score)  # thresholds below s (s on a threshold stays below it)
+        if self.current[row] == task.aggressive:
+            return task.conservative if score <= self.tau_off else task.aggressive
+        return task.aggressive if score > self.tau_on else task.conservative

@@ -1,0 +1,161 @@
+"""EntMTP: the acceptance frontier (Algorithm 1), the tree bank and the scheduler."""
+
+import json
+
+import pytest
+import torch
+
+from specbench.drafters.medusa import MedusaDrafter
+from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Limits, Method, generate, generate_batch
+from specbench.engine.sampling import Sampling
+from specbench.engine.tree import DraftTree
+from specbench.errors import ConfigError
+from specbench.models.medusa import load_heads
+from specbench.search.frontier import WhatIf, acceptance_frontier, next_children, self_rollout, task_trees
+from specbench.trees.autoregressive import Autoregressive
+from specbench.trees.entmtp import ScheduledTree, TaskTrees, load_bank, path_value, save_bank
+from specbench.verify.standard import StandardVerifier
+from specbench.verify.typical import TypicalVerifier
+
+from test_medusa import medusa_state, write_heads
+
+LIMITS = Limits(max_new_tokens=24, stop_token_ids=frozenset({2}))
+
+
+@pytest.fixture
+def heads_drafter(target, tmp_path):
+    """Heads that guess the target's own next token (zero blocks, shared projection)."""
+    state = {k: v * 0 for k, v in medusa_state(3, 1, shared=True).items()}
+    heads, _ = load_heads(write_heads(tmp_path / "h", state, {"shared_lm_head": True}, as_pt=False), target, torch.float32, "k")
+    return MedusaDrafter(heads, target)
+
+
+def test_next_children_are_the_next_rank_under_every_shallow_node():
+    assert next_children([], 3) == [(0,)]
+    assert next_children([(0,)], 2) == [(1,), (0, 0)]
+    assert next_children([(0,), (1,), (0, 0)], 2) == [(2,), (0, 1), (1, 0)]  # (0, 0) is at max depth
+
+
+def test_what_if_scores_every_candidate_on_the_same_logits():
+    tree = DraftTree.root(0)
+    a = tree.add(0, 5)  # the target's argmax after the root: accepted
+    b = tree.add(0, 6)  # wrong
+    c = tree.add(a, 7)  # the target's argmax after a: accepted
+    logits = torch.zeros(4, 10)
+    logits[0, 5] = logits[a, 7] = logits[b, 1] = logits[c, 3] = 5.0
+    scorer = WhatIf(StandardVerifier(), base=[a], candidates=[c, b])
+    out = scorer.accept(tree, logits, Sampling(), None)
+    assert out.path == [0, a] and out.next_token == 7  # the trajectory follows the base tree
+    assert scorer.base_total == 1 and scorer.totals == [2, 1] and scorer.steps == 1
+
+
+def test_frontier_grows_one_node_a_round_and_self_rollout_rescores(target, prompts, heads_drafter):
+    history = acceptance_frontier(TreeLM(target), heads_drafter, TypicalVerifier(), prompts[:3], Sampling(), LIMITS, max_depth=2, budget=6)
+    assert [h["size"] for h in history] == [2, 3, 4, 5, 6]
+    for before, after in zip(history, history[1:]):
+        assert after["choices"][: len(before["choices"])] == before["choices"]
+    final = [tuple(c) for c in history[-1]["choices"]]
+    assert final[0] == (0,) and max(map(len, final)) <= 2
+    assert all(c[:-1] == () or c[:-1] in final for c in final)
+    # at T=0 the trajectory is AR's, so rescoring the last tree by itself measures the same steps' acceptance
+    unbiased = self_rollout(TreeLM(target), heads_drafter, TypicalVerifier(), history[-1]["choices"], prompts[:3], Sampling(), LIMITS)
+    assert 0 <= unbiased <= 2 and unbiased == pytest.approx(history[-1]["accept_biased"], abs=0.5)
+
+
+class LinearCosts:
+    def target_ms(self, batch, context, n):
+        return 10 + 1.0 * n
+
+    def draft_ms(self, batch, context, n):
+        return 1.0
+
+
+def test_task_trees_keep_the_throughput_pareto_trees():
+    history = [
+        {"size": 2, "depth": 1, "accept_biased": 0.5, "choices": [[0]]},
+        {"size": 3, "depth": 2, "accept_biased": 0.9, "choices": [[0], [0, 0]]},
+        {"size": 4, "depth": 2, "accept_biased": 0.9, "choices": [[0], [1], [0, 0]]},  # slower than size 3: dropped
+        {"size": 5, "depth": 3, "accept_biased": 1.6, "choices": [[0], [1], [0, 0], [0, 0, 0]]},
+    ]
+    trees = task_trees(history, LinearCosts(), context=100)
+    # speedup = (a + 1) * 11 / (10 + size + 1)
+    assert [t["size"] for t in trees.trees] == [2, 3, 5]
+    assert [t["predicted_speedup"] for t in trees.trees] == pytest.approx([1.5 * 11 / 13, 1.9 * 11 / 14, 2.6 * 11 / 16], abs=1e-4)
+    assert trees.static == 2 and trees.aggressive == 2 and trees.conservative == 1
+
+
+def test_path_values():
+    assert path_value(0.9, [0.5, 0.4], "greedy_depth") == pytest.approx(0.9 * 0.5 * 0.4)
+    assert path_value(0.9, [0.99, 0.99], "paper") == 0.9  # max(p0, g1, ..) is always p0
+
+
+def small_bank(tmp_path):
+    history = [
+        {"size": 2, "depth": 1, "accept_biased": 0.5, "choices": [[0]]},
+        {"size": 4, "depth": 2, "accept_biased": 1.2, "choices": [[0], [1], [0, 0]]},
+        {"size": 6, "depth": 3, "accept_biased": 1.9, "choices": [[0], [1], [0, 0], [0, 1], [0, 0, 0]]},
+    ]
+    path = tmp_path / "bank.json"
+    save_bank(path, {"gsm8k": task_trees(history, LinearCosts(), 100)}, {"model": "tiny"})
+    return path
+
+
+def test_bank_round_trip_and_bad_inputs(tmp_path):
+    path = small_bank(tmp_path)
+    bank, meta = load_bank(str(path))
+    assert meta == {"model": "tiny"} and [len(t) for t in bank["gsm8k"].topologies] == [2, 4, 6]
+    with pytest.raises(ConfigError, match="^method.tree.bank: no tree bank given"):
+        ScheduledTree(None, "gsm8k")
+    with pytest.raises(ConfigError, match="^method.tree.task: the bank has no trees for 'humaneval'; it has gsm8k"):
+        ScheduledTree(str(path), "humaneval")
+    with pytest.raises(ConfigError, match="^method.tree.ladder: needs 2 ascending thresholds"):
+        ScheduledTree(str(path), "gsm8k", policy="ladder", ladder=[0.5])
+    with pytest.raises(ConfigError, match="^method.tree.tau_off: must satisfy"):
+        ScheduledTree(str(path), "gsm8k", tau_on=0.1, tau_off=0.2)
+    (tmp_path / "broken.json").write_text(json.dumps({"tasks": {"x": {"trees": []}}}))
+    with pytest.raises(ConfigError, match="is not a tree bank"):
+        load_bank(str(tmp_path / "broken.json"))
+
+
+def test_binary_switch_has_hysteresis_and_the_ladder_bins(tmp_path):
+    path = small_bank(tmp_path)
+    policy = ScheduledTree(str(path), "gsm8k", policy="binary_tau", tau_on=0.6, tau_off=0.3)
+    policy.begin(1, None)
+    low, high = policy.task.conservative, policy.task.aggressive
+    assert low != high and policy.choose(0, None) == low
+    states = []
+    for s in (0.5, 0.7, 0.5, 0.31, 0.3, 0.5):
+        policy.current = [policy.choose(0, s)]
+        states.append(policy.current[0])
+    assert states == [low, high, high, high, low, low]
+    ladder = ScheduledTree(str(path), "gsm8k", policy="ladder", ladder=[0.2, 0.6])
+    assert [ladder.choose(0, s) for s in (0.1, 0.2, 0.5, 0.9)] == [0, 0, 1, 2]
+
+
+@pytest.mark.parametrize("policy,batch", [("binary_tau", 1), ("ladder", 3), ("static", 3)])
+def test_scheduled_trees_are_lossless_at_t0(policy, batch, target, prompts, heads_drafter, tmp_path):
+    path = small_bank(tmp_path)
+    # path values of this random target are tiny (p0 ~ 0.05, three head factors below it)
+    tree = ScheduledTree(str(path), "gsm8k", policy=policy, tau_on=1e-5, ladder=[3e-6, 1e-5])
+    method = Method(tree, TypicalVerifier(), heads_drafter)
+    lm = TreeLM(target)
+    outputs = []
+    for start in range(0, 9, batch):
+        outputs += generate_batch(lm, method, prompts[start : start + batch], Sampling(), LIMITS)
+    ar = Method(Autoregressive(), StandardVerifier())
+    for prompt, out in zip(prompts[:9], outputs):
+        assert out.ids == generate(lm, ar, prompt, Sampling(), LIMITS).ids
+    sizes = {1 + sum(w) for out in outputs for w in out.tree_widths}
+    assert sizes <= {2, 4, 6} and (policy == "static" or len(sizes) > 1)  # the scheduler switched trees
+
+
+def test_search_command_rejects_bad_input_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for args, message in ((["--budget", "1"], "error: --budget: must be >= 2"), (["dataset=nope"], "error: dataset: unknown dataset 'nope'")):
+        result = subprocess.run([sys.executable, "-m", "specbench.search", "--bank", str(tmp_path / "b.json"), *args], cwd=root, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()] and message in result.stderr
