@@ -5,7 +5,7 @@ alternating), with 95% bootstrap intervals over batches.
 
     python scripts/bench_batch.py --batches 1 2 4 8 16 --prompts 16 --datasets humaneval mt_bench
 
-Rows: eagle3 (auto shape) and cast with each ablation (no breadth / depth pruning, no
+Rows: eagle3 (auto shape) and cast (threshold 3) with each ablation (no breadth / depth pruning, no
 dynamic reranking). Written to results/bench/batch-<fingerprint>.{md,json,png}.
 """
 
@@ -25,12 +25,14 @@ from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # no
 from bench_speed import add_run_arguments, run_method  # noqa: E402
 from bench_vs_transformers import config  # noqa: E402
 
+# CAST at the paper's threshold 3 (Appendix E, 8B models), so the ablations compare one tree rule
+PAPER_THRESHOLD = ["method.tree.c1=3", "method.tree.c2=3", "method.tree.c3=3"]
 VARIANTS = {
     "eagle3": ("eagle3", []),
-    "cast": ("cast", []),
-    "cast -BP": ("cast", ["method.tree.breadth_pruning=false"]),
-    "cast -DP": ("cast", ["method.tree.depth_pruning=false"]),
-    "cast -DR": ("cast", ["method.tree.dynamic_rerank=false"]),
+    "cast": ("cast", PAPER_THRESHOLD),
+    "cast -BP": ("cast", [*PAPER_THRESHOLD, "method.tree.breadth_pruning=false"]),
+    "cast -DP": ("cast", [*PAPER_THRESHOLD, "method.tree.depth_pruning=false"]),
+    "cast -DR": ("cast", [*PAPER_THRESHOLD, "method.tree.dynamic_rerank=false"]),
 }
 
 

@@ -36,6 +36,20 @@ def check_choices(argv: list[str]) -> None:
             sys.exit(2)
 
 
+def compose_config(overrides: list[str]) -> dict:
+    """The resolved run config for `overrides`, outside a Hydra app (for the other
+    commands: python -m specbench.costs, specbench.search)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    check_choices(overrides)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides)
+    with open_dict(cfg):
+        cfg.hydra = None
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from specbench.errors import ConfigError

@@ -9,3 +9,14 @@ def require(condition: bool, key: str, message: str) -> None:
     """Raise ConfigError('key: message') unless condition holds."""
     if not condition:
         raise ConfigError(f"{key}: {message}")
+
+
+def run_command(main, argv: list[str]) -> None:
+    """Run a command's `main(argv)`; a ConfigError becomes one line on stderr and exit 2."""
+    import sys
+
+    try:
+        main(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

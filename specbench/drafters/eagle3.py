@@ -13,19 +13,13 @@ import torch
 
 from specbench.engine.columns import ColumnCache
 from specbench.engine.tree import DraftTree
-from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.models.eagle3 import Eagle3Head, feature_layers, load_head
 
 
 def build(target: torch.nn.Module, hardware: dict, head: dict | None) -> "Eagle3Drafter":
     """The drafter named by a method config: `head` is a model entry (see registry)."""
-    if not head:
-        raise ConfigError(
-            "method.drafter.head: this target has no EAGLE-3 head configured; "
-            "set method.drafter.head={name:my-head,path:/dir/with/config.json} (or {name:my-head,id:<hub id>})"
-        )
-    directory = registry.resolve(head, key="method.drafter.head")
+    directory = registry.resolve_part(head, "method.drafter.head", "EAGLE-3 head")
     dtype = registry.DTYPES[hardware["dtype"]]
     return Eagle3Drafter(load_head(directory, dtype, target.device, key="method.drafter.head"), target)
 

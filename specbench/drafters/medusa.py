@@ -14,19 +14,13 @@ from __future__ import annotations
 import torch
 
 from specbench.engine.tree import DraftTree
-from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.models.medusa import MedusaHeads, load_heads
 
 
 def build(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "MedusaDrafter":
     """The drafter named by a method config: `heads` is a model entry (see registry)."""
-    if not heads:
-        raise ConfigError(
-            "method.drafter.heads: this target has no Medusa heads configured; "
-            "set method.drafter.heads={name:my-heads,path:/dir/with/config.json} (or {name:my-heads,id:<hub id>})"
-        )
-    directory = registry.resolve(heads, key="method.drafter.heads")
+    directory = registry.resolve_part(heads, "method.drafter.heads", "Medusa heads")
     model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")
     return MedusaDrafter(model, target, facts)
 

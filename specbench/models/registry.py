@@ -44,6 +44,17 @@ def load_model(entry: dict, dtype: str, device: str, key: str = "model") -> torc
     return model.eval()
 
 
+def resolve_part(entry: dict | None, key: str, what: str) -> str:
+    """resolve() for a drafter's weights named in a method config; a target with none
+    configured gets one line saying how to give them."""
+    if not entry:
+        raise ConfigError(
+            f"{key}: this target has no {what} configured; "
+            f"set {key}={{name:my-{key.rsplit('.', 1)[-1]},path:/dir/with/config.json}} (or {{name:...,id:<hub id>}})"
+        )
+    return resolve(entry, key)
+
+
 def resolve(entry: dict, key: str) -> str:
     """A local directory holding config, weights and tokenizer for the entry."""
     if entry.get("path"):

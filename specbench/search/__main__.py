@@ -15,12 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
-
-from specbench.__main__ import CONF_DIR, check_choices
+from specbench.__main__ import compose_config
 from specbench.engine.loop import Limits
-from specbench.errors import ConfigError, require
+from specbench.errors import require, run_command
 from specbench.search.frontier import acceptance_frontier, self_rollout, task_trees
 from specbench.trees.entmtp import load_bank, save_bank
 
@@ -35,12 +32,7 @@ def main(argv: list[str]) -> None:
     args, overrides = parser.parse_known_args(argv)
     require(args.budget >= 2, "--budget", f"must be >= 2 (the root and one node), got {args.budget}")
     require(args.max_depth >= 1, "--max-depth", f"must be >= 1, got {args.max_depth}")
-    check_choices(overrides)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides)
-    with open_dict(cfg):
-        cfg.hydra = None
-    cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = compose_config(overrides)
     from specbench.run import Runner
 
     runner = Runner(cfg, Path(tempfile.mkdtemp(prefix="specbench-search-")))
@@ -73,8 +65,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_command(main, sys.argv[1:])

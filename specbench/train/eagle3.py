@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
-from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from specbench.models import registry
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head
-from specbench.train.data import TARGET, batches, collate, load_rows, read_answers
-from specbench.train.loop import add_fit_arguments, fit
+from specbench.train.data import TARGET, batches, collate
+from specbench.train.loop import add_fit_arguments, add_head_arguments, fit
+from specbench.train.validation import append_point, curve_point, export, prepare
 
 
 def head_config_for(target_config, draft_vocab_size: int) -> dict:
@@ -131,49 +130,8 @@ def chain_acceptance(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int
     return int(accepted[valid].sum()), int(valid.sum())
 
 
-def validation_set(path: Path, rows: list[dict], count: int) -> list[str]:
-    """Keys of the held-out rows, fixed at the first run (saved to `path`) so the
-    learning curve stays comparable while the corpus grows: the `count` greedy target
-    answers of 64+ tokens with the smallest keys."""
-    if path.exists():
-        return json.loads(path.read_text())
-    greedy = sorted((r for r in rows if r.get("temperature") == 0.0 and len(r["answer"]) >= 64), key=lambda r: r["key"])
-    keys = [r["key"] for r in greedy[:count]]
-    path.write_text(json.dumps(keys))
-    return keys
-
-
-def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> None:
-    """Top-1 per draft step (`step_label` j) and chain tau against answer tokens seen."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tokens = [p["tokens"] / 1e6 for p in points]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for j in range(len(points[0]["top1"])):
-        left.plot(tokens, [p["top1"][j] for p in points], label=f"{step_label} {j}")
-    left.set(xlabel="answer tokens seen (M)", ylabel="top-1 agreement with the target", title="validation top-1")
-    left.legend()
-    right.plot(tokens, [p["chain_tau"] for p in points])
-    right.set(xlabel="answer tokens seen (M)", ylabel="tau", title=f"validation chain tau (depth {len(points[0]['top1'])})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def train(args) -> None:
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    target, tokenizer = registry.load(TARGET, args.target_dtype, "cpu")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
-    answers = read_answers(args.data)
-    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows))
-    validation = [r for r in answers if r.get("key") in held_out]
-    rows, n_target = load_rows([r for r in answers if r.get("key") not in held_out], tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
+    target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
     if checkpoint.exists():  # the resumed head keeps the vocabulary it was trained with
         vocab_ids = torch.load(checkpoint)["module"]["d2t"] + torch.arange(args.draft_vocab)
     else:
@@ -206,18 +164,12 @@ def train(args) -> None:
             for start in range(0, len(validation), args.batch):
                 embeds, features, probs, mask = target_pass(*collate(validation[start : start + args.batch], args.length))
                 validation_passes.append((embeds, features, probs.argmax(-1), mask))
-        hits_total, scored_total, accepted, anchors = [0] * args.ttt_steps, [0] * args.ttt_steps, 0, 0
         with torch.no_grad():
-            for embeds, features, target_top1, mask in validation_passes:
-                hits = step_hits(ttt_unroll(head, embeds, features, args.ttt_steps), target_top1, mask)
-                for j, (hit, scored) in enumerate(hits):
-                    hits_total[j] += int(hit.sum())
-                    scored_total[j] += int(scored.sum())
-                a, n = chain_acceptance(hits)
-                accepted, anchors = accepted + a, anchors + n
-        point = {"step": step, "tokens": seen, "top1": [h / max(s, 1) for h, s in zip(hits_total, scored_total)], "chain_tau": 1 + accepted / max(anchors, 1)}
-        with curve_path.open("a") as f:
-            f.write(json.dumps(point) + "\n")
+            point = curve_point(step, seen, (
+                step_hits(ttt_unroll(head, embeds, features, args.ttt_steps), target_top1, mask)
+                for embeds, features, target_top1, mask in validation_passes
+            ), chain_acceptance)
+        append_point(curve_path, point)
 
     result = fit(
         head, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
@@ -228,28 +180,22 @@ def train(args) -> None:
     (out / "config.json").write_text(json.dumps(raw_config, indent=2))
     save_file({k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}, out / "model.safetensors")
     load_head(str(out), torch.float32, "cpu", key="trained head")  # the shipped files load strictly
-    curve = [json.loads(line) for line in curve_path.open()] if curve_path.exists() else []
-    if curve:
-        (out / "curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in curve))
-        draw_curve(curve, out / "curve.png")
-    (out / "training.json").write_text(json.dumps({
+    export(out, curve_path, {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
-        "validation_answers": len(validation), "validation": curve[-1] if curve else None,
+        "validation_answers": len(validation),
         **result,  # final_metrics_ema: top-1 agreement with the target per TTT step (training batches)
         "draft_vocab": len(vocab_ids), "ttt_steps": args.ttt_steps, "batch": args.batch, "length": args.length,
         "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "feature_layers": list(layers),
         "target_dtype": args.target_dtype, "parameters": sum(p.numel() for p in head.parameters()),
-    }, indent=2))
+    }, step_label="TTT step")
     print(f"saved {out}: {result}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
-    parser.add_argument("--draft-vocab", type=int, default=8192)
+    add_head_arguments(parser)
     parser.add_argument("--ttt-steps", type=int, default=3)
-    parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
-    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
     train(parser.parse_args())
 
 

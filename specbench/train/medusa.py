@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from specbench.models import registry
 from specbench.models.medusa import MedusaHeads, load_heads
-from specbench.train.data import TARGET, batches, collate, load_rows, read_answers
-from specbench.train.eagle3 import draft_vocabulary, draw_curve, validation_set
-from specbench.train.loop import add_fit_arguments, fit
+from specbench.train.data import TARGET, batches, collate
+from specbench.train.eagle3 import draft_vocabulary
+from specbench.train.loop import add_fit_arguments, add_head_arguments, fit
+from specbench.train.validation import append_point, curve_point, export, prepare
 
 DECAY = 0.8
 
@@ -50,16 +49,7 @@ def chain_tau(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int, int]:
 
 
 def train(args) -> None:
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    target, tokenizer = registry.load(TARGET, args.target_dtype, "cpu")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
-    answers = read_answers(args.data)
-    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows))
-    validation = [r for r in answers if r.get("key") in held_out]
-    rows, n_target = load_rows([r for r in answers if r.get("key") not in held_out], tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
+    target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
     if checkpoint.exists():  # the resumed heads keep the vocabulary they were trained with
         vocab_ids = torch.load(checkpoint)["module"]["draft_vocab"]
     else:
@@ -104,18 +94,11 @@ def train(args) -> None:
             for start in range(0, len(validation), args.batch):
                 hidden, _, top1, mask = target_pass(*collate(validation[start : start + args.batch], args.length))
                 validation_passes.append((hidden, top1, mask))
-        hits_total, scored_total, accepted, anchors = [0] * k, [0] * k, 0, 0
         with torch.no_grad():
-            for hidden, top1, mask in validation_passes:
-                hits = head_hits(vocab_ids[heads.draft_logits(hidden).argmax(-1)], top1, mask)
-                for i, (hit, scored) in enumerate(hits):
-                    hits_total[i] += int(hit.sum())
-                    scored_total[i] += int(scored.sum())
-                a, n = chain_tau(hits)
-                accepted, anchors = accepted + a, anchors + n
-        point = {"step": step, "tokens": seen, "top1": [h / max(s, 1) for h, s in zip(hits_total, scored_total)], "chain_tau": 1 + accepted / max(anchors, 1)}
-        with curve_path.open("a") as f:
-            f.write(json.dumps(point) + "\n")
+            point = curve_point(step, seen, (
+                head_hits(vocab_ids[heads.draft_logits(hidden).argmax(-1)], top1, mask) for hidden, top1, mask in validation_passes
+            ), chain_tau)
+        append_point(curve_path, point)
 
     result = fit(
         heads, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
@@ -127,29 +110,23 @@ def train(args) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=2))
     save_file({name: t.contiguous() for name, t in heads.state_dict().items()}, out / "medusa_lm_head.safetensors")
     load_heads(str(out), target, torch.float32, key="trained heads")  # the shipped files load strictly
-    curve = [json.loads(line) for line in curve_path.open()] if curve_path.exists() else []
-    if curve:
-        (out / "curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in curve))
-        draw_curve(curve, out / "curve.png", step_label="head")
-    (out / "training.json").write_text(json.dumps({
+    export(out, curve_path, {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
-        "validation_answers": len(validation), "validation": curve[-1] if curve else None,
+        "validation_answers": len(validation),
         **result,  # final_metrics_ema: top-1 agreement with the target per head (training batches)
         "heads": k, "blocks": args.blocks, "draft_vocab": len(vocab_ids), "batch": args.batch, "length": args.length,
         "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,
         "parameters": sum(p.numel() for p in heads.parameters()),
-    }, indent=2))
+    }, step_label="head")
     print(f"saved {out}: {result}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=600, minutes=90, lr=1e-3)
+    add_head_arguments(parser)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--blocks", type=int, default=1)
-    parser.add_argument("--draft-vocab", type=int, default=8192)
-    parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
-    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
     train(parser.parse_args())
 
 

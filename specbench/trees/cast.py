@@ -31,6 +31,13 @@ rate, and the values track the speedups the paper reports in each setting, as a 
 rule "spend while the return beats the rate already achieved" would. Each is its own
 argument, defaulting to 3 (8B models, batch size 1).
 
+`auto` thresholds (the `cast` method's default, as for every other method's shape): the
+common threshold is chosen from AUTO_CANDIDATES by the predicted speedup on calibration
+prompts (specbench/costs/autotune.py), and drafting is turned off when no threshold is
+predicted to beat AR: CAST always drafts its first layer, so on a weak drafter or a CPU
+where a 2-token verification costs twice a 1-token one even its smallest tree loses. This
+is our extension, not the paper's; the replication runner pins Appendix E's thresholds.
+
 Costs are looked up at the current batch size (rows may have left since `begin`) and the
 mean committed context of the rows.
 """
@@ -76,6 +83,9 @@ class CastTree:
     paper does not give it; 8 averages out step-to-step noise in phi while evicting the
     optimistic initial 1 within the first few dozen tokens of a sequence, and lets alpha
     follow changes in how predictable the text is (prose versus code) within a reply."""
+
+    # one common threshold C1 = C2 = C3 per candidate, Appendix E's 2.5 / 3 / 4 among them
+    AUTO_CANDIDATES = [{"c1": c, "c2": c, "c3": c} for c in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0)]
 
     def __init__(
         self, top_k: int = 12, depth: int = 13, total_tokens: int = 72, c1: float = 3.0, c2: float = 3.0,

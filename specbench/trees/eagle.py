@@ -7,8 +7,9 @@ cumulative log-prob and the best N-1 are kept with the root (N = total_tokens); 
 child never outscores its parent, so the kept nodes form a subtree.
 
 Children are the draft's deterministic top-K, so the verifier treats them as point
-masses: lossless at any temperature (EAGLE's release instead uses the draft's q for
-them, which is not exactly distribution-preserving).
+masses (q = 1): lossless at any temperature. EAGLE's release does the same: its
+evaluate_posterior accepts a child with probability p / 1 and removes it from the
+residual, without the draft's q.
 """
 
 from __future__ import annotations

@@ -32,7 +32,9 @@ from specbench.verify.standard import try_children
 
 class MarsVerifier:
     def __init__(self, theta: float = 0.9):
-        require(isinstance(theta, (int, float)) and theta > 0, "method.verifier.theta", f"must be a number > 0, got {theta!r}")
+        # z2 / z1 <= 1 whenever z1 > 0, so theta >= 1 never relaxes: 1 is exact matching, above it meaningless
+        require(isinstance(theta, (int, float)) and not isinstance(theta, bool) and 0 < theta <= 1,
+                "method.verifier.theta", f"must be a number in (0, 1], got {theta!r}")
         self.theta = float(theta)
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:

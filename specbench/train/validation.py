@@ -1,0 +1,93 @@
+"""What both head trainers (EAGLE-3, Medusa) share around the optimisation loop: the
+target and the training rows, a fixed held-out set of the target's answers, a learning-curve point per checkpoint (top-1 agreement per
+draft step, chain τ), and the export of the curve and the training record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from specbench.models import registry
+from specbench.train.data import TARGET, load_rows, read_answers
+
+
+def prepare(args):
+    """(target, tokenizer, out dir, checkpoint path, curve path, validation rows, training
+    rows, how many of them are target answers) for a trainer's parsed arguments."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    target, tokenizer = registry.load(TARGET, args.target_dtype, "cpu")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
+    answers = read_answers(args.data)
+    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows))
+    validation = [r for r in answers if r.get("key") in held_out]
+    rows, n_target = load_rows([r for r in answers if r.get("key") not in held_out], tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
+    return target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target
+
+
+def validation_set(path: Path, rows: list[dict], count: int) -> list[str]:
+    """Keys of the held-out rows, fixed at the first run (saved to `path`) so the
+    learning curve stays comparable while the corpus grows: the `count` greedy target
+    answers of 64+ tokens with the smallest keys."""
+    if path.exists():
+        return json.loads(path.read_text())
+    greedy = sorted((r for r in rows if r.get("temperature") == 0.0 and len(r["answer"]) >= 64), key=lambda r: r["key"])
+    keys = [r["key"] for r in greedy[:count]]
+    path.write_text(json.dumps(keys))
+    return keys
+
+
+def curve_point(step: int, seen: int, batch_hits, chain) -> dict:
+    """Top-1 per draft step and chain τ = 1 + accepted / anchors over validation batches;
+    `batch_hits` yields per batch a list of (hit, scored) per draft step, `chain(hits)`
+    gives (accepted, anchors)."""
+    hits_total, scored_total, accepted, anchors = None, None, 0, 0
+    for hits in batch_hits:
+        if hits_total is None:
+            hits_total, scored_total = [0] * len(hits), [0] * len(hits)
+        for j, (hit, scored) in enumerate(hits):
+            hits_total[j] += int(hit.sum())
+            scored_total[j] += int(scored.sum())
+        a, n = chain(hits)
+        accepted, anchors = accepted + a, anchors + n
+    return {"step": step, "tokens": seen, "top1": [h / max(s, 1) for h, s in zip(hits_total or [], scored_total or [])],
+            "chain_tau": 1 + accepted / max(anchors, 1)}
+
+
+def append_point(curve_path: Path, point: dict) -> None:
+    with curve_path.open("a") as f:
+        f.write(json.dumps(point) + "\n")
+
+
+def export(out: Path, curve_path: Path, record: dict, step_label: str) -> None:
+    """Copy the learning curve into the export (curve.jsonl, curve.png) and write
+    training.json with `record` and the last validation point."""
+    curve = [json.loads(line) for line in curve_path.open()] if curve_path.exists() else []
+    if curve:
+        (out / "curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in curve))
+        draw_curve(curve, out / "curve.png", step_label)
+    (out / "training.json").write_text(json.dumps({**record, "validation": curve[-1] if curve else None}, indent=2))
+
+
+def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> None:
+    """Top-1 per draft step (`step_label` j) and chain tau against answer tokens seen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tokens = [p["tokens"] / 1e6 for p in points]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for j in range(len(points[0]["top1"])):
+        left.plot(tokens, [p["top1"][j] for p in points], label=f"{step_label} {j}")
+    left.set(xlabel="answer tokens seen (M)", ylabel="top-1 agreement with the target", title="validation top-1")
+    left.legend()
+    right.plot(tokens, [p["chain_tau"] for p in points])
+    right.set(xlabel="answer tokens seen (M)", ylabel="tau", title=f"validation chain tau (depth {len(points[0]['top1'])})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
