@@ -27,14 +27,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specbench import costs  # noqa: E402
-from specbench.costs.fingerprint import fingerprint_id  # noqa: E402
-from specbench.costs.profile import CostProfile  # noqa: E402
-from specbench.replicate import main, results  # noqa: E402
-from specbench.replicate.paper import base_filters, by_source, model_params, one, parse_setting  # noqa: E402
-from specbench.replicate.report import Claim, save  # noqa: E402
+from specbench import costs
+from specbench.costs.fingerprint import fingerprint_id
+from specbench.costs.profile import CostProfile
+from specbench.replicate import main, results
+from specbench.replicate.paper import base_filters, by_source, model_params, one, parse_setting
+from specbench.replicate.report import Claim, save
 
 NAME = "cast"
 TITLE = "CAST: inference-cost-aware dynamic draft trees"

@@ -21,11 +21,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specbench.replicate import main, results  # noqa: E402
-from specbench.replicate.paper import base_filters, by_source, number, one, parse_setting, slope  # noqa: E402
-from specbench.replicate.report import Claim, save  # noqa: E402
+from specbench.replicate import main, results
+from specbench.replicate.paper import base_filters, by_source, number, one, parse_setting, slope
+from specbench.replicate.report import Claim, save
 
 NAME = "mars"
 TITLE = "MARS: margin-aware speculative verification"

@@ -20,11 +20,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specbench.replicate import main, results  # noqa: E402
-from specbench.replicate.paper import base_filters, by_source, one, per_prompt, slope  # noqa: E402
-from specbench.replicate.report import Claim, delta_vs_tau_figure, save  # noqa: E402
+from specbench.replicate import main, results
+from specbench.replicate.paper import base_filters, by_source, one, per_prompt, slope
+from specbench.replicate.report import Claim, delta_vs_tau_figure, save
 
 NAME = "talon"
 TITLE = "TALON: budget-driven adaptive draft trees"

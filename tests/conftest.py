@@ -1,7 +1,10 @@
 """Tiny random-weight models: fast, fp32, so identity with AR is exact."""
 
 import copy
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -69,3 +72,19 @@ def prompts():
         body = torch.randint(3, VOCAB, (n,), generator=g).tolist()
         prompts.append(body + body[: n // 2])  # repeats give prompt lookup something to find
     return prompts
+
+
+def train_heads_twice(module: str, tmp_path: Path, heads: int) -> Path:
+    """Run a heads trainer (`python -m module`) on the real target with 6 synthetic answers
+    for 2 steps, then resumed to 3, checkpointing every step; the export directory."""
+    rng = torch.Generator().manual_seed(0)
+    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()} for i in range(6)]
+    data = tmp_path / "answers.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "heads"
+    args = [sys.executable, "-m", module, "--data", str(data), "--out", str(out), "--sharegpt-answers", "4", "--heads", str(heads),
+            "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
+    for steps in (2, 3):
+        result = subprocess.run([*args, "--steps", str(steps)], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+    return out

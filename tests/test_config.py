@@ -36,7 +36,7 @@ def test_models_name_their_source():
         model = composed(f"model={choice}")["model"]
         assert model["name"] == choice
         assert model.get("id") or model.get("package")
-        for part in ("sps_draft", "eagle3", "medusa"):
+        for part in ("sps_draft", "eagle3", "medusa", "hydra"):
             entry = model.get(part)
             assert entry is None or entry.get("id") or entry.get("package")
 
@@ -47,17 +47,21 @@ def test_method_parts_build(target):
         assert isinstance(methods.build(cfg["method"], target, cfg["hardware"]), Method)
 
 
-def test_medusa_on_a_target_without_heads_says_how_to_give_them(target):
-    cfg = composed("method=medusa")  # the embedded model: no Medusa heads configured
+@pytest.mark.parametrize("method, what, published", [
+    ("medusa", "Medusa heads", "FasterDecoding/medusa-vicuna-7b-v1.3"),
+    ("hydra", "Hydra heads", "ankner/hydra-vicuna-7b-v1.3"),
+])
+def test_heads_on_a_target_without_them_say_how_to_give_them(method, what, published, target):
+    cfg = composed(f"method={method}")  # the embedded model: no such heads configured
     assert cfg["method"]["drafter"]["heads"] is None
-    with pytest.raises(ConfigError, match=r"^method.drafter.heads: this target has no Medusa heads configured; set method.drafter.heads="):
+    with pytest.raises(ConfigError, match=rf"^method.drafter.heads: this target has no {what} configured; set method.drafter.heads="):
         methods.build(cfg["method"], target, {"dtype": "float32", "device": "cpu"})
-    heads = composed("method=medusa", "model=vicuna-7b")["method"]["drafter"]["heads"]
-    assert heads["id"] == "FasterDecoding/medusa-vicuna-7b-v1.3"
+    heads = composed(f"method={method}", "model=vicuna-7b")["method"]["drafter"]["heads"]
+    assert heads["id"] == published
 
 
 def test_auto_shapes_are_the_defaults_and_need_a_run_to_choose(target):
-    for choice in ("pld", "sps", "sps_tree", "eagle3", "talon", "mars"):
+    for choice in ("pld", "sps", "sps_tree", "eagle3", "talon", "mars", "cast"):
         assert "auto" in composed(f"method={choice}")["method"]["tree"].values()
     with pytest.raises(ConfigError, match="method.tree: gamma = auto"):
         methods.build(composed("method=pld")["method"], target, {"dtype": "float32", "device": "cpu"})

@@ -144,6 +144,17 @@ def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tm
     assert chosen_again == chosen  # cached
 
 
+def test_a_lossy_verifier_gets_its_own_shape_choice(tmp_path):
+    """MARS accepts more than exact matching, so it must not reuse EAGLE-3's choice."""
+    from specbench.verify.mars import MarsVerifier
+
+    key = (tmp_path, synthetic_profile(0.0), "d", {"gamma": "auto"}, Sampling(), ["p", 8])
+    standard, mars = autotune.verifier_id(StandardVerifier()), autotune.verifier_id(MarsVerifier(0.9))
+    assert autotune.cache_file(*key, standard) != autotune.cache_file(*key, mars)
+    assert autotune.cache_file(*key, mars) != autotune.cache_file(*key, autotune.verifier_id(MarsVerifier(0.8)))
+    assert autotune.cache_file(*key, mars) == autotune.cache_file(*key, autotune.verifier_id(MarsVerifier(0.9)))
+
+
 def test_drafting_off_decodes_as_ar_without_running_the_drafter(target, draft, prompts):
     method_cfg = {"drafter": {"_target_": "specbench.drafters.prompt_lookup.build"},
                   "tree": {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"},

@@ -86,14 +86,23 @@ def test_wrong_keys_are_listed(tmp_path):
         load_head(str(tmp_path / "b"), torch.float32, "cpu", "method.drafter.head")
 
 
-def test_embedding_in_the_checkpoint_is_ignored(tmp_path):
-    synthetic_checkpoint(tmp_path)
+def test_an_embedding_in_the_checkpoint_replaces_the_targets(target4, tmp_path):
+    """As in the EAGLE release: a head that ships embed_tokens drafts with it."""
     from safetensors.torch import load_file
 
+    synthetic_checkpoint(tmp_path)
+    assert Eagle3Drafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4).embed is target4.get_input_embeddings()
     state = load_file(tmp_path / "model.safetensors")
-    state["embed_tokens.weight"] = torch.zeros(VOCAB, 32)
-    save_file(state, tmp_path / "model.safetensors")
-    load_head(str(tmp_path), torch.float32, "cpu", "k")
+    shipped = torch.randn(VOCAB, 32)
+    save_file({**state, "embed_tokens.weight": shipped}, tmp_path / "model.safetensors")
+    drafter = Eagle3Drafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4)
+    assert torch.equal(drafter.embed.weight, shipped)
+    save_file({**state, "embed_tokens.weight": torch.randn(VOCAB, 31)}, tmp_path / "model.safetensors")
+    with pytest.raises(ConfigError, match=r"embed_tokens.weight is \(96, 31\), not \[vocab, 32\]"):
+        load_head(str(tmp_path), torch.float32, "cpu", "k")
+    save_file({**state, "embed_tokens.weight": torch.randn(VOCAB + 1, 32)}, tmp_path / "model.safetensors")
+    with pytest.raises(ConfigError, match="target's vocabulary has 96"):
+        Eagle3Drafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4)
 
 
 def drafter_for(target, tmp_path, seed=0):

@@ -1,5 +1,7 @@
 """MARS verification rules on hand-made logits (MARS paper, Algorithm 1 and Figure 2)."""
 
+import math
+
 import torch
 
 from specbench.engine.sampling import Sampling
@@ -119,3 +121,39 @@ def test_sampling_counts_a_top_one_draft_as_exact():
     row = logits_row({NICE: 10.0, LOVELY: 9.5})
     result = verify(chain(NICE), [row], Sampling(temperature=1.0))
     assert result.notes["exact"] == 1 and result.notes["relaxed"] == 0
+
+
+def released(tree, rows, sampling, theta=0.9, seed=0):
+    logits = torch.stack(rows + [logits_row({5: 3.0})] * (len(tree) - len(rows)))
+    return MarsVerifier(theta, rule="release").accept(tree, logits, sampling, torch.Generator().manual_seed(seed))
+
+
+def test_the_release_does_not_relax_at_t0():
+    # the release's greedy branch is plain matching: the runner-up at r = 0.911 is rejected
+    result = released(chain(LOVELY), [logits_row({NICE: 10.0, LOVELY: 9.11})], Sampling())
+    assert result.path == [0] and result.next_token == NICE and result.notes["exact"] == 0
+
+
+def test_the_release_relaxes_on_negative_logits():
+    # z1 = -1, z2 = -1.05: the paper's ratio is undefined (strict rule); the release's is 1.05 > theta
+    rows = [logits_row({NICE: -1.0, LOVELY: -1.05}, rest=-9.0)]
+    t1 = Sampling(temperature=1.0)
+    result = released(chain(LOVELY), rows, t1)
+    assert result.path == [0, 1] and result.notes["relaxed"] == 1 and result.notes["ratio_undefined"] == 1
+    assert verify(chain(LOVELY), rows, t1).notes["relaxed"] == 0
+
+
+def test_the_release_accepts_with_the_drafts_probability_and_adjusts_one_token():
+    # p(WALK) = 0.3 under the target; the draft gave WALK q = 0.6: accepted with min(1, 0.3 / 0.6)
+    p = torch.full((V,), 0.5 / 6)
+    p[WALK], p[NICE] = 0.3, 0.2  # logits log(p) + 10: positive, and r = 8.39 / 8.80 < theta = 0.99
+    tree = DraftTree.root(0)
+    tree.add(0, WALK, math.log(0.6))
+    accepted, corrections = 0, set()
+    for seed in range(400):
+        result = released(tree, [p.log() + 10], Sampling(temperature=1.0), theta=0.99, seed=seed)
+        accepted += result.path == [0, 1]
+        if result.path == [0]:
+            corrections.add(result.next_token)
+    assert 0.42 < accepted / 400 < 0.58
+    assert WALK not in corrections  # max(0, 0.3 - 0.6) = 0 after the rejection

@@ -2,12 +2,10 @@
 the loader takes strictly."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import torch
 
+from conftest import train_heads_twice
 from specbench.train.medusa import chain_tau, head_hits
 
 
@@ -24,17 +22,7 @@ def test_head_hits_align_each_head_with_its_offset():
 
 
 def test_training_resumes_and_exports_loadable_heads(tmp_path):
-    rng = torch.Generator().manual_seed(0)
-    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()} for i in range(6)]
-    data = tmp_path / "answers.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = tmp_path / "heads"
-    args = [sys.executable, "-m", "specbench.train.medusa", "--data", str(data), "--out", str(out), "--sharegpt-answers", "4", "--heads", "3",
-            "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
-    root = Path(__file__).resolve().parents[1]
-    for steps in (2, 3):
-        result = subprocess.run([*args, "--steps", str(steps)], cwd=root, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-2000:]
+    out = train_heads_twice("specbench.train.medusa", tmp_path, heads=3)
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
     assert [p["step"] for p in curve] == [1, 2, 3] and all(len(p["top1"]) == 3 and 1.0 <= p["chain_tau"] <= 4.0 for p in curve)
     config = json.loads((out / "config.json").read_text())

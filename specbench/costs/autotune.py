@@ -5,7 +5,7 @@ Each candidate shape (the policy class lists them in AUTO_CANDIDATES, from small
 large) decodes a few calibration prompts that are in no evaluation set; its τ, δ and
 tree sizes per step, priced with the cost profile, plus the per-step engine overhead
 measured in the same decode, give its predicted speedup. Results are cached per
-profile key, drafter, policy and temperature, so later runs reuse them. When no shape
+profile key, drafter, policy, verifier and temperature, so later runs reuse them. When no shape
 is predicted faster than AR, the method decodes without drafting (AR's empty tree, no
 drafter forwards) and the record says so: the smallest tree is not a safe fallback, since
 a verification over 2 tokens can cost twice one over 1 (AVX2 CPUs: GEMV vs GEMM).
@@ -130,8 +130,14 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
     return rows
 
 
-def cache_file(cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, calibration) -> Path:
-    blob = json.dumps([VERSION, profile.key, drafter, tree_cfg, asdict(sampling), calibration], sort_keys=True, default=str)
+def verifier_id(verifier) -> str:
+    """The verifier's class and settings: a lossy verifier (MARS, typical acceptance)
+    accepts more than the standard one, so it gets its own choice."""
+    return f"{type(verifier).__module__}.{type(verifier).__qualname__}:{json.dumps(vars(verifier), sort_keys=True, default=str)}"
+
+
+def cache_file(cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, calibration, verifier: str) -> Path:
+    blob = json.dumps([VERSION, profile.key, drafter, tree_cfg, asdict(sampling), calibration, verifier], sort_keys=True, default=str)
     return cache / f"autotune-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.json"
 
 
@@ -143,7 +149,7 @@ def tune(
     """(concrete tree config, record of the choice) for a tree config with auto keys.
     `make_prompts()` gives the calibration prompts, read only when the cache (keyed by
     `prompts_id`) has no choice yet."""
-    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, [prompts_id, max_new_tokens])
+    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, [prompts_id, max_new_tokens], verifier_id(verifier))
     if path.is_file():
         record = json.loads(path.read_text())
         return record["chosen"], record

@@ -13,6 +13,7 @@ import torch
 
 from specbench.engine.columns import ColumnCache
 from specbench.engine.tree import DraftTree
+from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.models.eagle3 import Eagle3Head, feature_layers, load_head
 
@@ -27,8 +28,10 @@ def build(target: torch.nn.Module, hardware: dict, head: dict | None) -> "Eagle3
 class Eagle3Drafter:
     def __init__(self, head: Eagle3Head, target: torch.nn.Module):
         self.head = head
-        self.embed = target.get_input_embeddings()
         self.vocab_size = target.config.vocab_size
+        self.embed = target.get_input_embeddings() if head.embed_tokens is None else head.embed_tokens
+        if self.embed.weight.shape[0] != self.vocab_size:
+            raise ConfigError(f"method.drafter.head: its embed_tokens has {self.embed.weight.shape[0]} rows; the target's vocabulary has {self.vocab_size}")
         self.feature_layers = feature_layers(target.config.num_hidden_layers)
         self.target_ids = head.target_ids()
         self.forwards = 0

@@ -5,8 +5,10 @@ middle and a high layer are concatenated and projected (`fc`, 3*Ht -> H); one de
 layer (`midlayer`) attends over [input_layernorm(token embedding), hidden_norm(feature)]
 (2H wide) with the un-normed feature as residual; `norm`, then `lm_head` over a reduced
 draft vocabulary, mapped to target ids by `d2t` (target id = draft id + d2t[draft id]).
-Token embeddings come from the target. Later draft steps feed the layer's own output
-(before `norm`) as the feature, skipping `fc`.
+Token embeddings come from the target, unless the checkpoint ships its own
+`embed_tokens.weight`: then, as in the EAGLE release, the shipped embedding is used
+(`head.embed_tokens`). Later draft steps feed the layer's own output (before `norm`) as
+the feature, skipping `fc`.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 
 from specbench.errors import ConfigError
 
-# present in some checkpoints; the head always uses the target's embedding instead
-IGNORED_KEYS = {"embed_tokens.weight"}
+# present in some checkpoints; when it is, it replaces the target's embedding for the head
+EMBEDDING_KEY = "embed_tokens.weight"
 
 
 def feature_layers(num_layers: int) -> tuple[int, int, int]:
@@ -93,6 +95,7 @@ class Eagle3Head(nn.Module):
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(config.vocab_size, dtype=torch.bool))
         self.rotary = LlamaRotaryEmbedding(config)
+        self.embed_tokens: nn.Embedding | None = None  # set by load_head when the checkpoint ships one
 
     @property
     def uses_reduced_vocab(self) -> bool:
@@ -123,7 +126,10 @@ def load_head(directory: str, dtype: torch.dtype, device: str, key: str) -> Eagl
         state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
     else:
         raise ConfigError(f"{key}: {path} has neither model.safetensors nor pytorch_model.bin")
-    state = {k: v for k, v in state.items() if k not in IGNORED_KEYS}
+    shipped = state.pop(EMBEDDING_KEY, None)
+    hidden = head.fc.weight.shape[0]
+    if shipped is not None and (shipped.dim() != 2 or shipped.shape[1] != hidden):
+        raise ConfigError(f"{key}: {path}: {EMBEDDING_KEY} is {tuple(shipped.shape)}, not [vocab, {hidden}]")
     expected = set(head.state_dict())
     optional = set() if head.uses_reduced_vocab else {"d2t", "t2d"}
     missing = sorted(expected - set(state) - optional)
@@ -134,4 +140,5 @@ def load_head(directory: str, dtype: torch.dtype, device: str, key: str) -> Eagl
         head.load_state_dict(state, strict=False)
     except RuntimeError as error:
         raise ConfigError(f"{key}: {path}: {str(error).splitlines()[0]} {' '.join(str(error).split())[:300]}") from None
+    head.embed_tokens = None if shipped is None else nn.Embedding.from_pretrained(shipped.float(), freeze=True)
     return head.to(device=device, dtype=dtype).eval()

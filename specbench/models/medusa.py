@@ -67,22 +67,46 @@ class MedusaHeads(nn.ModuleList):
 
     def forward(self, hidden: torch.Tensor, heads: list[int] | None = None) -> torch.Tensor:
         """hidden [..., H] -> logits [..., len(heads), V] over the target vocabulary."""
-        logits = self.draft_logits(hidden, heads)
-        if not hasattr(self, "draft_vocab"):
-            return logits
-        full = logits.new_full((*logits.shape[:-1], self.vocab), float("-inf"))
-        full[..., self.draft_vocab] = logits
-        return full
+        return full_vocabulary(self, self.draft_logits(hidden, heads))
 
 
-def read_state(path: Path, key: str) -> dict[str, torch.Tensor]:
-    for name in WEIGHT_FILES:
+def full_vocabulary(heads: nn.Module, logits: torch.Tensor) -> torch.Tensor:
+    """Draft-vocabulary logits [..., V'] of `heads` as [..., V] over the target
+    vocabulary, -inf outside it (unchanged when the heads have no draft vocabulary)."""
+    if not hasattr(heads, "draft_vocab"):
+        return logits
+    full = logits.new_full((*logits.shape[:-1], heads.vocab), float("-inf"))
+    full[..., heads.draft_vocab] = logits
+    return full
+
+
+def check_draft_vocab(draft_vocab: torch.Tensor | None, vocab: int, path: Path, key: str) -> None:
+    if draft_vocab is not None and (draft_vocab.dtype != torch.int64 or draft_vocab.numel() == 0 or int(draft_vocab.max()) >= vocab):
+        raise ConfigError(f"{key}: {path}: draft_vocab must hold int64 target ids below {vocab}")
+
+
+def load_strictly(model: nn.Module, state: dict[str, torch.Tensor], not_this: str, does_not_fit: str) -> None:
+    """model.load_state_dict(state), failing with one line (`not_this: missing / unexpected
+    keys`, or `does_not_fit: shapes differ`) before anything loads."""
+    expected = set(model.state_dict())
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or unexpected:
+        raise ConfigError(f"{not_this}: missing keys {missing[:8]}, unexpected keys {unexpected[:8]}")
+    wrong = [k for k, v in model.state_dict().items() if state[k].shape != v.shape]
+    if wrong:
+        raise ConfigError(f"{does_not_fit}: shapes differ for {wrong[:4]}")
+    model.load_state_dict(state)
+
+
+def read_state(path: Path, key: str, files: tuple[str, ...] = WEIGHT_FILES) -> dict[str, torch.Tensor]:
+    """The first of `files` in `path` (safetensors, or a torch pickle of tensors only)."""
+    for name in files:
         file = path / name
         if file.is_file():
             if file.suffix == ".safetensors":
                 return load_file(file)
             return torch.load(file, map_location="cpu", weights_only=True)
-    raise ConfigError(f"{key}: {path} has none of {', '.join(WEIGHT_FILES)}")
+    raise ConfigError(f"{key}: {path} has none of {', '.join(files)}")
 
 
 def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) -> tuple[MedusaHeads, dict]:
@@ -104,19 +128,12 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     blocks = 1 + max(int(pattern.match(k).group(2)) for k in state) - (0 if shared else 1)
     hidden, vocab = target.config.hidden_size, target.config.vocab_size
     output = target.get_output_embeddings().weight
-    if draft_vocab is not None and (draft_vocab.dtype != torch.int64 or draft_vocab.numel() == 0 or int(draft_vocab.max()) >= vocab):
-        raise ConfigError(f"{key}: {path}: draft_vocab must hold int64 target ids below {vocab}")
+    check_draft_vocab(draft_vocab, vocab, path, key)
     model = MedusaHeads(hidden, vocab, heads, blocks, shared=output.detach() if shared else None, draft_vocab=draft_vocab)
     if draft_vocab is not None:
         state["draft_vocab"] = draft_vocab
-    expected = set(model.state_dict())
-    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
-    if missing or unexpected:
-        raise ConfigError(f"{key}: {path} is not a Medusa checkpoint of {heads} heads x {blocks} blocks: missing keys {missing[:8]}, unexpected keys {unexpected[:8]}")
-    wrong = [k for k, v in model.state_dict().items() if state[k].shape != v.shape]
-    if wrong:
-        raise ConfigError(f"{key}: {path} does not fit this target (hidden {hidden}, vocab {vocab}): shapes differ for {wrong[:4]}")
-    model.load_state_dict(state)
+    load_strictly(model, state, f"{key}: {path} is not a Medusa checkpoint of {heads} heads x {blocks} blocks",
+                  f"{key}: {path} does not fit this target (hidden {hidden}, vocab {vocab})")
     facts = {"heads_in_file": heads, "heads_in_config": config.get("medusa_num_heads"), "blocks": blocks, "shared_lm_head": shared,
              "draft_vocab": None if draft_vocab is None else int(draft_vocab.numel())}
     return model.to(device=output.device, dtype=dtype).eval(), facts

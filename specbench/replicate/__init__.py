@@ -11,9 +11,9 @@ from types import ModuleType
 
 import torch
 
+from specbench import ROOT
 from specbench.replicate import report, results, sweep, tables
 
-ROOT = Path(__file__).resolve().parents[2]
 OUR_MODEL = "smollm2-135m"  # the embedded default that cpu scale runs
 
 

@@ -3,16 +3,15 @@ per scale, matching a published row's setting to run config keys, and figure/cla
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
+from specbench import ROOT
 from specbench.replicate import results
 from specbench.replicate.sweep import Sweep
 
-ROOT = Path(__file__).resolve().parents[2]
 # Spec-Bench's convention (80 prompts) for the speed-only datasets at paper scale; the
 # accuracy datasets run in full, as their published accuracies need
 PAPER_LIMITS = {"mt_bench": None, "humaneval": None, "gsm8k": None, "alpaca": 80, "cnn_dm": 80, "nq": 80, "wmt19": None}

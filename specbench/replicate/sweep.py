@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbench import ROOT
+
 SCALES = ("cpu", "paper")
 # basic: jobs one after another in one process; submitit_local: local processes;
 # slurm: conf/hydra/launcher/slurm.yaml (hydra-submitit-launcher, GPUs per model's hardware)
@@ -85,6 +87,6 @@ def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[s
         print(f"[{index}/{len(sweeps)}] {sweep.name}: {show(cmd)}", flush=True)
         if dry_run:
             continue
-        result = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2])
+        result = subprocess.run(cmd, cwd=ROOT)
         if result.returncode != 0:
             raise SystemExit(f"error: sweep {sweep.name} failed (exit {result.returncode}); re-run the same command to resume it")

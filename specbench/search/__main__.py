@@ -4,7 +4,7 @@ method's heads (Algorithm 1), every frontier tree re-measured by self-rollout, t
 throughput-Pareto trees by predicted speedup from this machine's cost profile, added
 to the bank FILE under the dataset's name (other tasks in the file are kept).
 
-    python -m specbench.search --bank results/entmtp/bank-smollm2-135m.json method=medusa dataset=gsm8k gen.temperature=0.7
+    python -m specbench.search --bank results/entmtp/bank-smollm2-135m.json method=hydra dataset=gsm8k gen.temperature=0.7
 """
 
 from __future__ import annotations

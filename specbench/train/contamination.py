@@ -12,13 +12,13 @@ import json
 import re
 from collections.abc import Iterable
 from functools import cache
-from pathlib import Path
 
+from specbench import ROOT
 from specbench.data import questions
 
 SPAN = 13  # words: a shared span this long counts as overlap
 EVAL_DATASETS = ("mt_bench", "humaneval", "gsm8k")
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 def normalize(text: str) -> list[str]:
@@ -50,7 +50,7 @@ def evaluation_prompts() -> list[str]:
     and from the shared offline question files when they are beside the checkout."""
     from omegaconf import OmegaConf
 
-    conf = Path(__file__).resolve().parents[2] / "conf" / "dataset"
+    conf = ROOT / "conf" / "dataset"
     texts = []
     for name in EVAL_DATASETS:
         cfg = OmegaConf.to_container(OmegaConf.load(conf / f"{name}.yaml"), resolve=True)

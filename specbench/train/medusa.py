@@ -100,35 +100,45 @@ def train(args) -> None:
             ), chain_tau)
         append_point(curve_path, point)
 
+    config = {"medusa_num_heads": k, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": TARGET["name"]}
+    fit_and_export(args, heads, (target, out, checkpoint, curve_path, validation, rows, n_target), loss_fn, evaluate, vocab_ids,
+                   "medusa", config, "medusa_lm_head.safetensors", lambda: heads.state_dict(), load_heads)
+
+
+def fit_and_export(args, heads, prepared, loss_fn, evaluate, vocab_ids, name, config, weights_file, state, load_heads) -> None:
+    """What the head trainers (Medusa, Hydra) share after building their heads: the fit
+    with checkpoints and the validation curve, then config.json, the weights (`state()`),
+    a strict reload through the method's own loader, and training.json."""
+    target, out, checkpoint, curve_path, validation, rows, n_target = prepared
     result = fit(
         heads, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
-        checkpoint, args.steps, args.minutes, args.lr, 0.0, "medusa training (top-1 per head)",
+        checkpoint, args.steps, args.minutes, args.lr, 0.0, f"{name} training (top-1 per head)",
         evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
     )
     out.mkdir(parents=True, exist_ok=True)
-    config = {"medusa_num_heads": k, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": TARGET["name"]}
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    save_file({name: t.contiguous() for name, t in heads.state_dict().items()}, out / "medusa_lm_head.safetensors")
+    save_file({key: t.contiguous() for key, t in state().items()}, out / weights_file)
     load_heads(str(out), target, torch.float32, key="trained heads")  # the shipped files load strictly
     export(out, curve_path, {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
         "validation_answers": len(validation),
         **result,  # final_metrics_ema: top-1 agreement with the target per head (training batches)
-        "heads": k, "blocks": args.blocks, "draft_vocab": len(vocab_ids), "batch": args.batch, "length": args.length,
+        "heads": args.heads, "blocks": args.blocks, "draft_vocab": len(vocab_ids), "batch": args.batch, "length": args.length,
         "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,
         "parameters": sum(p.numel() for p in heads.parameters()),
     }, step_label="head")
     print(f"saved {out}: {result}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def head_arguments(doc: str, heads: int):
+    """The command line of a heads trainer (`heads` by default)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=600, minutes=90, lr=1e-3)
     add_head_arguments(parser)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=heads)
     parser.add_argument("--blocks", type=int, default=1)
-    train(parser.parse_args())
+    return parser.parse_args()
 
 
 if __name__ == "__main__":
-    main()
+    train(head_arguments(__doc__, heads=4))

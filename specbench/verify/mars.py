@@ -13,6 +13,19 @@ node's children go through the engine's lossless recursive rejection sampling (t
 release instead samples the correction directly when r > theta and no child is in the
 top-2; we still try the children, which only accepts more).
 
+`rule: release` reproduces the public release's evaluate_posterior instead (facts read
+from its code), to measure how much the published numbers owe to it:
+- T = 0: plain greedy matching, no relaxation at all (the release relaxes only when
+  sampling).
+- T > 0: r = z(2) / (z(1) + 1e-10) on the processed logits, so a node whose top logits
+  are negative relaxes too (r > 1). When r > theta, the first child in the top-2 is
+  accepted, and when none is, the correction is drawn from the unmodified p. Otherwise
+  each child is accepted with probability min(1, p(x) / q(x)), q(x) the draft's own
+  probability of that child (here exp of the tree's log-prob step), and on rejection
+  only p(x) becomes max(0, p(x) - q(x)), renormalised; the correction is drawn from what
+  remains. This is not distribution-preserving (q is the draft's probability of a
+  deterministic top-k pick, and the residual is adjusted at one token only).
+
 Notes per run: acceptances `exact` (the target's top-1), `relaxed` (the runner-up by the
 margin rule), `sampled` (by rejection sampling), `rejected` steps, `ratio_undefined`, and
 `decisions`: [z(1), z(2), logsumexp(z), outcome] at every decision point (a node with
@@ -20,6 +33,8 @@ children), from which the paper's logit-ratio and probability-ratio plots are dr
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -30,14 +45,20 @@ from specbench.errors import require
 from specbench.verify.standard import try_children
 
 
+RULES = ("paper", "release")
+
+
 class MarsVerifier:
-    def __init__(self, theta: float = 0.9):
+    def __init__(self, theta: float = 0.9, rule: str = "paper"):
         # z2 / z1 <= 1 whenever z1 > 0, so theta >= 1 never relaxes: 1 is exact matching, above it meaningless
         require(isinstance(theta, (int, float)) and not isinstance(theta, bool) and 0 < theta <= 1,
                 "method.verifier.theta", f"must be a number in (0, 1], got {theta!r}")
-        self.theta = float(theta)
+        require(rule in RULES, "method.verifier.rule", f"unknown {rule!r}; choose one of {', '.join(RULES)}")
+        self.theta, self.rule = float(theta), rule
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+        if self.rule == "release":
+            return self.accept_as_released(tree, logits, sampling, generator)
         notes = {"exact": 0, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "decisions": []}
 
         def decided(outcome: str) -> None:
@@ -82,6 +103,49 @@ class MarsVerifier:
                 decided("rejected")
                 return Acceptance(path, sample(p, generator), notes)
             decided("sampled")
+            path.append(child)
+
+
+    def accept_as_released(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+        """The release's rule (see the module docstring), with the same notes."""
+        notes = {"exact": 0, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "decisions": []}
+        path = [0]
+        while True:
+            node = path[-1]
+            children = tree.children(node)
+            z = logits[node].float()
+            if sampling.greedy:
+                matched = next((c for c in children if tree.tokens[c] == int(z.argmax())), None)
+                if matched is None:
+                    return Acceptance(path, int(z.argmax()), notes)
+                notes["exact"] += 1
+                path.append(matched)
+                continue
+            p = sampling.probs(z)
+            if not children:
+                return Acceptance(path, sample(p, generator), notes)
+            processed = torch.where(p > 0, z / sampling.temperature, torch.full_like(z, float("-inf")))
+            v1, v2 = top_two(processed)
+            z1, z2 = float(processed[v1]), float(processed[v2])
+            notes["ratio_undefined"] += z1 <= 0
+            outcome = None
+            if z2 / (z1 + 1e-10) > self.theta:
+                child = next((c for c in children if tree.tokens[c] in (v1, v2)), None)
+                if child is not None:
+                    outcome = "exact" if tree.tokens[child] == v1 else "relaxed"
+            else:
+                for child in children:
+                    token = tree.tokens[child]
+                    q = max(math.exp(tree.logps[child] - tree.logps[node]), 1e-10)
+                    if float(torch.rand((), generator=generator)) <= min(1.0, float(p[token]) / q):
+                        outcome = "sampled"
+                        break
+                    p[token] = max(0.0, float(p[token]) - q)
+                    p = p / p.sum()
+            notes[outcome or "rejected"] += 1
+            notes["decisions"].append([round(z1 * sampling.temperature, 4), round(z2 * sampling.temperature, 4), round(float(z.logsumexp(0)), 4), outcome or "rejected"])
+            if outcome is None:
+                return Acceptance(path, sample(p, generator), notes)
             path.append(child)
 
 

@@ -1,0 +1,69 @@
+"""Hydra drafter: Medusa-style heads whose draft at depth d+1 also reads the tokens of
+the path above it (specbench/models/hydra.py has the architecture).
+
+Per row the drafter keeps the prefix layer's KV cache over the committed tokens' target
+hidden states and the prefix output at the last committed token. A `logits` call runs,
+for every asked node at depth d, head d on [prefix, embeddings of the root..node path];
+nodes of one depth across all rows go through the head together, and the call counts
+as one draft forward. The prefix layer runs when tokens are committed (inside the clock,
+as every drafter's commit), one row at a time, since rows commit different numbers of
+tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from specbench.engine.tree import DraftTree
+from specbench.models import registry
+from specbench.models.hydra import HydraHeads, load_heads
+
+
+def build(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "HydraDrafter":
+    """The drafter named by a method config: `heads` is a model entry (see registry)."""
+    directory = registry.resolve_part(heads, "method.drafter.heads", "Hydra heads")
+    model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")
+    return HydraDrafter(model, target, facts)
+
+
+class HydraDrafter:
+    def __init__(self, heads: HydraHeads, target: torch.nn.Module, facts: dict | None = None):
+        self.heads = heads
+        self.facts = facts or {}
+        # hidden_state_offset 0: the final normed hidden state, as the release reads it
+        self.feature_layers = (target.config.num_hidden_layers - self.facts.get("hidden_state_offset", 0),)
+        self.forwards = 0
+
+    @torch.no_grad()
+    def begin(self, prompts: list[list[int]], features: list[torch.Tensor]) -> None:
+        self._caches = [DynamicCache() for _ in prompts]
+        self._prefix = [self.heads.prefix(f, cache)[-1] for f, cache in zip(features, self._caches)]
+
+    @torch.no_grad()
+    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+        count = len(self.heads)
+        asked = [(b, i, tree.depths[n], [tree.tokens[m] for m in tree.path_to(n)])
+                 for b, (tree, row_nodes) in enumerate(zip(trees, nodes)) for i, n in enumerate(row_nodes)]
+        rows_out: list[list[torch.Tensor | None]] = [[None] * len(row_nodes) for row_nodes in nodes]
+        usable = {b for b, row_nodes in enumerate(nodes) if row_nodes and max(trees[b].depths[n] for n in row_nodes) < count}
+        by_depth: dict[int, list[tuple[int, int, list[int]]]] = {}
+        for b, i, depth, tokens in asked:
+            if b in usable:
+                by_depth.setdefault(depth, []).append((b, i, tokens))
+        for depth, group in sorted(by_depth.items()):
+            prefix = torch.stack([self._prefix[b] for b, _, _ in group])
+            tokens = torch.tensor([t for _, _, t in group], device=prefix.device)
+            for (b, i, _), row in zip(group, self.heads.head(depth, prefix, tokens)):
+                rows_out[b][i] = row
+        if by_depth:
+            self.forwards += 1
+        return [torch.stack(row) if b in usable else None for b, row in enumerate(rows_out)]
+
+    @torch.no_grad()
+    def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:
+        self._prefix = [self.heads.prefix(f, cache)[-1] for f, cache in zip(features, self._caches)]
+
+    def keep(self, rows: list[int]) -> None:
+        self._caches = [self._caches[r] for r in rows]
+        self._prefix = [self._prefix[r] for r in rows]
