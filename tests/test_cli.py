@@ -135,19 +135,28 @@ def test_pld_run_side_by_side_in_fp32_is_identical_to_ar(tmp_path):
 
 
 def test_interrupt_keeps_finished_samples_and_resumes(tmp_path):
-    args = [sys.executable, "-m", "specbench", f"output_root={tmp_path}", "method=pld", "dataset.limit=4", "dataset.max_turns=1", "gen.max_new_tokens=24"]
-    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    samples = None
-    while time.time() < deadline:
-        found = list((tmp_path / "pld").glob("*/samples.jsonl"))
-        if found and found[0].read_text().count("\n") >= 1:
-            samples = found[0]
-            break
-        time.sleep(0.2)
-    assert samples is not None, "no sample finished"
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+    costs = [a for a in QUICK if a.startswith("costs.")]
+    args = [sys.executable, "-m", "specbench", f"output_root={tmp_path}", "method=pld", "dataset.limit=4", "dataset.max_turns=1", "gen.max_new_tokens=24", *costs]
+    # output to a file, not a pipe: progress bars would fill an unread pipe and block the run
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as err:
+        process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    try:
+        deadline = time.time() + 300
+        samples = None
+        while time.time() < deadline:
+            found = list((tmp_path / "pld").glob("*/samples.jsonl"))
+            if found and found[0].read_text().count("\n") >= 1:
+                samples = found[0]
+                break
+            time.sleep(0.2)
+        assert samples is not None, "no sample finished"
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    stderr = log.read_text()
     kept = [json.loads(l) for l in samples.read_text().splitlines()]
     if process.returncode != 0:  # it may have finished before the signal landed
         assert process.returncode == 130 and "run the same command to resume" in stderr
@@ -176,6 +185,14 @@ def test_eagle3_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
     assert summary["quality"]["humaneval_scored"] == 2 and summary["quality"] == summary["baseline_quality"]
     assert summary["results"]["delta"] == 7.0  # one draft forward per depth
+
+
+def test_hydra_with_the_shipped_heads_is_identical_to_ar_in_fp32(tmp_path):
+    result = run("method=hydra", "hardware=cpu-fp32", "dataset=humaneval", *QUICK, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, "hydra")
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    assert summary["results"]["delta"] == 3.0  # one head forward per depth of the 3-deep default tree
 
 
 def test_cached_baseline_needs_an_ar_run_first(tmp_path):

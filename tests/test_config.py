@@ -52,7 +52,7 @@ def test_method_parts_build(target):
     ("hydra", "Hydra heads", "ankner/hydra-vicuna-7b-v1.3"),
 ])
 def test_heads_on_a_target_without_them_say_how_to_give_them(method, what, published, target):
-    cfg = composed(f"method={method}")  # the embedded model: no such heads configured
+    cfg = composed(f"method={method}", "model=llama3.1-8b")  # no such heads configured for it
     assert cfg["method"]["drafter"]["heads"] is None
     with pytest.raises(ConfigError, match=rf"^method.drafter.heads: this target has no {what} configured; set method.drafter.heads="):
         methods.build(cfg["method"], target, {"dtype": "float32", "device": "cpu"})
