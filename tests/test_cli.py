@@ -187,12 +187,13 @@ def test_eagle3_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
     assert summary["results"]["delta"] == 7.0  # one draft forward per depth
 
 
-def test_hydra_with_the_shipped_heads_is_identical_to_ar_in_fp32(tmp_path):
-    result = run("method=hydra", "hardware=cpu-fp32", "dataset=humaneval", *QUICK, tmp_path=tmp_path)
+@pytest.mark.parametrize("method, depth", [("hydra", 3), ("medusa", 4)])
+def test_heads_shipped_for_the_embedded_model_are_identical_to_ar_in_fp32(method, depth, tmp_path):
+    result = run(f"method={method}", "hardware=cpu-fp32", "dataset=humaneval", "method.tree.size=null", *QUICK, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    summary = summary_of(tmp_path, "hydra")
+    summary = summary_of(tmp_path, method)
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
-    assert summary["results"]["delta"] == 3.0  # one head forward per depth of the 3-deep default tree
+    assert summary["results"]["delta"] == depth  # one head forward per depth of the default tree
 
 
 def test_cached_baseline_needs_an_ar_run_first(tmp_path):

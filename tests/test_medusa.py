@@ -143,6 +143,19 @@ class FixedDrafter(MedusaDrafter):
         return super().logits(contexts, trees, nodes)
 
 
+def test_a_static_tree_can_keep_the_first_nodes_of_its_list():
+    full = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
+    assert StaticTree(full, size=4).topology.choices == ((0,), (1,), (2,), (0, 0))
+    assert StaticTree(list(reversed(full)), size=2).topology.choices == ((0,), (1,))  # list order does not matter
+    assert StaticTree(full, size=99).topology.choices == StaticTree(full).topology.choices
+    with pytest.raises(ConfigError, match=r"^method\.tree\.size: must be an integer >= 1"):
+        StaticTree(full, size=0)
+    from specbench.costs.autotune import candidates
+
+    options = candidates({"_target_": "specbench.trees.static.StaticTree", "choices": full, "size": "auto"})
+    assert [o["size"] for o in options][:4] == [1, 2, 3, 4] and all(o["choices"] == full for o in options)
+
+
 def test_static_tree_takes_each_depths_ranked_candidates():
     # head 0 ranks tokens 5 > 7 > 9, head 1 ranks 11 > 3, head 2 ranks 4
     logits = torch.full((1, 3, 16), -10.0)

@@ -80,13 +80,22 @@ def read_choices(path: str, name: str, key: str = "method.tree.choices_file"):
 
 
 class StaticTree:
-    """The same tree shape every step; the drafter's candidates at each position fill it."""
+    """The same tree shape every step; the drafter's candidates at each position fill it.
+    `size` keeps the first nodes of the choice list in (depth, ranks) order, a subtree
+    (parents sort before children); `size: auto` picks it from measured costs, with
+    drafting off when no size is predicted to beat AR (specbench/costs/autotune.py)."""
 
-    def __init__(self, choices=None, choices_file: str | None = None, choices_name: str | None = None):
+    AUTO_CANDIDATES = [{"size": n} for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)]
+
+    def __init__(self, choices=None, choices_file: str | None = None, choices_name: str | None = None, size: int | None = None):
         if choices_file is not None:
             require(choices is None and bool(choices_name), "method.tree", "give either choices, or choices_file with choices_name (and choices=null)")
             choices = read_choices(choices_file, choices_name)
-        self.topology = Topology.from_choices(choices)
+        topology = Topology.from_choices(choices)
+        if size is not None:
+            require(isinstance(size, int) and not isinstance(size, bool) and size >= 1, "method.tree.size", f"must be an integer >= 1 (nodes after the root) or null, got {size!r}")
+            topology = Topology.from_choices(topology.choices[:size])
+        self.topology = topology
 
     def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         return grow([self.topology] * len(roots), drafter, contexts, roots)
