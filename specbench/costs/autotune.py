@@ -43,10 +43,10 @@ def auto_keys(tree_cfg: dict) -> list[str]:
 
 def describe(record: dict) -> str:
     """The chosen shape in a few words: its auto keys, or why drafting is off."""
+    best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
     if record["chosen"] == DRAFTING_OFF:
-        best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
         return f"drafting off (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x)"
-    return str({k: v for k, v in record["chosen"].items() if k != "_target_"})
+    return str(best["tree"])
 
 
 def candidates(tree_cfg: dict) -> list[dict]:
