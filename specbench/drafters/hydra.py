@@ -42,23 +42,21 @@ class HydraDrafter:
 
     @torch.no_grad()
     def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
-        count = len(self.heads)
-        asked = [(b, i, tree.depths[n], [tree.tokens[m] for m in tree.path_to(n)])
-                 for b, (tree, row_nodes) in enumerate(zip(trees, nodes)) for i, n in enumerate(row_nodes)]
-        rows_out: list[list[torch.Tensor | None]] = [[None] * len(row_nodes) for row_nodes in nodes]
-        usable = {b for b, row_nodes in enumerate(nodes) if row_nodes and max(trees[b].depths[n] for n in row_nodes) < count}
-        by_depth: dict[int, list[tuple[int, int, list[int]]]] = {}
-        for b, i, depth, tokens in asked:
-            if b in usable:
-                by_depth.setdefault(depth, []).append((b, i, tokens))
-        for depth, group in sorted(by_depth.items()):
+        """Rows asking for a node deeper than the last head get None."""
+        usable = [bool(row) and max(tree.depths[n] for n in row) < len(self.heads) for tree, row in zip(trees, nodes)]
+        by_depth: dict[int, list[tuple[int, int, list[int]]]] = {}  # depth -> (row, position in its request, path tokens)
+        for b, (tree, row) in enumerate(zip(trees, nodes)):
+            for i, n in enumerate(row if usable[b] else ()):
+                by_depth.setdefault(tree.depths[n], []).append((b, i, [tree.tokens[m] for m in tree.path_to(n)]))
+        out: list[list[torch.Tensor | None]] = [[None] * len(row) for row in nodes]
+        for depth, group in by_depth.items():
             prefix = torch.stack([self._prefix[b] for b, _, _ in group])
             tokens = torch.tensor([t for _, _, t in group], device=prefix.device)
-            for (b, i, _), row in zip(group, self.heads.head(depth, prefix, tokens)):
-                rows_out[b][i] = row
+            for (b, i, _), logits in zip(group, self.heads.head(depth, prefix, tokens)):
+                out[b][i] = logits
         if by_depth:
             self.forwards += 1
-        return [torch.stack(row) if b in usable else None for b, row in enumerate(rows_out)]
+        return [torch.stack(row) if ok else None for ok, row in zip(usable, out)]
 
     @torch.no_grad()
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:

@@ -3,7 +3,6 @@ per scale, matching a published row's setting to run config keys, and figure/cla
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import yaml

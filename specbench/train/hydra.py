@@ -7,7 +7,7 @@ tokens t+1..t+1+h (the root and the h tokens drafted before it, teacher-forced),
 learns the target's own distribution for token t+2+h, restricted to a draft vocabulary
 of the most frequent answer tokens. Projection and input embedding are the target's own
 (shared, frozen), so the file holds the prefix layer and the residual blocks only. Loss
-weights 0.8^h, as Medusa's. The validation curve reports each head's top-1 agreement
+weights 0.8^h, Medusa's loss (train.medusa.heads_loss). The validation curve reports each head's top-1 agreement
 with the target's greedy token, and the chain τ of drafting every head's top-1 in a row
 (exact on the target's greedy answers, where the text is what greedy drafting would
 have proposed).
@@ -22,7 +22,7 @@ import torch
 from specbench.models.hydra import HydraHeads, load_heads
 from specbench.train.data import TARGET, collate
 from specbench.train.eagle3 import draft_vocabulary
-from specbench.train.medusa import DECAY, chain_tau, fit_and_export, head_arguments, head_hits
+from specbench.train.medusa import chain_tau, fit_and_export, head_arguments, head_hits, heads_loss
 from specbench.train.validation import append_point, curve_point, prepare
 
 
@@ -39,7 +39,7 @@ def train(args) -> None:
         vocab_ids = draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
     shared = (target.get_output_embeddings().weight.detach().float(), target.get_input_embeddings().weight.detach().float())
     heads = HydraHeads(target.config, args.heads, args.blocks, shared=shared, draft_vocab=vocab_ids)
-    for h, mlp in enumerate(heads.hydra_mlp):  # every head starts as the target's own guess from the prefix
+    for mlp in heads.hydra_mlp:  # every head starts as the target's own guess from the prefix
         first = mlp[1]
         torch.nn.init.zeros_(first.linear.weight)
         torch.nn.init.zeros_(first.linear.bias)
@@ -67,16 +67,7 @@ def train(args) -> None:
 
     def loss_fn(ids, labels):
         hidden, probs, top1, mask = target_pass(ids, labels)
-        draft = head_logits(ids, hidden)
-        n = draft.shape[1]
-        loss, metrics = 0.0, []
-        for h in range(k):
-            m = mask[:, h : h + n]
-            ce = -(probs[:, h : h + n] * torch.log_softmax(draft[:, :, h], -1)).sum(-1)
-            loss = loss + DECAY**h * (ce * m).sum() / m.sum().clamp_min(1)
-            hit = vocab_ids[draft[:, :, h].argmax(-1)] == top1[:, h : h + n]
-            metrics.append(float((hit & m).sum() / m.sum().clamp_min(1)))
-        return loss, metrics
+        return heads_loss(head_logits(ids, hidden), probs, top1, mask, vocab_ids)
 
     validation_passes = []
 

@@ -32,7 +32,7 @@ def add_fit_arguments(parser: ArgumentParser, *, sharegpt_answers: int, length: 
 
 
 def add_head_arguments(parser: ArgumentParser) -> None:
-    """The options of the trainers of heads on the target's features (EAGLE-3, Medusa)."""
+    """The options of the trainers of heads on the target's features (EAGLE-3, Medusa, Hydra)."""
     parser.add_argument("--draft-vocab", type=int, default=8192)
     parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
     parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")

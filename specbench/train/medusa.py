@@ -48,6 +48,21 @@ def chain_tau(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int, int]:
     return int(accepted[valid].sum()), int(valid.sum())
 
 
+def heads_loss(draft, probs, top1, mask, vocab_ids) -> tuple[torch.Tensor, list[float]]:
+    """Distillation loss of K heads and their top-1 agreement: draft [B, n, K, V'] logits
+    at n anchors, head i scored on the target's draft-vocabulary distribution `probs` and
+    top-1 `top1` at index t+i (token t+2+i), where `mask` labels it; weights 0.8^i."""
+    n = draft.shape[1]
+    loss, metrics = 0.0, []
+    for i in range(draft.shape[2]):
+        m = mask[:, i : i + n]
+        ce = -(probs[:, i : i + n] * torch.log_softmax(draft[:, :, i], -1)).sum(-1)
+        loss = loss + DECAY**i * (ce * m).sum() / m.sum().clamp_min(1)
+        hit = vocab_ids[draft[:, :, i].argmax(-1)] == top1[:, i : i + n]
+        metrics.append(float((hit & m).sum() / m.sum().clamp_min(1)))
+    return loss, metrics
+
+
 def train(args) -> None:
     target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
     if checkpoint.exists():  # the resumed heads keep the vocabulary they were trained with
@@ -75,17 +90,7 @@ def train(args) -> None:
 
     def loss_fn(ids, labels):
         hidden, probs, top1, mask = target_pass(ids, labels)
-        n = hidden.shape[1]
-        draft = heads.draft_logits(hidden)  # [B, n, K, V']
-        loss, metrics = 0.0, []
-        for i in range(k):
-            m = mask[:, i : i + n]
-            logp = torch.log_softmax(draft[:, :, i], -1)
-            ce = -(probs[:, i : i + n] * logp).sum(-1)
-            loss = loss + DECAY**i * (ce * m).sum() / m.sum().clamp_min(1)
-            hit = vocab_ids[draft[:, :, i].argmax(-1)] == top1[:, i : i + n]
-            metrics.append(float((hit & m).sum() / m.sum().clamp_min(1)))
-        return loss, metrics
+        return heads_loss(heads.draft_logits(hidden), probs, top1, mask, vocab_ids)
 
     validation_passes = []
 
@@ -102,7 +107,7 @@ def train(args) -> None:
 
     config = {"medusa_num_heads": k, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": TARGET["name"]}
     fit_and_export(args, heads, (target, out, checkpoint, curve_path, validation, rows, n_target), loss_fn, evaluate, vocab_ids,
-                   "medusa", config, "medusa_lm_head.safetensors", lambda: heads.state_dict(), load_heads)
+                   "medusa", config, "medusa_lm_head.safetensors", heads.state_dict, load_heads)
 
 
 def fit_and_export(args, heads, prepared, loss_fn, evaluate, vocab_ids, name, config, weights_file, state, load_heads) -> None:
