@@ -184,7 +184,7 @@ def cached_profiles() -> list[CostProfile]:
     """Every cost profile this machine has measured (~/.cache/specbench/costs)."""
     found = []
     for path in sorted(costs.cache_root().glob("*.json")):
-        if path.name.startswith(("autotune-", "dtype-")):
+        if path.name.startswith(("autotune-", "dtype-", "compile-")):
             continue
         try:
             found.append(CostProfile.from_json(path.read_text()))

@@ -27,7 +27,6 @@ from tqdm import tqdm
 
 from specbench import costs, methods
 from specbench.data import questions
-from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
 from specbench.metrics import quality, speed
@@ -194,7 +193,7 @@ def main() -> None:
     torch.set_num_threads(hardware["threads"])
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])
-    target = make_lm(model, hardware.get("forward", "auto"))
+    target, _ = costs.target_lm(model, cfg, hardware)
     built = {"ar": methods.build(cfg["baseline"]["method"], model, hardware)}
     for spec in args.methods:
         label, _, base = spec.partition("=")  # "label=method" runs a method under another name

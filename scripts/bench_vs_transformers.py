@@ -21,7 +21,6 @@ from omegaconf import OmegaConf
 
 from specbench import costs, methods
 from specbench.data import questions
-from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
@@ -51,7 +50,7 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])
     limits = Limits(max_new_tokens, frozenset(eos))
-    target = make_lm(model, hardware.get("forward", "auto"))
+    target, _ = costs.target_lm(model, cfg, hardware)
     # fixed draft lengths, the same on both sides (transformers' prompt lookup default is 10)
     pld_cfg, sps_cfg = config("method=pld", "method.tree.gamma=10")["method"], config("method=sps", "method.tree.gamma=5")["method"]
     ours = {name: methods.build(c, model, hardware) for name, c in (("ar", cfg["baseline"]["method"]), ("pld", pld_cfg), ("sps", sps_cfg))}

@@ -23,7 +23,6 @@ from specbench.costs.predict import predict
 from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.data import questions
 from specbench.config import config_hash, run_name
-from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, Method, generate_batch, merge_notes
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError, require
@@ -96,7 +95,7 @@ class Runner:
         hardware = self.hardware = dict(cfg["hardware"])
         hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"])
         model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
-        self.target = make_lm(model, hardware.get("forward", "auto"))
+        self.target, self.compile_choice = costs.target_lm(model, cfg, hardware)
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
         self.limits = Limits(
             max_new_tokens=cfg["gen"]["max_new_tokens"],
@@ -118,7 +117,7 @@ class Runner:
     def cost_profile(self, drafter):
         """The cached cost profile of this target (and drafter) on this machine, measured
         on first use."""
-        key = costs.profile_key(self.cfg["model"]["name"], self.hardware["dtype"], self.hardware["device"], self.hardware.get("threads"), type(self.target).__name__)
+        key = costs.profile_key(self.cfg["model"]["name"], self.hardware["dtype"], self.hardware["device"], self.hardware.get("threads"), self.target.kind)
         turns = max((len(s.turns) for s in self.samples), default=1)
         longest = max((len(self.tokenizer(t).input_ids) for s in self.samples for t in s.turns[:1]), default=64)
         longest = min(self.context_length, turns * (longest + 32 + self.limits.max_new_tokens) + TREE_MARGIN)
@@ -135,6 +134,7 @@ class Runner:
         beside the samples so a resumed run's summary reports them without re-measuring."""
         decisions = {
             "dtype": self.hardware["dtype"], "dtype_choice": self.dtype_choice, "tree_choice": self.shape_choice,
+            "forward": self.target.kind, "compile_choice": self.compile_choice,
             "fingerprint": device_fingerprint(self.hardware["device"], torch.get_num_threads()),
             "profile": self.profile.to_json() if self.profile else None,
             "drafter": costs.drafter_id(self.cfg["method"].get("drafter")),
@@ -429,6 +429,7 @@ def environment(cfg: dict, decisions: dict) -> dict:
         "torch_threads": torch.get_num_threads(),
         "dtype": decisions.get("dtype", cfg["hardware"]["dtype"]),
         "dtype_rule": (decisions.get("dtype_choice") or {}).get("rule") if cfg["hardware"]["dtype"] == "auto" else "set by hardware.dtype",
+        "forward": decisions.get("forward"),
         "device": cfg["hardware"]["device"],
         "hardware": cfg["hardware"]["name"],
         "fingerprint": decisions.get("fingerprint") or device_fingerprint(cfg["hardware"]["device"], torch.get_num_threads()),

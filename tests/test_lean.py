@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from specbench.drafters.small_lm import SmallLMDrafter
-from specbench.engine.lean import LeanTreeLM, make_lm, supports
+from specbench.costs import compile as compile_rule
+from specbench.engine.lean import Compiled, LeanTreeLM, make_lm, supports
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
@@ -37,8 +38,12 @@ def chain(root: int, tokens: list[int]) -> DraftTree:
     return tree
 
 
-def test_logits_and_features_match_the_model_forward(target):
-    ours, theirs = LeanTreeLM(target), TreeLM(target)
+PACKED = [Compiled(), Compiled(packed_from=1), Compiled(packed_from=4)]
+
+
+@pytest.mark.parametrize("compiled", PACKED, ids=str)
+def test_logits_and_features_match_the_model_forward(target, compiled):
+    ours, theirs = LeanTreeLM(target, compiled), TreeLM(target)
     ours.feature_layers = theirs.feature_layers = (0, 1, 2)
     prompt = random_ids(30, 0)
     tree = binary_tree(5, 12)
@@ -107,13 +112,15 @@ def reference_ids(target, prompts):
     return [generate(TreeLM(target), ar, prompt, Sampling(), LIMITS).ids for prompt in prompts[:8]]
 
 
+@pytest.mark.parametrize("compiled", PACKED, ids=str)
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("tree", ["chain", "dynamic"])
-def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree, batch):
-    """Batches of 3 (the last of 2) hold prompts of different lengths."""
+def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree, batch, compiled):
+    """Batches of 3 (the last of 2) hold prompts of different lengths; packed weights from
+    4 tokens on mix both kernels in one decode."""
     policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=4, total_tokens=10)
     method = Method(policy, StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
-    lm = LeanTreeLM(target)
+    lm = LeanTreeLM(target, compiled)
     lean = []
     for start in range(0, 8, batch):
         lean += [out.ids for out in generate_batch(lm, method, prompts[start : min(start + batch, 8)], Sampling(), LIMITS)]
@@ -156,3 +163,38 @@ def test_forward_choice():
         make_lm(llama, "lean")
     with pytest.raises(ConfigError, match="hardware.forward"):
         make_lm(llama, "fast")
+
+
+@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+def test_torch_compiled_layers_give_the_same_ids(target, draft, prompts, reference_ids, tree):
+    """engine.compile=torch: chain and tree forwards of several sizes through one compiled layer."""
+    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=4, total_tokens=10)
+    method = Method(policy, StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
+    lm = LeanTreeLM(target, Compiled(torch=True))
+    assert [generate(lm, method, p, Sampling(), LIMITS).ids for p in prompts[:3]] == reference_ids[:3]
+
+
+def test_auto_packs_from_where_packing_wins_at_every_larger_size():
+    plain = {"1": 30.0, "2": 31.0, "4": 33.0, "8": 36.0, "16": 40.0, "64": 60.0}
+    faster_from_4 = {"1": 32.0, "2": 32.0, "4": 30.0, "8": 35.0, "16": 35.0, "64": 50.0}
+    assert compile_rule.packed_from({"plain": plain, "packed": faster_from_4}) == 4
+    assert compile_rule.packed_from({"plain": plain, "packed": {k: v - 1 for k, v in plain.items()}}) == 1
+    assert compile_rule.packed_from({"plain": plain, "packed": {**faster_from_4, "64": 61.0}}) is None
+    assert compile_rule.packed_from({"plain": plain, "packed": {**faster_from_4, "8": 36.0}}) == 16  # ties are not wins
+
+
+def test_compile_choice_and_bad_values(tmp_path):
+    llama = tiny_llama(3)
+    cpu = {"device": "cpu", "forward": "auto"}
+    assert compile_rule.resolve("off", llama, "tiny", cpu, tmp_path)[0] == Compiled()
+    assert compile_rule.resolve("packed", llama, "tiny", cpu, tmp_path)[0] == Compiled(packed_from=1)
+    chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None)
+    assert chosen == Compiled(packed_from=compile_rule.packed_from(record["probe"]))
+    assert list(tmp_path.glob("compile-tiny-float32-*.json"))  # measured once, then cached
+    assert compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=pytest.fail)[0] == chosen
+    with pytest.raises(ConfigError, match="engine.compile: unknown 'fast'"):
+        compile_rule.resolve("fast", llama, "tiny", cpu, tmp_path)
+    with pytest.raises(ConfigError, match="engine.compile: packed needs the lean forward"):
+        compile_rule.resolve("packed", llama, "tiny", {**cpu, "forward": "hf"}, tmp_path)
+    with pytest.raises(ConfigError, match="oneDNN's CPU layout"):
+        compile_rule.resolve("packed", llama, "tiny", {**cpu, "device": "cuda"}, tmp_path)

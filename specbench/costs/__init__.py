@@ -10,9 +10,11 @@ from pathlib import Path
 
 import torch
 
+from specbench.costs import compile as compile_rule
 from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
 from specbench.costs.profile import CostProfile, context_grid, load, measure_commit, measure_drafter, measure_target, save
+from specbench.engine.lean import make_lm
 from specbench.engine.lm import TreeLM
 from specbench.models import registry
 
@@ -31,6 +33,14 @@ def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False) -> tup
         return registry.load_model(model_cfg, dtype, hardware["device"])
 
     return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh)
+
+
+def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False) -> tuple[TreeLM, dict | None]:
+    """(the target's KV-cached LM as hardware.forward and engine.compile ask, the probe
+    behind an `auto` compile choice or None)."""
+    mode = (cfg.get("engine") or {}).get("compile", "auto")
+    compiled, record = compile_rule.resolve(mode, model, cfg["model"]["name"], hardware, cache_root(), refresh=refresh)
+    return make_lm(model, hardware.get("forward", "auto"), compiled), record
 
 
 def profile_key(model_name: str, dtype: str, device: str, threads: int | None, forward: str = "TreeLM") -> dict:

@@ -12,7 +12,6 @@ import sys
 from specbench import costs, methods
 from specbench.__main__ import compose_config
 from specbench.costs.fingerprint import fingerprint_id
-from specbench.engine.lean import make_lm
 from specbench.errors import run_command
 from specbench.models import registry
 
@@ -29,8 +28,8 @@ def main(argv: list[str]) -> None:
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
     drafter = methods.build_drafter(cfg["method"], model, hardware)
     name = costs.drafter_id(cfg["method"].get("drafter"))
-    target = make_lm(model, hardware.get("forward", "auto"))
-    key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), type(target).__name__)
+    target, _ = costs.target_lm(model, cfg, hardware, refresh=refresh)
+    key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
     longest = min(model_cfg.get("context_length") or model.config.max_position_embeddings, 2048)
     profile = costs.ensure_profile(key, target, longest, {name: drafter} if drafter else None,
                                    repeats=cfg["costs"]["repeats"], max_n=cfg["costs"]["max_n"], refresh=refresh)

@@ -29,6 +29,11 @@ class TreeLM:
         self.reset()
 
     @property
+    def kind(self) -> str:
+        """Which forward implementation this is (costs differ between them: profiles are keyed by it)."""
+        return type(self).__name__
+
+    @property
     def vocab_size(self) -> int:
         return self.model.config.vocab_size
 

@@ -55,4 +55,4 @@ def print_summary(summary: dict) -> None:
     env = summary["environment"]
     fingerprint = env.get("fingerprint") or {}
     device = fingerprint.get("gpu") or f"{fingerprint.get('cpu_model', env['device'])} [{' '.join(fingerprint.get('isa', []))}]"
-    console.print(f"{env['hardware']}: {device} {env['dtype']} threads={env['torch_threads']} torch {env['torch']} -> {summary['out_dir']}")
+    console.print(f"{env['hardware']}: {device} {env['dtype']} {env.get('forward') or ''} threads={env['torch_threads']} torch {env['torch']} -> {summary['out_dir']}")

@@ -132,12 +132,18 @@ def chain_acceptance(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int
 
 def train(args) -> None:
     target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
+    warm = load_head(args.init, torch.float32, "cpu", key="--init") if args.init and not checkpoint.exists() else None
     if checkpoint.exists():  # the resumed head keeps the vocabulary it was trained with
-        vocab_ids = torch.load(checkpoint)["module"]["d2t"] + torch.arange(args.draft_vocab)
+        d2t = torch.load(checkpoint)["module"]["d2t"]
+        vocab_ids = d2t + torch.arange(len(d2t))
+    elif warm is not None:  # so does a warm start
+        vocab_ids = warm.d2t + torch.arange(len(warm.d2t))
     else:
         vocab_ids = draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
     raw_config = head_config_for(target.config, len(vocab_ids))
     head = Eagle3Head(head_config(raw_config))
+    if warm is not None:
+        head.load_state_dict(warm.state_dict())
     head.d2t.copy_(vocab_ids - torch.arange(len(vocab_ids)))
     head.t2d.zero_()
     head.t2d[vocab_ids] = True
@@ -185,7 +191,7 @@ def train(args) -> None:
         "validation_answers": len(validation),
         **result,  # final_metrics_ema: top-1 agreement with the target per TTT step (training batches)
         "draft_vocab": len(vocab_ids), "ttt_steps": args.ttt_steps, "batch": args.batch, "length": args.length,
-        "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "feature_layers": list(layers),
+        "init": args.init, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "feature_layers": list(layers),
         "target_dtype": args.target_dtype, "parameters": sum(p.numel() for p in head.parameters()),
     }, step_label="TTT step")
     print(f"saved {out}: {result}")
@@ -196,6 +202,7 @@ def main() -> None:
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     add_head_arguments(parser)
     parser.add_argument("--ttt-steps", type=int, default=3)
+    parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors, e.g. the shipped one) when no checkpoint exists yet")
     train(parser.parse_args())
 
 
