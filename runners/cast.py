@@ -58,6 +58,7 @@ BATCHES = {"paper": [1, 2, 4, 8, 16], "cpu": [1, 4, 8]}
 FIGURE5_BATCHES = [1, 2, 4, 8, 16, 32]
 VERIFIED = {"paper": [8, 16, 32, 48, 64, 96], "cpu": [16, 32, 64, 96]}  # Figure 4's axis: EAGLE-3's total_tokens m
 GPUS = {"h20": "table4", "2x4090": "table5"}
+SPEEDUP = "speedup"  # the paper does not say how it aggregates per-prompt speeds: ours, the aggregate tok/s ratio
 DEFAULTS = {
     "cast": {"config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72},
     "eagle3": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60},
@@ -87,7 +88,7 @@ def ablation_switches(ablation: str) -> list[str]:
     return [f"{key.removeprefix('config.')}={value}" for key, value in switch_filters(ablation).items()]
 
 
-def sweeps(scale: str, prompts: int, max_new_tokens: int):
+def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     paper = scale == "paper"
 
     def at(name, datasets, overrides, models, batch=1):

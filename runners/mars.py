@@ -37,18 +37,20 @@ MODELS = ["vicuna-13b", "llama3.1-8b", "llama3.1-70b", "qwen3-8b", "qwen3-32b", 
 SPS_PAIRS = ["qwen3-32b", "llama3.1-70b"]  # Table 5 targets; their drafts: qwen3-0.6b, llama3.1-8b
 THETAS = [0.84, 0.86, 0.88, 0.9, 0.92, 0.94, 0.96, 0.98]
 IMPLEMENTED = {"ar", "sps", "pld", "eagle3", "mars", "sps_mars"}
-# the defaults a row with an empty setting means (paper: K=7, top-k 10, theta 0.9; SpS gamma 5)
+# the defaults a row with an empty setting means (§4.1: draft length 7 for every method, top-k 10,
+# theta 0.9; Table 5 sets SpS gamma 6 itself)
+SPEEDUP = "speedup_mean_per_sample"  # MARS builds on EAGLE's evaluation code: the mean of per-prompt tok/s ratios
 DEFAULTS = {
     "mars": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60, "config.method.verifier.theta": 0.9},
     "eagle3": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60},
-    "sps": {"config.method.tree.gamma": 5},
+    "sps": {"config.method.tree.gamma": 7},
     "sps_mars": {"config.method.tree.gamma": 6, "config.method.verifier.theta": 0.9},
-    "pld": {"config.method.tree.gamma": 10},
+    "pld": {"config.method.tree.gamma": 7},
 }
 SETTING_KEYS = {"K": "config.method.tree.depth", "theta": "config.method.verifier.theta", "gamma": "config.method.tree.gamma"}
 
 
-def sweeps(scale: str, prompts: int, max_new_tokens: int):
+def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def at(name, datasets, overrides, models=tuple(MODELS)):
         return by_source(name, datasets, overrides, scale, list(models), prompts, max_new_tokens)
 

@@ -36,6 +36,7 @@ MODELS = ["llama3.1-8b", "vicuna-13b", "qwen3-8b", "qwen3-32b", "dsl-8b"]
 DATASETS = ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq"]
 IMPLEMENTED = {"talon", "eagle3", "sps"}
 EAGLE = ["method=eagle3", "method.tree.depth=8"]  # K=10, D=8, N=60 (TALON E.1)
+SPEEDUP = "speedup"  # the paper does not say how it aggregates per-prompt speeds: ours, the aggregate tok/s ratio
 DEFAULTS = {
     "talon": {"config.method.tree.budget": 60, "config.method.tree.mu": 0.03, "config.method.tree.top_k": 10},
     "eagle3": {"config.method.tree.depth": 8, "config.method.tree.total_tokens": 60, "config.method.tree.top_k": 10},
@@ -46,7 +47,7 @@ MUS = [0.01, 0.02, 0.03, 0.04, 0.05]
 STATIC_TREE = 1 + 10 + 7 * 100  # EAGLE-3 K=10, D=8 with nothing pruned
 
 
-def sweeps(scale: str, prompts: int, max_new_tokens: int):
+def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def at(name, datasets, overrides, models=tuple(MODELS)):
         return by_source(name, datasets, overrides, scale, list(models), prompts, max_new_tokens)
 

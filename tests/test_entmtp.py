@@ -159,3 +159,34 @@ def test_search_command_rejects_bad_input_in_one_line(tmp_path):
     for args, message in ((["--budget", "1"], "error: --budget: must be >= 2"), (["dataset=nope"], "error: dataset: unknown dataset 'nope'")):
         result = subprocess.run([sys.executable, "-m", "specbench.search", "--bank", str(tmp_path / "b.json"), *args], cwd=root, capture_output=True, text=True, timeout=300)
         assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()] and message in result.stderr
+
+
+def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
+    """The offline stage on the embedded model with its Hydra heads: the frontier, the
+    method's own tree measured beside it, prompts outside the evaluated subset, and a
+    re-run that keeps the task instead of searching again."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from specbench.data import questions
+    from specbench.__main__ import compose_config
+
+    root = Path(__file__).resolve().parents[1]
+    bank = tmp_path / "bank.json"
+    overrides = ["method=hydra", "method.tree.size=8", "dataset=gsm8k", "dataset.seed=0", "dataset.max_turns=1",
+                 "gen.temperature=0.7", "hardware.dtype=float32", "costs.max_n=16", "costs.repeats=1"]
+    command = [sys.executable, "-m", "specbench.search", "--bank", str(bank), "--budget", "4", "--max-depth", "2",
+               "--prompts", "2", "--tokens", "8", "--exclude-limit", "5", "--keep-existing", *overrides]
+    env = {**__import__("os").environ, "SPECBENCH_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = json.loads(bank.read_text())
+    search = saved["meta"]["search_gsm8k"]
+    assert [e["size"] for e in search["frontier"]] == [2, 3, 4] and all("accept_unbiased" in e and "predicted_speedup" in e for e in search["frontier"])
+    assert search["default"]["size"] == 9 and search["default"]["predicted_speedup"] > 0
+    evaluated = {s.id for s in questions.load({**compose_config(["dataset=gsm8k", "dataset.seed=0"])["dataset"], "limit": 5})}
+    assert len(search["samples"]) == 2 and not set(search["samples"]) & evaluated
+    again = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0 and "already in" in again.stdout and json.loads(bank.read_text()) == saved

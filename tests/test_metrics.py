@@ -201,3 +201,13 @@ def test_a_resampled_batch_counts_like_one_sample_holding_its_tokens_and_time():
         method_flat.append(_run(sum(tokens), m_seconds))
         baseline_flat.append(_run(sum(tokens), b_seconds))
     assert speed.bootstrap_ci(method, baseline) == speed.bootstrap_ci(method_flat, baseline_flat)
+
+
+def test_three_speedup_conventions_on_hand_made_samples():
+    """Aggregate tok/s ratio (ours), and the median and mean of per-prompt ratios (EAGLE,
+    MARS and Spec-Bench average per-prompt ratios)."""
+    method = [_run(10, 1.0), _run(30, 1.0), _run(20, 4.0)]  # per prompt 10, 30, 5 tok/s
+    baseline = [_run(10, 2.0), _run(30, 2.0), _run(20, 2.0)]  # 5, 15, 10 tok/s: ratios 2, 2, 0.5
+    result = speed.speedup(method, baseline)
+    assert result["speedup"] == (60 / 6.0) / (60 / 6.0)
+    assert result["speedup_median_per_sample"] == 2.0 and result["speedup_mean_per_sample"] == 1.5

@@ -1,6 +1,7 @@
 """Paper replication: published cells beside ours, the sweeps each scale launches, the
 SLURM submission they generate, and a tiny cpu-scale run end to end."""
 
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from runners import cast, mars, talon
+from runners import cast, entmtp, mars, talon
 from specbench.replicate import paper, report, results, tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def test_tables_are_written_in_three_formats(tmp_path):
 
 
 def test_every_published_row_of_every_paper_maps_to_a_run_or_a_reason():
-    for runner in (mars, talon, cast):
+    for runner in (mars, talon, cast, entmtp):
         ref = tables.read_reference(ROOT / "results" / "reference" / f"{runner.NAME}.csv")
         for _, row in ref.assign(model="smollm2-135m").iterrows():
             found = runner.locate("cpu")(row)
@@ -242,3 +243,72 @@ def test_tiny_cast_replication_at_batch_size_8_and_its_notebook(tmp_path, monkey
     assert {"figure5.png", "costs.png"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
     printed = execute_notebook("cast", tmp_path / "runs", tmp_path / "notebook", monkeypatch)
     assert "finished runs" in printed and "Table 2" in printed and "CAST" in printed
+
+
+def entmtp_bank(path: Path) -> Path:
+    """A bank file with the search records the EntMTP runner draws Table 2 and its claims from."""
+    frontier = [{"size": n, "depth": min(n - 1, 3), "accept_biased": 0.3 * n ** 0.5, "accept_unbiased": 0.3 * n ** 0.5 / 1.02,
+                 "predicted_speedup": 1.0 + 0.05 * n - 0.003 * n * n, "choices": [[0]] * (n - 1)} for n in range(2, 13)]
+    default = {"size": 9, "depth": 3, "accept_unbiased": 0.7, "predicted_speedup": 1.1, "choices": []}
+    meta = {f"search_{task}": {"frontier": frontier, "default": default, "samples": []} for task in entmtp.DATASETS}
+    path.write_text(json.dumps({"version": 1, "meta": meta, "tasks": {}}))
+    return path
+
+
+def test_entmtp_rows_claims_and_table2_from_the_bank(tmp_path):
+    bank = str(entmtp_bank(tmp_path / "bank.json"))
+
+    def row(method, dataset, speedup, ci, **extra):
+        return run_row(method, dataset, 0.7, **{"speedup": speedup, "speedup_ci95": ci, "results.tau": 2.0, "results.tok_per_s": 40.0,
+                                                 "baseline.tok_per_s": 30.0, "config.method.tree.bank": bank, **extra})
+
+    runs = pd.DataFrame([
+        row("hydra", "humaneval", 1.20, [1.1, 1.3], **{"config.method.tree.size": 8}),
+        row("medusa", "humaneval", 1.05, [1.0, 1.1], **{"config.method.tree.size": 9}),
+        row("entmtp", "humaneval", 1.30, [1.2, 1.4]),
+        row("entmtp_tau", "humaneval", 1.25, [1.2, 1.3]),
+    ])
+    ref = reference(
+        ("table1", "vicuna-7b", "ar", "humaneval", 0.7, "", "tok_per_s", 38.2),
+        ("table1", "vicuna-7b", "hydra", "humaneval", 0.7, "tree=default", "speedup", 2.85),
+        ("table1", "vicuna-7b", "entmtp", "humaneval", 0.7, "policy=tau", "speedup", 3.26),
+        ("table2", "vicuna-7b", "hydra", "humaneval", 0.7, "tree=greedy_frontier;nodes=11;depth=4", "accept_length_biased", 2.0),
+    )
+    ours = tables.compare(ref, runs, entmtp.locate("cpu"), "smollm2-135m").query("model == 'smollm2-135m'").set_index(["table", "method"])
+    assert ours.loc[("table1", "ar"), "ours"] == 30.0 and ours.loc[("table1", "hydra"), "ours"] == 1.2
+    assert ours.loc[("table1", "entmtp"), "ours"] == 1.25  # policy=tau is the entmtp_tau run
+    assert "offline search" in ours.loc[("table2", "hydra"), "note"]
+    verdicts = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, runs)}
+    assert verdicts[entmtp.CLAIMS[0].text]["verdict"] == "agrees"
+    assert verdicts[entmtp.CLAIMS[1].text]["verdict"] == "does not agree" and "overlapping" in verdicts[entmtp.CLAIMS[1].text]["ours"]
+    assert verdicts[entmtp.CLAIMS[3].text]["verdict"] == "agrees"  # +2% bias on every tree
+    assert verdicts[entmtp.CLAIMS[4].text]["verdict"] == "agrees"  # a frontier tree beats the default's 1.1x
+    picked = entmtp.table2(entmtp.searches(Path(bank)))
+    assert list(picked[picked["dataset"] == "gsm8k"]["nodes"]) == [2, 4, 7, 10, 12]
+    assert all(abs(b - 2.0) < 0.1 for b in picked["bias_pct"])
+    entmtp.write_table2(entmtp.searches(Path(bank)), tmp_path / "tables")
+    assert "within ±3.3%" in (tmp_path / "tables" / "table2-search.md").read_text()
+
+
+def test_entmtp_search_runs_first_and_its_bank_follows_the_results(tmp_path):
+    result = subprocess.run([sys.executable, "runners/entmtp.py", "--dry-run", "--results", str(tmp_path / "res")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [l for l in result.stdout.splitlines() if "python -m specbench" in l]
+    bank = str(tmp_path / "res" / "bank-smollm2-135m.json")
+    assert [l.split(":")[0].split()[-1] for l in lines[:3]] == ["search"] * 3 and all(f"--bank {bank}" in l and "--exclude-limit 20" in l for l in lines[:3])
+    assert sum(f"method.tree.bank={bank}" in l for l in lines) == 2
+    paper = subprocess.run([sys.executable, "runners/entmtp.py", "--scale", "paper"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert paper.returncode == 0 and "--budget 88" in paper.stdout and "not launched" in paper.stdout
+    assert all("dataset.limit=100" in l and "gen.max_new_tokens=256" in l for l in paper.stdout.splitlines() if " -m specbench -m " in l)
+
+
+def test_a_papers_speedup_convention_fills_its_cells_with_ours_beside():
+    """MARS (like EAGLE and Spec-Bench) averages per-prompt ratios: its cells read that
+    column and name our aggregate ratio; a run from before the column keeps ours, saying so."""
+    runs = pd.DataFrame([run_row("mars", "gsm8k", 1.0, **{"speedup": 1.30, "speedup_mean_per_sample": 1.36, **mars.DEFAULTS["mars"]}),
+                         run_row("mars", "humaneval", 1.0, **{"speedup": 1.20, **mars.DEFAULTS["mars"]})])
+    ref = reference(("table1", "qwen3-8b", "mars", "gsm8k", 1.0, "", "speedup", 3.0), ("table1", "qwen3-8b", "mars", "humaneval", 1.0, "", "speedup", 3.0))
+    ours = tables.compare(ref, runs, mars.locate("cpu"), "smollm2-135m", mars.SPEEDUP).query("model == 'smollm2-135m'").set_index("dataset")
+    assert ours.loc["gsm8k", "ours"] == 1.36 and ours.loc["gsm8k", "note"] == "aggregate ratio 1.30"
+    assert ours.loc["humaneval", "ours"] == 1.20 and "predates" in ours.loc["humaneval", "note"]
+    assert "[aggregate ratio 1.30]" in tables.cell(ours.reset_index().set_index("dataset").loc["gsm8k"])

@@ -33,7 +33,9 @@ def main(paper: ModuleType, argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.prompts < 1 or args.max_new_tokens < 1:
         parser.error("--prompts and --max-new-tokens must be >= 1")
-    sweeps = sweep.pin(paper.sweeps(args.scale, args.prompts, args.max_new_tokens), paper.DEFAULTS)
+    results_dir = args.results or ROOT / "results" / paper.NAME / args.scale
+    # a runner's sweeps may write into its results (EntMTP's offline stage writes its tree bank there)
+    sweeps = sweep.pin(paper.sweeps(args.scale, args.prompts, args.max_new_tokens, results_dir), paper.DEFAULTS)
     unknown = sorted(set(args.only or ()) - {s.name for s in sweeps})
     if unknown:
         parser.error(f"--only: unknown sweep(s) {', '.join(unknown)}; choose from {', '.join(s.name for s in sweeps)}")
@@ -48,12 +50,12 @@ def main(paper: ModuleType, argv: list[str] | None = None) -> None:
         return
     if args.dry_run:
         return
-    write_results(paper, args.scale, results.collect(outputs), args.results or ROOT / "results" / paper.NAME / args.scale)
+    write_results(paper, args.scale, results.collect(outputs), results_dir)
 
 
 def write_results(paper: ModuleType, scale: str, runs, out_dir: Path) -> None:
     reference = tables.read_reference(ROOT / "results" / "reference" / f"{paper.NAME}.csv")
-    compared = tables.compare(reference, runs, paper.locate(scale), OUR_MODEL if scale == "cpu" else None)
+    compared = tables.compare(reference, runs, paper.locate(scale), OUR_MODEL if scale == "cpu" else None, paper.SPEEDUP)
     written = tables.write(compared, out_dir / "tables", paper.TITLE)
     figures = paper.figures(runs, out_dir / "figures")
     names = sorted({p.stem for p in written})

@@ -69,16 +69,17 @@ def metric(run: pd.Series, name: str, dataset: str, baseline: bool = False) -> f
         return 1.0
     if baseline and name in ("delta", "tok_per_s", "nll"):
         column = {"delta": "baseline.delta", "tok_per_s": "baseline.tok_per_s", "nll": "baseline.target_nll_per_token"}[name]
-        return _number(run.get(column))
+        return number(run.get(column))
     columns = ACCURACY_COLUMNS.get(dataset, []) if name == "accuracy" else [METRIC_COLUMNS.get(name, "")]
     for column in columns:
-        value = _number(run.get(column.format(side=side)))
+        value = number(run.get(column.format(side=side)))
         if value is not None:
             return value
     return None
 
 
-def _number(value) -> float | None:
+def number(value) -> float | None:
+    """A finite number in a run's column, else None (missing, NaN, a flag)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return None
     return float(value)

@@ -29,6 +29,7 @@ class Sweep:
 
     name: str  # what it produces, e.g. "table1" or "figure3"
     overrides: list[str]
+    program: list[str] | None = None  # another entry point and its options (an offline stage), run once with `overrides`
 
 
 def per_method(sweeps: list[Sweep]) -> list[Sweep]:
@@ -51,7 +52,7 @@ def each_method(sweep: Sweep) -> list[tuple[str | None, Sweep]]:
     if methods is None:
         return [(None, sweep)]
     return [
-        (method, Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides]))
+        (method, Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides], sweep.program))
         for method in methods.split(",")
     ]
 
@@ -65,12 +66,14 @@ def pin(sweeps: list[Sweep], defaults: dict[str, dict]) -> list[Sweep]:
         keys = {o.split("=", 1)[0] for o in sweep.overrides}
         for method, one in each_method(sweep):
             extra = [f"{k.removeprefix('config.')}={v}" for k, v in defaults.get(method, {}).items() if k.removeprefix("config.") not in keys]
-            pinned.append(Sweep(one.name, one.overrides + extra))
+            pinned.append(Sweep(one.name, one.overrides + extra, one.program))
     return pinned
 
 
 def command(sweep: Sweep, output_root: Path, launcher: str = "basic", extra: tuple[str, ...] = ()) -> list[str]:
     """The exact command line that runs `sweep`."""
+    if sweep.program:
+        return [sys.executable, "-m", *sweep.program, *sweep.overrides]
     launch = [] if launcher == "basic" else [f"hydra/launcher={launcher}"]
     return [sys.executable, "-m", "specbench", "-m", f"output_root={output_root}", *sweep.overrides, *launch, *extra]
 

@@ -28,10 +28,12 @@ def read_reference(path: Path) -> pd.DataFrame:
     return reference.rename(columns={"value": "published"})
 
 
-def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_model: str | None = None) -> pd.DataFrame:
+def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_model: str | None = None, speedup: str = "speedup") -> pd.DataFrame:
     """Every published cell with ours and the delta. With `our_model` (cpu scale) the
     paper's models say they were not run, and rows for `our_model` (no published value)
-    carry our numbers for every cell the tables have."""
+    carry our numbers for every cell the tables have. `speedup` is the summary column
+    the paper's speedup convention reads (`speedup_mean_per_sample` for the mean of
+    per-prompt ratios); when it is not ours, our aggregate ratio goes in the note beside."""
     rows = reference[KEYS + ["published"]].copy()
     if our_model is not None:
         ours = rows.drop_duplicates(subset=[k for k in KEYS if k != "model"]).assign(model=our_model, published=float("nan"))
@@ -54,6 +56,10 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
                     run = matches.sort_values("results.samples").iloc[-1]
                     value, run_dir = results.metric(run, row["metric"], row["dataset"], baseline), run["run_dir"]
                     note = "" if value is not None else MISSING_METRIC.get(row["metric"], f"run has no {row['metric']}")
+                    if row["metric"] == "speedup" and not baseline and speedup != "speedup" and value is not None:
+                        convention = results.number(run.get(speedup))
+                        note = f"aggregate ratio {value:.2f}" if convention is not None else f"aggregate ratio: the run predates {speedup}"
+                        value = convention if convention is not None else value
         values.append(value)
         notes.append(note)
         run_dirs.append(run_dir)
@@ -85,7 +91,7 @@ def cell(row: pd.Series) -> str:
     if pd.isna(row["ours"]):
         return f"{published} / n/a" if row["note"] == NOT_AT_SCALE else f"{published} / – ({row['note']})"
     delta = "" if pd.isna(row["delta"]) else f" ({row['delta']:+.2f})"
-    return f"{published} / {_fmt(row['ours'])}{delta}"
+    return f"{published} / {_fmt(row['ours'])}{delta}" + (f" [{row['note']}]" if row["note"] else "")
 
 
 def layout(rows: pd.DataFrame) -> pd.DataFrame:

@@ -2,7 +2,11 @@
 EntMTP's offline stage for one task (the dataset): the acceptance frontier of the
 method's heads (Algorithm 1), every frontier tree re-measured by self-rollout, the
 throughput-Pareto trees by predicted speedup from this machine's cost profile, added
-to the bank FILE under the dataset's name (other tasks in the file are kept).
+to the bank FILE under the dataset's name (other tasks in the file are kept). The
+method's own static tree (its default) is measured the same way, for comparison.
+`--exclude-limit K` draws the prompts from those a run with dataset.limit=K (and the
+same dataset.seed) does not decode, so a tree is never chosen on its evaluation prompts;
+`--keep-existing` leaves a task the bank already holds alone (resumable sweeps).
 
     python -m specbench.search --bank results/entmtp/bank-smollm2-135m.json method=hydra dataset=gsm8k gen.temperature=0.7
 """
@@ -18,8 +22,10 @@ from pathlib import Path
 from specbench.__main__ import compose_config
 from specbench.engine.loop import Limits
 from specbench.errors import require, run_command
-from specbench.search.frontier import acceptance_frontier, self_rollout, task_trees
+from specbench.data import questions
+from specbench.search.frontier import acceptance_frontier, predicted_speedup, self_rollout, task_trees
 from specbench.trees.entmtp import load_bank, save_bank
+from specbench.trees.static import StaticTree
 
 
 def main(argv: list[str]) -> None:
@@ -29,17 +35,31 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-depth", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=8, help="first turns of the dataset's samples (seeded order)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per rollout")
+    parser.add_argument("--exclude-limit", type=int, default=0, help="skip the prompts a run with dataset.limit=K decodes")
+    parser.add_argument("--keep-existing", action="store_true", help="do nothing when the bank already has this task")
     args, overrides = parser.parse_known_args(argv)
     require(args.budget >= 2, "--budget", f"must be >= 2 (the root and one node), got {args.budget}")
     require(args.max_depth >= 1, "--max-depth", f"must be >= 1, got {args.max_depth}")
+    require(args.exclude_limit >= 0, "--exclude-limit", f"must be >= 0, got {args.exclude_limit}")
+    if not any(o.startswith("gen.max_new_tokens=") for o in overrides):  # the profile then covers the rollouts' contexts only
+        overrides = [*overrides, f"gen.max_new_tokens={args.tokens}"]
     cfg = compose_config(overrides)
+    task = cfg["dataset"]["name"]
+    if args.keep_existing and args.bank.is_file() and task in load_bank(str(args.bank))[0]:
+        print(f"{task}: already in {args.bank}, kept")
+        return
     from specbench.run import Runner
 
     runner = Runner(cfg, Path(tempfile.mkdtemp(prefix="specbench-search-")))
+    samples = runner.samples
+    if args.exclude_limit:
+        evaluated = {s.id for s in questions.select(questions.read_source(cfg["dataset"]), {**cfg["dataset"], "limit": args.exclude_limit})}
+        samples = [s for s in samples if s.id not in evaluated]
+    runner.samples = samples = samples[: args.prompts]  # the cost profile covers these prompts' contexts only
+    require(bool(samples), "--prompts", "no prompts left to search on")
     runner.load()
     method = runner.method
     require(method.drafter is not None, "method", f"{cfg['method']['name']} has no drafter to search trees for")
-    samples = runner.samples[: args.prompts]
     prompts = [runner.prompt_ids([{"role": "user", "content": s.turns[0]}], s.id) for s in samples]
     limits = Limits(args.tokens, runner.limits.stop_token_ids)
     history = acceptance_frontier(runner.target, method.drafter, method.verifier, prompts, runner.sampling, limits, args.max_depth, args.budget)
@@ -48,12 +68,19 @@ def main(argv: list[str]) -> None:
     costs = method.costs
     require(costs is not None, "costs.profile", "the throughput re-ranking needs this machine's cost profile; leave costs.profile=true")
     context = sum(map(len, prompts)) / len(prompts) + args.tokens / 2
-    task = cfg["dataset"]["name"]
+    default = None
+    if isinstance(method.policy, StaticTree):  # the method's own tree: the default the frontier is compared with
+        choices = [list(c) for c in method.policy.topology.choices]
+        default = {"size": len(choices) + 1, "depth": max(map(len, choices), default=0), "choices": choices,
+                   "accept_unbiased": self_rollout(runner.target, method.drafter, method.verifier, choices, prompts, runner.sampling, limits)}
+    for entry in history + ([default] if default else []):
+        entry["predicted_speedup"] = round(predicted_speedup(entry.get("accept_unbiased", entry.get("accept_biased")), entry["size"], costs, context), 4)
     bank, meta = load_bank(str(args.bank)) if args.bank.is_file() else ({}, {})
     bank[task] = task_trees(history, costs, context)
     meta = {**meta, "model": cfg["model"]["name"], "heads": cfg["method"]["drafter"], "temperature": runner.sampling.temperature,
             "verifier": cfg["method"]["verifier"], "fingerprint": runner.profile.key["fingerprint"],
-            f"search_{task}": {"samples": [s.id for s in samples], "tokens": args.tokens, "budget": args.budget, "max_depth": args.max_depth, "frontier": history}}
+            f"search_{task}": {"samples": [s.id for s in samples], "tokens": args.tokens, "budget": args.budget, "max_depth": args.max_depth,
+                               "context": context, "frontier": history, "default": default}}
     save_bank(args.bank, bank, meta)
     trees = bank[task]
     print(f"{task}: {len(history)} frontier trees, {len(trees.trees)} on the throughput-Pareto front -> {args.bank}")

@@ -1,6 +1,6 @@
 """EntMTP's runtime: a bank of frontier trees per task and a per-step choice among them.
 
-The bank (built offline by specbench.search.frontier) holds, per task, the trees of the
+The bank (built offline by `python -m specbench.search`) holds, per task, the trees of the
 throughput-Pareto frontier with their frozen buffers (trees/static.py), and names the
 task's throughput-optimal tree (`static`) and the scheduler's conservative and
 aggressive pair. Each step, per row, a policy picks one; switching is choosing another
@@ -56,7 +56,7 @@ def save_bank(path: Path, bank: dict[str, TaskTrees], meta: dict) -> None:
 
 def load_bank(path: str, key: str = "method.tree.bank") -> tuple[dict[str, TaskTrees], dict]:
     """The bank at `path`, every tree's buffers built once."""
-    require(bool(path), key, "no tree bank given; build one with python -m specbench.search.frontier (or make replicate-entmtp) and set its path")
+    require(bool(path), key, "no tree bank given; build one with python -m specbench.search (or make replicate-entmtp) and set its path")
     file = Path(path)
     require(file.is_file(), key, f"no such file {path!r}")
     try:
