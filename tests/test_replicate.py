@@ -266,7 +266,8 @@ def test_entmtp_rows_claims_and_table2_from_the_bank(tmp_path):
         row("hydra", "humaneval", 1.20, [1.1, 1.3], **{"config.method.tree.size": 8}),
         row("medusa", "humaneval", 1.05, [1.0, 1.1], **{"config.method.tree.size": 9}),
         row("entmtp", "humaneval", 1.30, [1.2, 1.4]),
-        row("entmtp_tau", "humaneval", 1.25, [1.2, 1.3]),
+        row("entmtp_tau", "humaneval", 1.25, [1.2, 1.3], **{"config.method.tree.path_value": "greedy_depth"}),
+        row("entmtp_tau", "humaneval", 1.10, [1.0, 1.2], **{"config.method.tree.path_value": "paper"}),
     ])
     ref = reference(
         ("table1", "vicuna-7b", "ar", "humaneval", 0.7, "", "tok_per_s", 38.2),
@@ -288,6 +289,8 @@ def test_entmtp_rows_claims_and_table2_from_the_bank(tmp_path):
     assert all(abs(b - 2.0) < 0.1 for b in picked["bias_pct"])
     entmtp.write_table2(entmtp.searches(Path(bank)), tmp_path / "tables")
     assert "within ±3.3%" in (tmp_path / "tables" / "table2-search.md").read_text()
+    entmtp.write_path_values(runs, tmp_path / "tables")
+    assert "| humaneval | paper | 1.10x" in (tmp_path / "tables" / "path-value.md").read_text()
 
 
 def test_entmtp_search_runs_first_and_its_bank_follows_the_results(tmp_path):
@@ -296,7 +299,7 @@ def test_entmtp_search_runs_first_and_its_bank_follows_the_results(tmp_path):
     lines = [l for l in result.stdout.splitlines() if "python -m specbench" in l]
     bank = str(tmp_path / "res" / "bank-smollm2-135m.json")
     assert [l.split(":")[0].split()[-1] for l in lines[:3]] == ["search"] * 3 and all(f"--bank {bank}" in l and "--exclude-limit 20" in l for l in lines[:3])
-    assert sum(f"method.tree.bank={bank}" in l for l in lines) == 2
+    assert sum(f"method.tree.bank={bank}" in l for l in lines) == 3 and "method.tree.path_value=paper" in lines[-1]
     paper = subprocess.run([sys.executable, "runners/entmtp.py", "--scale", "paper"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert paper.returncode == 0 and "--budget 88" in paper.stdout and "not launched" in paper.stdout
     assert all("dataset.limit=100" in l and "gen.max_new_tokens=256" in l for l in paper.stdout.splitlines() if " -m specbench -m " in l)
