@@ -81,3 +81,12 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     training = json.loads((out / "training.json").read_text())
     assert training["steps"] == 3 and training["target_answers"] == 4 and training["validation_answers"] == 2
     assert (out / "curve.png").exists() and (out / "model.safetensors").exists()
+    # --init warm-starts another run from the export: its vocabulary and weights, no optimiser state
+    warm = tmp_path / "warm"
+    result = subprocess.run([*args[:6], str(warm), *args[7:], "--init", str(out), "--steps", "0"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    from safetensors.torch import load_file
+
+    exported, started = load_file(out / "model.safetensors"), load_file(warm / "model.safetensors")
+    assert exported.keys() == started.keys() and all(torch.equal(exported[k], started[k]) for k in exported)
+    assert json.loads((warm / "training.json").read_text())["init"] == str(out)
