@@ -315,3 +315,26 @@ def test_a_papers_speedup_convention_fills_its_cells_with_ours_beside():
     assert ours.loc["gsm8k", "ours"] == 1.36 and ours.loc["gsm8k", "note"] == "aggregate ratio 1.30"
     assert ours.loc["humaneval", "ours"] == 1.20 and "predates" in ours.loc["humaneval", "note"]
     assert "[aggregate ratio 1.30]" in tables.cell(ours.reset_index().set_index("dataset").loc["gsm8k"])
+
+
+def test_entmtp_notebook_on_a_small_sweep(tmp_path, monkeypatch):
+    """The notebook rebuilds EntMTP's tables, Table 2, the path-value table and Figures 1-2
+    from finished runs and the bank they loaded (summaries written by hand here: the real
+    sweep's search takes minutes)."""
+    (tmp_path / "results").mkdir()
+    bank = str(entmtp_bank(tmp_path / "results" / "bank-smollm2-135m.json"))
+    runs = tmp_path / "runs"
+    shapes = {"medusa": {"size": 9}, "hydra": {"size": 8}, "entmtp": {"bank": bank}, "entmtp_tau": {"bank": bank, "path_value": "greedy_depth"}}
+    for i, (method, tree) in enumerate(shapes.items()):
+        for dataset in entmtp.DATASETS:
+            run = runs / method / f"{dataset}-{i}"
+            run.mkdir(parents=True)
+            config = {"model": {"name": "smollm2-135m"}, "method": {"name": method, "tree": tree}, "dataset": {"name": dataset, "limit": 20},
+                      "gen": {"temperature": 0.7, "max_new_tokens": 64, "batch_size": 1}}
+            summary = {"config": config, "speedup": 1.2 + 0.1 * i, "speedup_ci95": [1.1, 1.5], "results": {"tau": 2.0, "delta": 1.0, "tok_per_s": 40.0, "samples": 20},
+                       "baseline": {"tok_per_s": 33.0}}
+            (run / "summary.json").write_text(json.dumps(summary))
+    printed = execute_notebook("entmtp", runs, tmp_path / "results", monkeypatch)
+    assert "12 finished runs" in printed and "EntMTP" in printed
+    assert {"figure1.png", "figure2.png"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
+    assert {"table1.md", "table2-search.md", "path-value.md"} <= {p.name for p in (tmp_path / "results" / "tables").iterdir()}
