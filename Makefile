@@ -59,11 +59,16 @@ sps-draft: install
 	$(PY) -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 2000 --batch 32 --max-new-tokens 128 --max-prompt-tokens 256 --minutes 25
 	$(PY) -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft --minutes 26 --steps 1200 --sharegpt-answers 8000
 
-# Rebuild the EAGLE-3 head for the embedded model from the answers `make sps-draft` generated:
-# 1200 steps at ~6 s on 2 cores; each call trains up to 75 minutes and resumes from runs/ (run it twice).
+# Go on training the shipped EAGLE-3 head for the embedded model (v2 came from v1 this way; its
+# card says how v1 was made): greedy target answers (7 min), then a warm start from the shipped
+# head with ShareGPT answers soft-labelled by the target; each call trains up to 150 minutes and
+# resumes from runs/ until the schedule ends. TRAIN_DTYPE: the target's dtype for the soft labels
+# (bfloat16 only on CPUs with native bf16 matmul: see the cost profile).
+TRAIN_DTYPE ?= float32
 eagle3-head: install
-	$(PY) -m specbench.train.eagle3 --data runs/sps_data.jsonl --out runs/smollm2-135m-eagle3 --steps 1200 --minutes 75 --sharegpt-answers 4000
-	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json specbench/weights/smollm2-135m-eagle3/
+	$(PY) -m specbench.train.corpus --out runs/corpus --temperatures 0.0 --batch 16 --max-new-tokens 192 --dtype $(TRAIN_DTYPE) --threads 2 --minutes 7
+	$(PY) -m specbench.train.eagle3 --data runs/corpus --out runs/smollm2-135m-eagle3 --init specbench/weights/smollm2-135m-eagle3 --target-dtype $(TRAIN_DTYPE) --steps 4000 --minutes 150 --lr 6e-4 --sharegpt-answers 16000 --checkpoint-every 100
+	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json runs/smollm2-135m-eagle3/curve.jsonl runs/smollm2-135m-eagle3/curve.png specbench/weights/smollm2-135m-eagle3/
 
 # A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the
 # embedded model offline (< 30 min on 2 cores); SCALE=paper prints the paper's multiruns
