@@ -31,7 +31,7 @@ from specbench import costs
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
 from specbench.replicate import main, results
-from specbench.replicate.paper import base_filters, by_source, model_params, one, parse_setting
+from specbench.replicate.paper import base_filters, by_source, model_params, one, parse_setting, speed_text
 from specbench.replicate.report import Claim, save
 
 NAME = "cast"
@@ -252,11 +252,6 @@ def full_cast(batch: int) -> dict:
     return {"config.gen.batch_size": batch, "config.method.tree.depth": cast_depth(batch), **DEFAULTS["cast"], **switch_filters("DR+DP+BP")}
 
 
-def _speed(run: pd.Series) -> str:
-    ci = run.get("speedup_ci95")
-    return f"{run['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if isinstance(ci, list) else "")
-
-
 def _cast_vs_eagle(temperature: float, batch: int):
     def check(runs):
         pairs = []
@@ -270,7 +265,7 @@ def _cast_vs_eagle(temperature: float, batch: int):
         if not pairs:
             raise KeyError(f"cast and eagle3 runs at batch size {batch}, T={temperature:g}")
         wins = sum(c["speedup"] > e["speedup"] for _, c, e in pairs)
-        return wins == len(pairs), f"CAST faster on {wins}/{len(pairs)}: " + "; ".join(f"{d} {_speed(c)} vs {_speed(e)}" for d, c, e in pairs)
+        return wins == len(pairs), f"CAST faster on {wins}/{len(pairs)}: " + "; ".join(f"{d} {speed_text(c)} vs {speed_text(e)}" for d, c, e in pairs)
     return check
 
 

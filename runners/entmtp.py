@@ -43,7 +43,7 @@ import pandas as pd
 
 from specbench import ROOT
 from specbench.replicate import OUR_MODEL, main, results
-from specbench.replicate.paper import base_filters, by_source, one, parse_setting
+from specbench.replicate.paper import base_filters, by_source, one, parse_setting, speed_text
 from specbench.replicate.report import Claim, save
 from specbench.replicate.sweep import Sweep
 
@@ -260,11 +260,6 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 # ---- claims -------------------------------------------------------------------------
 
-def _speed(run: pd.Series) -> str:
-    ci = run.get("speedup_ci95")
-    return f"{run['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if isinstance(ci, list) else "")
-
-
 def _overlap(a: pd.Series, b: pd.Series) -> bool:
     ca, cb = a.get("speedup_ci95"), b.get("speedup_ci95")
     return isinstance(ca, list) and isinstance(cb, list) and ca[0] <= cb[1] and cb[0] <= ca[1]
@@ -284,7 +279,7 @@ def _faster(better: dict, worse: dict, label: str):
             raise KeyError(label)
         wins = sum(a["speedup"] >= b["speedup"] for _, a, b in pairs)
         ties = sum(_overlap(a, b) for _, a, b in pairs)
-        return wins == len(pairs), f"{label} on {wins}/{len(pairs)} tasks ({ties} with overlapping 95% intervals): " + "; ".join(f"{d} {_speed(a)} vs {_speed(b)}" for d, a, b in pairs)
+        return wins == len(pairs), f"{label} on {wins}/{len(pairs)} tasks ({ties} with overlapping 95% intervals): " + "; ".join(f"{d} {speed_text(a)} vs {speed_text(b)}" for d, a, b in pairs)
     return check
 
 

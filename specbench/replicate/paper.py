@@ -98,6 +98,12 @@ def one(runs: pd.DataFrame, **filters) -> pd.Series:
     return found.sort_values("results.samples").iloc[-1]
 
 
+def speed_text(run: pd.Series) -> str:
+    """A run's speedup with its 95% interval when it has one, for a claim's evidence."""
+    ci = run.get("speedup_ci95")
+    return f"{run['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if isinstance(ci, list) else "")
+
+
 def slope(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope (the direction of a sweep)."""
     return float(np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), 1)[0])
