@@ -18,13 +18,11 @@ timing on this machine.
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import torch
 
-from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
+from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
 from specbench.engine.lean import Compiled, make_lm, supports
 from specbench.errors import require
@@ -84,19 +82,16 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     fingerprint = device_fingerprint(device, hardware.get("threads"))
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     path = cache / f"compile-{model_name}-{dtype}-{fingerprint_id(fingerprint)}.json"
-    if path.is_file() and not refresh:
-        record = json.loads(path.read_text())
-        if record.get("fingerprint") == fingerprint:
-            return Compiled(packed_from=packed_from(record["probe"])), record
-    log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU (once; cached in {path})")
-    start = time.perf_counter()
-    probe = measure(model, hardware.get("forward", "auto"))
-    record = {"fingerprint": fingerprint, "dtype": dtype, "context": PROBE_CONTEXT, "probe": probe,
-              "rule": "packed weights from the smallest n where they are faster at every larger n"}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
-    chosen = Compiled(packed_from=packed_from(probe))
-    shown = ", ".join(f"n={n}: {probe['plain'][str(n)]:.1f} / {probe['packed'][str(n)]:.1f} ms" for n in PROBE_SIZES)
-    log(f"  {chosen} (plain / packed: {shown}; {time.perf_counter() - start:.0f} s)")
-    return chosen, record
 
+    def timed_probe() -> dict:
+        log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU (once; cached in {path})")
+        return {"dtype": dtype, "context": PROBE_CONTEXT, "probe": measure(model, hardware.get("forward", "auto")),
+                "rule": "packed weights from the smallest n where they are faster at every larger n"}
+
+    record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
+    probe = record["probe"]
+    chosen = Compiled(packed_from=packed_from(probe))
+    if seconds is not None:
+        shown = ", ".join(f"n={n}: {probe['plain'][str(n)]:.1f} / {probe['packed'][str(n)]:.1f} ms" for n in PROBE_SIZES)
+        log(f"  {chosen} (plain / packed: {shown}; {seconds:.0f} s)")
+    return chosen, record

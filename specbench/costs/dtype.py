@@ -10,13 +10,11 @@ forward at a few sizes in both dtypes, cached per model and device fingerprint.
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import torch
 
-from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
+from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
 from specbench.engine.lean import make_lm
 
@@ -60,17 +58,15 @@ def resolve(hardware: dict, model_name: str, load_model, cache: Path, log=print,
     if fingerprint["device"] == "cuda":
         return "bfloat16", {"rule": "bf16 on GPUs"}
     path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}", fingerprint)
-    if path.is_file() and not refresh:
-        record = json.loads(path.read_text())
-        if record.get("fingerprint") == fingerprint:
-            return choose(record["probe"]), record
-    log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU (once; cached in {path})")
-    start = time.perf_counter()
-    probe = measure(load_model, forward=hardware.get("forward", "auto"))
-    record = {"fingerprint": fingerprint, "context": PROBE_CONTEXT, "probe": probe, "rule": "bf16 if <= fp32 at every n"}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
+
+    def timed_probe() -> dict:
+        log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU (once; cached in {path})")
+        return {"context": PROBE_CONTEXT, "probe": measure(load_model, forward=hardware.get("forward", "auto")), "rule": "bf16 if <= fp32 at every n"}
+
+    record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
+    probe = record["probe"]
     chosen = choose(probe)
-    shown = ", ".join(f"n={n}: bf16 {probe['bfloat16'][str(n)]:.0f} / fp32 {probe['float32'][str(n)]:.0f} ms" for n in PROBE_SIZES)
-    log(f"  {chosen} ({shown}; {time.perf_counter() - start:.0f} s)")
+    if seconds is not None:
+        shown = ", ".join(f"n={n}: bf16 {probe['bfloat16'][str(n)]:.0f} / fp32 {probe['float32'][str(n)]:.0f} ms" for n in PROBE_SIZES)
+        log(f"  {chosen} ({shown}; {seconds:.0f} s)")
     return chosen, record

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -59,3 +61,18 @@ def fingerprint_id(fingerprint: dict) -> str:
         slug = slug.replace("--", "-")
     digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:8]
     return f"{slug}-{digest}"
+
+
+def cached_probe(path: Path, fingerprint: dict, measure: Callable[[], dict], refresh: bool = False) -> tuple[dict, float | None]:
+    """The record cached at `path` when it was measured on this `fingerprint` (and not
+    `refresh`), else `measure()`'s fields saved there with the fingerprint; also the
+    seconds measuring took (None when cached)."""
+    if path.is_file() and not refresh:
+        record = json.loads(path.read_text())
+        if record.get("fingerprint") == fingerprint:
+            return record, None
+    start = time.perf_counter()
+    record = {"fingerprint": fingerprint, **measure()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    return record, time.perf_counter() - start
