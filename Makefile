@@ -71,7 +71,8 @@ eagle3-head: install
 	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json runs/smollm2-135m-eagle3/curve.jsonl runs/smollm2-135m-eagle3/curve.png specbench/weights/smollm2-135m-eagle3/
 
 # A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the
-# embedded model offline (< 30 min on 2 cores); SCALE=paper prints the paper's multiruns
+# embedded model offline (MARS, TALON: headline tables at 20 prompts x 128 tokens, the rest
+# reduced, about an hour each on 2 cores; resumable); SCALE=paper prints the paper's multiruns
 # (launches them where there is a GPU; add ARGS="--launcher slurm hydra.launcher.partition=...").
 SCALE ?= cpu
 replicate-mars replicate-talon replicate-cast replicate-entmtp: replicate-%:

@@ -12,9 +12,8 @@ Speedup at batch size B is against AR at the same B on the same prompts. Tables 
 (H20, 2x RTX 4090) run at paper scale with `hardware.name=h20` / `2x4090` on those GPUs;
 at cpu scale their rows point to Table 1, which is the same run on this CPU. Figure 3
 (accept length against the tree's cumulative probability) is not reproduced: the engine
-does not record per-step tree scores. Depths are written as the paper states them, in
-specbench's current depth convention (the replication-fidelity issue aligns it with
-EAGLE's for every runner at once). Figure "costs" is the paper's cost model S_T(B) drawn
+does not record per-step tree scores. Depths are written as the paper states them: EAGLE's
+convention (layers drafted after the first), which `method.tree.depth` follows. Figure "costs" is the paper's cost model S_T(B) drawn
 from every cost profile this machine has cached: target forward time over n new tokens
 relative to one token, per batch size.
 """

@@ -22,13 +22,14 @@ import numpy as np
 import pandas as pd
 
 from specbench.replicate import main, results
-from specbench.replicate.paper import base_filters, by_source, number, one, parse_setting, slope
+from specbench.replicate.paper import base_filters, by_source, every_higher, number, one, parse_setting, slope, sweep_size
 from specbench.replicate.report import Claim, save
 
 NAME = "mars"
 TITLE = "MARS: margin-aware speculative verification"
-CPU_PROMPTS = 2
-CPU_MAX_NEW_TOKENS = 64
+CPU_PROMPTS = 20  # the headline sweeps'; the others are reduced (replicate.paper.sweep_size)
+CPU_MAX_NEW_TOKENS = 128
+HEADLINE = {"table1"}  # Table 1 at T=1: MARS and EAGLE-3 on five datasets
 SETUP = {
     "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head and SpS draft in place of the paper's targets; seeded prompt subsets, first turn only.",
     "paper": "paper scale: the paper's targets and published EAGLE-3 heads on GPUs.",
@@ -36,40 +37,53 @@ SETUP = {
 MODELS = ["vicuna-13b", "llama3.1-8b", "llama3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-235b"]
 SPS_PAIRS = ["qwen3-32b", "llama3.1-70b"]  # Table 5 targets; their drafts: qwen3-0.6b, llama3.1-8b
 THETAS = [0.84, 0.86, 0.88, 0.9, 0.92, 0.94, 0.96, 0.98]
-IMPLEMENTED = {"ar", "sps", "pld", "eagle3", "mars", "sps_mars"}
+IMPLEMENTED = {"ar", "sps", "pld", "eagle3", "mars", "sps_mars", "lookahead"}
 # the defaults a row with an empty setting means (§4.1: draft length 7 for every method, top-k 10,
 # theta 0.9; Table 5 sets SpS gamma 6 itself)
 SPEEDUP = "speedup_mean_per_sample"  # MARS builds on EAGLE's evaluation code: the mean of per-prompt tok/s ratios
+# K, MARS's draft length, counts the tree's levels; `method.tree.depth` counts as EAGLE's (the
+# levels after the first), so K=7 is depth 6. The release builds that tree with 50 tokens.
 DEFAULTS = {
-    "mars": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60, "config.method.verifier.theta": 0.9},
-    "eagle3": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60},
+    "mars": {"config.method.tree.depth": 6, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 50, "config.method.verifier.theta": 0.9},
+    "eagle3": {"config.method.tree.depth": 6, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 50},
     "sps": {"config.method.tree.gamma": 7},
     "sps_mars": {"config.method.tree.gamma": 6, "config.method.verifier.theta": 0.9},
     "pld": {"config.method.tree.gamma": 7},
+    # the paper does not give Lookahead's window: the Lookahead paper's largest (7B) setting
+    "lookahead": {"config.method.tree.window": 15, "config.method.tree.ngram": 5, "config.method.tree.candidates": 15},
 }
-SETTING_KEYS = {"K": "config.method.tree.depth", "theta": "config.method.verifier.theta", "gamma": "config.method.tree.gamma"}
+SETTING_KEYS = {"theta": "config.method.verifier.theta", "gamma": "config.method.tree.gamma"}
+
+
+def depth_of(k: int) -> int:
+    """EAGLE's tree depth for MARS's draft length K (K levels: the first and depth more)."""
+    return int(k) - 1
+
+
+def depths_of(*ks: int) -> str:
+    return ",".join(str(depth_of(k)) for k in ks)
 
 
 def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def at(name, datasets, overrides, models=tuple(MODELS)):
-        return by_source(name, datasets, overrides, scale, list(models), prompts, max_new_tokens)
+        return by_source(name, datasets, overrides, scale, list(models), *sweep_size(scale, name, HEADLINE, prompts, max_new_tokens))
 
     thetas = ",".join(map(str, THETAS))
-    # cpu scale keeps every axis but fewer points on it, to stay under 30 minutes on 2 cores
+    # cpu scale keeps every axis but fewer points on it (with the reduced sweeps: about an hour on 2 cores)
     table4_thetas = thetas if scale == "paper" else "0.84,0.88,0.9,0.94,0.98"
     figure3_thetas = ",".join(map(str, THETAS[:-1])) if scale == "paper" else "0.84,0.88,0.9,0.92,0.96"
     sweeps = [
         *at("table1", ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm"], ["method=mars,eagle3", "gen.temperature=1"]),
-        *at("table1-baselines", ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm"], ["method=sps,pld", "gen.temperature=1"],
+        *at("table1-baselines", ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm"], ["method=sps,pld,lookahead", "gen.temperature=1"],
             ["vicuna-13b"] if scale == "paper" else MODELS),
-        *at("table2", ["gsm8k", "humaneval"], ["method=mars", "method.tree.depth=6,9,12,15",
+        *at("table2", ["gsm8k", "humaneval"], ["method=mars", f"method.tree.depth={depths_of(6, 9, 12, 15)}",
             f"gen.temperature={'0.2,0.4,0.6,0.8,1' if scale == 'paper' else '1'}"], ["qwen3-32b"]),
         *at("table3", ["cnn_dm"], ["method=mars,eagle3", "gen.temperature=1"], ["llama3.1-8b", "llama3.1-70b", "qwen3-8b", "qwen3-32b", "vicuna-13b"]),
         *at("table4", ["wmt19"], ["method=mars", f"method.verifier.theta={table4_thetas}", "gen.temperature=1"], ["qwen3-8b", "qwen3-32b", "vicuna-13b"]),
         *at("table4-eagle3", ["wmt19"], ["method=eagle3", "gen.temperature=1"], ["qwen3-8b", "qwen3-32b", "vicuna-13b"]),
         *at("table6", ["gsm8k", "humaneval"], ["method=mars,eagle3", "gen.temperature=0"], ["qwen3-8b", "vicuna-13b", "llama3.1-8b"]),
         *at("figure3", ["humaneval", "gsm8k"], ["method=mars", f"method.verifier.theta={figure3_thetas}",
-            f"method.tree.depth={'7,10' if scale == 'paper' else '7'}", "gen.temperature=1"], ["qwen3-8b"]),
+            f"method.tree.depth={depths_of(7, 10) if scale == 'paper' else depths_of(7)}", "gen.temperature=1"], ["qwen3-8b"]),
     ]
     # Table 5's draft pairs are the targets' sps_draft entries (conf/model); one pair at cpu scale
     sweeps += at("table5", ["gsm8k", "humaneval", "wmt19"], ["method=sps,sps_mars", "method.tree.gamma=6", "gen.temperature=1"], SPS_PAIRS)
@@ -89,7 +103,9 @@ def locate(scale: str):
         filters["config.method.name"] = method
         filters.update(DEFAULTS[method])
         for key, value in setting.items():
-            if key in SETTING_KEYS:
+            if key == "K":
+                filters["config.method.tree.depth"] = depth_of(number(value))
+            elif key in SETTING_KEYS:
                 filters[SETTING_KEYS[key]] = number(value)
             elif key == "draft" and scale == "paper":
                 filters["config.method.drafter.model.name"] = value
@@ -103,7 +119,7 @@ def locate(scale: str):
 def decisions(runs: pd.DataFrame) -> pd.DataFrame:
     """Every MARS decision point of the T=1, theta=0.9 runs: top-2 logits, softmax
     normaliser and outcome (as recorded by the verifier)."""
-    chosen = results.select(runs, {"config.method.name": "mars", "temperature": 1.0, "config.method.verifier.theta": 0.9, "config.method.tree.depth": 7})
+    chosen = results.select(runs, {"config.method.name": "mars", "temperature": 1.0, "config.method.verifier.theta": 0.9, "config.method.tree.depth": depth_of(7)})
     rows = [d for _, run in chosen.iterrows() for record in results.samples(run) for d in record["method"]["verifier_notes"].get("decisions", [])]
     frame = pd.DataFrame(rows, columns=["z1", "z2", "lse", "outcome"])
     frame["p1"], frame["p2"] = np.exp(frame["z1"] - frame["lse"]), np.exp(frame["z2"] - frame["lse"])
@@ -145,9 +161,9 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 3.8), squeeze=False, layout="constrained")
         for ax, dataset in zip(axes[0], datasets):
             twin = ax.twinx()
-            for (depth, group), style in zip(sweep[sweep["dataset"] == dataset].groupby("K"), ("-", ":")):
-                ax.plot(group["theta"], group["accuracy"], "o" + style, color="tab:blue", label=f"accuracy K={depth:g}")
-                twin.plot(group["theta"], group["speedup"], "s" + style, color="tab:purple", label=f"speedup K={depth:g}")
+            for (k, group), style in zip(sweep[sweep["dataset"] == dataset].groupby("K"), ("-", ":")):
+                ax.plot(group["theta"], group["accuracy"], "o" + style, color="tab:blue", label=f"accuracy K={k:g}")
+                twin.plot(group["theta"], group["speedup"], "s" + style, color="tab:purple", label=f"speedup K={k:g}")
             ax.set(xlabel="theta", ylabel="accuracy", title=f"{dataset}, T=1")
             twin.set_ylabel("speedup (x AR)")
             ax.legend(loc="lower left", fontsize=7)
@@ -157,12 +173,13 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
-def theta_sweep(runs: pd.DataFrame, depths: tuple[int, ...] = (7, 10)) -> pd.DataFrame:
-    """Figure 3's points: MARS at T=1 on HumanEval and GSM8K, draft depth K in `depths`."""
+def theta_sweep(runs: pd.DataFrame, lengths: tuple[int, ...] = (7, 10)) -> pd.DataFrame:
+    """Figure 3's points: MARS at T=1 on HumanEval and GSM8K, draft length K in `lengths`."""
     chosen = results.select(runs, {"config.method.name": "mars", "temperature": 1.0})
+    depths = [depth_of(k) for k in lengths]
     chosen = chosen[chosen["config.dataset.name"].isin(["humaneval", "gsm8k"]) & chosen["config.method.tree.depth"].isin(depths)]
     return pd.DataFrame([
-        {"dataset": run["config.dataset.name"], "K": run["config.method.tree.depth"], "theta": run["config.method.verifier.theta"],
+        {"dataset": run["config.dataset.name"], "K": run["config.method.tree.depth"] + 1, "theta": run["config.method.verifier.theta"],
          "accuracy": results.metric(run, "accuracy", run["config.dataset.name"]), "speedup": run.get("speedup"), "tau": run["results.tau"]}
         for _, run in chosen.iterrows()
     ]).sort_values(["dataset", "K", "theta"]) if not chosen.empty else pd.DataFrame()
@@ -178,23 +195,19 @@ def _versus(runs, metric, method, other, datasets, temperature, **extra):
             b = one(runs, method=other, dataset=dataset, temperature=temperature, **{**DEFAULTS[other], **extra})
         except KeyError:
             continue
-        pairs.append((dataset, results.metric(a, metric, dataset), results.metric(b, metric, dataset)))
-    if not pairs:
-        raise KeyError(f"{method} and {other} runs")
-    wins = sum(x > y for _, x, y in pairs)
-    evidence = "; ".join(f"{d} {x:.2f} vs {y:.2f}" for d, x, y in pairs)
-    return wins == len(pairs), f"{method} higher on {wins}/{len(pairs)}: {evidence}"
+        pairs.append((dataset, a, b))
+    return every_higher(pairs, metric, (method, other))
 
 
 def _k_claim(runs):
-    rows = [(k, one(runs, method="mars", dataset=d, temperature=1.0, **{"config.method.tree.depth": k, "config.method.verifier.theta": 0.9}), d) for d in ("gsm8k", "humaneval") for k in (6, 9, 12, 15)]
+    rows = [(k, one(runs, method="mars", dataset=d, temperature=1.0, **{"config.method.tree.depth": depth_of(k), "config.method.verifier.theta": 0.9}), d) for d in ("gsm8k", "humaneval") for k in (6, 9, 12, 15)]
     taus = {d: [r["results.tau"] for k, r, dd in rows if dd == d] for d in ("gsm8k", "humaneval")}
     grows = all(slope([6, 9, 12, 15], t) > 0 for t in taus.values())
     return grows, "; ".join(f"{d}: tau " + ", ".join(f"{t:.2f}" for t in v) + " at K=6,9,12,15" for d, v in taus.items())
 
 
 def _theta_speed(runs):
-    sweep = theta_sweep(runs, depths=(7,))
+    sweep = theta_sweep(runs, lengths=(7,))
     sweep = sweep[sweep["theta"] <= 0.96]
     slopes = {d: slope(g["theta"], g["speedup"]) for d, g in sweep.groupby("dataset") if len(g) > 2}
     if not slopes:
@@ -203,7 +216,7 @@ def _theta_speed(runs):
 
 
 def _theta_accuracy(runs):
-    sweep = theta_sweep(runs, depths=(7,))
+    sweep = theta_sweep(runs, lengths=(7,))
     sweep = sweep[sweep["theta"] <= 0.96]
     peaks = {d: g.loc[g["accuracy"].idxmax(), "theta"] for d, g in sweep.groupby("dataset") if g["accuracy"].notna().all() and len(g) > 2}
     if not peaks:

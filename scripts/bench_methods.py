@@ -58,12 +58,12 @@ DRAFT_CALLS = ("logits", "commit")  # the calls whose forwards N_q counts
 # the fixed shapes this benchmark has always measured (the MARS/TALON setups); the method
 # configs' `auto` shapes are chosen per machine by a run (python -m specbench, make bench)
 PAPER_SHAPES = {
-    "eagle3": ["method.tree.top_k=10", "method.tree.depth=7", "method.tree.total_tokens=60"],
-    "mars": ["method.tree.top_k=10", "method.tree.depth=7", "method.tree.total_tokens=60"],
+    "eagle3": ["method.tree.top_k=10", "method.tree.depth=6", "method.tree.total_tokens=60"],
+    "mars": ["method.tree.top_k=10", "method.tree.depth=6", "method.tree.total_tokens=60"],
     "talon": ["method.tree.budget=60", "method.tree.top_k=10"],
     "sps": ["method.tree.gamma=5"],
     "pld": ["method.tree.gamma=10"],
-    "sps_tree": ["method.tree.top_k=4", "method.tree.depth=5", "method.tree.total_tokens=24"],
+    "sps_tree": ["method.tree.top_k=4", "method.tree.depth=4", "method.tree.total_tokens=24"],
 }
 
 

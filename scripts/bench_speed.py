@@ -67,7 +67,7 @@ def figure(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", nargs="+", default=["pld", "sps", "sps_tree", "eagle3", "talon", "mars", "cast"])
+    parser.add_argument("--methods", nargs="+", default=["pld", "lookahead", "sps", "sps_tree", "eagle3", "talon", "mars", "cast"])
     parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
     parser.add_argument("--hf-prompts", type=int, default=5)
     add_run_arguments(parser, prompts=10)

@@ -25,7 +25,7 @@ from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
 from specbench.run import chat_prompt, stop_token_ids
-from specbench.__main__ import CONF_DIR
+from specbench.config import CONF_DIR
 
 
 def config(*overrides: str) -> dict:

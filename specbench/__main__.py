@@ -9,9 +9,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.config import run_name
+from specbench.config import CONF_DIR, run_name
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "dataset", "method", "hardware", "logger")
 
 

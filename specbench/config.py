@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "seed")
+# bumped when a key keeps its name but changes meaning, so an old run is not resumed as a new
+# one (2: method.tree.depth counts as EAGLE's release does, the layers after the first)
+CONVENTIONS = 2
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def config_hash(cfg: dict) -> str:
     """Everything that changes a run's results, nothing that doesn't (paths, logging)."""
     keys = {k: cfg[k] for k in HASHED_KEYS}
+    keys["conventions"] = CONVENTIONS
     if cfg["method"] != cfg["baseline"]["method"]:
         keys["baseline_mode"] = cfg["baseline"]["mode"]
     blob = json.dumps(keys, sort_keys=True, default=str)

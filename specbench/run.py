@@ -17,7 +17,7 @@ import transformers
 from tqdm import tqdm
 
 from specbench import costs, methods, tracking
-from specbench.costs import autotune
+from specbench.costs import autotune, contention
 from specbench.costs.fingerprint import device_fingerprint
 from specbench.costs.predict import predict
 from specbench.costs.profile import CostProfile, ProfileCosts
@@ -150,6 +150,7 @@ class Runner:
             lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count),
             self.sampling, self.limits.stop_token_ids, costs.cache_root(),
             max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS),
+            weights=costs.weights_id(self.cfg["method"].get("drafter")),
         )
         return chosen
 
@@ -168,7 +169,10 @@ class Runner:
         bar = tqdm(total=len(self.samples), initial=len(self.samples) - len(todo), desc=self.cfg["method"]["name"], unit="sample")
         with open(path, "a", encoding="utf-8") as out:
             for index, start in enumerate(range(0, len(todo), self.batch_size)):
-                for record in self.run_batch(todo[start : start + self.batch_size], baseline_first=index % 2 == 1, bar=bar):
+                with contention.watch() as usage:
+                    batch = self.run_batch(todo[start : start + self.batch_size], baseline_first=index % 2 == 1, bar=bar)
+                for record in batch:
+                    record["others_cores"] = None if usage.others is None else round(usage.others, 2)
                     out.write(json.dumps(record) + "\n")
                     records.append(record)
                     if tracker:
@@ -287,8 +291,8 @@ class Runner:
             "model": self.cfg["model"]["name"],
             "dataset": self.cfg["dataset"]["name"],
             "config_hash": config_hash(self.cfg),
-            "results": speed.totals(method_runs),
-            "environment": environment(self.cfg, decisions),
+            "results": {**speed.totals(method_runs), **speed.intervals(method_runs)},
+            "environment": {**environment(self.cfg, decisions), "others_cores": mean_others_cores(ordered)},
             "out_dir": str(self.out_dir),
             "config": self.cfg,
         }
@@ -414,6 +418,13 @@ def load_cached_baseline(cfg: dict) -> dict[str, dict]:
             "run it first (same overrides, method=ar) or use baseline.mode=paired"
         )
     return {r["id"]: r["method"] for r in records}
+
+
+def mean_others_cores(records: list[dict]) -> float | None:
+    """Cores other processes kept busy while these samples were timed, on average (the
+    speed figures of a run beside another job are not this machine's)."""
+    known = [r["others_cores"] for r in records if r.get("others_cores") is not None]
+    return round(sum(known) / len(known), 2) if known else None
 
 
 def environment(cfg: dict, decisions: dict) -> dict:

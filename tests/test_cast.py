@@ -113,7 +113,7 @@ def test_breadth_pruning_expands_fewer_nodes_before_a_draft_cost_step():
 
     def expanded(draft):
         drafter = FakeDrafter(lambda row, tree, node: probs.log())
-        policy = started(FakeCosts(draft=draft), top_k=6, depth=2, depth_pruning=False, dynamic_rerank=False)
+        policy = started(FakeCosts(draft=draft), top_k=6, depth=1, depth_pruning=False, dynamic_rerank=False)
         build(policy, drafter, [0])
         return [len(call[0]) for call in drafter.calls]
 
@@ -133,7 +133,7 @@ def chain_drafter(p_first: float, p_deeper: float) -> FakeDrafter:
 
 def depth_policy(buffer):
     # c = draft / target = 0.1 per layer, C2 * c = 0.1: go on while alpha_i * u_i >= 0.1
-    return started(FakeCosts(draft=lambda n: 1.0), top_k=1, depth=4, c2=1.0, buffer=buffer, dynamic_rerank=False)
+    return started(FakeCosts(draft=lambda n: 1.0), top_k=1, depth=3, c2=1.0, buffer=buffer, dynamic_rerank=False)
 
 
 def test_depth_pruning_follows_the_confidence_gain_buffer():
@@ -181,9 +181,9 @@ def test_dynamic_rerank_verifies_fewer_tokens_as_target_cost_rises():
     for slope in (0.0, 0.01, 0.1, 1.0, 100.0):
         drafter = FakeDrafter(lambda row, tree, node: table[node])
         costs = FakeCosts(target=lambda n, s=slope: 10 + s * n)
-        policy = started(costs, top_k=4, depth=3, total_tokens=40, c3=3.0, breadth_pruning=False, depth_pruning=False)
+        policy = started(costs, top_k=4, depth=2, total_tokens=40, c3=3.0, breadth_pruning=False, depth_pruning=False)
         tree = build(policy, drafter, [0])[0]
-        eagle = CastTree(top_k=4, depth=3, total_tokens=40, **EAGLE_ONLY)
+        eagle = CastTree(top_k=4, depth=2, total_tokens=40, **EAGLE_ONLY)
         full = build(eagle, FakeDrafter(lambda row, tree, node: table[node]), [0])[0]
         # linear target cost: c_k = (10 + s k) / (10 + s), so Algorithm 1 keeps every node
         # with confidence >= C3 * s / (10 + s) (the root always)
@@ -205,7 +205,7 @@ TABLE = {
 
 def test_all_switches_off_is_eagles_dynamic_tree():
     drafter = FakeDrafter(table_logits(TABLE, 10))
-    policy = CastTree(top_k=2, depth=3, total_tokens=6, **EAGLE_ONLY)
+    policy = CastTree(top_k=2, depth=2, total_tokens=6, **EAGLE_ONLY)
     policy.begin(2, None)  # nothing to price: no profile needed
     trees = build(policy, drafter, [0, 6])
     # row 0: depth 1 = (1) .6, (2) .4; depth 2 expands both: (1,3) .42, (1,4) .18, (2,5) .36,
@@ -238,7 +238,7 @@ def test_one_node_count_per_layer_for_the_whole_batch():
         return sharpness[row] * noise[row, node]
 
     costs = FakeCosts(draft=lambda n: 1 + 0.05 * n, target=lambda n: 10 + 0.1 * n)
-    policy = CastTree(top_k=8, depth=4, depth_pruning=False)
+    policy = CastTree(top_k=8, depth=3, depth_pruning=False)
     policy.begin(3, costs)
     drafter = FakeDrafter(logits_for)
     trees = build(policy, drafter, [0, 0, 0], contexts=[[1] * 4, [1] * 6, [1] * 11])
@@ -264,7 +264,7 @@ def test_needs_a_cost_profile():
 
 
 @pytest.mark.parametrize("key, value", [
-    ("top_k", 0), ("top_k", 2.5), ("top_k", True), ("depth", 0), ("depth", "auto"), ("total_tokens", 1),
+    ("top_k", 0), ("top_k", 2.5), ("top_k", True), ("depth", -1), ("depth", "auto"), ("total_tokens", 1),
     ("buffer", 0), ("c1", 0), ("c2", -1.0), ("c3", math.inf), ("c1", "3"), ("c2", math.nan),
     ("breadth_pruning", 1), ("depth_pruning", "yes"), ("dynamic_rerank", None),
 ])

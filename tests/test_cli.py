@@ -15,7 +15,7 @@ from specbench.costs.autotune import DRAFTING_OFF
 ROOT = Path(__file__).resolve().parents[1]
 # small cost profile and calibration: the first run on a machine measures them (cached after)
 # a fixed small EAGLE tree: the draft runs whatever the auto shape would pick on this machine
-SMALL_EAGLE_TREE = ["method.tree.top_k=4", "method.tree.depth=4", "method.tree.total_tokens=12"]
+SMALL_EAGLE_TREE = ["method.tree.top_k=4", "method.tree.depth=3", "method.tree.total_tokens=12"]
 QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
 
 
@@ -178,13 +178,22 @@ def test_sps_with_the_shipped_draft_is_identical_to_ar_in_fp32(tmp_path):
 
 
 def test_eagle3_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
-    tree = ["method.tree.top_k=10", "method.tree.depth=7", "method.tree.total_tokens=12"]
+    tree = ["method.tree.top_k=10", "method.tree.depth=6", "method.tree.total_tokens=12"]
     result = run("method=eagle3", "hardware=cpu-fp32", *tree, "dataset=humaneval", *QUICK, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = summary_of(tmp_path, "eagle3")
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
     assert summary["quality"]["humaneval_scored"] == 2 and summary["quality"] == summary["baseline_quality"]
-    assert summary["results"]["delta"] == 7.0  # one draft forward per depth
+    assert summary["results"]["delta"] == 7.0  # EAGLE's depth: the first draft forward, then 6 more
+
+
+def test_lookahead_on_the_embedded_model_is_identical_to_ar_in_fp32(tmp_path):
+    shape = ["method.tree.window=5", "method.tree.ngram=3", "method.tree.candidates=4"]
+    result = run("method=lookahead", "hardware=cpu-fp32", *shape, "dataset=humaneval", *QUICK, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, "lookahead")
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    assert summary["results"]["draft_forwards"] == 0  # the target drafts for itself
 
 
 @pytest.mark.parametrize("method, depth", [("hydra", 3), ("medusa", 4)])

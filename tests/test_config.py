@@ -61,7 +61,7 @@ def test_heads_on_a_target_without_them_say_how_to_give_them(method, what, publi
 
 
 def test_auto_shapes_are_the_defaults_and_need_a_run_to_choose(target):
-    for choice in ("pld", "sps", "sps_tree", "eagle3", "talon", "mars", "cast", "medusa", "hydra"):
+    for choice in ("pld", "sps", "sps_tree", "eagle3", "talon", "mars", "cast", "medusa", "hydra", "lookahead", "opt_tree"):
         assert "auto" in composed(f"method={choice}")["method"]["tree"].values()
     with pytest.raises(ConfigError, match="method.tree: gamma = auto"):
         methods.build(composed("method=pld")["method"], target, {"dtype": "float32", "device": "cpu"})

@@ -82,6 +82,47 @@ def test_ensure_profile_measures_once_then_reuses(tmp_path, monkeypatch, target)
     assert costs.profile_path(key).with_suffix(".png").is_file()
 
 
+def test_timings_taken_beside_another_job_serve_the_run_but_are_not_cached(tmp_path, monkeypatch, target):
+    """A profile measured while other processes kept the CPU busy prices every forward too
+    high; caching it would mislead every later run on the machine."""
+    from contextlib import contextmanager
+
+    from specbench.costs import contention
+
+    @contextmanager
+    def busy_machine():
+        yield contention.Usage(others=1.4)
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECBENCH_CONTENDED_CORES", "0.25")
+    monkeypatch.setattr(contention, "watch", busy_machine)
+    calls, logged = [], []
+    real = costs.measure_target
+    monkeypatch.setattr(costs, "measure_target", lambda *a, **k: calls.append(1) or real(*a, **k))
+    key = costs.profile_key("tiny", "float32", "cpu", 1)
+    first = costs.ensure_profile(key, TreeLM(target), 100, repeats=1, max_n=4, log=logged.append)
+    assert first.contended_cores == 1.4 and not first.trusted and first.target.max_n == 4
+    assert not costs.profile_path(key).is_file() and any("not cached" in line for line in logged)
+    costs.ensure_profile(key, TreeLM(target), 100, repeats=1, max_n=4, log=lambda *_: None)
+    assert len(calls) == 2  # measured again: nothing untrusted was reused
+    record, _ = fingerprint.cached_probe(tmp_path / "probe.json", {"cpu": "x"}, lambda: {"choice": "bf16"})
+    assert record["contended_cores"] == 1.4 and not (tmp_path / "probe.json").is_file()
+
+
+def test_contention_counts_busy_cpu_time_outside_this_process(monkeypatch):
+    from specbench.costs import contention
+
+    clocks = {"busy": iter([100.0, 103.0]), "own": iter([10.0, 11.0]), "wall": iter([5.0, 7.0])}
+    monkeypatch.setattr(contention, "_busy_seconds", lambda: next(clocks["busy"]))
+    monkeypatch.setattr(contention.time, "process_time", lambda: next(clocks["own"]))
+    monkeypatch.setattr(contention.time, "perf_counter", lambda: next(clocks["wall"]))
+    with contention.watch() as usage:
+        pass
+    assert usage.others == (3.0 - 1.0) / 2.0  # 3 busy CPU seconds, 1 of them ours, over 2 s
+    monkeypatch.setenv("SPECBENCH_CONTENDED_CORES", "0.25")
+    assert contention.contended(1.0) and not contention.contended(0.1) and not contention.contended(None)
+
+
 def test_measurements_cover_every_n_and_leave_the_model_usable(target, draft, prompts):
     lm = TreeLM(target)
     curve = measure_target(lm, [8, 24], max_n=5, repeats=1)
@@ -153,6 +194,23 @@ def test_a_lossy_verifier_gets_its_own_shape_choice(tmp_path):
     assert autotune.cache_file(*key, standard) != autotune.cache_file(*key, mars)
     assert autotune.cache_file(*key, mars) != autotune.cache_file(*key, autotune.verifier_id(MarsVerifier(0.8)))
     assert autotune.cache_file(*key, mars) == autotune.cache_file(*key, autotune.verifier_id(MarsVerifier(0.9)))
+
+
+def test_retrained_drafter_weights_get_their_own_shape_choice(tmp_path):
+    """A head retrained in place accepts differently: the cached shape choice must not
+    outlive its weights, while an unchanged head keeps it."""
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text("{}")
+    (head / "model.safetensors").write_bytes(b"v1" * 1000)
+    cfg = {"_target_": "specbench.drafters.eagle3.build", "head": {"name": "h", "path": str(head)}}
+    before = costs.weights_id(cfg)
+    assert costs.weights_id(cfg) == before and costs.weights_id({"_target_": "x.prompt_lookup.build"}) != before
+    (head / "model.safetensors").write_bytes(b"v2" * 1000)
+    after = costs.weights_id(cfg)
+    assert after != before
+    key = (tmp_path, synthetic_profile(0.0), "d", {"gamma": "auto"}, Sampling(), ["p", 8], autotune.verifier_id(StandardVerifier()))
+    assert autotune.cache_file(*key, before) != autotune.cache_file(*key, after)
 
 
 def test_drafting_off_decodes_as_ar_without_running_the_drafter(target, draft, prompts):

@@ -132,7 +132,7 @@ def assert_same_logits(incremental, scratch):
 def test_incremental_reading_equals_reading_from_scratch(target4, tmp_path, prompts):
     """After generating, the head's next-token logits equal those of a fresh head that
     reads the whole text at once: features and tokens are paired right at every step."""
-    method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path / "a"))
+    method = Method(EagleDynamicTree(top_k=3, depth=2, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path / "a"))
     lm = TreeLM(target4)
     out = generate(lm, method, prompts[0], Sampling(), Limits(max_new_tokens=17))
     text = prompts[0] + out.ids[:-1]
@@ -146,7 +146,7 @@ def test_batched_incremental_reading_equals_reading_from_scratch(target4, tmp_pa
     """Rows of different prompt lengths accept paths of different lengths (the target's
     and the head's caches keep masked holes) and one row leaves the batch; every row's
     next-token logits still equal a fresh single-row head reading its whole text."""
-    policy = EagleDynamicTree(top_k=3, depth=3, total_tokens=8)
+    policy = EagleDynamicTree(top_k=3, depth=2, total_tokens=8)
     drafter = drafter_for(target4, tmp_path / "a")
     lm = TreeLM(target4)
     lm.feature_layers = drafter.feature_layers
@@ -200,7 +200,7 @@ def ar_ids(target4, prompts):
 def test_greedy_identical_to_ar(policy, batch, target4, tmp_path, prompts, ar_ids):
     """Batches of 3 (the last of 2) hold prompts of different lengths; rows stop at
     different steps and leave the batch."""
-    tree = EagleDynamicTree(top_k=6, depth=3, total_tokens=16) if policy == "dynamic_tree" else Chain(3)
+    tree = EagleDynamicTree(top_k=6, depth=2, total_tokens=16) if policy == "dynamic_tree" else Chain(3)
     method = Method(tree, StandardVerifier(), drafter_for(target4, tmp_path))
     lm = TreeLM(target4)
     outputs = []
@@ -224,7 +224,7 @@ def test_a_row_stopping_before_any_draft_leaves(target4, tmp_path):
         first = [int(TreeLM(target4).forward(contexts=[p])[0][-1].argmax()) for p in prompts]
     assert first[0] != first[1]
     limits = Limits(max_new_tokens=10, stop_token_ids=frozenset({first[0]}))
-    method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path))
+    method = Method(EagleDynamicTree(top_k=3, depth=2, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path))
     ar = Method(Autoregressive(), StandardVerifier())
     outputs = generate_batch(lm, method, prompts, Sampling(), limits)
     assert [o.ids for o in outputs] == [generate(lm, ar, p, Sampling(), limits).ids for p in prompts]

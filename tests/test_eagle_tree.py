@@ -45,7 +45,7 @@ def paths(tree):
 
 def test_expands_top_k_by_cumulative_probability_and_reranks():
     drafter = TableDrafter(TABLE, 10)
-    [tree] = EagleDynamicTree(top_k=2, depth=3, total_tokens=6).build(drafter, [[]], [0], Sampling(), [None])
+    [tree] = EagleDynamicTree(top_k=2, depth=2, total_tokens=6).build(drafter, [[]], [0], Sampling(), [None])
     # depth 2 expands both depth-1 nodes; the best two grandchildren (3: .54, 5: .2 tied with 6) go on
     assert len(drafter.calls) == 3 and drafter.calls[0] == [[0]]
     assert drafter.calls[1] == [[1, 2]] and len(drafter.calls[2][0]) == 2
@@ -65,7 +65,7 @@ def test_each_row_grows_its_own_tree_in_shared_draft_forwards():
     other = {10: {11: 0.7, 12: 0.2, 13: 0.1}, 11: {14: 1.0}, 12: {15: 1.0}, 14: {16: 0.5, 17: 0.5}}
     tables = [TABLE, other, {20: {21: 1.0}}]
     roots = [0, 10, 20]
-    policy = EagleDynamicTree(top_k=2, depth=3, total_tokens=6)
+    policy = EagleDynamicTree(top_k=2, depth=2, total_tokens=6)
 
     class RunsOut(TableDrafter):
         def _row(self, b, tree, nodes):  # nothing to say below root 20's children
@@ -94,7 +94,7 @@ def test_budget_is_never_exceeded(total):
         def logits(self, contexts, trees, nodes):
             return [torch.randn(len(row), 50, generator=g) * 3 if row else None for row in nodes]
 
-    trees = EagleDynamicTree(top_k=4, depth=5, total_tokens=total).build(RandomDrafter(), [[], [7]], [1, 2], Sampling(), [None, None])
+    trees = EagleDynamicTree(top_k=4, depth=4, total_tokens=total).build(RandomDrafter(), [[], [7]], [1, 2], Sampling(), [None, None])
     for tree, root in zip(trees, [1, 2]):
         assert len(tree) == total and tree.tokens[0] == root
         assert tree.origin is not None and tree.origin[0] == 0
@@ -126,7 +126,18 @@ def test_subtree_keeps_ancestors_and_maps_back():
     assert a not in sub.origin
 
 
-@pytest.mark.parametrize("kwargs", [{"top_k": 0}, {"depth": 0}, {"total_tokens": 1}])
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_depth_counts_as_eagles_release_the_layers_after_the_first(depth):
+    """EAGLE's depth=d: one first draft forward, then d more, so d + 1 levels (a paper's
+    "depth 7" is 8 levels); a chain table makes every level exist."""
+    chain = {t: {t + 1: 0.9, t + 20: 0.1} for t in range(10)}
+    drafter = TableDrafter(chain, 40)
+    [tree] = EagleDynamicTree(top_k=1, depth=depth, total_tokens=50).build(drafter, [[]], [0], Sampling(), [None])
+    assert len(drafter.calls) == depth + 1 and max(tree.depths) == depth + 1
+    assert [tree.tokens[n] for n in tree.path_to(len(tree) - 1)] == list(range(depth + 2))
+
+
+@pytest.mark.parametrize("kwargs", [{"top_k": 0}, {"depth": -1}, {"total_tokens": 1}])
 def test_bad_parameters(kwargs):
     with pytest.raises(ConfigError, match="method.tree"):
         EagleDynamicTree(**kwargs)

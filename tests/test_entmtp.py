@@ -14,7 +14,7 @@ from specbench.errors import ConfigError
 from specbench.models.medusa import load_heads
 from specbench.search.frontier import WhatIf, acceptance_frontier, next_children, self_rollout, task_trees
 from specbench.trees.autoregressive import Autoregressive
-from specbench.trees.entmtp import ScheduledTree, TaskTrees, load_bank, path_value, save_bank
+from specbench.trees.entmtp import ScheduledTree, load_bank, path_value, save_bank
 from specbench.verify.standard import StandardVerifier
 from specbench.verify.typical import TypicalVerifier
 

@@ -118,7 +118,7 @@ def reference_ids(target, prompts):
 def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree, batch, compiled):
     """Batches of 3 (the last of 2) hold prompts of different lengths; packed weights from
     4 tokens on mix both kernels in one decode."""
-    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=4, total_tokens=10)
+    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=3, total_tokens=10)
     method = Method(policy, StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
     lm = LeanTreeLM(target, compiled)
     lean = []
@@ -168,7 +168,7 @@ def test_forward_choice():
 @pytest.mark.parametrize("tree", ["chain", "dynamic"])
 def test_torch_compiled_layers_give_the_same_ids(target, draft, prompts, reference_ids, tree):
     """engine.compile=torch: chain and tree forwards of several sizes through one compiled layer."""
-    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=4, total_tokens=10)
+    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=3, total_tokens=10)
     method = Method(policy, StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
     lm = LeanTreeLM(target, Compiled(torch=True))
     assert [generate(lm, method, p, Sampling(), LIMITS).ids for p in prompts[:3]] == reference_ids[:3]

@@ -12,6 +12,8 @@ from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.cast import CastTree
 from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
+from specbench.trees.lookahead import LookaheadTree
+from specbench.trees.opt import OptTree
 from specbench.trees.talon import TalonTree
 from specbench.verify.mars import MarsVerifier
 from specbench.verify.standard import StandardVerifier
@@ -52,8 +54,8 @@ class LinearCosts:
 @pytest.mark.parametrize(
     "name,batch",
     [(name, batch) for name in ("sps_noisy_draft", "sps_same_model", "pld", "random_tree_noisy", "random_tree_same_model", "dynamic_tree_noisy",
-                                "talon_noisy", "mars_theta_1_tree", "mars_theta_1_chain", "cast_noisy", "ar") for batch in (1, 3)]
-    + [(name, 8) for name in ("sps_noisy_draft", "pld", "random_tree_noisy", "cast_noisy", "ar")],
+                                "talon_noisy", "opt_tree_noisy", "mars_theta_1_tree", "mars_theta_1_chain", "cast_noisy", "lookahead", "ar") for batch in (1, 3)]
+    + [(name, 8) for name in ("sps_noisy_draft", "pld", "random_tree_noisy", "cast_noisy", "lookahead", "ar")],
 )
 def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
     """Every row of a batch (prompts of different lengths, rows stopping at different
@@ -64,16 +66,20 @@ def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
     elif name == "pld":
         method = Method(Chain(6), StandardVerifier(), PromptLookupDrafter(VOCAB))
     elif name.startswith("dynamic_tree"):
-        method = Method(EagleDynamicTree(top_k=3, depth=4, total_tokens=10), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
+        method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
     elif name == "talon_noisy":
         method = Method(TalonTree(budget=12, mu=0.03, top_k=3), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
     elif name == "mars_theta_1_tree":  # r <= 1 always, so theta = 1 never relaxes: strict greedy
-        method = Method(EagleDynamicTree(top_k=3, depth=4, total_tokens=10), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
+        method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
     elif name == "mars_theta_1_chain":
         method = Method(Chain(4), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
     elif name == "cast_noisy":
-        tree = CastTree(top_k=3, depth=5, total_tokens=12, c1=0.5, c2=0.5, c3=0.5)
+        tree = CastTree(top_k=3, depth=4, total_tokens=12, c1=0.5, c2=0.5, c3=0.5)
         method = Method(tree, StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB), costs=LinearCosts())
+    elif name == "opt_tree_noisy":
+        method = Method(OptTree(nodes=8, threshold=0.2, max_depth=5), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
+    elif name == "lookahead":
+        method = Method(LookaheadTree(window=4, ngram=3, candidates=3), StandardVerifier())
     elif name == "ar":
         method = Method(Autoregressive(), StandardVerifier())
     else:
@@ -94,7 +100,7 @@ def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
 def test_lean_forward_batched_identical_to_ar(batch, target, draft, prompts, ar_outputs):
     """The lean forward's batched cache (holes where rows accept fewer tokens) gives AR's ids."""
     lm = LeanTreeLM(target)
-    method = Method(EagleDynamicTree(top_k=3, depth=4, total_tokens=10), StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
+    method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
     outputs = []
     for start in range(0, len(prompts), batch):
         outputs += generate_batch(lm, method, prompts[start : start + batch], GREEDY, LIMITS)

@@ -126,7 +126,7 @@ def test_point_mass_drafts_are_verified_losslessly():
     assert chisquare(counts, expected).pvalue > 1e-3
 
 
-@pytest.mark.parametrize("policy", ["chain", "tree"])
+@pytest.mark.parametrize("policy", ["chain", "tree", "lookahead"])
 def test_batched_rows_sample_what_they_sample_alone(policy, target, draft, prompts):
     """At T>0 each row of a batch draws from its own generator exactly the sequence it
     draws decoded alone (draft samples, acceptance tests, corrections): batching changes
@@ -136,11 +136,15 @@ def test_batched_rows_sample_what_they_sample_alone(policy, target, draft, promp
     from specbench.engine.loop import Limits, Method, generate, generate_batch
     from specbench.trees.chain import Chain
     from specbench.trees.eagle import EagleDynamicTree
+    from specbench.trees.lookahead import LookaheadTree
 
     from conftest import VOCAB
 
-    tree = Chain(3) if policy == "chain" else EagleDynamicTree(top_k=3, depth=3, total_tokens=8)
-    method = Method(tree, StandardVerifier(), SmallLMDrafter(draft, VOCAB))
+    if policy == "lookahead":  # no draft model: the window and the n-gram pool live in the policy
+        method = Method(LookaheadTree(window=4, ngram=3, candidates=3), StandardVerifier())
+    else:
+        tree = Chain(3) if policy == "chain" else EagleDynamicTree(top_k=3, depth=2, total_tokens=8)
+        method = Method(tree, StandardVerifier(), SmallLMDrafter(draft, VOCAB))
     sampling, limits = Sampling(temperature=1.0), Limits(max_new_tokens=24, stop_token_ids=frozenset({2}))
     rows = prompts[:6]
     alone = [generate(TreeLM(target), method, p, sampling, limits, torch.Generator().manual_seed(i)).ids for i, p in enumerate(rows)]

@@ -13,7 +13,7 @@ from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
-from specbench.models.medusa import MedusaHeads, load_heads
+from specbench.models.medusa import load_heads
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.static import StaticTree, Topology, read_choices
 from specbench.verify.standard import StandardVerifier

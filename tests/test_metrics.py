@@ -211,3 +211,21 @@ def test_three_speedup_conventions_on_hand_made_samples():
     result = speed.speedup(method, baseline)
     assert result["speedup"] == (60 / 6.0) / (60 / 6.0)
     assert result["speedup_median_per_sample"] == 2.0 and result["speedup_mean_per_sample"] == 1.5
+
+
+def test_tau_and_delta_intervals_bracket_their_values_and_need_enough_batches():
+    runs = [{**_run(30, 1.0), "target_forwards": 10 + i, "draft_forwards": 3 * (10 + i) + i % 3} for i in range(10)]
+    totals, intervals = speed.totals(runs), speed.intervals(runs)
+    for key in ("tau", "delta"):
+        low, high = intervals[f"{key}_ci95"]
+        assert low <= totals[key] <= high and low < high
+    assert speed.intervals(runs[:4]) == {"tau_ci95": None, "delta_ci95": None}
+    constant = [_run(20, 1.0) for _ in range(6)]  # every prompt tau 1: nothing to vary
+    assert speed.intervals(constant)["tau_ci95"] == [1.0, 1.0]
+
+
+def test_a_run_says_how_busy_the_machine_was_while_it_was_timed():
+    from specbench.run import mean_others_cores
+
+    assert mean_others_cores([{"others_cores": 0.1}, {"others_cores": 0.5}, {}]) == 0.3
+    assert mean_others_cores([{"others_cores": None}]) is None

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from runners import cast, entmtp, mars, talon
-from specbench.replicate import paper, report, results, tables
+from specbench.replicate import report, results, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small cost profile and calibration (the first run on a machine measures them; cached after)
@@ -19,6 +19,7 @@ SMALL_COSTS = ["costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1"
 
 
 PAPER_TREE = {"config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60}
+MARS_TREE = {"config.method.tree.top_k": 10, "config.method.tree.depth": 6, "config.method.tree.total_tokens": 50}  # K=7, release
 
 
 def run_row(method, dataset, temperature, samples=3, **extra):
@@ -37,9 +38,9 @@ def reference(*rows):
 
 def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run():
     runs = pd.DataFrame([
-        run_row("mars", "gsm8k", 1.0, **{**PAPER_TREE, "config.method.tree.depth": 7, "config.method.verifier.theta": 0.9, "results.tau": 2.5, "speedup": 0.8}),
-        run_row("mars", "humaneval", 1.0, **{**PAPER_TREE, "config.method.tree.depth": 7, "config.method.verifier.theta": 0.9, "results.tau": 1.5, "speedup": 0.6}),
-        run_row("mars", "gsm8k", 1.0, samples=1, **{**PAPER_TREE, "config.method.tree.depth": 7, "config.method.verifier.theta": 0.84, "results.tau": 9.0, "speedup": 9.0}),
+        run_row("mars", "gsm8k", 1.0, **{**MARS_TREE, "config.method.verifier.theta": 0.9, "results.tau": 2.5, "speedup": 0.8, "results.tau_ci95": [2.25, 2.75]}),
+        run_row("mars", "humaneval", 1.0, **{**MARS_TREE, "config.method.verifier.theta": 0.9, "results.tau": 1.5, "speedup": 0.6}),
+        run_row("mars", "gsm8k", 1.0, samples=1, **{**MARS_TREE, "config.method.verifier.theta": 0.84, "results.tau": 9.0, "speedup": 9.0}),
     ])
     ref = reference(
         ("table1", "qwen3-8b", "mars", "gsm8k", 1, "", "tau", 5.0),
@@ -51,13 +52,14 @@ def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run(
     assert compared.loc[("qwen3-8b", "mars", "gsm8k"), "note"] == tables.NOT_AT_SCALE
     ours = compared.loc[("smollm2-135m", "mars")]
     assert ours.loc["gsm8k", "ours"] == 2.5  # theta 0.9 (the empty setting's default), not the 0.84 run
+    assert ours.loc["gsm8k", "note"] == "n=3, 95% CI 2.25-2.75" and ours.loc["humaneval", "note"] == "n=3"
     assert ours.loc["mean", "ours"] == 2.0 and pd.isna(ours.loc["mean", "published"])
     assert compared.loc[("smollm2-135m", "medusa", "gsm8k"), "note"] == "no medusa in specbench"
 
 
 def test_paper_scale_delta_baseline_rows_and_missing_runs():
     runs = pd.DataFrame([
-        run_row("mars", "wmt19", 1.0, **{**PAPER_TREE, "config.model.name": "qwen3-8b", "config.method.tree.depth": 7, "config.method.verifier.theta": 0.86,
+        run_row("mars", "wmt19", 1.0, **{**MARS_TREE, "config.model.name": "qwen3-8b", "config.method.verifier.theta": 0.86,
                                          "quality.bleu": 27.0, "baseline_quality.bleu": 30.0}),
     ])
     ref = reference(
@@ -69,7 +71,7 @@ def test_paper_scale_delta_baseline_rows_and_missing_runs():
     assert compared.loc["theta=0.86", "ours"] == 27.0 and compared.loc["theta=0.86", "delta"] == pytest.approx(27.0 - 29.12)
     assert compared.loc["", "ours"] == 30.0  # AR: the baseline that ran beside the method
     assert compared.loc["theta=0.88", "note"] == tables.NOT_RUN
-    assert "29.12 / 27.00 (-2.12)" == tables.cell(compared.loc["theta=0.86"])
+    assert "29.12 / 27.00 (-2.12) [n=3]" == tables.cell(compared.loc["theta=0.86"])  # each cell says what it rests on
 
 
 def test_tables_are_written_in_three_formats(tmp_path):
@@ -312,9 +314,9 @@ def test_a_papers_speedup_convention_fills_its_cells_with_ours_beside():
                          run_row("mars", "humaneval", 1.0, **{"speedup": 1.20, **mars.DEFAULTS["mars"]})])
     ref = reference(("table1", "qwen3-8b", "mars", "gsm8k", 1.0, "", "speedup", 3.0), ("table1", "qwen3-8b", "mars", "humaneval", 1.0, "", "speedup", 3.0))
     ours = tables.compare(ref, runs, mars.locate("cpu"), "smollm2-135m", mars.SPEEDUP).query("model == 'smollm2-135m'").set_index("dataset")
-    assert ours.loc["gsm8k", "ours"] == 1.36 and ours.loc["gsm8k", "note"] == "aggregate ratio 1.30"
+    assert ours.loc["gsm8k", "ours"] == 1.36 and ours.loc["gsm8k", "note"] == "aggregate ratio 1.30; n=3"
     assert ours.loc["humaneval", "ours"] == 1.20 and "predates" in ours.loc["humaneval", "note"]
-    assert "[aggregate ratio 1.30]" in tables.cell(ours.reset_index().set_index("dataset").loc["gsm8k"])
+    assert "[aggregate ratio 1.30; n=3]" in tables.cell(ours.reset_index().set_index("dataset").loc["gsm8k"])
 
 
 def test_entmtp_notebook_on_a_small_sweep(tmp_path, monkeypatch):
@@ -338,3 +340,54 @@ def test_entmtp_notebook_on_a_small_sweep(tmp_path, monkeypatch):
     assert "12 finished runs" in printed and "EntMTP" in printed
     assert {"figure1.png", "figure2.png"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
     assert {"table1.md", "table2-search.md", "path-value.md"} <= {p.name for p in (tmp_path / "results" / "tables").iterdir()}
+
+
+def runs_on_disk(tmp_path, name, taus, speedups=None):
+    """A run whose per-prompt records give these taus (and per-prompt speedups over AR)."""
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    lines = []
+    for i, tau in enumerate(taus):
+        method = {"new_tokens": 60, "target_forwards": 60 / tau, "seconds": 1.0}
+        baseline = {"new_tokens": 60, "target_forwards": 60, "seconds": (speedups or [1.0] * len(taus))[i]}
+        lines.append(json.dumps({"id": str(i), "method": method, "baseline": baseline}))
+    (run_dir / "samples.jsonl").write_text("\n".join(lines))
+    return pd.Series({"run_dir": str(run_dir)})
+
+
+def test_a_directional_claim_needs_its_interval_to_exclude_the_other_side(tmp_path):
+    from specbench.replicate.paper import every_higher
+
+    base = [2.0, 2.2, 1.8, 2.1, 1.9, 2.0, 2.3, 1.7]
+    high = runs_on_disk(tmp_path, "high", [t + 0.5 + 0.01 * i for i, t in enumerate(base)])
+    low = runs_on_disk(tmp_path, "low", base)
+    noisy = runs_on_disk(tmp_path, "noisy", [t + (0.6 if i % 2 else -0.55) for i, t in enumerate(base)])
+    few = runs_on_disk(tmp_path, "few", base[:3])
+    assert every_higher([("a", high, low), ("b", high, low)], "tau", ("x", "y"))[0] is True
+    assert every_higher([("a", high, low), ("b", low, high)], "tau", ("x", "y"))[0] is False  # one case clearly lower
+    verdict, text = every_higher([("a", high, low), ("b", noisy, low)], "tau", ("x", "y"))
+    assert verdict is None and "prompts per case would settle it" in text and "b +0.03 [" in text
+    assert every_higher([("a", few, low)], "tau", ("x", "y"))[0] is None  # 3 shared prompts: no interval
+    faster = runs_on_disk(tmp_path, "faster", base, speedups=[1.5 + 0.01 * i for i in range(8)])
+    slower = runs_on_disk(tmp_path, "slower", base, speedups=[1.1 + 0.01 * i for i in range(8)])
+    assert every_higher([("a", faster, slower)], "speedup", ("x", "y"))[0] is True
+    with pytest.raises(KeyError):
+        every_higher([], "tau", ("x", "y"))
+
+
+def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path):
+    def sizes(runner, prompts, tokens):
+        found = {}
+        for s in runner.sweeps("cpu", prompts, tokens, tmp_path):
+            limit = next(o for o in s.overrides if o.startswith("dataset.limit="))
+            length = next(o for o in s.overrides if o.startswith("gen.max_new_tokens="))
+            found.setdefault(s.name, set()).add((limit, length))
+        return found
+
+    for runner in (mars, talon):
+        found = sizes(runner, runner.CPU_PROMPTS, runner.CPU_MAX_NEW_TOKENS)
+        assert all(found[name] == {("dataset.limit=20", "gen.max_new_tokens=128")} for name in runner.HEADLINE)
+        assert all(v == {("dataset.limit=5", "gen.max_new_tokens=64")} for n, v in found.items() if n not in runner.HEADLINE)
+        assert all(v == {("dataset.limit=1", "gen.max_new_tokens=6")} for v in sizes(runner, 1, 6).values())  # a quick look
+    paper = mars.sweeps("paper", 20, 128, tmp_path)
+    assert not any("dataset.limit=5" in s.overrides for s in paper)

@@ -52,7 +52,6 @@ def test_tree_structure():
     assert tree.depths == [0, 1, 1, 2, 2, 2, 3]
     assert tree.path_to(6) == [0, 1, 4, 6]
     assert tree.children(1) == [3, 4]
-    assert not tree.is_chain()
     mask = tree.ancestor_mask()
     assert mask[6].nonzero().flatten().tolist() == [0, 1, 4, 6]
     assert mask[5].nonzero().flatten().tolist() == [0, 2, 5]

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from specbench.costs import compile as compile_rule
+from specbench.costs import contention
 from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
 from specbench.costs.profile import CostProfile, context_grid, load, measure_commit, measure_drafter, measure_target, save
@@ -62,6 +63,31 @@ def drafter_id(drafter_cfg: dict | None) -> str | None:
     return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
 
 
+def weights_id(drafter_cfg: dict | None, sample_bytes: int = 1 << 20) -> str:
+    """What a drafter's trained weights are, for caches of what they accept (auto shapes):
+    a retrained head under the same config must not reuse the old head's choice. Hashes
+    the name, size and first `sample_bytes` of each file of every model entry the config
+    names (an entry: a dict with a path, package or hub id), so a multi-GB target costs
+    no more than a small head."""
+    digest = hashlib.sha256()
+    for entry in _model_entries(drafter_cfg or {}):
+        directory = Path(registry.resolve(entry, "method.drafter"))
+        for file in sorted(f for f in directory.iterdir() if f.is_file()):
+            digest.update(f"{file.name}:{file.stat().st_size}".encode())
+            with file.open("rb") as handle:
+                digest.update(handle.read(sample_bytes))
+    return digest.hexdigest()[:16]
+
+
+def _model_entries(cfg):
+    if isinstance(cfg, dict):
+        if any(cfg.get(k) for k in ("path", "package", "id")):
+            yield cfg
+            return
+        for value in cfg.values():
+            yield from _model_entries(value)
+
+
 def ensure_profile(
     key: dict, target: TreeLM, longest_context: int, drafters: dict | None = None,
     repeats: int = REPEATS, max_n: int = MAX_N, refresh: bool = False, log=print, batch: int = 1,
@@ -72,6 +98,22 @@ def ensure_profile(
     size `batch` > 1, the same curves at that batch size too."""
     path = profile_path(key)
     profile = None if refresh else load(path, key)
+    with contention.watch() as usage:
+        profile, measured = _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch)
+    if measured and usage.others is not None:
+        profile.contended_cores = max(profile.contended_cores, round(usage.others, 2))
+        if not profile.trusted:
+            log(f"warning: other processes kept {usage.others:.1f} cores busy while profiling; these timings are used "
+                f"for this run only (not cached): profile again on an idle machine")
+    if measured and profile.trusted:
+        save(profile, path)
+    if measured or not path.with_suffix(".png").is_file():
+        draw_curves(profile, path.with_suffix(".png"), log)
+    return profile
+
+
+def _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch) -> tuple[CostProfile, bool]:
+    """(the profile with every missing curve measured, whether anything was)."""
     measured = False
     contexts = context_grid(longest_context)
     if profile is None or profile.target.contexts[-1] < longest_context or profile.target.max_n < max_n:
@@ -83,7 +125,6 @@ def ensure_profile(
         profile.commit_ms = measure_commit(target, contexts[0], repeats)
         profile.step_overhead_ms = measure_step_overhead(target, profile, contexts[0])
         log(f"  target profiled in {time.perf_counter() - start:.0f} s: n=1 {curve.at(contexts[0], 1):.1f} ms, n={max_n} {curve.at(contexts[0], max_n):.1f} ms at c={contexts[0]}")
-        save(profile, path)
         measured = True
     for name, drafter in (drafters or {}).items():
         known = profile.drafters.get(name)
@@ -91,23 +132,19 @@ def ensure_profile(
             continue
         log(f"profiling drafter {name} (n = 1..{max_n})")
         profile.drafters[name] = measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats)
-        save(profile, path)
         measured = True
     if batch > 1:
-        measured = _ensure_batch(profile, path, target, drafters or {}, batch, longest_context, repeats, max_n, log) or measured
-    if measured or not path.with_suffix(".png").is_file():
-        draw_curves(profile, path.with_suffix(".png"), log)
-    return profile
+        measured = _ensure_batch(profile, target, drafters or {}, batch, longest_context, repeats, max_n, log) or measured
+    return profile, measured
 
 
-def _ensure_batch(profile, path, target, drafters, batch, longest_context, repeats, max_n, log) -> bool:
+def _ensure_batch(profile, target, drafters, batch, longest_context, repeats, max_n, log) -> bool:
     """Target and drafter curves at batch size `batch`, where missing or too short."""
     measured = False
     known = profile.target_batches.get(str(batch))
     if known is None or known.contexts[-1] < longest_context or known.max_n < max_n:
         log(f"profiling {profile.key['model']} forwards at batch size {batch}")
         profile.target_batches[str(batch)] = measure_target(target, profile.target.contexts, max_n, repeats, batch=batch)
-        save(profile, path)
         measured = True
     for name, drafter in drafters.items():
         known = profile.drafter_batches.get(name, {}).get(str(batch))
@@ -116,7 +153,6 @@ def _ensure_batch(profile, path, target, drafters, batch, longest_context, repea
         log(f"profiling drafter {name} at batch size {batch}")
         curve = measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats, batch=batch)
         profile.drafter_batches.setdefault(name, {})[str(batch)] = curve
-        save(profile, path)
         measured = True
     return measured
 

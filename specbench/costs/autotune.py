@@ -24,6 +24,7 @@ import torch
 from hydra.utils import get_class
 from tqdm import tqdm
 
+from specbench.costs import contention
 from specbench.costs.predict import predict
 from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.engine.loop import Limits, Method, generate
@@ -32,7 +33,7 @@ from specbench.errors import ConfigError
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
 DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
-VERSION = 2  # in the cache key: records of an older choice rule are re-measured
+VERSION = 3  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth)
 CALIBRATION_PROMPTS = 3
 CALIBRATION_TOKENS = 48
 
@@ -136,20 +137,22 @@ def verifier_id(verifier) -> str:
     return f"{type(verifier).__module__}.{type(verifier).__qualname__}:{json.dumps(vars(verifier), sort_keys=True, default=str)}"
 
 
-def cache_file(cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, calibration, verifier: str) -> Path:
-    blob = json.dumps([VERSION, profile.key, drafter, tree_cfg, asdict(sampling), calibration, verifier], sort_keys=True, default=str)
+def cache_file(
+    cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, calibration, verifier: str, weights: str = "",
+) -> Path:
+    blob = json.dumps([VERSION, profile.key, drafter, weights, tree_cfg, asdict(sampling), calibration, verifier], sort_keys=True, default=str)
     return cache / f"autotune-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.json"
 
 
 def tune(
     tree_cfg: dict, drafter, verifier, target, profile: CostProfile, drafter_name: str | None,
     make_prompts: Callable[[], list[list[int]]], prompts_id: str, sampling, stop_token_ids: frozenset[int], cache: Path,
-    max_new_tokens: int = CALIBRATION_TOKENS, log=print,
+    max_new_tokens: int = CALIBRATION_TOKENS, log=print, weights: str = "",
 ) -> tuple[dict, dict]:
     """(concrete tree config, record of the choice) for a tree config with auto keys.
     `make_prompts()` gives the calibration prompts, read only when the cache (keyed by
-    `prompts_id`) has no choice yet."""
-    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, [prompts_id, max_new_tokens], verifier_id(verifier))
+    `prompts_id` and `weights`, the drafter's weights_id) has no choice yet."""
+    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, [prompts_id, max_new_tokens], verifier_id(verifier), weights)
     if path.is_file():
         record = json.loads(path.read_text())
         return record["chosen"], record
@@ -164,18 +167,19 @@ def tune(
     step_costs = ProfileCosts(profile, drafter_name)  # for policies that price their trees (CAST)
     warm_up = Method(policy=policies[0], verifier=verifier, drafter=drafter, costs=step_costs)
     generate(target, warm_up, prompts[0], sampling, Limits(8, stop_token_ids), torch.Generator().manual_seed(0))
-    for cfg, policy in tqdm(list(zip(options, policies)), desc="calibrating tree shapes", unit="shape"):
-        method = Method(policy=policy, verifier=verifier, drafter=drafter, costs=step_costs)
-        runs = []
-        for index, prompt in enumerate(prompts):
-            generator = torch.Generator().manual_seed(index)
-            out = generate(target, method, prompt, sampling, limits, generator)
-            runs.append({
-                "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
-                "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
-                "seconds": out.seconds, "prefill_seconds": out.prefill_seconds,
-            })
-        measured.append((cfg, runs, predict(runs, profile, drafter_name)))
+    with contention.watch() as usage:
+        for cfg, policy in tqdm(list(zip(options, policies)), desc="calibrating tree shapes", unit="shape"):
+            method = Method(policy=policy, verifier=verifier, drafter=drafter, costs=step_costs)
+            runs = []
+            for index, prompt in enumerate(prompts):
+                generator = torch.Generator().manual_seed(index)
+                out = generate(target, method, prompt, sampling, limits, generator)
+                runs.append({
+                    "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
+                    "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
+                    "seconds": out.seconds, "prefill_seconds": out.prefill_seconds,
+                })
+            measured.append((cfg, runs, predict(runs, profile, drafter_name)))
     rows = list(zip(options, price(measured, auto_keys(tree_cfg))))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
@@ -189,6 +193,9 @@ def tune(
         log(f"  {record['note']}")
     else:
         log(f"  chosen {best['tree']} (predicted {best['predicted_speedup']:.2f}x)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
+    if profile.trusted and not contention.contended(usage.others):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1))
+    else:  # timed beside another job: good enough for this run, not for every later one
+        log("  (not cached: other processes used the CPU while the profile or the calibration was timed)")
     return record["chosen"], record

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from specbench.costs import contention
+
 # CPU flags that change which matmul kernels torch can use (fp32 / bf16 / int8 GEMM)
 MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
 
@@ -65,14 +67,18 @@ def fingerprint_id(fingerprint: dict) -> str:
 
 def cached_probe(path: Path, fingerprint: dict, measure: Callable[[], dict], refresh: bool = False) -> tuple[dict, float | None]:
     """The record cached at `path` when it was measured on this `fingerprint` (and not
-    `refresh`), else `measure()`'s fields saved there with the fingerprint; also the
-    seconds measuring took (None when cached)."""
+    `refresh`), else `measure()`'s fields saved there with the fingerprint (not saved when
+    other processes kept the CPU busy meanwhile); also the seconds measuring took (None
+    when cached)."""
     if path.is_file() and not refresh:
         record = json.loads(path.read_text())
         if record.get("fingerprint") == fingerprint:
             return record, None
     start = time.perf_counter()
-    record = {"fingerprint": fingerprint, **measure()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
+    with contention.watch() as usage:
+        record = {"fingerprint": fingerprint, **measure()}
+    record["contended_cores"] = None if usage.others is None else round(usage.others, 2)
+    if not contention.contended(usage.others):  # timed beside another job: this run only
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1))
     return record, time.perf_counter() - start

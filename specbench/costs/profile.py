@@ -20,6 +20,7 @@ from statistics import median
 import torch
 from tqdm import tqdm
 
+from specbench.costs.contention import contended
 from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
@@ -78,7 +79,14 @@ class CostProfile:
     target_batches: dict[str, Curve] = field(default_factory=dict)
     # drafter id -> batch size -> draft forward curve, for B > 1
     drafter_batches: dict[str, dict[str, Curve]] = field(default_factory=dict)
+    # the most cores other processes used while any of these curves was measured (costs.contention)
+    contended_cores: float = 0.0
     version: int = VERSION
+
+    @property
+    def trusted(self) -> bool:
+        """Measured on a machine otherwise idle: fit to cache, and to cache choices made with."""
+        return not contended(self.contended_cores)
 
     def target_ms(self, batch: int, context: float, n: int) -> float:
         return by_batch({1: self.target} | {int(b): c for b, c in self.target_batches.items()}, batch, context, n)
@@ -102,7 +110,7 @@ class CostProfile:
             step_overhead_ms=raw.get("step_overhead_ms", 0.0), commit_ms=raw.get("commit_ms", 0.0),
             target_batches={b: Curve(**v) for b, v in raw.get("target_batches", {}).items()},
             drafter_batches={d: {b: Curve(**v) for b, v in per.items()} for d, per in raw.get("drafter_batches", {}).items()},
-            version=raw.get("version", 0),
+            contended_cores=raw.get("contended_cores", 0.0), version=raw.get("version", 0),
         )
 
 
@@ -150,7 +158,7 @@ def load(path: Path, key: dict) -> CostProfile | None:
         profile = CostProfile.from_json(path.read_text())
     except (ValueError, KeyError, TypeError):
         return None
-    if profile.version != VERSION or profile.key != key:
+    if profile.version != VERSION or profile.key != key or not profile.trusted:
         return None
     return profile
 

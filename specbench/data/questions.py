@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -140,12 +139,16 @@ def hub_rows(cfg: dict) -> Iterable[tuple[int, dict]]:
     from specbench.models.registry import hub_reachable
 
     hub = cfg["hub"]
-    if not hub_reachable():
-        os.environ["HF_DATASETS_OFFLINE"] = "1"  # use the local cache only, fail fast
     try:
         import datasets
 
-        rows = datasets.load_dataset(hub["id"], hub.get("config"), split=hub["split"])
+        was_offline = datasets.config.HF_HUB_OFFLINE
+        # unreachable hub: this one load reads the local cache only and fails fast
+        datasets.config.HF_HUB_OFFLINE = was_offline or not hub_reachable()
+        try:
+            rows = datasets.load_dataset(hub["id"], hub.get("config"), split=hub["split"])
+        finally:
+            datasets.config.HF_HUB_OFFLINE = was_offline
     except Exception as error:  # noqa: BLE001 - datasets raises many types for "not available"
         raise ConfigError(
             f"dataset.path: {cfg['name']} comes from the hub ({hub['id']}, split {hub['split']}), which is not "

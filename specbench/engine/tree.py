@@ -77,9 +77,6 @@ class DraftTree:
         )
         return tree
 
-    def is_chain(self) -> bool:
-        return all(p == i - 1 for i, p in enumerate(self.parents))
-
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [n, n]: row i is True at i and at every ancestor of i."""
         if self.ancestors is not None:

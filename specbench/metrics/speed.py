@@ -82,23 +82,53 @@ def bootstrap_ci(method: list[dict], baseline: list[dict], draws: int = 2000, se
     sample at batch size 1) with replacement: how far the ratio could move with other
     prompts of the same kind. None below MIN_GROUPS batches: too few to resample. A batch
     drawn twice counts its tokens and its wall time twice."""
-    groups: dict[str, list[int]] = {}
-    for i, run in enumerate(method):
-        batched = run.get("batch_size", 1) > 1 and run.get("batch_id")
-        groups.setdefault(run["batch_id"] if batched else str(i), []).append(i)
-    if len(groups) < MIN_GROUPS:
-        return None, None
-    sums = [(_tokens_seconds([method[i] for i in g]), _tokens_seconds([baseline[i] for i in g])) for g in groups.values()]
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(draws):
-        picked = rng.choices(sums, k=len(sums))
+    groups = _batches(method)
+    sums = [(_tokens_seconds([method[i] for i in g]), _tokens_seconds([baseline[i] for i in g])) for g in groups]
+
+    def ratio(picked):
         m_tokens, m_seconds = map(sum, zip(*(m for m, _ in picked)))
         b_tokens, b_seconds = map(sum, zip(*(b for _, b in picked)))
-        if m_tokens and m_seconds and b_tokens and b_seconds:
-            ratios.append((m_tokens / m_seconds) / (b_tokens / b_seconds))
-    ratios.sort()
-    return ratios[int(0.025 * len(ratios))], ratios[min(int(0.975 * len(ratios)), len(ratios) - 1)]
+        return (m_tokens / m_seconds) / (b_tokens / b_seconds) if m_tokens and m_seconds and b_tokens and b_seconds else None
+
+    return resampled_ci(sums, ratio, draws, seed)
+
+
+def ratio_ci(runs: list[dict], numerator: str, denominator: str, draws: int = 2000, seed: int = 0) -> list[float] | None:
+    """95% bootstrap interval (over batches, as bootstrap_ci) of sum(numerator) /
+    sum(denominator), e.g. tau = new_tokens / target_forwards; None below MIN_GROUPS batches."""
+    sums = [(sum(runs[i][numerator] for i in g), sum(runs[i][denominator] for i in g)) for g in _batches(runs)]
+    low, high = resampled_ci(sums, lambda picked: _ratio(*map(sum, zip(*picked))), draws, seed)
+    return [low, high] if low is not None else None
+
+
+def intervals(runs: list[dict]) -> dict:
+    """tau's and delta's 95% intervals, for a run's results beside their point values."""
+    return {"tau_ci95": ratio_ci(runs, "new_tokens", "target_forwards"), "delta_ci95": ratio_ci(runs, "draft_forwards", "target_forwards")}
+
+
+def resampled_ci(groups: list, statistic, draws: int = 2000, seed: int = 0) -> tuple[float | None, float | None]:
+    """Percentile 95% interval of `statistic(resampled groups)` (None values skipped);
+    (None, None) below MIN_GROUPS groups."""
+    if len(groups) < MIN_GROUPS:
+        return None, None
+    rng = random.Random(seed)
+    values = sorted(v for v in (statistic(rng.choices(groups, k=len(groups))) for _ in range(draws)) if v is not None)
+    if not values:
+        return None, None
+    return values[int(0.025 * len(values))], values[min(int(0.975 * len(values)), len(values) - 1)]
+
+
+def _batches(runs: list[dict]) -> list[list[int]]:
+    """Indices of the samples decoded together (one per sample at batch size 1)."""
+    groups: dict[str, list[int]] = {}
+    for i, run in enumerate(runs):
+        batched = run.get("batch_size", 1) > 1 and run.get("batch_id")
+        groups.setdefault(run["batch_id"] if batched else str(i), []).append(i)
+    return list(groups.values())
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
 
 
 def _tokens_seconds(runs: list[dict]) -> tuple[int, float]:

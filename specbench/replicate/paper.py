@@ -3,11 +3,14 @@ per scale, matching a published row's setting to run config keys, and figure/cla
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import yaml
 
 from specbench import ROOT
+from specbench.metrics.speed import resampled_ci
 from specbench.replicate import results
 from specbench.replicate.sweep import Sweep
 
@@ -26,6 +29,19 @@ OFFLINE_COPIES = {
     "nq": "../shared/data/eagle/qa.jsonl",
     "wmt19": "../shared/data/mars/wmt19.jsonl",
 }
+
+
+# cpu scale: a paper's headline sweeps run --prompts x --max-new-tokens (each runner's default:
+# enough prompts for an interval to decide); every other sweep at most these, which each
+# table cell's note (n=...) and the report's setup line show
+REDUCED_PROMPTS, REDUCED_TOKENS = 5, 64  # 5: the fewest prompts an interval is drawn from
+
+
+def sweep_size(scale: str, name: str, headline: set[str], prompts: int, max_new_tokens: int) -> tuple[int, int]:
+    """(prompts, new tokens) for sweep `name`: reduced at cpu scale unless it is a headline one."""
+    if scale != "cpu" or name in headline:
+        return prompts, max_new_tokens
+    return min(prompts, REDUCED_PROMPTS), min(max_new_tokens, REDUCED_TOKENS)
 
 
 def dataset_conf(name: str) -> dict:
@@ -118,3 +134,55 @@ def per_prompt(run: pd.Series) -> pd.DataFrame:
         rows.append({"id": record["id"], "tau": method["new_tokens"] / steps if steps else np.nan,
                      "delta": method["draft_forwards"] / steps if steps else np.nan})
     return pd.DataFrame(rows)
+
+
+# ---- directional claims with intervals ----------------------------------------------
+
+def prompt_values(run: pd.Series, metric: str) -> dict[str, float]:
+    """Per prompt of a run: `tau` (tokens per target forward) or `speedup` (its tok/s over
+    AR's on the same prompt in the same run)."""
+    values = {}
+    for record in results.samples(run):
+        m, b = record["method"], record.get("baseline")
+        if metric == "tau" and m["target_forwards"]:
+            values[record["id"]] = m["new_tokens"] / m["target_forwards"]
+        elif metric == "speedup" and b and m["seconds"] and b["seconds"] and b["new_tokens"]:
+            values[record["id"]] = (m["new_tokens"] / m["seconds"]) / (b["new_tokens"] / b["seconds"])
+    if not values:
+        raise KeyError(f"per-prompt {metric} of {run.get('run_dir')}")
+    return values
+
+
+def paired_difference(a: pd.Series, b: pd.Series, metric: str) -> tuple[float, float | None, float | None, int]:
+    """(mean of a - b over the prompts both runs decoded, its 95% bootstrap interval, the
+    prompt count): the runs share prompts (seeded subsets), so the difference is paired."""
+    va, vb = prompt_values(a, metric), prompt_values(b, metric)
+    differences = [va[k] - vb[k] for k in va if k in vb]
+    if not differences:
+        raise KeyError(f"prompts shared by {a.get('run_dir')} and {b.get('run_dir')}")
+    low, high = resampled_ci(differences, lambda picked: sum(picked) / len(picked))
+    return sum(differences) / len(differences), low, high, len(differences)
+
+
+def every_higher(pairs: list[tuple[str, pd.Series, pd.Series]], metric: str, names: tuple[str, str]) -> tuple[bool | None, str]:
+    """A claim "a has the higher `metric` in every case" (case, a's run, b's run): agrees when
+    every case's interval of a - b is above 0, does not when some case's is below 0, and
+    cannot tell otherwise, saying how many prompts per case would settle it."""
+    if not pairs:
+        raise KeyError(f"{names[0]} and {names[1]} runs")
+    parts, above, below, needed = [], 0, 0, 0
+    for case, a, b in pairs:
+        mean, low, high, n = paired_difference(a, b, metric)
+        if low is None:
+            parts.append(f"{case} {mean:+.2f} (n={n}, too few for an interval)")
+            needed = max(needed, 5)
+            continue
+        parts.append(f"{case} {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
+        above, below = above + (low > 0), below + (high < 0)
+        if low <= 0 <= high and mean:
+            needed = max(needed, math.ceil(n * ((high - low) / 2 / abs(mean)) ** 2))
+    verdict = False if below else True if above == len(pairs) else None
+    text = f"{names[0]} - {names[1]} {metric} per prompt, mean [95% CI]: " + "; ".join(parts)
+    if verdict is None and needed:
+        text += f"; about {needed} prompts per case would settle it"
+    return verdict, text

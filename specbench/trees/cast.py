@@ -3,7 +3,8 @@ measured forward costs (Hong, Tan & Hu, "Inference-Cost-Aware Dynamic Tree Const
 for Efficient Inference in Large Language Models", section 4).
 
 The tree grows as EAGLE's: layer 1 is the root's top-K children; every later layer is the
-top-K children of each node expanded from the layer before. Confidence v(u) is the
+top-K children of each node expanded from the layer before. `depth` counts as EAGLE's
+(and so Appendix E's): the layers drafted after the first, at most depth + 1 layers. Confidence v(u) is the
 draft's path probability (exp of the cumulative log-prob). Three switches (the paper's
 Table 3 ablations) replace EAGLE's fixed counts; with all three off this is exactly
 EagleDynamicTree with the same top_k, depth and total_tokens.
@@ -92,7 +93,7 @@ class CastTree:
         c3: float = 3.0, buffer: int = 8, breadth_pruning: bool = True, depth_pruning: bool = True,
         dynamic_rerank: bool = True,
     ):
-        counts = (("top_k", top_k, 1), ("depth", depth, 1), ("total_tokens", total_tokens, 2), ("buffer", buffer, 1))
+        counts = (("top_k", top_k, 1), ("depth", depth, 0), ("total_tokens", total_tokens, 2), ("buffer", buffer, 1))
         for key, value, low in counts:
             require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
                     f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
@@ -136,7 +137,8 @@ class CastTree:
         one_token_ms = self.costs.target_ms(batch, context, 1) if self.priced else 1.0
         trees = [DraftTree.root(r) for r in roots]
         frontiers, fed, kept_utility = [[0] for _ in roots], 1, None
-        for layer in range(1, self.depth + 1):
+        last = self.depth + 1
+        for layer in range(1, last + 1):
             logits = drafter.logits(contexts, trees, frontiers)
             layer_nodes = [best_first(t, self._expand(t, f, z)) for t, f, z in zip(trees, frontiers, logits)]
             scores = [[math.exp(t.logps[n]) for n in nodes[: self.top_k]] for t, nodes in zip(trees, layer_nodes)]
@@ -155,7 +157,7 @@ class CastTree:
             if kept_utility:
                 self.ratios(layer - 1).append(u[count - 1] / kept_utility)  # phi_{layer-1}
             kept_utility = u[count - 1]
-            if layer == self.depth:
+            if layer == last:
                 break
             if self.depth_pruning and self.alpha(layer) * u[count - 1] < self.c2 * cost[count - 1]:
                 break

@@ -1,8 +1,10 @@
 """EAGLE-2/3 dynamic tree: grow by cumulative draft log-probability, then rerank.
 
-Depth 1 takes the drafter's top-K tokens after the root. At each further depth the K
+The first draft forward gives the root's top-K children. Then, `depth` times, the K
 newest nodes with the highest cumulative log-prob are expanded (one draft forward for
-all of them), each adding its top-K children. Finally every drafted node is ranked by
+all of them), each adding its top-K children. `depth` counts as EAGLE's release does
+(its tree-building loop runs `depth` times after the first forward): a tree of
+depth + 1 levels and depth + 1 draft forwards, so a paper's `depth=7` is written as is. Finally every drafted node is ranked by
 cumulative log-prob and the best N-1 are kept with the root (N = total_tokens); a
 child never outscores its parent, so the kept nodes form a subtree.
 
@@ -24,18 +26,18 @@ class EagleDynamicTree:
     # shapes `auto` chooses from (specbench.costs.autotune), small to large
     AUTO_CANDIDATES = [
         {"top_k": k, "depth": d, "total_tokens": n}
-        for k, d, n in ((1, 1, 2), (1, 2, 3), (2, 2, 4), (2, 3, 6), (3, 4, 8), (4, 4, 12), (4, 5, 16), (6, 6, 24), (8, 6, 32), (10, 7, 60))
+        for k, d, n in ((1, 0, 2), (1, 1, 3), (2, 1, 4), (2, 2, 6), (3, 3, 8), (4, 3, 12), (4, 4, 16), (6, 5, 24), (8, 5, 32), (10, 6, 60))
     ]
 
     def __init__(self, top_k: int = 10, depth: int = 7, total_tokens: int = 60):
-        for key, value, low in (("top_k", top_k, 1), ("depth", depth, 1), ("total_tokens", total_tokens, 2)):
+        for key, value, low in (("top_k", top_k, 1), ("depth", depth, 0), ("total_tokens", total_tokens, 2)):
             require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
         self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
 
     def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
         frontiers = [[0] for _ in trees]
-        for _ in range(self.depth):
+        for _ in range(self.depth + 1):
             if not any(frontiers):
                 break
             rows = drafter.logits(contexts, trees, frontiers)
