@@ -30,7 +30,7 @@ from specbench import costs
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
 from specbench.replicate import main, results
-from specbench.replicate.paper import base_filters, by_source, model_params, one, parse_setting, speed_text
+from specbench.replicate.paper import LOOKAHEAD, base_filters, by_source, model_params, one, parse_setting, speed_text
 from specbench.replicate.report import Claim, save
 
 NAME = "cast"
@@ -43,7 +43,7 @@ SETUP = {
 }
 DATASETS = ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq"]
 PACKAGED = ["mt_bench", "humaneval", "gsm8k"]  # what cpu scale runs where time is short
-IMPLEMENTED = {"cast", "eagle3", "sps", "pld"}
+IMPLEMENTED = {"cast", "eagle3", "sps", "pld", "lookahead"}
 THRESHOLD_4 = ["llama3.3-70b", "vicuna-13b"]  # Appendix E, batch size 1; the 8B models use 3
 BATCH1_MODELS = ["vicuna-13b", "llama3.3-70b", "llama3.1-8b", "dsl-8b"]
 BATCH8_MODELS = ["vicuna-13b", "vicuna-33b", "llama3.1-8b", "qwen2-7b"]
@@ -63,6 +63,7 @@ DEFAULTS = {
     "eagle3": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60},
     "sps": {"config.method.tree.gamma": 5},
     "pld": {"config.method.tree.gamma": 10},
+    "lookahead": LOOKAHEAD,
 }
 
 
@@ -102,7 +103,7 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
         for threshold, models in thresholds.items():
             sweeps += at("table1", datasets, ["method=cast", f"gen.temperature={temperature}", *cast_shape(1, threshold)], models)
         sweeps += at("table1-eagle3", datasets, ["method=eagle3", f"gen.temperature={temperature}"], BATCH1_MODELS)
-    sweeps += at("table1-baselines", wide, ["method=sps,pld", "gen.temperature=0"], ["vicuna-13b"])
+    sweeps += at("table1-baselines", wide, ["method=sps,pld,lookahead", "gen.temperature=0"], ["vicuna-13b"])
     if paper:  # the paper leaves out methods that relax acceptance at T=1 (PLD among them)
         sweeps += at("table1-baselines", wide, ["method=sps", "gen.temperature=1"], ["vicuna-13b"])
     temperatures8 = "0,1" if paper else "0"

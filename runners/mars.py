@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.replicate import main, results
-from specbench.replicate.paper import base_filters, by_source, every_higher, number, one, parse_setting, slope, sweep_size
+from specbench.replicate.paper import LOOKAHEAD, base_filters, by_source, every_higher, number, one, parse_setting, slope, sweep_size
 from specbench.replicate.report import Claim, save
 
 NAME = "mars"
@@ -49,8 +49,7 @@ DEFAULTS = {
     "sps": {"config.method.tree.gamma": 7},
     "sps_mars": {"config.method.tree.gamma": 6, "config.method.verifier.theta": 0.9},
     "pld": {"config.method.tree.gamma": 7},
-    # the paper does not give Lookahead's window: the Lookahead paper's largest (7B) setting
-    "lookahead": {"config.method.tree.window": 15, "config.method.tree.ngram": 5, "config.method.tree.candidates": 15},
+    "lookahead": LOOKAHEAD,
 }
 SETTING_KEYS = {"theta": "config.method.verifier.theta", "gamma": "config.method.tree.gamma"}
 

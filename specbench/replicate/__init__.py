@@ -60,7 +60,8 @@ def write_results(paper: ModuleType, scale: str, runs, out_dir: Path) -> None:
     figures = paper.figures(runs, out_dir / "figures")
     names = sorted({p.stem for p in written})
     setup = paper.SETUP[scale] + f" {len(runs)} finished runs" + (
-        f"; prompts per dataset {sorted(set(runs['config.dataset.limit'].astype(str)))}, new tokens {sorted(set(runs['config.gen.max_new_tokens']))}." if len(runs) else "."
+        f"; prompts per dataset {sorted(set(runs['config.dataset.limit'].astype(str)))}, new tokens {sorted(set(runs['config.gen.max_new_tokens']))}"
+        + (f"; dtype {', '.join(sorted(set(runs['environment.dtype'].dropna())))}" if "environment.dtype" in runs else "") + "." if len(runs) else "."
     )
     report.write(out_dir / "report.md", f"{paper.TITLE}: {scale}-scale replication", setup, report.verdicts(paper.CLAIMS, runs), names, figures)
     print(f"wrote {len(names)} tables, {len(figures)} figure files and {out_dir / 'report.md'}")

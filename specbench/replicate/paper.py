@@ -31,6 +31,10 @@ OFFLINE_COPIES = {
 }
 
 
+# Lookahead's window as the MARS and CAST baselines run it: neither paper gives theirs, so the
+# Lookahead paper's largest (7B) setting, W=15, N=5, G=15
+LOOKAHEAD = {"config.method.tree.window": 15, "config.method.tree.ngram": 5, "config.method.tree.candidates": 15}
+
 # cpu scale: a paper's headline sweeps run --prompts x --max-new-tokens (each runner's default:
 # enough prompts for an interval to decide); every other sweep at most these, which each
 # table cell's note (n=...) and the report's setup line show
