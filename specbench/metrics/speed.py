@@ -60,11 +60,7 @@ def speedup(method: list[dict], baseline: list[dict]) -> dict:
     the median of per-sample ratios (robust to one slow prompt), and their mean (the
     convention of EAGLE, MARS and Spec-Bench)."""
     m, b = totals(method), totals(baseline)
-    per_sample = [
-        (x["new_tokens"] / x["seconds"]) / (y["new_tokens"] / y["seconds"])
-        for x, y in zip(method, baseline)
-        if x["seconds"] and y["seconds"] and y["new_tokens"]
-    ]
+    per_sample = [r for r in (sample_speedup(x, y) for x, y in zip(method, baseline)) if r is not None]
     low, high = bootstrap_ci(method, baseline)
     return {
         "speedup": m["tok_per_s"] / b["tok_per_s"] if m["tok_per_s"] and b["tok_per_s"] else None,
@@ -72,6 +68,13 @@ def speedup(method: list[dict], baseline: list[dict]) -> dict:
         "speedup_median_per_sample": median(per_sample) if per_sample else None,
         "speedup_mean_per_sample": sum(per_sample) / len(per_sample) if per_sample else None,
     }
+
+
+def sample_speedup(method: dict, baseline: dict) -> float | None:
+    """One sample's tok/s over the baseline's tok/s on the same prompt; None without timings."""
+    if method["seconds"] and baseline["seconds"] and baseline["new_tokens"]:
+        return (method["new_tokens"] / method["seconds"]) / (baseline["new_tokens"] / baseline["seconds"])
+    return None
 
 
 MIN_GROUPS = 5

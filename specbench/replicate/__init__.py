@@ -59,9 +59,11 @@ def write_results(paper: ModuleType, scale: str, runs, out_dir: Path) -> None:
     written = tables.write(compared, out_dir / "tables", paper.TITLE)
     figures = paper.figures(runs, out_dir / "figures")
     names = sorted({p.stem for p in written})
-    setup = paper.SETUP[scale] + f" {len(runs)} finished runs" + (
-        f"; prompts per dataset {sorted(set(runs['config.dataset.limit'].astype(str)))}, new tokens {sorted(set(runs['config.gen.max_new_tokens']))}"
-        + (f"; dtype {', '.join(sorted(set(runs['environment.dtype'].dropna())))}" if "environment.dtype" in runs else "") + "." if len(runs) else "."
-    )
+    setup = paper.SETUP[scale] + f" {len(runs)} finished runs"
+    if len(runs):
+        setup += f"; prompts per dataset {sorted(set(runs['config.dataset.limit'].astype(str)))}, new tokens {sorted(set(runs['config.gen.max_new_tokens']))}"
+        if "environment.dtype" in runs:
+            setup += f"; dtype {', '.join(sorted(set(runs['environment.dtype'].dropna())))}"
+    setup += "."
     report.write(out_dir / "report.md", f"{paper.TITLE}: {scale}-scale replication", setup, report.verdicts(paper.CLAIMS, runs), names, figures)
     print(f"wrote {len(names)} tables, {len(figures)} figure files and {out_dir / 'report.md'}")

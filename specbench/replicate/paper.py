@@ -10,7 +10,7 @@ import pandas as pd
 import yaml
 
 from specbench import ROOT
-from specbench.metrics.speed import resampled_ci
+from specbench.metrics.speed import MIN_GROUPS, resampled_ci, sample_speedup
 from specbench.replicate import results
 from specbench.replicate.sweep import Sweep
 
@@ -38,7 +38,7 @@ LOOKAHEAD = {"config.method.tree.window": 15, "config.method.tree.ngram": 5, "co
 # cpu scale: a paper's headline sweeps run --prompts x --max-new-tokens (each runner's default:
 # enough prompts for an interval to decide); every other sweep at most these, which each
 # table cell's note (n=...) and the report's setup line show
-REDUCED_PROMPTS, REDUCED_TOKENS = 5, 64  # 5: the fewest prompts an interval is drawn from
+REDUCED_PROMPTS, REDUCED_TOKENS = MIN_GROUPS, 64  # the fewest prompts an interval is drawn from
 
 
 def sweep_size(scale: str, name: str, headline: set[str], prompts: int, max_new_tokens: int) -> tuple[int, int]:
@@ -148,10 +148,12 @@ def prompt_values(run: pd.Series, metric: str) -> dict[str, float]:
     values = {}
     for record in results.samples(run):
         m, b = record["method"], record.get("baseline")
-        if metric == "tau" and m["target_forwards"]:
-            values[record["id"]] = m["new_tokens"] / m["target_forwards"]
-        elif metric == "speedup" and b and m["seconds"] and b["seconds"] and b["new_tokens"]:
-            values[record["id"]] = (m["new_tokens"] / m["seconds"]) / (b["new_tokens"] / b["seconds"])
+        if metric == "tau":
+            value = m["new_tokens"] / m["target_forwards"] if m["target_forwards"] else None
+        else:
+            value = sample_speedup(m, b) if b else None
+        if value is not None:
+            values[record["id"]] = value
     if not values:
         raise KeyError(f"per-prompt {metric} of {run.get('run_dir')}")
     return values
@@ -179,7 +181,7 @@ def every_higher(pairs: list[tuple[str, pd.Series, pd.Series]], metric: str, nam
         mean, low, high, n = paired_difference(a, b, metric)
         if low is None:
             parts.append(f"{case} {mean:+.2f} (n={n}, too few for an interval)")
-            needed = max(needed, 5)
+            needed = max(needed, MIN_GROUPS)
             continue
         parts.append(f"{case} {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
         above, below = above + (low > 0), below + (high < 0)
