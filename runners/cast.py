@@ -30,7 +30,7 @@ from specbench import costs
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
 from specbench.replicate import main, results
-from specbench.replicate.paper import LOOKAHEAD, base_filters, by_source, model_params, one, parse_setting, speed_text
+from specbench.replicate.paper import LOOKAHEAD, base_filters, by_source, model_params, not_run, one, parse_setting, speed_text
 from specbench.replicate.report import Claim, save
 
 NAME = "cast"
@@ -43,7 +43,7 @@ SETUP = {
 }
 DATASETS = ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq"]
 PACKAGED = ["mt_bench", "humaneval", "gsm8k"]  # what cpu scale runs where time is short
-IMPLEMENTED = {"cast", "eagle3", "sps", "pld", "lookahead"}
+IMPLEMENTED = {"cast", "eagle", "eagle2", "eagle3", "sps", "pld", "lookahead"}
 THRESHOLD_4 = ["llama3.3-70b", "vicuna-13b"]  # Appendix E, batch size 1; the 8B models use 3
 BATCH1_MODELS = ["vicuna-13b", "llama3.3-70b", "llama3.1-8b", "dsl-8b"]
 BATCH8_MODELS = ["vicuna-13b", "vicuna-33b", "llama3.1-8b", "qwen2-7b"]
@@ -61,6 +61,10 @@ SPEEDUP = "speedup"  # the paper does not say how it aggregates per-prompt speed
 DEFAULTS = {
     "cast": {"config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72},
     "eagle3": {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60},
+    # EAGLE-2 as its release runs it (EaModel.from_pretrained); EAGLE-1 with its whole static tree
+    # (specbench's; the published mc_sim_7b_63 needs a local clone: method.tree.choices_file)
+    "eagle2": {"config.method.tree.depth": 5, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 59},
+    "eagle": {},
     "sps": {"config.method.tree.gamma": 5},
     "pld": {"config.method.tree.gamma": 10},
     "lookahead": LOOKAHEAD,
@@ -103,13 +107,18 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
         for threshold, models in thresholds.items():
             sweeps += at("table1", datasets, ["method=cast", f"gen.temperature={temperature}", *cast_shape(1, threshold)], models)
         sweeps += at("table1-eagle3", datasets, ["method=eagle3", f"gen.temperature={temperature}"], BATCH1_MODELS)
-    sweeps += at("table1-baselines", wide, ["method=sps,pld,lookahead", "gen.temperature=0"], ["vicuna-13b"])
+    sweeps += at("table1-baselines", wide, ["method=sps,pld,lookahead,eagle2", "gen.temperature=0"], ["vicuna-13b"])
+    sweeps += at("table1-baselines", wide, ["method=eagle", "method.tree.size=null", "gen.temperature=0"], ["vicuna-13b"])
     if paper:  # the paper leaves out methods that relax acceptance at T=1 (PLD among them)
         sweeps += at("table1-baselines", wide, ["method=sps", "gen.temperature=1"], ["vicuna-13b"])
     temperatures8 = "0,1" if paper else "0"
     sweeps += at("table2", wide, ["method=cast", f"gen.temperature={temperatures8}", *cast_shape(8, 2.5)], BATCH8_MODELS, batch=8)
     # cpu scale: EAGLE-3's 60-node trees at batch size 8 take ~4 minutes a run here, so HumanEval only
     sweeps += at("table2-eagle3", wide if paper else ["humaneval"], ["method=eagle3", f"gen.temperature={temperatures8}"], ["vicuna-13b", "llama3.1-8b"], batch=8)
+    # EAGLE-1 heads are published for the Vicuna targets only (conf/model: `eagle`)
+    eagle1_models = ["vicuna-13b", "vicuna-33b"]
+    sweeps += at("table2-eagle", wide if paper else ["humaneval"], ["method=eagle2", f"gen.temperature={temperatures8}"], eagle1_models, batch=8)
+    sweeps += at("table2-eagle", wide if paper else ["humaneval"], ["method=eagle", "method.tree.size=null", f"gen.temperature={temperatures8}"], eagle1_models, batch=8)
     # Table 3 names no model or dataset; Figure 5 (HumanEval) matches Vicuna-13B's Table 1 row at
     # batch size 1, so both run there, and Figure 5 adds batch size 32 at paper scale
     for batch in BATCHES[scale] + ([32] if paper else []):
@@ -130,7 +139,7 @@ def locate(scale: str):
     def find(row: pd.Series):
         method, setting = row["method"], parse_setting(row["setting"])
         if method not in IMPLEMENTED:
-            return f"no {method} in specbench"
+            return not_run(method)
         gpu = setting.get("gpu")
         if gpu and scale == "cpu":
             return f"the paper's {gpu} GPU: at cpu scale this is Table 1's run on this CPU"

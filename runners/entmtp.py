@@ -43,7 +43,7 @@ import pandas as pd
 
 from specbench import ROOT
 from specbench.replicate import OUR_MODEL, main, results
-from specbench.replicate.paper import base_filters, by_source, one, parse_setting, speed_text
+from specbench.replicate.paper import base_filters, by_source, not_run, one, parse_setting, speed_text
 from specbench.replicate.report import Claim, save
 from specbench.replicate.sweep import Sweep
 
@@ -112,7 +112,7 @@ def locate(scale: str):
     def find(row: pd.Series):
         method, setting = row["method"], parse_setting(row["setting"])
         if method not in IMPLEMENTED:
-            return f"no {method} in specbench"
+            return not_run(method)
         if row["table"] == "table2":
             return "from the offline search, not a run: see table2-search"
         filters = base_filters(row)

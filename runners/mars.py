@@ -9,7 +9,9 @@ embedded SmolLM2-135M with our EAGLE-3 head and SpS draft on a seeded prompt sub
 
 Assumptions where the paper is silent: 1024 new tokens (as TALON, on the same EAGLE-3
 code); full GSM8K, HumanEval (4 answers each: avg@4), MT-Bench and WMT19; 80 prompts of
-Alpaca and CNN/DM (Spec-Bench's convention).
+Alpaca and CNN/DM (Spec-Bench's convention). EAGLE-2 baselines get the same K=7 tree as
+EAGLE-3; EAGLE-1 baselines use specbench's whole static tree (depth 5), since EAGLE-1's
+published mc_sim_7b_63 is read only from a local clone of its release (`method.tree.choices_file`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.replicate import main, results
-from specbench.replicate.paper import LOOKAHEAD, base_filters, by_source, every_higher, number, one, parse_setting, slope, sweep_size
+from specbench.replicate.paper import LOOKAHEAD, base_filters, by_source, every_higher, every_slope, not_run, number, one, parse_setting, sweep_size
 from specbench.replicate.report import Claim, save
 
 NAME = "mars"
@@ -37,7 +39,7 @@ SETUP = {
 MODELS = ["vicuna-13b", "llama3.1-8b", "llama3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-235b"]
 SPS_PAIRS = ["qwen3-32b", "llama3.1-70b"]  # Table 5 targets; their drafts: qwen3-0.6b, llama3.1-8b
 THETAS = [0.84, 0.86, 0.88, 0.9, 0.92, 0.94, 0.96, 0.98]
-IMPLEMENTED = {"ar", "sps", "pld", "eagle3", "mars", "sps_mars", "lookahead"}
+IMPLEMENTED = {"ar", "sps", "pld", "eagle", "eagle2", "eagle3", "mars", "sps_mars", "lookahead"}
 # the defaults a row with an empty setting means (§4.1: draft length 7 for every method, top-k 10,
 # theta 0.9; Table 5 sets SpS gamma 6 itself)
 SPEEDUP = "speedup_mean_per_sample"  # MARS builds on EAGLE's evaluation code: the mean of per-prompt tok/s ratios
@@ -46,6 +48,8 @@ SPEEDUP = "speedup_mean_per_sample"  # MARS builds on EAGLE's evaluation code: t
 DEFAULTS = {
     "mars": {"config.method.tree.depth": 6, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 50, "config.method.verifier.theta": 0.9},
     "eagle3": {"config.method.tree.depth": 6, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 50},
+    "eagle2": {"config.method.tree.depth": 6, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 50},
+    "eagle": {},  # its whole static tree: the sweep sets method.tree.size=null (EAGLE-1's tree has a fixed depth)
     "sps": {"config.method.tree.gamma": 7},
     "sps_mars": {"config.method.tree.gamma": 6, "config.method.verifier.theta": 0.9},
     "pld": {"config.method.tree.gamma": 7},
@@ -73,7 +77,9 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     figure3_thetas = ",".join(map(str, THETAS[:-1])) if scale == "paper" else "0.84,0.88,0.9,0.92,0.96"
     sweeps = [
         *at("table1", ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm"], ["method=mars,eagle3", "gen.temperature=1"]),
-        *at("table1-baselines", ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm"], ["method=sps,pld,lookahead", "gen.temperature=1"],
+        *at("table1-baselines", ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm"], ["method=sps,pld,lookahead,eagle2", "gen.temperature=1"],
+            ["vicuna-13b"] if scale == "paper" else MODELS),
+        *at("table1-baselines", ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm"], ["method=eagle", "method.tree.size=null", "gen.temperature=1"],
             ["vicuna-13b"] if scale == "paper" else MODELS),
         *at("table2", ["gsm8k", "humaneval"], ["method=mars", f"method.tree.depth={depths_of(6, 9, 12, 15)}",
             f"gen.temperature={'0.2,0.4,0.6,0.8,1' if scale == 'paper' else '1'}"], ["qwen3-32b"]),
@@ -93,7 +99,7 @@ def locate(scale: str):
     def find(row: pd.Series):
         method, setting = row["method"], parse_setting(row["setting"])
         if method not in IMPLEMENTED:
-            return f"no {method} in specbench"
+            return not_run(method)
         if row["table"] == "table7" and setting.get("category") != "avg":
             return "per-category judge scores are not computed"
         filters = base_filters(row)
@@ -199,19 +205,23 @@ def _versus(runs, metric, method, other, datasets, temperature, **extra):
 
 
 def _k_claim(runs):
-    rows = [(k, one(runs, method="mars", dataset=d, temperature=1.0, **{"config.method.tree.depth": depth_of(k), "config.method.verifier.theta": 0.9}), d) for d in ("gsm8k", "humaneval") for k in (6, 9, 12, 15)]
-    taus = {d: [r["results.tau"] for k, r, dd in rows if dd == d] for d in ("gsm8k", "humaneval")}
-    grows = all(slope([6, 9, 12, 15], t) > 0 for t in taus.values())
-    return grows, "; ".join(f"{d}: tau " + ", ".join(f"{t:.2f}" for t in v) + " at K=6,9,12,15" for d, v in taus.items())
+    cases = [
+        (d, [(k, one(runs, method="mars", dataset=d, temperature=1.0, **{"config.method.tree.depth": depth_of(k), "config.method.verifier.theta": 0.9}))
+             for k in (6, 9, 12, 15)])
+        for d in ("gsm8k", "humaneval")
+    ]
+    return every_slope(cases, "tau", rising=True, axis="K")
 
 
 def _theta_speed(runs):
-    sweep = theta_sweep(runs, lengths=(7,))
-    sweep = sweep[sweep["theta"] <= 0.96]
-    slopes = {d: slope(g["theta"], g["speedup"]) for d, g in sweep.groupby("dataset") if len(g) > 2}
-    if not slopes:
-        raise KeyError("theta sweep")
-    return all(s < 0 for s in slopes.values()), "; ".join(f"{d}: speedup slope {s:+.2f} per unit theta" for d, s in slopes.items())
+    chosen = results.select(runs, {"config.method.name": "mars", "temperature": 1.0, "config.method.tree.depth": depth_of(7)})
+    cases = []
+    for dataset in ("humaneval", "gsm8k"):
+        points = [(run["config.method.verifier.theta"], run) for _, run in chosen[chosen["config.dataset.name"] == dataset].iterrows()
+                  if run["config.method.verifier.theta"] <= 0.96]
+        if len({theta for theta, _ in points}) > 2:
+            cases.append((dataset, points))
+    return every_slope(cases, "speedup", rising=False, axis="theta")
 
 
 def _theta_accuracy(runs):

@@ -65,9 +65,14 @@ def figure(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def interval(ci95) -> str:
+    """'[low-high] ' of a summary's speedup_ci95, or nothing when it has none (too few prompts)."""
+    return f"[{ci95[0]:.2f}-{ci95[1]:.2f}] " if ci95 and None not in ci95 else ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", nargs="+", default=["pld", "lookahead", "sps", "sps_tree", "eagle3", "talon", "mars", "cast"])
+    parser.add_argument("--methods", nargs="+", default=["pld", "lookahead", "sps", "sps_tree", "eagle", "eagle2", "eagle3", "opt_tree", "talon", "mars", "cast"])
     parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
     parser.add_argument("--hf-prompts", type=int, default=5)
     add_run_arguments(parser, prompts=10)
@@ -84,7 +89,7 @@ def main() -> None:
             rows.append({
                 "method": method, "dataset": dataset, "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
                 "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
-                "speedup": summary.get("speedup"), "median": summary.get("speedup_median_per_sample"),
+                "speedup": summary.get("speedup"), "median": summary.get("speedup_median_per_sample"), "ci95": summary.get("speedup_ci95"),
                 "predicted": (summary.get("cost_model") or {}).get("predicted_speedup"),
                 "overhead": (summary.get("cost_model") or {}).get("engine_overhead_share"),
                 "shape": autotune.describe(choice) if choice else None,
@@ -112,13 +117,13 @@ def main() -> None:
     lines += [
         "", f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} tokens, T=0)", "",
         "Each row is one `python -m specbench method=M dataset=D` run: AR back to back on every prompt (order alternating).", "",
-        "| method | dataset | shape (auto) | tau | delta | tok/s | AR tok/s | speedup (median) | predicted | engine overhead | identical ids |",
+        "| method | dataset | shape (auto) | tau | delta | tok/s | AR tok/s | speedup [95% CI] (median) | predicted | engine overhead | identical ids |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
             f"| {r['method']} | {r['dataset']} | {r['shape'] or '-'} | {r['tau']:.2f} | {r['delta']:.2f} | {r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | "
-            f"{r['speedup']:.2f}x ({r['median']:.2f}x) | {r['predicted']:.2f}x | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |"
+            f"{r['speedup']:.2f}x {interval(r['ci95'])}({r['median']:.2f}x) | {r['predicted']:.2f}x | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |"
         )
     (args.out / f"speed-{name}.md").write_text("\n".join(lines) + "\n")
     (args.out / f"speed-{name}.json").write_text(json.dumps({"fingerprint": fingerprint, "transformers": hf, "settings": settings, "methods": rows}, indent=1))

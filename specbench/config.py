@@ -11,11 +11,15 @@ HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "seed")
 # one (2: method.tree.depth counts as EAGLE's release does, the layers after the first)
 CONVENTIONS = 2
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# a model config's drafter entries: a method carries the one it uses, resolved, in
+# `method.drafter`, so the others (and a new one added later) do not change a run's identity
+DRAFTER_ENTRIES = ("sps_draft", "eagle", "eagle3", "medusa", "hydra")
 
 
 def config_hash(cfg: dict) -> str:
     """Everything that changes a run's results, nothing that doesn't (paths, logging)."""
     keys = {k: cfg[k] for k in HASHED_KEYS}
+    keys["model"] = {k: v for k, v in cfg["model"].items() if k not in DRAFTER_ENTRIES}
     keys["conventions"] = CONVENTIONS
     if cfg["method"] != cfg["baseline"]["method"]:
         keys["baseline_mode"] = cfg["baseline"]["mode"]

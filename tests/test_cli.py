@@ -187,6 +187,18 @@ def test_eagle3_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
     assert summary["results"]["delta"] == 7.0  # EAGLE's depth: the first draft forward, then 6 more
 
 
+@pytest.mark.parametrize("method, shape, delta", [
+    ("eagle", ["method.tree.size=null"], 5.0),  # the default static tree: one head forward per depth
+    ("eagle2", ["method.tree.top_k=4", "method.tree.depth=3", "method.tree.total_tokens=10"], 4.0),
+])
+def test_eagle1_head_shipped_for_the_embedded_model_is_identical_to_ar_in_fp32(method, shape, delta, tmp_path):
+    result = run(f"method={method}", "hardware=cpu-fp32", *shape, "dataset=humaneval", *QUICK, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = summary_of(tmp_path, method)
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
+    assert summary["results"]["delta"] == delta
+
+
 def test_lookahead_on_the_embedded_model_is_identical_to_ar_in_fp32(tmp_path):
     shape = ["method.tree.window=5", "method.tree.ngram=3", "method.tree.candidates=4"]
     result = run("method=lookahead", "hardware=cpu-fp32", *shape, "dataset=humaneval", *QUICK, tmp_path=tmp_path)

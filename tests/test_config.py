@@ -61,7 +61,7 @@ def test_heads_on_a_target_without_them_say_how_to_give_them(method, what, publi
 
 
 def test_auto_shapes_are_the_defaults_and_need_a_run_to_choose(target):
-    for choice in ("pld", "sps", "sps_tree", "eagle3", "talon", "mars", "cast", "medusa", "hydra", "lookahead", "opt_tree"):
+    for choice in ("pld", "sps", "sps_tree", "eagle", "eagle2", "eagle3", "talon", "mars", "cast", "medusa", "hydra", "lookahead", "opt_tree"):
         assert "auto" in composed(f"method={choice}")["method"]["tree"].values()
     with pytest.raises(ConfigError, match="method.tree: gamma = auto"):
         methods.build(composed("method=pld")["method"], target, {"dtype": "float32", "device": "cpu"})
@@ -74,3 +74,7 @@ def test_hash_changes_with_what_changes_results():
     assert config_hash(base) != config_hash(composed("gen.temperature=1.0"))
     assert config_hash(base) != config_hash(composed("method=pld"))
     assert config_hash(base) == config_hash(composed("output_root=elsewhere"))
+    # the model's drafter entries the method does not use are not part of the run
+    assert config_hash(base) == config_hash(composed("model.eagle=null", "model.medusa.path=/x"))
+    eagle3 = composed("method=eagle3")
+    assert config_hash(eagle3) != config_hash(composed("method=eagle3", "model.eagle3.path=/elsewhere"))  # the one it uses is

@@ -47,6 +47,7 @@ def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run(
         ("table1", "qwen3-8b", "mars", "humaneval", 1, "", "tau", 4.0),
         ("table1", "qwen3-8b", "mars", "mean", 1, "", "tau", 4.5),
         ("table1", "qwen3-8b", "medusa", "gsm8k", 1, "", "tau", 3.0),
+        ("table1", "qwen3-8b", "spectr", "gsm8k", 1, "", "tau", 3.0),
     )
     compared = tables.compare(ref, runs, mars.locate("cpu"), "smollm2-135m").set_index(["model", "method", "dataset"])
     assert compared.loc[("qwen3-8b", "mars", "gsm8k"), "note"] == tables.NOT_AT_SCALE
@@ -54,7 +55,8 @@ def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run(
     assert ours.loc["gsm8k", "ours"] == 2.5  # theta 0.9 (the empty setting's default), not the 0.84 run
     assert ours.loc["gsm8k", "note"] == "n=3, 95% CI 2.25-2.75" and ours.loc["humaneval", "note"] == "n=3"
     assert ours.loc["mean", "ours"] == 2.0 and pd.isna(ours.loc["mean", "published"])
-    assert compared.loc[("smollm2-135m", "medusa", "gsm8k"), "note"] == "no medusa in specbench"
+    assert compared.loc[("smollm2-135m", "medusa", "gsm8k"), "note"] == "medusa is in specbench but not in this runner's sweeps"
+    assert compared.loc[("smollm2-135m", "spectr", "gsm8k"), "note"] == "no spectr in specbench"
 
 
 def test_paper_scale_delta_baseline_rows_and_missing_runs():
@@ -206,16 +208,23 @@ def test_cast_rows_find_the_run_at_their_batch_size_and_ablation():
         run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 9, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72,
                                             **full, "config.method.tree.breadth_pruning": False, "speedup": 1.3}),
         run_row("eagle3", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 7, **PAPER_TREE, "speedup": 1.2}),
+        run_row("eagle2", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 5, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 59, "speedup": 0.9}),
+        run_row("eagle2", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 2, "config.method.tree.top_k": 2, "config.method.tree.total_tokens": 4, "speedup": 9.0}),
+        run_row("eagle", "humaneval", 0.0, **{"config.gen.batch_size": 8, "speedup": 0.8}),
     ])
     ref = reference(
         ("table1", "llama3.1-8b", "cast", "humaneval", 0, "batch=1", "speedup", 5.0),
         ("table2", "llama3.1-8b", "cast", "humaneval", 0, "batch=8", "speedup", 2.6),
+        ("table2", "llama3.1-8b", "eagle2", "humaneval", 0, "batch=8", "speedup", 2.0),
+        ("table2", "llama3.1-8b", "eagle", "humaneval", 0, "batch=8", "speedup", 1.8),
         ("table3", "", "cast", "", 0, "batch=8;ablation=DR+DP", "speedup", 2.84),
         ("table3", "", "eagle3", "", 0, "batch=8", "speedup", 1.91),
         ("table4", "llama3.1-8b", "cast", "humaneval", 0, "batch=1;gpu=h20", "speedup", 6.0),
     )
     ours = tables.compare(ref, runs, cast.locate("cpu"), "smollm2-135m").query("model == 'smollm2-135m'").set_index("table")
-    assert ours.loc["table1", "ours"] == 1.1 and ours.loc["table2", "ours"] == 1.5
+    table2 = ours.loc["table2"].set_index("method")["ours"]
+    assert ours.loc["table1", "ours"] == 1.1 and table2["cast"] == 1.5
+    assert table2["eagle2"] == 0.9 and table2["eagle"] == 0.8  # EAGLE-2 at its release's shape, not an auto one
     assert ours.loc["table3"].set_index("method").loc["cast", "ours"] == 1.3  # DR+DP: breadth pruning off
     assert ours.loc["table3"].set_index("method").loc["eagle3", "ours"] == 1.2
     assert "h20" in ours.loc["table4", "note"] and pd.isna(ours.loc["table4", "ours"])
@@ -373,6 +382,31 @@ def test_a_directional_claim_needs_its_interval_to_exclude_the_other_side(tmp_pa
     assert every_higher([("a", faster, slower)], "speedup", ("x", "y"))[0] is True
     with pytest.raises(KeyError):
         every_higher([], "tau", ("x", "y"))
+
+
+def test_a_trend_claim_needs_every_slope_interval_on_its_side(tmp_path):
+    """Slopes over a sweep are fitted to per-prompt means and resampled over the prompts the
+    runs share: a rise hidden in prompt noise is 'cannot tell', not 'agrees'."""
+    from specbench.replicate.paper import every_slope, positive
+
+    base = [2.0, 2.2, 1.8, 2.1, 1.9, 2.0, 2.3, 1.7]
+    rising = [(x, runs_on_disk(tmp_path, f"rise{x}", [t + 0.1 * x for t in base])) for x in (1, 2, 3)]
+    falling = [(x, runs_on_disk(tmp_path, f"fall{x}", [t - 0.1 * x for t in base])) for x in (1, 2, 3)]
+    # half the prompts rise steeply, half fall: the mean slope (+0.01) is inside prompt noise
+    noisy = [(x, runs_on_disk(tmp_path, f"noise{x}", [t + (0.31 if i % 2 else -0.29) * x for i, t in enumerate(base)])) for x in (1, 2, 3)]
+    assert every_slope([("a", rising), ("b", rising)], "tau", rising=True, axis="K")[0] is True
+    assert every_slope([("a", rising), ("b", falling)], "tau", rising=True, axis="K")[0] is False
+    assert every_slope([("a", falling)], "tau", rising=False, axis="theta")[0] is True
+    flat = [(x, runs_on_disk(tmp_path, f"flat{x}", base)) for x in (1, 2, 3)]
+    verdict, text = every_slope([("a", flat)], "tau", rising=True, axis="K")
+    assert verdict is False and "a +0 [+0, +0]" in text  # no rise at all: the claim does not hold
+    verdict, text = every_slope([("a", rising), ("b", noisy)], "tau", rising=True, axis="K")
+    assert verdict is None and text.startswith("slope of tau per unit K") and "a +0.1 [+0.1, +0.1]" in text
+    with pytest.raises(KeyError):
+        every_slope([("a", rising[:1])], "tau", rising=True, axis="K")  # one point is no slope
+    assert positive([1.0, 1.2, 0.9, 1.1, 1.0], lambda g: sum(g) / len(g))[0] is True
+    assert positive([1.0, -1.2, 0.9, -1.1, 0.3], lambda g: sum(g) / len(g))[0] is None
+    assert positive([1.0, 1.2], lambda g: sum(g) / len(g))[0] is None  # too few for an interval
 
 
 def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path):

@@ -90,3 +90,31 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     exported, started = load_file(out / "model.safetensors"), load_file(warm / "model.safetensors")
     assert exported.keys() == started.keys() and all(torch.equal(exported[k], started[k]) for k in exported)
     assert json.loads((warm / "training.json").read_text())["init"] == str(out)
+
+
+def test_eagle1_loss_is_feature_regression_plus_a_tenth_of_soft_cross_entropy():
+    """EAGLE's objective on the scored rows only: SmoothL1(predicted, next feature) averaged
+    over the hidden size + 0.1 x cross-entropy against the target's distribution."""
+    from specbench.models.eagle import Eagle1Head
+    from specbench.models.eagle3 import head_config
+    from specbench.train.eagle import eagle_loss, head_config_for
+    from transformers import LlamaConfig
+
+    torch.manual_seed(0)
+    target_config = LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, vocab_size=24,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, max_position_embeddings=64)
+    raw = head_config_for(target_config)
+    assert raw["bias"] is True and "draft_vocab_size" not in raw and raw["num_hidden_layers"] == 1
+    head = Eagle1Head(head_config(raw), torch.randn(24, 16))
+    embeds, features, next_features = torch.randn(1, 5, 16), torch.randn(1, 5, 16), torch.randn(1, 5, 16)
+    probs = torch.randn(1, 5, 24).softmax(-1)
+    mask = torch.tensor([[True, True, False, True, False]])
+    loss, (top1,) = eagle_loss(head, embeds, features, next_features, probs, mask, noise=0.0, w_cls=0.1)
+    predicted, logits, _ = head(embeds, features, torch.arange(5)[None], None, torch.ones(5, 5).tril().bool())
+    regression = torch.nn.functional.smooth_l1_loss(predicted, next_features, reduction="none").mean(-1)
+    cross_entropy = -(probs * logits.log_softmax(-1)).sum(-1)
+    expected = (regression + 0.1 * cross_entropy)[mask].mean()
+    torch.testing.assert_close(loss, expected)
+    assert top1 == float((logits.argmax(-1) == probs.argmax(-1))[mask].float().mean())
+    noisy, _ = eagle_loss(head, embeds, features, next_features, probs, mask, noise=0.1, w_cls=0.1)
+    assert not torch.equal(noisy, loss)  # the input features were perturbed

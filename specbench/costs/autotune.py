@@ -33,7 +33,7 @@ from specbench.errors import ConfigError
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
 DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
-VERSION = 3  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth)
+VERSION = 4  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees)
 CALIBRATION_PROMPTS = 3
 CALIBRATION_TOKENS = 48
 

@@ -41,12 +41,13 @@ def head_config(raw: dict) -> LlamaConfig:
     return config
 
 
-class Eagle3Attention(nn.Module):
-    def __init__(self, config: LlamaConfig):
+class HeadAttention(nn.Module):
+    """Llama attention over inputs `width` wide (EAGLE-3: 2H, EAGLE-1: H), with a tree mask."""
+
+    def __init__(self, config: LlamaConfig, width: int):
         super().__init__()
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        width = 2 * config.hidden_size
         self.q_proj = nn.Linear(width, self.heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(width, self.kv_heads * self.head_dim, bias=False)
@@ -73,7 +74,7 @@ class Eagle3Layer(nn.Module):
         self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.self_attn = Eagle3Attention(config)
+        self.self_attn = HeadAttention(config, 2 * config.hidden_size)
         self.mlp = LlamaMLP(config)
 
     def forward(self, embeds, features, cos, sin, past, mask):
@@ -108,6 +109,10 @@ class Eagle3Head(nn.Module):
         hidden, present = self.midlayer(embeds, features, cos, sin, past, mask)
         return hidden, self.lm_head(self.norm(hidden)), present
 
+    def project(self, target_features: torch.Tensor) -> torch.Tensor:
+        """The feature a committed row feeds the layer: the fused low/mid/high states."""
+        return self.fc(target_features)
+
     def target_ids(self) -> torch.Tensor:
         """Target-vocabulary id of every draft-vocabulary id."""
         return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
@@ -116,29 +121,41 @@ class Eagle3Head(nn.Module):
 def load_head(directory: str, dtype: torch.dtype, device: str, key: str) -> Eagle3Head:
     """Strict: any missing or unexpected key fails, listing them."""
     path = Path(directory)
-    config_file = path / "config.json"
-    if not config_file.is_file():
+    head = Eagle3Head(head_config(read_config(path, key)))
+    optional = set() if head.uses_reduced_vocab else {"d2t", "t2d"}
+    return load_checked(head, read_weights(path, key), path, key, "an EAGLE-3", optional).to(device=device, dtype=dtype).eval()
+
+
+def read_config(path: Path, key: str) -> dict:
+    if not (path / "config.json").is_file():
         raise ConfigError(f"{key}: {path} has no config.json")
-    head = Eagle3Head(head_config(json.loads(config_file.read_text())))
+    return json.loads((path / "config.json").read_text())
+
+
+def read_weights(path: Path, key: str) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors, from model.safetensors or (older releases) pytorch_model.bin."""
     if (path / "model.safetensors").is_file():
-        state = load_file(path / "model.safetensors")
-    elif (path / "pytorch_model.bin").is_file():
-        state = torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    else:
-        raise ConfigError(f"{key}: {path} has neither model.safetensors nor pytorch_model.bin")
+        return load_file(path / "model.safetensors")
+    if (path / "pytorch_model.bin").is_file():
+        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise ConfigError(f"{key}: {path} has neither model.safetensors nor pytorch_model.bin")
+
+
+def load_checked(head: nn.Module, state: dict, path: Path, key: str, kind: str, optional: set[str] = frozenset()) -> nn.Module:
+    """Load `state` into `head` when its keys are exactly the head's (less `optional`), and
+    set `head.embed_tokens` from a shipped embedding; otherwise one error listing the keys."""
     shipped = state.pop(EMBEDDING_KEY, None)
-    hidden = head.fc.weight.shape[0]
+    hidden = head.config.hidden_size
     if shipped is not None and (shipped.dim() != 2 or shipped.shape[1] != hidden):
         raise ConfigError(f"{key}: {path}: {EMBEDDING_KEY} is {tuple(shipped.shape)}, not [vocab, {hidden}]")
     expected = set(head.state_dict())
-    optional = set() if head.uses_reduced_vocab else {"d2t", "t2d"}
     missing = sorted(expected - set(state) - optional)
     unexpected = sorted(set(state) - expected)
     if missing or unexpected:
-        raise ConfigError(f"{key}: {path} is not an EAGLE-3 checkpoint of this shape: missing keys {missing}, unexpected keys {unexpected}")
+        raise ConfigError(f"{key}: {path} is not {kind} checkpoint of this shape: missing keys {missing}, unexpected keys {unexpected}")
     try:
         head.load_state_dict(state, strict=False)
     except RuntimeError as error:
         raise ConfigError(f"{key}: {path}: {str(error).splitlines()[0]} {' '.join(str(error).split())[:300]}") from None
     head.embed_tokens = None if shipped is None else nn.Embedding.from_pretrained(shipped.float(), freeze=True)
-    return head.to(device=device, dtype=dtype).eval()
+    return head

@@ -88,6 +88,14 @@ def by_source(name: str, datasets: list[str], overrides: list[str], scale: str, 
     return sweeps
 
 
+def not_run(method: str) -> str:
+    """Why a published row of `method` has no run: specbench lacks the method, or has it
+    (conf/method) but this runner does not sweep it yet."""
+    if (ROOT / "conf" / "method" / f"{method}.yaml").is_file():
+        return f"{method} is in specbench but not in this runner's sweeps"
+    return f"no {method} in specbench"
+
+
 def model_params(name: str) -> float:
     return float(yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())["params_b"])
 
@@ -168,6 +176,53 @@ def paired_difference(a: pd.Series, b: pd.Series, metric: str) -> tuple[float, f
         raise KeyError(f"prompts shared by {a.get('run_dir')} and {b.get('run_dir')}")
     low, high = resampled_ci(differences, lambda picked: sum(picked) / len(picked))
     return sum(differences) / len(differences), low, high, len(differences)
+
+
+def positive(groups: list, statistic) -> tuple[bool | None, str]:
+    """Whether `statistic(groups) > 0` is settled by its 95% interval from resampling the
+    groups (prompts): True above 0, False below, None when it straddles 0 or too few groups;
+    with the estimate and interval as text."""
+    estimate = statistic(groups)
+    low, high = resampled_ci(groups, statistic)
+    if low is None:
+        return None, f"{estimate:+.3g} (n={len(groups)}, too few for an interval)"
+    return (None if low <= 0 <= high else low > 0), f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(groups)}"
+
+
+def settled(slope_value: float) -> float:
+    """A fitted slope without float dust: a flat sweep fits to +-1e-17, which is 0 (not -0)."""
+    return round(slope_value, 9) + 0.0
+
+
+def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: str, rising: bool, axis: str) -> tuple[bool | None, str]:
+    """A claim "`metric` rises (falls) along `axis` in every case" (case, [(x, run)]): the
+    least-squares slope of the per-prompt mean against x, with a 95% interval from resampling
+    the prompts every run of the case decoded (seeded subsets: the same prompts at each x).
+    Agrees when every interval is on the claimed side of 0, does not when one is on the other
+    side or at 0 (flat)."""
+    if not cases:
+        raise KeyError(f"{axis} sweep")
+    parts, right, wrong = [], 0, 0
+    for case, points in cases:
+        xs = [float(x) for x, _ in points]
+        values = [prompt_values(run, metric) for _, run in points]
+        prompts = sorted(set.intersection(*(set(v) for v in values)))
+        if not prompts or len(set(xs)) < 2:
+            raise KeyError(f"{case}: runs at two {axis} values on shared prompts")
+
+        def fitted(picked: list[str]) -> float:
+            return slope(xs, [sum(v[p] for p in picked) / len(picked) for v in values])
+
+        estimate = settled(fitted(prompts))
+        low, high = resampled_ci(prompts, lambda picked: settled(fitted(picked)))
+        if low is None:
+            parts.append(f"{case} {estimate:+.3g} (n={len(prompts)}, too few for an interval)")
+            continue
+        parts.append(f"{case} {estimate:+.3g} [{low:+.3g}, {high:+.3g}]")
+        right += (low > 0) if rising else (high < 0)
+        wrong += (high <= 0) if rising else (low >= 0)  # a flat sweep neither rises nor falls
+    verdict = False if wrong else True if right == len(cases) else None
+    return verdict, f"slope of {metric} per unit {axis}, per-prompt means, [95% CI]: " + "; ".join(parts)
 
 
 def every_higher(pairs: list[tuple[str, pd.Series, pd.Series]], metric: str, names: tuple[str, str]) -> tuple[bool | None, str]:

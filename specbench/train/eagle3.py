@@ -68,21 +68,16 @@ def ttt_mask(n: int, step: int) -> torch.Tensor:
     return torch.cat(blocks, dim=1)  # the last block (i = step) is the row itself
 
 
-def ttt_unroll(head: Eagle3Head, embeds, features, steps: int) -> list[torch.Tensor]:
-    """Draft-vocabulary logits [B, n, Vd] of each unrolled step (row t: feature t,
-    embedding of token t+1)."""
+def ttt_unroll(head, embeds, features, steps: int) -> list[torch.Tensor]:
+    """Logits [B, n, Vd] of each unrolled step (row t: target feature t, embedding of
+    token t+1), for any EAGLE head (EAGLE-1 or EAGLE-3: `project` and `forward`)."""
     n = embeds.shape[1]
     positions = torch.arange(n)[None].expand(embeds.shape[0], n)
-    cos, sin = head.rotary(embeds, positions)
-    layer = head.midlayer
-    feats = head.fc(features)
+    feats = head.project(features)
     past, logits = None, []
     for step in range(steps):
-        x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(feats)], dim=-1)
-        attended, past = layer.self_attn(x, cos, sin, past, ttt_mask(n, step))
-        hidden = feats + attended
-        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        logits.append(head.lm_head(head.norm(hidden)))
+        hidden, step_logits, past = head(embeds, feats, positions, past, ttt_mask(n, step))
+        logits.append(step_logits)
         feats = torch.cat([hidden[:, :1], hidden[:, :-1]], dim=1)  # step j+1 at t reads step j at t-1
     return logits
 
@@ -130,6 +125,27 @@ def chain_acceptance(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int
     return int(accepted[valid].sum()), int(valid.sum())
 
 
+def unrolled_curve(head, validation: list[dict], read, steps: int, args, curve_path):
+    """fit()'s `evaluate` for any EAGLE head (None without validation rows): top-1 per
+    unrolled draft step and chain tau on the validation rows, whose target side
+    `read(ids, labels) -> (embeds, features, target top-1, mask)` is computed once."""
+    if not validation:
+        return None
+    passes = []
+
+    def evaluate(step: int, seen: int) -> None:
+        if not passes:
+            for start in range(0, len(validation), args.batch):
+                passes.append(read(*collate(validation[start : start + args.batch], args.length)))
+        with torch.no_grad():
+            point = curve_point(step, seen, (
+                step_hits(ttt_unroll(head, embeds, features, steps), target_top1, mask) for embeds, features, target_top1, mask in passes
+            ), chain_acceptance)
+        append_point(curve_path, point)
+
+    return evaluate
+
+
 def train(args) -> None:
     target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
     warm = load_head(args.init, torch.float32, "cpu", key="--init") if args.init and not checkpoint.exists() else None
@@ -163,24 +179,14 @@ def train(args) -> None:
     def loss_fn(ids, labels):
         return ttt_loss(head, *target_pass(ids, labels), args.ttt_steps)
 
-    validation_passes = []  # the target's side of the validation batches, computed once
-
-    def evaluate(step: int, seen: int) -> None:
-        if not validation_passes:
-            for start in range(0, len(validation), args.batch):
-                embeds, features, probs, mask = target_pass(*collate(validation[start : start + args.batch], args.length))
-                validation_passes.append((embeds, features, probs.argmax(-1), mask))
-        with torch.no_grad():
-            point = curve_point(step, seen, (
-                step_hits(ttt_unroll(head, embeds, features, args.ttt_steps), target_top1, mask)
-                for embeds, features, target_top1, mask in validation_passes
-            ), chain_acceptance)
-        append_point(curve_path, point)
+    def validation_read(ids, labels):
+        embeds, features, probs, mask = target_pass(ids, labels)
+        return embeds, features, probs.argmax(-1), mask
 
     result = fit(
         head, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
         checkpoint, args.steps, args.minutes, args.lr, 0.0, "eagle3 training (top-1 per TTT step)",
-        evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
+        evaluate=unrolled_curve(head, validation, validation_read, args.ttt_steps, args, curve_path), checkpoint_every=args.checkpoint_every,
     )
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(raw_config, indent=2))

@@ -23,10 +23,11 @@ from specbench.errors import require
 
 
 class EagleDynamicTree:
-    # shapes `auto` chooses from (specbench.costs.autotune), small to large
+    # shapes `auto` chooses from (specbench.costs.autotune), small to large; the depth-0 ones
+    # (one draft forward, k siblings verified at once) suit drafters that are dear to run
     AUTO_CANDIDATES = [
         {"top_k": k, "depth": d, "total_tokens": n}
-        for k, d, n in ((1, 0, 2), (1, 1, 3), (2, 1, 4), (2, 2, 6), (3, 3, 8), (4, 3, 12), (4, 4, 16), (6, 5, 24), (8, 5, 32), (10, 6, 60))
+        for k, d, n in ((1, 0, 2), (2, 0, 3), (4, 0, 5), (1, 1, 3), (2, 1, 4), (2, 2, 6), (3, 3, 8), (4, 3, 12), (4, 4, 16), (6, 5, 24), (8, 5, 32), (10, 6, 60))
     ]
 
     def __init__(self, top_k: int = 10, depth: int = 7, total_tokens: int = 60):

@@ -1,5 +1,5 @@
-"""EAGLE-3 head: strict loading of checkpoints with the real key names (tiny shapes),
-feature plumbing, and greedy identity with AR through the dynamic tree."""
+"""EAGLE-1 and EAGLE-3 heads: strict loading of checkpoints with the real key names (tiny
+shapes), feature plumbing, and greedy identity with AR through static and dynamic trees."""
 
 import json
 
@@ -7,16 +7,18 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from specbench.drafters.eagle3 import Eagle3Drafter
+from specbench.drafters.eagle import EagleDrafter
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
-from specbench.models.eagle3 import Eagle3Head, head_config, load_head
+from specbench.models import eagle
+from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
+from specbench.trees.static import StaticTree
 from specbench.verify.standard import StandardVerifier
 
 from conftest import VOCAB, tiny_llama
@@ -27,6 +29,12 @@ CONFIG = {
     "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "rms_norm_eps": 1e-6,
     "max_position_embeddings": 1024, "rope_theta": 10000.0, "vocab_size": VOCAB, "draft_vocab_size": DRAFT_VOCAB,
     "hidden_act": "silu", "tie_word_embeddings": False,
+}
+EAGLE1_CONFIG = {**{k: v for k, v in CONFIG.items() if k != "draft_vocab_size"}, "architectures": ["LlamaForCausalLM"]}
+EAGLE1_KEYS = {
+    "fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight", "layers.0.self_attn.v_proj.weight",
+    "layers.0.self_attn.o_proj.weight", "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight", "layers.0.mlp.down_proj.weight",
+    "layers.0.post_attention_layernorm.weight",
 }
 KEYS = {
     "fc.weight", "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight", "midlayer.post_attention_layernorm.weight",
@@ -91,32 +99,90 @@ def test_an_embedding_in_the_checkpoint_replaces_the_targets(target4, tmp_path):
     from safetensors.torch import load_file
 
     synthetic_checkpoint(tmp_path)
-    assert Eagle3Drafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4).embed is target4.get_input_embeddings()
+    assert EagleDrafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4, feature_layers(4)).embed is target4.get_input_embeddings()
     state = load_file(tmp_path / "model.safetensors")
     shipped = torch.randn(VOCAB, 32)
     save_file({**state, "embed_tokens.weight": shipped}, tmp_path / "model.safetensors")
-    drafter = Eagle3Drafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4)
+    drafter = EagleDrafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4, feature_layers(4))
     assert torch.equal(drafter.embed.weight, shipped)
     save_file({**state, "embed_tokens.weight": torch.randn(VOCAB, 31)}, tmp_path / "model.safetensors")
     with pytest.raises(ConfigError, match=r"embed_tokens.weight is \(96, 31\), not \[vocab, 32\]"):
         load_head(str(tmp_path), torch.float32, "cpu", "k")
     save_file({**state, "embed_tokens.weight": torch.randn(VOCAB + 1, 32)}, tmp_path / "model.safetensors")
     with pytest.raises(ConfigError, match="target's vocabulary has 96"):
-        Eagle3Drafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4)
+        EagleDrafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4, feature_layers(4))
 
 
-def drafter_for(target, tmp_path, seed=0):
+def eagle1_checkpoint(directory, seed=0, bias=True, drop=None, embedding=None):
+    """An EAGLE-1 checkpoint as published: the head's keys (no input norm on layer 0, no
+    final norm, no lm_head) plus the target's embedding; `bias` as the config says."""
+    torch.manual_seed(seed)
+    config = {**EAGLE1_CONFIG, "bias": bias}
+    head = eagle.Eagle1Head(head_config(config), torch.zeros(VOCAB, 32))
+    state = {k: v.clone() for k, v in head.state_dict().items()}
+    state["fc.weight"] *= 4  # a head that commits to its guesses, so trees get accepted tokens
+    if embedding is not None:
+        state["embed_tokens.weight"] = embedding
+    if drop:
+        state.pop(drop)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    save_file(state, directory / "model.safetensors")
+
+
+def drafter_for(target, tmp_path, seed=0, kind="eagle3"):
+    layers = target.config.num_hidden_layers
+    if kind == "eagle1":
+        eagle1_checkpoint(tmp_path, seed=seed)
+        weight = target.get_output_embeddings().weight
+        return EagleDrafter(eagle.load_head(str(tmp_path), weight, torch.float32, "cpu", "k"), target, eagle.feature_layers(layers))
     synthetic_checkpoint(tmp_path, seed=seed)
-    return Eagle3Drafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target)
+    return EagleDrafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target, feature_layers(layers))
 
 
 def test_features_come_from_layers_2_mid_and_l_minus_3(target4, tmp_path):
     assert drafter_for(target4, tmp_path).feature_layers == (2, 2, 1)
 
 
-def read_from_scratch(target4, directory, text, root):
+def test_eagle1_checkpoint_keys_are_the_published_ones(target4, tmp_path):
+    """layers.0 has no input_layernorm, there is no final norm and no lm_head (the target's
+    scores the head's output), fc has a bias unless the config says `bias: false`; the
+    feature is the target's final-normed last hidden state."""
+    embedding = target4.get_input_embeddings().weight.detach().clone()
+    eagle1_checkpoint(tmp_path / "a", embedding=embedding)
+    weight = target4.get_output_embeddings().weight
+    head = eagle.load_head(str(tmp_path / "a"), weight, torch.float32, "cpu", "k")
+    assert set(head.state_dict()) == EAGLE1_KEYS | {"embed_tokens.weight"}
+    assert head.fc.weight.shape == (32, 64) and head.layers[0].self_attn.q_proj.weight.shape == (32, 32)
+    assert head.target_ids() is None
+    eagle1_checkpoint(tmp_path / "b", bias=False)
+    assert "fc.bias" not in eagle.load_head(str(tmp_path / "b"), weight, torch.float32, "cpu", "k").state_dict()
+    assert drafter_for(target4, tmp_path / "c", kind="eagle1").feature_layers == (4,)
+
+
+def test_eagle1_wrong_checkpoints_are_refused(target4, tmp_path):
+    weight = target4.get_output_embeddings().weight
+    eagle1_checkpoint(tmp_path / "a", drop="fc.bias")
+    with pytest.raises(ConfigError, match=r"not an EAGLE-1 checkpoint of this shape: missing keys \['fc.bias'\], unexpected keys \[\]"):
+        eagle.load_head(str(tmp_path / "a"), weight, torch.float32, "cpu", "method.drafter.head")
+    synthetic_checkpoint(tmp_path / "b")  # an EAGLE-3 head is not an EAGLE-1 head
+    (tmp_path / "b" / "config.json").write_text(json.dumps(EAGLE1_CONFIG))
+    with pytest.raises(ConfigError, match=r"missing keys \['fc.bias', 'layers.0"):
+        eagle.load_head(str(tmp_path / "b"), weight, torch.float32, "cpu", "method.drafter.head")
+    eagle1_checkpoint(tmp_path / "c")
+    with pytest.raises(ConfigError, match=r"vocabulary 96 x hidden 32; the target's lm_head is \(96, 16\)"):
+        eagle.load_head(str(tmp_path / "c"), torch.zeros(VOCAB, 16), torch.float32, "cpu", "k")
+    (tmp_path / "c" / "config.json").write_text(json.dumps({**EAGLE1_CONFIG, "num_hidden_layers": 2}))
+    with pytest.raises(ConfigError, match="num_hidden_layers=2; EAGLE-1 heads have 1 decoder layer"):
+        eagle.load_head(str(tmp_path / "c"), weight, torch.float32, "cpu", "k")
+
+
+KINDS = ["eagle3", "eagle1"]
+
+
+def read_from_scratch(target4, directory, text, root, kind):
     """Next-token logits of a fresh head that reads `text` (with target features) and `root`."""
-    fresh_lm, fresh = TreeLM(target4), drafter_for(target4, directory)
+    fresh_lm, fresh = TreeLM(target4), drafter_for(target4, directory, kind=kind)
     fresh_lm.feature_layers = fresh.feature_layers
     fresh_lm.forward(contexts=[text])
     fresh.begin([text], fresh_lm.features)
@@ -129,25 +195,27 @@ def assert_same_logits(incremental, scratch):
     torch.testing.assert_close(incremental[finite], scratch[finite], rtol=1e-4, atol=1e-4)
 
 
-def test_incremental_reading_equals_reading_from_scratch(target4, tmp_path, prompts):
+@pytest.mark.parametrize("kind", KINDS)
+def test_incremental_reading_equals_reading_from_scratch(kind, target4, tmp_path, prompts):
     """After generating, the head's next-token logits equal those of a fresh head that
     reads the whole text at once: features and tokens are paired right at every step."""
-    method = Method(EagleDynamicTree(top_k=3, depth=2, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path / "a"))
+    method = Method(EagleDynamicTree(top_k=3, depth=2, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path / "a", kind=kind))
     lm = TreeLM(target4)
     out = generate(lm, method, prompts[0], Sampling(), Limits(max_new_tokens=17))
     text = prompts[0] + out.ids[:-1]
     with torch.inference_mode():
         incremental = method.drafter.logits([text], [DraftTree.root(out.ids[-1])], [[0]])[0]
-        scratch = read_from_scratch(target4, tmp_path / "b", text, out.ids[-1])
+        scratch = read_from_scratch(target4, tmp_path / "b", text, out.ids[-1], kind)
     assert_same_logits(incremental, scratch)
 
 
-def test_batched_incremental_reading_equals_reading_from_scratch(target4, tmp_path, prompts):
+@pytest.mark.parametrize("kind", KINDS)
+def test_batched_incremental_reading_equals_reading_from_scratch(kind, target4, tmp_path, prompts):
     """Rows of different prompt lengths accept paths of different lengths (the target's
     and the head's caches keep masked holes) and one row leaves the batch; every row's
     next-token logits still equal a fresh single-row head reading its whole text."""
     policy = EagleDynamicTree(top_k=3, depth=2, total_tokens=8)
-    drafter = drafter_for(target4, tmp_path / "a")
+    drafter = drafter_for(target4, tmp_path / "a", kind=kind)
     lm = TreeLM(target4)
     lm.feature_layers = drafter.feature_layers
     texts = [list(p) for p in (prompts[0], prompts[3], prompts[5])]
@@ -177,7 +245,7 @@ def test_batched_incremental_reading_equals_reading_from_scratch(target4, tmp_pa
                 texts, roots = [texts[r] for r in rows], [roots[r] for r in rows]
         incremental = drafter.logits(texts, [DraftTree.root(r) for r in roots], [[0] for _ in roots])
         for b, (text, root) in enumerate(zip(texts, roots)):
-            assert_same_logits(incremental[b], read_from_scratch(target4, tmp_path / f"fresh{b}", text, root))
+            assert_same_logits(incremental[b], read_from_scratch(target4, tmp_path / f"fresh{b}", text, root, kind))
 
 
 def longest_path(tree: DraftTree, length: int) -> list[int]:
@@ -195,13 +263,20 @@ def ar_ids(target4, prompts):
     return [generate(TreeLM(target4), ar, prompt, Sampling(), LIMITS).ids for prompt in prompts[:20]]
 
 
+TREES = {
+    "dynamic_tree": lambda: EagleDynamicTree(top_k=6, depth=2, total_tokens=16),
+    "chain": lambda: Chain(3),
+    "static_tree": lambda: StaticTree(choices=[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 0, 0]]),
+}
+
+
 @pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize("policy", ["dynamic_tree", "chain"])
-def test_greedy_identical_to_ar(policy, batch, target4, tmp_path, prompts, ar_ids):
+@pytest.mark.parametrize("kind,policy", [("eagle3", "dynamic_tree"), ("eagle3", "chain"), ("eagle1", "static_tree"), ("eagle1", "dynamic_tree")])
+def test_greedy_identical_to_ar(kind, policy, batch, target4, tmp_path, prompts, ar_ids):
     """Batches of 3 (the last of 2) hold prompts of different lengths; rows stop at
-    different steps and leave the batch."""
-    tree = EagleDynamicTree(top_k=6, depth=2, total_tokens=16) if policy == "dynamic_tree" else Chain(3)
-    method = Method(tree, StandardVerifier(), drafter_for(target4, tmp_path))
+    different steps and leave the batch. eagle1 + static tree is method eagle, eagle1 +
+    dynamic tree is eagle2."""
+    method = Method(TREES[policy](), StandardVerifier(), drafter_for(target4, tmp_path, kind=kind))
     lm = TreeLM(target4)
     outputs = []
     for start in range(0, 20, batch):
@@ -211,11 +286,12 @@ def test_greedy_identical_to_ar(policy, batch, target4, tmp_path, prompts, ar_id
         assert out.ids == ids
         accepted += sum(n - 1 for n in out.accept_lengths)
         assert out.draft_forwards > 0 or out.target_forwards == 0
-    if policy == "dynamic_tree":
+    if policy != "chain":
         assert accepted > 0
 
 
-def test_a_row_stopping_before_any_draft_leaves(target4, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_row_stopping_before_any_draft_leaves(kind, target4, tmp_path):
     """Row 0's first token is a stop token, row 1 goes on: row 0 leaves the batch before
     the head has drafted anything, and row 1 still decodes as it does alone."""
     prompts = [[5, 9, 14, 3, 22], [7, 8, 40, 41, 6, 12]]
@@ -224,24 +300,24 @@ def test_a_row_stopping_before_any_draft_leaves(target4, tmp_path):
         first = [int(TreeLM(target4).forward(contexts=[p])[0][-1].argmax()) for p in prompts]
     assert first[0] != first[1]
     limits = Limits(max_new_tokens=10, stop_token_ids=frozenset({first[0]}))
-    method = Method(EagleDynamicTree(top_k=3, depth=2, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path))
+    method = Method(EagleDynamicTree(top_k=3, depth=2, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path, kind=kind))
     ar = Method(Autoregressive(), StandardVerifier())
     outputs = generate_batch(lm, method, prompts, Sampling(), limits)
     assert [o.ids for o in outputs] == [generate(lm, ar, p, Sampling(), limits).ids for p in prompts]
     assert outputs[0].ids == [first[0]] and outputs[0].target_forwards == 0
 
 
-def test_training_rows_equal_inference_tree_nodes(target4, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_rows_equal_inference_tree_nodes(kind, target4, tmp_path):
     """What the trainer unrolls at step j for anchor a is what the drafter computes for
     the depth-j node of a chain after committing tokens up to a+1."""
-    from specbench.models.eagle3 import feature_layers
     from specbench.train.eagle3 import ttt_unroll
 
-    drafter = drafter_for(target4, tmp_path)
+    drafter = drafter_for(target4, tmp_path, kind=kind)
     ids = [5, 9, 14, 3, 22, 40, 41, 7, 18, 30]
     with torch.inference_mode():
         out = target4(input_ids=torch.tensor([ids]), output_hidden_states=True)
-        features = torch.cat([out.hidden_states[i] for i in feature_layers(4)], dim=-1)
+        features = torch.cat([out.hidden_states[i] for i in drafter.feature_layers], dim=-1)
         embeds = target4.get_input_embeddings()(torch.tensor([ids]))
         n = len(ids) - 1
         unrolled = ttt_unroll(drafter.head, embeds[:, 1:], features[:, :n], steps=3)
@@ -252,5 +328,6 @@ def test_training_rows_equal_inference_tree_nodes(target4, tmp_path):
         for depth in range(3):
             logits = drafter.logits([ids[: anchor + 1]], [tree], [[node]])[0][0]
             expected = unrolled[depth][0, anchor + depth]
-            torch.testing.assert_close(logits[drafter.target_ids], expected, rtol=1e-4, atol=1e-4)
+            scored = logits if drafter.target_ids is None else logits[drafter.target_ids]
+            torch.testing.assert_close(scored, expected, rtol=1e-4, atol=1e-4)
             node = tree.add(node, ids[anchor + depth + 2])

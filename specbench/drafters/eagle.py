@@ -1,0 +1,133 @@
+"""EAGLE drafters (EAGLE-1/2 and EAGLE-3 heads): the head reads target features of
+committed tokens and its own hidden states inside the draft tree.
+
+Draft row t pairs the target feature at position t with the token at t+1 and predicts
+the token at t+2. After each verification the head gets the target features of the
+accepted path (from the same target forward that verified it: no extra target pass);
+its tree rows are dropped and the accepted tokens are re-read with those features.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.engine.columns import ColumnCache
+from specbench.engine.tree import DraftTree
+from specbench.errors import ConfigError
+from specbench.models import eagle, registry
+
+
+def build(target: torch.nn.Module, hardware: dict, head: dict | None) -> "EagleDrafter":
+    """The EAGLE-1 drafter named by a method config: `head` is a model entry (see registry)."""
+    directory = registry.resolve_part(head, "method.drafter.head", "EAGLE-1 head")
+    weight = target.get_output_embeddings().weight
+    loaded = eagle.load_head(directory, weight, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
+    return EagleDrafter(loaded, target, eagle.feature_layers(target.config.num_hidden_layers))
+
+
+class EagleDrafter:
+    def __init__(self, head: torch.nn.Module, target: torch.nn.Module, feature_layers: tuple[int, ...]):
+        """`head`: an EAGLE-1 or EAGLE-3 head (project / forward / target_ids / embed_tokens);
+        `feature_layers`: the target hidden_states it reads."""
+        self.head = head
+        self.vocab_size = target.config.vocab_size
+        self.embed = target.get_input_embeddings() if head.embed_tokens is None else head.embed_tokens
+        if self.embed.weight.shape[0] != self.vocab_size:
+            raise ConfigError(f"method.drafter.head: its embed_tokens has {self.embed.weight.shape[0]} rows; the target's vocabulary has {self.vocab_size}")
+        self.feature_layers = feature_layers
+        self.target_ids = head.target_ids()  # None: the head scores the target's vocabulary
+        self.forwards = 0
+
+    def begin(self, prompts: list[list[int]], features: list[torch.Tensor]) -> None:
+        self.layout = ColumnCache(len(prompts), features[0].device)
+        self.past = None  # (keys, values) [B, kv, columns, d]
+        # per row: features of t and tokens of t+1, waiting to be read (the root completes them)
+        self._pending = [(f, p[1:]) for f, p in zip(features, prompts)]
+        self._rows: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = [{} for _ in prompts]  # node -> (hidden, logits)
+
+    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+        missing = [
+            sorted({a for n in row_nodes for a in tree.path_to(n)} - known.keys())
+            for tree, row_nodes, known in zip(trees, nodes, self._rows)
+        ]
+        if any(0 in m for m in missing):
+            self._read_pending([t.tokens[0] if 0 in m else None for t, m in zip(trees, missing)])
+        tree_nodes = [[n for n in m if n != 0] for m in missing]
+        if any(tree_nodes):
+            self._read_nodes(trees, tree_nodes)
+        return [
+            torch.stack([self._to_target_vocab(known[n][1]) for n in row_nodes]) if row_nodes else None
+            for known, row_nodes in zip(self._rows, nodes)
+        ]
+
+    def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:
+        """Forget the trees; queue each row's accepted tokens with their target features."""
+        self._pending = [(f, [t.tokens[n] for n in p[1:]]) for t, p, f in zip(trees, paths, features)]
+        self._rows = [{} for _ in trees]
+        self.layout.drop_tree()
+        self._truncate()
+
+    def keep(self, rows: list[int]) -> None:
+        self.layout.keep(rows)
+        if self.past is not None:  # None: a row stopped before the head's first forward
+            index = torch.tensor(rows, device=self.past[0].device)
+            self.past = (self.past[0][index], self.past[1][index])
+        self._pending = [self._pending[r] for r in rows]
+        self._rows = [self._rows[r] for r in rows]
+
+    def _read_pending(self, roots: list[int | None]) -> None:
+        """Committed tokens with target features, ending with the root (one forward over
+        the rows whose root is asked for)."""
+        rows = [self._pending[b] if root is not None else None for b, root in enumerate(roots)]
+        counts = [len(r[1]) + 1 if r else 0 for r in rows]
+        plan = self.layout.plan(counts, [None] * len(rows), [[] for _ in rows])
+        dtype = self.head.fc.weight.dtype
+        tokens = torch.zeros(len(rows), plan.width, dtype=torch.long)
+        features = None
+        for b, row in enumerate(rows):
+            if row is None:
+                continue
+            row_features, row_tokens = row
+            tokens[b, : counts[b]] = torch.tensor(row_tokens + [roots[b]])
+            if features is None:
+                features = torch.zeros(len(rows), plan.width, row_features.shape[-1], dtype=dtype, device=row_features.device)
+            features[b, : counts[b]] = row_features.to(dtype)
+        hidden, logits = self._forward(tokens, self.head.project(features), plan)
+        for b, count in enumerate(counts):
+            if count:
+                self._rows[b][0] = (hidden[b, count - 1], logits[b, count - 1])
+
+    def _read_nodes(self, trees: list[DraftTree], nodes: list[list[int]]) -> None:
+        """Tree nodes: feature = the parent row's own hidden state, tree attention mask;
+        the root's row is the last committed row, not a tree column."""
+        plan = self.layout.plan([0] * len(trees), trees, nodes, node_offset=-1)
+        tokens = torch.zeros(len(trees), plan.width, dtype=torch.long)
+        features = torch.zeros(len(trees), plan.width, self.head.config.hidden_size, dtype=self.head.fc.weight.dtype, device=self.embed.weight.device)
+        for b, (tree, row_nodes) in enumerate(zip(trees, nodes)):
+            if row_nodes:
+                tokens[b, : len(row_nodes)] = torch.tensor([tree.tokens[n] for n in row_nodes])
+                features[b, : len(row_nodes)] = torch.stack([self._rows[b][tree.parents[n]][0] for n in row_nodes])
+        hidden, logits = self._forward(tokens, features, plan)
+        for b, row_nodes in enumerate(nodes):
+            for i, n in enumerate(row_nodes):
+                self._rows[b][n] = (hidden[b, i], logits[b, i])
+
+    def _forward(self, tokens: torch.Tensor, features: torch.Tensor, plan):
+        embeds = self.embed(tokens.to(self.embed.weight.device)).to(self.head.fc.weight.dtype)
+        mask = plan.mask if plan.mask is not None else plan.causal_mask()
+        hidden, logits, self.past = self.head(embeds, features, plan.positions, self.past, mask)
+        self.layout.advance(plan)
+        self.forwards += 1
+        return hidden, logits
+
+    def _truncate(self) -> None:
+        columns = self.layout.columns
+        if self.past is not None and self.past[0].shape[2] > columns:
+            self.past = (self.past[0][:, :, :columns], self.past[1][:, :, :columns])
+
+    def _to_target_vocab(self, draft_logits: torch.Tensor) -> torch.Tensor:
+        if self.target_ids is None:
+            return draft_logits
+        out = torch.full((self.vocab_size,), float("-inf"), dtype=draft_logits.dtype, device=draft_logits.device)
+        out[self.target_ids] = draft_logits
+        return out

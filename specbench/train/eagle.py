@@ -1,0 +1,116 @@
+"""Train an EAGLE-1 head (the drafter of methods eagle and eagle2) for any target, with the
+EAGLE paper's objective.
+
+Row t pairs the target's last hidden state f_t (after its final norm) with token t+1 and
+predicts f_{t+1}: loss = SmoothL1(predicted, f_{t+1}) + w_cls * cross-entropy of the
+target's lm_head over the prediction against the target's own distribution at t+1 (the
+token t+2), with w_cls = 0.1; the input features get uniform noise U(-a, a), a = 0.1
+(the paper's augmentation against error accumulation). The learning curve unrolls the head
+on its own predictions (train.eagle3.ttt_unroll), so it reports what a chain would accept.
+
+    python -m specbench.train.eagle --data runs/corpus --out runs/smollm2-135m-eagle --steps 3000 --minutes 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from safetensors.torch import save_file
+
+from specbench.models.eagle import Eagle1Head, feature_layers, load_head
+from specbench.models.eagle3 import head_config
+from specbench.train import eagle3
+from specbench.train.data import TARGET, batches
+from specbench.train.loop import add_fit_arguments, fit
+from specbench.train.validation import export, prepare
+
+VALIDATION_STEPS = 3  # draft steps the learning curve unrolls (chain depth of its tau)
+
+
+def head_config_for(target_config) -> dict:
+    """config.json of an EAGLE-1 head shaped like one layer of the target (as the
+    published ones: the target's config with one layer, fc with a bias)."""
+    config = eagle3.head_config_for(target_config, target_config.vocab_size)
+    del config["draft_vocab_size"]
+    return {**config, "architectures": ["LlamaForCausalLM"], "bias": True}
+
+
+def eagle_loss(head: Eagle1Head, embeds, features, next_features, target_probs, loss_mask, noise: float, w_cls: float):
+    """SmoothL1 on the predicted next feature + w_cls * soft cross-entropy of its logits;
+    also returns the top-1 agreement with the target (for the progress bar)."""
+    noisy = features + (torch.rand_like(features) * 2 - 1) * noise
+    positions = torch.arange(embeds.shape[1])[None].expand(embeds.shape[0], -1)
+    causal = eagle3.ttt_mask(embeds.shape[1], 0)
+    predicted, logits, _ = head(embeds, head.project(noisy), positions, None, causal)
+    weight = loss_mask.float()
+    regression = torch.nn.functional.smooth_l1_loss(predicted, next_features, reduction="none").mean(-1)
+    classification = -(target_probs * logits.float().log_softmax(-1)).sum(-1)
+    scored = weight.sum().clamp_min(1)
+    loss = ((regression + w_cls * classification) * weight).sum() / scored
+    top1 = ((logits.argmax(-1) == target_probs.argmax(-1)) & loss_mask).sum() / scored
+    return loss, [float(top1)]
+
+
+def train(args) -> None:
+    target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
+    raw_config = head_config_for(target.config)
+    head = Eagle1Head(head_config(raw_config), target.get_output_embeddings().weight.float())
+    if args.init and not checkpoint.exists():
+        head.load_state_dict(load_head(args.init, head.lm_head_weight, torch.float32, "cpu", key="--init").state_dict())
+    head.lm_head_weight.requires_grad_(False)
+    layer = feature_layers(target.config.num_hidden_layers)[0]
+    embedding = target.get_input_embeddings()
+
+    def target_pass(ids, labels):
+        """Row t: feature t, token t+1, the feature at t+1 and the target's distribution
+        at t+1 (token t+2), and which rows have a label."""
+        with torch.no_grad():
+            result = target(input_ids=ids, output_hidden_states=True)
+            features = result.hidden_states[layer].float()
+            probs = result.logits.float().softmax(-1)
+            embeds = embedding(ids).float()
+        n = ids.shape[1] - 2
+        return embeds[:, 1 : n + 1], features[:, :n], features[:, 1 : n + 1], probs[:, 1 : n + 1], labels[:, 2 : n + 2] != -100
+
+    def loss_fn(ids, labels):
+        return eagle_loss(head, *target_pass(ids, labels), args.noise, args.w_cls)
+
+    def validation_read(ids, labels):
+        embeds, features, _, probs, mask = target_pass(ids, labels)
+        return embeds, features, probs.argmax(-1), mask
+
+    result = fit(
+        head, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
+        checkpoint, args.steps, args.minutes, args.lr, 0.0, "eagle-1 training (top-1)",
+        evaluate=eagle3.unrolled_curve(head, validation, validation_read, VALIDATION_STEPS, args, curve_path), checkpoint_every=args.checkpoint_every,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(raw_config, indent=2))
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}, out / "model.safetensors")
+    load_head(str(out), head.lm_head_weight, torch.float32, "cpu", key="trained head")  # the shipped files load strictly
+    export(out, curve_path, {
+        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
+        "validation_answers": len(validation),
+        **result,  # final_metrics_ema: top-1 agreement with the target (training batches)
+        "noise": args.noise, "w_cls": args.w_cls, "batch": args.batch, "length": args.length, "init": args.init, "lr": args.lr,
+        "schedule_steps": args.steps, "seed": args.seed, "feature_layer": layer, "target_dtype": args.target_dtype,
+        "parameters": sum(p.numel() for p in head.parameters()),
+    }, step_label="draft step")
+    print(f"saved {out}: {result}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
+    parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
+    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
+    parser.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform noise on input features (EAGLE: 0.1)")
+    parser.add_argument("--w-cls", type=float, default=0.1, help="weight of the classification loss (EAGLE: 0.1)")
+    parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors) when no checkpoint exists yet")
+    train(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
