@@ -178,11 +178,24 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
-def theta_sweep(runs: pd.DataFrame, lengths: tuple[int, ...] = (7, 10)) -> pd.DataFrame:
-    """Figure 3's points: MARS at T=1 on HumanEval and GSM8K, draft length K in `lengths`."""
+def figure3_runs(runs: pd.DataFrame, lengths: tuple[int, ...] = (7, 10)) -> pd.DataFrame:
+    """Figure 3's own runs: MARS at T=1 on HumanEval and GSM8K, draft length K in `lengths`,
+    with the model, prompt count and answer length of its lowest-theta run (Table 1's theta
+    0.9 runs match the method keys too, on other prompts or models)."""
     chosen = results.select(runs, {"config.method.name": "mars", "temperature": 1.0})
     depths = [depth_of(k) for k in lengths]
     chosen = chosen[chosen["config.dataset.name"].isin(["humaneval", "gsm8k"]) & chosen["config.method.tree.depth"].isin(depths)]
+    if chosen.empty:
+        return chosen
+    same = [c for c in ("config.model.name", "config.dataset.limit", "config.gen.max_new_tokens") if c in chosen]
+    keys = chosen[same].astype(str)
+    anchor = keys.loc[chosen["config.method.verifier.theta"].idxmin()]
+    return chosen[(keys == anchor).all(axis=1)]
+
+
+def theta_sweep(runs: pd.DataFrame, lengths: tuple[int, ...] = (7, 10)) -> pd.DataFrame:
+    """Figure 3's points (figure3_runs)."""
+    chosen = figure3_runs(runs, lengths)
     return pd.DataFrame([
         {"dataset": run["config.dataset.name"], "K": run["config.method.tree.depth"] + 1, "theta": run["config.method.verifier.theta"],
          "accuracy": results.metric(run, "accuracy", run["config.dataset.name"]), "speedup": run.get("speedup"), "tau": run["results.tau"]}
@@ -214,7 +227,7 @@ def _k_claim(runs):
 
 
 def _theta_speed(runs):
-    chosen = results.select(runs, {"config.method.name": "mars", "temperature": 1.0, "config.method.tree.depth": depth_of(7)})
+    chosen = figure3_runs(runs, lengths=(7,))
     cases = []
     for dataset in ("humaneval", "gsm8k"):
         points = [(run["config.method.verifier.theta"], run) for _, run in chosen[chosen["config.dataset.name"] == dataset].iterrows()

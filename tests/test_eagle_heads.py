@@ -331,3 +331,15 @@ def test_training_rows_equal_inference_tree_nodes(kind, target4, tmp_path):
             scored = logits if drafter.target_ids is None else logits[drafter.target_ids]
             torch.testing.assert_close(scored, expected, rtol=1e-4, atol=1e-4)
             node = tree.add(node, ids[anchor + depth + 2])
+
+
+def test_a_bf16_head_keeps_fp32_rope_and_shares_the_targets_lm_head(tmp_path):
+    """bf16 RoPE frequencies would shift every position's phase; the EAGLE-1 head scores
+    with the target's own lm_head tensor, not a copy."""
+    eagle1_checkpoint(tmp_path / "a")
+    weight = torch.randn(VOCAB, 32, dtype=torch.bfloat16)
+    head = eagle.load_head(str(tmp_path / "a"), weight, torch.bfloat16, "cpu", "k")
+    assert head.fc.weight.dtype == torch.bfloat16 and head.rotary.inv_freq.dtype == torch.float32
+    assert head.lm_head_weight.data_ptr() == weight.data_ptr()
+    synthetic_checkpoint(tmp_path / "b")
+    assert load_head(str(tmp_path / "b"), torch.bfloat16, "cpu", "k").rotary.inv_freq.dtype == torch.float32

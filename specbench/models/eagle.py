@@ -3,7 +3,7 @@ unchanged.
 
 Architecture (EAGLE paper and its checkpoints, e.g. yuhuili/EAGLE-Vicuna-7B-v1.3): the
 target's last hidden state (after its final norm: the input of its lm_head) is the
-feature. `fc` (2H -> H, with bias) maps [token embedding, feature] to H; one decoder layer
+feature. `fc` (2H -> H, with a bias unless config.json says `"bias": false`) maps [token embedding, feature] to H; one decoder layer
 (`layers.0`) without an input norm, its input is the residual; no final norm: the layer's
 output is the predicted next feature and the target's own lm_head turns it into logits.
 Inside the tree a node's feature is its parent's predicted feature. Embeddings come from
@@ -20,7 +20,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from specbench.errors import ConfigError
-from specbench.models.eagle3 import HeadAttention, head_config, load_checked, read_config, read_weights
+from specbench.models.eagle3 import HeadAttention, head_config, load_checked, placed, read_config, read_weights
 
 
 def feature_layers(num_layers: int) -> tuple[int]:
@@ -79,4 +79,4 @@ def load_head(directory: str, lm_head_weight: torch.Tensor, dtype: torch.dtype, 
     if tuple(lm_head_weight.shape) != (config.vocab_size, config.hidden_size):
         raise ConfigError(f"{key}: {path} is for vocabulary {config.vocab_size} x hidden {config.hidden_size}; the target's lm_head is {tuple(lm_head_weight.shape)}")
     head = Eagle1Head(config, lm_head_weight)
-    return load_checked(head, read_weights(path, key), path, key, "an EAGLE-1").to(device=device, dtype=dtype).eval()
+    return placed(load_checked(head, read_weights(path, key), path, key, "an EAGLE-1"), device, dtype)

@@ -54,7 +54,7 @@ class HeadAttention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=False)
 
     def forward(self, x, cos, sin, past: tuple | None, mask):
-        """x [B, n, 2H]; past (keys, values) or None; mask bool [n, past + n] or, per row,
+        """x [B, n, width]; past (keys, values) or None; mask bool [n, past + n] or, per row,
         [B, n, past + n] (True = attend)."""
         b, n = x.shape[:2]
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
@@ -123,7 +123,15 @@ def load_head(directory: str, dtype: torch.dtype, device: str, key: str) -> Eagl
     path = Path(directory)
     head = Eagle3Head(head_config(read_config(path, key)))
     optional = set() if head.uses_reduced_vocab else {"d2t", "t2d"}
-    return load_checked(head, read_weights(path, key), path, key, "an EAGLE-3", optional).to(device=device, dtype=dtype).eval()
+    return placed(load_checked(head, read_weights(path, key), path, key, "an EAGLE-3", optional), device, dtype)
+
+
+def placed(head: nn.Module, device: str, dtype: torch.dtype) -> nn.Module:
+    """The head on `device` in `dtype` for inference, its RoPE frequencies kept in fp32 as
+    the target's are (`.to(bf16)` would round them, shifting every position's phase)."""
+    head = head.to(device=device, dtype=dtype).eval()
+    head.rotary = LlamaRotaryEmbedding(head.config).to(device)
+    return head
 
 
 def read_config(path: Path, key: str) -> dict:

@@ -59,7 +59,6 @@ def train(args) -> None:
     head = Eagle1Head(head_config(raw_config), target.get_output_embeddings().weight.float())
     if args.init and not checkpoint.exists():
         head.load_state_dict(load_head(args.init, head.lm_head_weight, torch.float32, "cpu", key="--init").state_dict())
-    head.lm_head_weight.requires_grad_(False)
     layer = feature_layers(target.config.num_hidden_layers)[0]
     embedding = target.get_input_embeddings()
 
