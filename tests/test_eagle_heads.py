@@ -343,3 +343,15 @@ def test_a_bf16_head_keeps_fp32_rope_and_shares_the_targets_lm_head(tmp_path):
     assert head.lm_head_weight.data_ptr() == weight.data_ptr()
     synthetic_checkpoint(tmp_path / "b")
     assert load_head(str(tmp_path / "b"), torch.bfloat16, "cpu", "k").rotary.inv_freq.dtype == torch.float32
+
+
+def test_a_warm_start_takes_the_heads_weights_without_its_shipped_embedding(target4, tmp_path):
+    """Published heads ship the target's embedding; a head trained from one reads the target's."""
+    from specbench.models.eagle3 import trained_state
+
+    eagle1_checkpoint(tmp_path, embedding=torch.randn(VOCAB, 32))
+    weight = target4.get_output_embeddings().weight
+    warm = eagle.load_head(str(tmp_path), weight, torch.float32, "cpu", "k")
+    fresh = eagle.Eagle1Head(head_config({**EAGLE1_CONFIG, "bias": True}), weight)
+    fresh.load_state_dict(trained_state(warm))  # strict: exactly the head's own keys
+    assert torch.equal(fresh.fc.weight, warm.fc.weight) and fresh.embed_tokens is None

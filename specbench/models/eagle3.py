@@ -134,6 +134,12 @@ def placed(head: nn.Module, device: str, dtype: torch.dtype) -> nn.Module:
     return head
 
 
+def trained_state(head: nn.Module) -> dict[str, torch.Tensor]:
+    """The head's own weights, for a warm start: without an embedding it was shipped with
+    (that is the target's, and a head trained here reads the target's)."""
+    return {k: v for k, v in head.state_dict().items() if k != EMBEDDING_KEY}
+
+
 def read_config(path: Path, key: str) -> dict:
     if not (path / "config.json").is_file():
         raise ConfigError(f"{key}: {path} has no config.json")

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from specbench.models.eagle import Eagle1Head, feature_layers, load_head
-from specbench.models.eagle3 import head_config
+from specbench.models.eagle3 import head_config, trained_state
 from specbench.train import eagle3
 from specbench.train.data import TARGET, batches
 from specbench.train.loop import add_fit_arguments, fit
@@ -58,7 +58,7 @@ def train(args) -> None:
     raw_config = head_config_for(target.config)
     head = Eagle1Head(head_config(raw_config), target.get_output_embeddings().weight.float())
     if args.init and not checkpoint.exists():
-        head.load_state_dict(load_head(args.init, head.lm_head_weight, torch.float32, "cpu", key="--init").state_dict())
+        head.load_state_dict(trained_state(load_head(args.init, head.lm_head_weight, torch.float32, "cpu", key="--init")))
     layer = feature_layers(target.config.num_hidden_layers)[0]
     embedding = target.get_input_embeddings()
 

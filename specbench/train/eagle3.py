@@ -20,7 +20,7 @@ from collections import Counter
 import torch
 from safetensors.torch import save_file
 
-from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head
+from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head, trained_state
 from specbench.train.data import TARGET, batches, collate
 from specbench.train.loop import add_fit_arguments, add_head_arguments, fit
 from specbench.train.validation import append_point, curve_point, export, prepare
@@ -159,7 +159,7 @@ def train(args) -> None:
     raw_config = head_config_for(target.config, len(vocab_ids))
     head = Eagle3Head(head_config(raw_config))
     if warm is not None:
-        head.load_state_dict(warm.state_dict())
+        head.load_state_dict(trained_state(warm))
     head.d2t.copy_(vocab_ids - torch.arange(len(vocab_ids)))
     head.t2d.zero_()
     head.t2d[vocab_ids] = True
