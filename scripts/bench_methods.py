@@ -194,12 +194,12 @@ def main() -> None:
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])
     target, _ = costs.target_lm(model, cfg, hardware)
-    built = {"ar": methods.build(cfg["baseline"]["method"], model, hardware)}
+    built = {"ar": methods.assemble(cfg["baseline"]["method"], model, hardware)}
     for spec in args.methods:
         label, _, base = spec.partition("=")  # "label=method" runs a method under another name
         overrides = [s.split(":", 1)[1] for s in args.set if s.split(":", 1)[0] == (label or spec)]
         shape = PAPER_SHAPES.get(base or label, [])
-        built[label] = methods.build(config(f"method={base or label}", *args.overrides, *shape, *overrides)["method"], model, hardware)
+        built[label] = methods.assemble(config(f"method={base or label}", *args.overrides, *shape, *overrides)["method"], model, hardware)
     args.methods = [s.partition("=")[0] for s in args.methods]
     warm = chat_prompt(tokenizer, [{"role": "user", "content": "Hello"}])
     for method in built.values():

@@ -53,7 +53,7 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     target, _ = costs.target_lm(model, cfg, hardware)
     # fixed draft lengths, the same on both sides (transformers' prompt lookup default is 10)
     pld_cfg, sps_cfg = config("method=pld", "method.tree.gamma=10")["method"], config("method=sps", "method.tree.gamma=5")["method"]
-    ours = {name: methods.build(c, model, hardware) for name, c in (("ar", cfg["baseline"]["method"]), ("pld", pld_cfg), ("sps", sps_cfg))}
+    ours = {name: methods.assemble(c, model, hardware) for name, c in (("ar", cfg["baseline"]["method"]), ("pld", pld_cfg), ("sps", sps_cfg))}
     assistant = ours["sps"].drafter.lm.model
     assistant.generation_config.num_assistant_tokens = sps_cfg["tree"]["gamma"]
     assistant.generation_config.num_assistant_tokens_schedule = "constant"

@@ -11,12 +11,12 @@ from specbench.engine.loop import Method
 from specbench.errors import ConfigError
 
 
-def build(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method:
+def assemble(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method:
     """`tune_tree(tree_cfg, drafter, verifier) -> tree_cfg` fills tree parameters set to
     `auto` (specbench.costs.autotune), or turns drafting off when no shape pays; without
     it an auto parameter is an error."""
     verifier = instantiate_part(method_cfg["verifier"], "method.verifier")
-    drafter = build_drafter(method_cfg, target, hardware)
+    drafter = load_drafter(method_cfg, target, hardware)
     tree_cfg = method_cfg["tree"]
     if auto_keys(tree_cfg):
         if tune_tree is None:
@@ -24,11 +24,11 @@ def build(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method:
         tree_cfg = tune_tree(tree_cfg, drafter, verifier)
         if tree_cfg == DRAFTING_OFF:  # no shape pays on this machine: the drafter is not run at all
             drafter = None
-    policy = instantiate_part(tree_cfg, "method.tree")
-    return Method(policy=policy, verifier=verifier, drafter=drafter)
+    tree = instantiate_part(tree_cfg, "method.tree")
+    return Method(tree=tree, verifier=verifier, drafter=drafter)
 
 
-def build_drafter(method_cfg: dict, target, hardware: dict):
+def load_drafter(method_cfg: dict, target, hardware: dict):
     """The method's drafter, or None for a method without one (AR)."""
     if not method_cfg.get("drafter"):
         return None

@@ -103,8 +103,8 @@ class Runner:
             stop_strings=tuple(cfg["gen"].get("stop_strings") or ()),
         )
         self.profile, self.shape_choice = None, None
-        self.method = methods.build(cfg["method"], model, hardware, tune_tree=self.tune_tree)
-        self.baseline = methods.build(cfg["baseline"]["method"], model, hardware) if self.paired else None
+        self.method = methods.assemble(cfg["method"], model, hardware, tune_tree=self.tune_tree)
+        self.baseline = methods.assemble(cfg["baseline"]["method"], model, hardware) if self.paired else None
         if self.costs_cfg.get("profile", True) and self.profile is None:  # tune_tree has it already
             self.cost_profile(self.method.drafter)
         if self.profile is not None:

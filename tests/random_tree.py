@@ -16,7 +16,7 @@ class RandomTree:
         self.size, self.max_depth = size, max_depth
         self.rng = random.Random(seed)
 
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
         expandable = [[0] for _ in trees]
         while True:

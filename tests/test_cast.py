@@ -68,7 +68,7 @@ def table_logits(table: dict, vocab: int):
 
 def build(policy, drafter, roots, contexts=None):
     contexts = contexts or [[1, 2, 3]] * len(roots)
-    return policy.build(drafter, contexts, roots, Sampling(), None)
+    return policy.grow(drafter, contexts, roots, Sampling(), None)
 
 
 def started(costs=None, **kwargs):
@@ -260,7 +260,7 @@ def test_needs_a_cost_profile():
     with pytest.raises(ConfigError, match=r"method\.tree: .*costs\.profile=true"):
         CastTree().begin(1, None)
     with pytest.raises(ConfigError, match=r"costs\.profile=true"):
-        CastTree(depth_pruning=False).build(FakeDrafter(None), [[1]], [0], Sampling(), None)
+        CastTree(depth_pruning=False).grow(FakeDrafter(None), [[1]], [0], Sampling(), None)
 
 
 @pytest.mark.parametrize("key, value", [
@@ -276,7 +276,7 @@ def test_bad_settings_name_their_key(key, value):
 def test_method_config_is_the_paper_setting():
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / "method" / "cast.yaml"))
     assert cfg["name"] == "cast"
-    assert cfg["drafter"]["_target_"] == "specbench.drafters.eagle3.build"
+    assert cfg["drafter"]["_target_"] == "specbench.drafters.eagle3.load"
     assert cfg["verifier"]["_target_"] == "specbench.verify.standard.StandardVerifier"
     # thresholds are auto by default: one common value per candidate, the paper's among them
     options = candidates(cfg["tree"])

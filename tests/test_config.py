@@ -44,7 +44,7 @@ def test_models_name_their_source():
 def test_method_parts_build(target):
     for choice, overrides in (("ar", []), ("pld", ["method.tree.gamma=4"])):
         cfg = composed(f"method={choice}", *overrides)
-        assert isinstance(methods.build(cfg["method"], target, cfg["hardware"]), Method)
+        assert isinstance(methods.assemble(cfg["method"], target, cfg["hardware"]), Method)
 
 
 @pytest.mark.parametrize("method, what, published", [
@@ -55,7 +55,7 @@ def test_heads_on_a_target_without_them_say_how_to_give_them(method, what, publi
     cfg = composed(f"method={method}", "model=llama3.1-8b")  # no such heads configured for it
     assert cfg["method"]["drafter"]["heads"] is None
     with pytest.raises(ConfigError, match=rf"^method.drafter.heads: this target has no {what} configured; set method.drafter.heads="):
-        methods.build(cfg["method"], target, {"dtype": "float32", "device": "cpu"})
+        methods.assemble(cfg["method"], target, {"dtype": "float32", "device": "cpu"})
     heads = composed(f"method={method}", "model=vicuna-7b")["method"]["drafter"]["heads"]
     assert heads["id"] == published
 
@@ -64,7 +64,7 @@ def test_auto_shapes_are_the_defaults_and_need_a_run_to_choose(target):
     for choice in ("pld", "sps", "sps_tree", "eagle", "eagle2", "eagle3", "talon", "mars", "cast", "medusa", "hydra", "lookahead", "opt_tree"):
         assert "auto" in composed(f"method={choice}")["method"]["tree"].values()
     with pytest.raises(ConfigError, match="method.tree: gamma = auto"):
-        methods.build(composed("method=pld")["method"], target, {"dtype": "float32", "device": "cpu"})
+        methods.assemble(composed("method=pld")["method"], target, {"dtype": "float32", "device": "cpu"})
     assert composed()["hardware"]["dtype"] == "auto"
 
 

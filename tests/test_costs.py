@@ -203,9 +203,9 @@ def test_retrained_drafter_weights_get_their_own_shape_choice(tmp_path):
     head.mkdir()
     (head / "config.json").write_text("{}")
     (head / "model.safetensors").write_bytes(b"v1" * 1000)
-    cfg = {"_target_": "specbench.drafters.eagle3.build", "head": {"name": "h", "path": str(head)}}
+    cfg = {"_target_": "specbench.drafters.eagle3.load", "head": {"name": "h", "path": str(head)}}
     before = costs.weights_id(cfg)
-    assert costs.weights_id(cfg) == before and costs.weights_id({"_target_": "x.prompt_lookup.build"}) != before
+    assert costs.weights_id(cfg) == before and costs.weights_id({"_target_": "x.prompt_lookup.load"}) != before
     (head / "model.safetensors").write_bytes(b"v2" * 1000)
     after = costs.weights_id(cfg)
     assert after != before
@@ -214,11 +214,11 @@ def test_retrained_drafter_weights_get_their_own_shape_choice(tmp_path):
 
 
 def test_drafting_off_decodes_as_ar_without_running_the_drafter(target, draft, prompts):
-    method_cfg = {"drafter": {"_target_": "specbench.drafters.prompt_lookup.build"},
+    method_cfg = {"drafter": {"_target_": "specbench.drafters.prompt_lookup.load"},
                   "tree": {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"},
                   "verifier": {"_target_": "specbench.verify.standard.StandardVerifier"}}
     offered = []
-    method = methods.build(method_cfg, target, {}, tune_tree=lambda cfg, d, v: offered.append(d) or autotune.DRAFTING_OFF)
+    method = methods.assemble(method_cfg, target, {}, tune_tree=lambda cfg, d, v: offered.append(d) or autotune.DRAFTING_OFF)
     assert isinstance(offered[0], PromptLookupDrafter) and method.drafter is None
     ar = generate(TreeLM(target), Method(Autoregressive(), StandardVerifier()), prompts[2], Sampling(), Limits(20))
     off = generate(TreeLM(target), method, prompts[2], Sampling(), Limits(20))

@@ -229,7 +229,7 @@ def test_batched_incremental_reading_equals_reading_from_scratch(kind, target4, 
         roots = [int(z[-1].argmax()) for z in first]
         drafter.begin(texts, lm.features)
         for step, lengths in enumerate(accept):
-            trees = policy.build(drafter, texts, roots, Sampling(), [None] * len(texts))
+            trees = policy.grow(drafter, texts, roots, Sampling(), [None] * len(texts))
             logits = lm.forward(trees=trees, nodes=[range(len(t)) for t in trees])
             paths = [longest_path(tree, n) for tree, n in zip(trees, lengths)]
             assert len({len(p) for p in paths}) > 1  # rows accept different lengths

@@ -45,7 +45,7 @@ def paths(tree):
 
 def test_expands_top_k_by_cumulative_probability_and_reranks():
     drafter = TableDrafter(TABLE, 10)
-    [tree] = EagleDynamicTree(top_k=2, depth=2, total_tokens=6).build(drafter, [[]], [0], Sampling(), [None])
+    [tree] = EagleDynamicTree(top_k=2, depth=2, total_tokens=6).grow(drafter, [[]], [0], Sampling(), [None])
     # depth 2 expands both depth-1 nodes; the best two grandchildren (3: .54, 5: .2 tied with 6) go on
     assert len(drafter.calls) == 3 and drafter.calls[0] == [[0]]
     assert drafter.calls[1] == [[1, 2]] and len(drafter.calls[2][0]) == 2
@@ -72,12 +72,12 @@ def test_each_row_grows_its_own_tree_in_shared_draft_forwards():
             return None if tree.tokens[0] == 20 and nodes != [0] else super()._row(b, tree, nodes)
 
     drafter = RunsOut(tables, 30)
-    trees = policy.build(drafter, [[1, 2], [3], [4, 5, 6]], roots, Sampling(), [None] * 3)
+    trees = policy.grow(drafter, [[1, 2], [3], [4, 5, 6]], roots, Sampling(), [None] * 3)
     assert len(drafter.calls) == 3 and drafter.calls[0] == [[0], [0], [0]]
     assert len(drafter.calls[1][2]) == 2 and drafter.calls[2][2] == []  # row 2 stopped growing
     for b, tree in enumerate(trees):
         alone = RunsOut([tables[b]], 30)
-        [expected] = policy.build(alone, [[]], [roots[b]], Sampling(), [None])
+        [expected] = policy.grow(alone, [[]], [roots[b]], Sampling(), [None])
         assert (tree.tokens, tree.parents, tree.logps, tree.origin) == (expected.tokens, expected.parents, expected.logps, expected.origin)
     assert len(trees[2]) == 3 and (21,) in paths(trees[2])
     assert {(11,), (11, 14), (12,)} <= paths(trees[1]) and len(trees[1]) == 6
@@ -94,7 +94,7 @@ def test_budget_is_never_exceeded(total):
         def logits(self, contexts, trees, nodes):
             return [torch.randn(len(row), 50, generator=g) * 3 if row else None for row in nodes]
 
-    trees = EagleDynamicTree(top_k=4, depth=4, total_tokens=total).build(RandomDrafter(), [[], [7]], [1, 2], Sampling(), [None, None])
+    trees = EagleDynamicTree(top_k=4, depth=4, total_tokens=total).grow(RandomDrafter(), [[], [7]], [1, 2], Sampling(), [None, None])
     for tree, root in zip(trees, [1, 2]):
         assert len(tree) == total and tree.tokens[0] == root
         assert tree.origin is not None and tree.origin[0] == 0
@@ -132,7 +132,7 @@ def test_depth_counts_as_eagles_release_the_layers_after_the_first(depth):
     "depth 7" is 8 levels); a chain table makes every level exist."""
     chain = {t: {t + 1: 0.9, t + 20: 0.1} for t in range(10)}
     drafter = TableDrafter(chain, 40)
-    [tree] = EagleDynamicTree(top_k=1, depth=depth, total_tokens=50).build(drafter, [[]], [0], Sampling(), [None])
+    [tree] = EagleDynamicTree(top_k=1, depth=depth, total_tokens=50).grow(drafter, [[]], [0], Sampling(), [None])
     assert len(drafter.calls) == depth + 1 and max(tree.depths) == depth + 1
     assert [tree.tokens[n] for n in tree.path_to(len(tree) - 1)] == list(range(depth + 2))
 

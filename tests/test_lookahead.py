@@ -14,7 +14,7 @@ V = 100
 def started(prompt, **kwargs):
     policy = LookaheadTree(**kwargs)
     policy.begin(1, None)
-    [tree] = policy.build(None, [prompt], [7], Sampling(), [None])
+    [tree] = policy.grow(None, [prompt], [7], Sampling(), [None])
     return policy, tree
 
 
@@ -34,7 +34,7 @@ def test_window_is_the_papers_lookahead_mask_as_a_tree():
     policy, tree = started([1, 2, 3], window=3, ngram=3, candidates=2)
     state = policy.rows[0]
     state.levels = [[10, 11, 12], [20, 21, 22]]
-    [tree] = policy.build(None, [[1, 2, 3]], [7], Sampling(), [None])
+    [tree] = policy.grow(None, [[1, 2, 3]], [7], Sampling(), [None])
     level0, level1 = state.window_nodes
     # level 0: a chain after the pending token; level 1, column k: after level 0 up to column k
     assert [seen(tree, n) for n in level0] == [[7, 10], [7, 10, 11], [7, 10, 11, 12]]
@@ -46,7 +46,7 @@ def test_jacobi_step_pools_ngrams_and_moves_the_window_up():
     policy, tree = started([1, 2, 3], window=3, ngram=3, candidates=2)
     state = policy.rows[0]
     state.levels = [[10, 11, 12], [20, 21, 22]]
-    [tree] = policy.build(None, [[1, 2, 3]], [7], Sampling(), [None])
+    [tree] = policy.grow(None, [[1, 2, 3]], [7], Sampling(), [None])
     top = state.window_nodes[-1]
     policy.observe([tree], [[0]], [logits_with_argmax(tree, dict(zip(top, [30, 31, 32])))])
     # column k's guesses and the target's prediction after the top one: an N-gram keyed by its first token
@@ -59,7 +59,7 @@ def test_pooled_ngrams_of_the_pending_token_are_verified_newest_first_and_share_
     state = policy.rows[0]
     state.levels = [[50], [51]]
     state.pool = {7: {(40, 41): None, (42, 43): None, (42, 44): None}, 9: {(60, 61): None}}
-    [tree] = policy.build(None, [[1, 2, 3]], [7], Sampling(), [None])
+    [tree] = policy.grow(None, [[1, 2, 3]], [7], Sampling(), [None])
     drafted = {tuple(seen(tree, n)) for n in range(len(tree)) if not tree.children(n)}
     assert drafted == {(7, 50, 51), (7, 42, 44), (7, 42, 43)}  # G=2 newest; (40, 41) is older
     root_children = [tree.tokens[c] for c in tree.children(0)]
@@ -71,7 +71,7 @@ def test_a_candidate_equal_to_a_window_guess_shares_its_node():
     state = policy.rows[0]
     state.levels = [[40, 41]]
     state.pool = {7: {(40, 99): None}}
-    [tree] = policy.build(None, [[1]], [7], Sampling(), [None])
+    [tree] = policy.grow(None, [[1]], [7], Sampling(), [None])
     assert [tree.tokens[c] for c in tree.children(0)] == [40]
     assert sorted(tree.tokens[c] for c in tree.children(tree.children(0)[0])) == [41, 99]
 
@@ -81,7 +81,7 @@ def test_pool_keeps_the_newest_g_continuations_per_token():
     state = policy.rows[0]
     for token in (30, 31, 30, 32):
         state.levels = [[10]]
-        [tree] = policy.build(None, [[1]], [7], Sampling(), [None])
+        [tree] = policy.grow(None, [[1]], [7], Sampling(), [None])
         policy.observe([tree], [[0]], [logits_with_argmax(tree, {state.window_nodes[-1][0]: token})])
     assert list(state.pool[10]) == [(30,), (32,)]
 
@@ -89,7 +89,7 @@ def test_pool_keeps_the_newest_g_continuations_per_token():
 def test_rows_keep_their_own_state_when_others_leave():
     policy = LookaheadTree(window=2, ngram=2, candidates=1)
     policy.begin(3, None)
-    policy.build(None, [[1], [2], [3]], [7, 8, 9], Sampling(), [None] * 3)
+    policy.grow(None, [[1], [2], [3]], [7, 8, 9], Sampling(), [None] * 3)
     third = policy.rows[2]
     policy.keep([2])
     assert policy.rows == [third]

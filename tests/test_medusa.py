@@ -162,13 +162,13 @@ def test_static_tree_takes_each_depths_ranked_candidates():
     logits[0, 0, [5, 7, 9]] = torch.tensor([3.0, 2.0, 1.0])
     logits[0, 1, [11, 3]] = torch.tensor([2.0, 1.0])
     logits[0, 2, 4] = 5.0
-    tree = StaticTree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]).build(FixedDrafter(logits), [[1]], [8], Sampling(), [None])[0]
+    tree = StaticTree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]).grow(FixedDrafter(logits), [[1]], [8], Sampling(), [None])[0]
     assert tree.tokens == [8, 5, 7, 9, 11, 3, 11, 4]
     assert tree.parents == [-1, 0, 0, 0, 1, 1, 2, 4]
     logp = torch.log_softmax(logits[0], -1)
     assert tree.logps[7] == pytest.approx(float(logp[0, 5] + logp[1, 11] + logp[2, 4]))
     with pytest.raises(ConfigError, match="nothing at depth 4"):
-        StaticTree([[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]).build(FixedDrafter(logits), [[1]], [8], Sampling(), [None])
+        StaticTree([[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]).grow(FixedDrafter(logits), [[1]], [8], Sampling(), [None])
 
 
 def test_typical_acceptance_rule_on_hand_made_distributions():

@@ -39,12 +39,12 @@ def peaked(confidence: float, token: int = 7) -> torch.Tensor:
 
 
 def build(tree_policy, drafter):
-    [tree] = tree_policy.build(drafter, [[1, 2, 3]], [5], Sampling(), [None])
+    [tree] = tree_policy.grow(drafter, [[1, 2, 3]], [5], Sampling(), [None])
     return tree
 
 
 def build_rows(tree_policy, drafter, rows):
-    return tree_policy.build(drafter, [[1, 2, 3][: r + 1] for r in range(rows)], [5 + r for r in range(rows)], Sampling(), [None] * rows)
+    return tree_policy.grow(drafter, [[1, 2, 3][: r + 1] for r in range(rows)], [5 + r for r in range(rows)], Sampling(), [None] * rows)
 
 
 def same_tree(a, b) -> bool:
@@ -74,7 +74,7 @@ def test_gating_keeps_children_within_mu_of_the_best():
     second = torch.full((V,), 0.18 / (V - 2))
     second[10], second[11] = 0.5, 0.32
     drafter = FixedDrafter(lambda depth, node: peaked(0.999) if depth == 0 else second.log())
-    [tree] = TalonTree(budget=6, mu=0.1, top_k=1).build(drafter, [[1]], [5], Sampling(), [None])
+    [tree] = TalonTree(budget=6, mu=0.1, top_k=1).grow(drafter, [[1]], [5], Sampling(), [None])
     assert widths(tree)[:2] == [1, 2]
     assert sorted(tree.tokens[n] for n in range(len(tree)) if tree.depths[n] == 2) == [10, 11]
 

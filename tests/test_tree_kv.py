@@ -158,8 +158,8 @@ def test_commit_keeps_exactly_the_accepted_path(target, lm_class):
     with torch.inference_mode():
         lm.forward(contexts=[context])
         lm.forward(trees=[tree], nodes=[range(len(tree))])
-        kept = lm.commit([[0, 1, 4, 6]])
-        assert kept == [4] and lm.layout.lengths == [7] and cache_columns(lm) == 7
+        lm.commit([[0, 1, 4, 6]])
+        assert lm.layout.lengths == [7] and cache_columns(lm) == 7
         assert lm.layout.node_columns == [{}]
         next_logits = lm.forward(contexts=[[40]])[0][-1]
     committed = context + [7, 11, 22, 31, 40]
@@ -176,7 +176,7 @@ ROUNDS = [
 
 
 def run_rounds(lm, rows: list[int]):
-    """Feed CONTEXTS[rows], then the ROUNDS for those rows; per round the kept counts and
+    """Feed CONTEXTS[rows], then the ROUNDS for those rows; per round the committed lengths and
     the logits after the next context, and finally the logits of every round's tree."""
     lm.reset(len(rows))
     kept, after, tree_logits = [], [], []
@@ -185,7 +185,8 @@ def run_rounds(lm, rows: list[int]):
         for make_trees, paths, nexts in ROUNDS:
             trees = [make_trees()[r] for r in rows]
             tree_logits.append(lm.forward(trees=trees, nodes=[range(len(t)) for t in trees]))
-            kept.append(lm.commit([paths[r] for r in rows]))
+            lm.commit([paths[r] for r in rows])
+            kept.append(list(lm.layout.lengths))
             after.append(lm.forward(contexts=[nexts[r] for r in rows]))
     return kept, after, tree_logits
 
@@ -204,14 +205,14 @@ def test_batched_commit_keeps_each_rows_path(target, lm_class):
     its accepted tokens had been fed as plain context, and as the row does alone."""
     lm = LMS[lm_class](target)
     kept, after, tree_logits = run_rounds(lm, [0, 1, 2])
-    assert kept == [[4, 2, 3], [2, 4, 5]]
+    assert kept == [[5 + 4, 2 + 2, 9 + 3], [10 + 2, 6 + 4, 13 + 5]]  # context before the commit + the path
     assert lm.layout.lengths == [len(committed_text(r, 2)) for r in range(3)]
     for b in range(3):
         for round_index in range(2):
             text = committed_text(b, round_index + 1)
             assert after[round_index][b].shape[0] == 1  # the last context token's logits
             torch.testing.assert_close(after[round_index][b][-1], sequential_logits(target, text)[-1], rtol=1e-4, atol=1e-4)
-        # the row done alone: same counts and logits
+        # the row done alone: same lengths and logits
         alone_kept, alone_after, alone_trees = run_rounds(LMS[lm_class](target), [b])
         assert [k[b] for k in kept] == [k[0] for k in alone_kept]
         for round_index in range(2):
@@ -254,7 +255,8 @@ def test_context_and_nodes_in_one_forward(target, lm_class):
         lm.forward(contexts=contexts)
         logits = lm.forward(contexts=[[8, 9, 10], [], [4]], trees=trees, nodes=[range(7), range(8), []])
         assert lm.layout.lengths == [5, 4, 4]
-        assert lm.commit([[0, 1, 4], [0, 3, 5, 7], []]) == [3, 4, 0]
+        lm.commit([[0, 1, 4], [0, 3, 5, 7], []])
+        assert lm.layout.lengths == [8, 8, 4]
         after = lm.forward(contexts=[[40], [41], [42, 43]])
     texts = [[5, 6, 8, 9, 10], [17, 3, 9, 44]]
     for text, tree, row_logits in zip(texts, trees, logits):
@@ -275,8 +277,8 @@ def test_commit_of_a_partly_cached_path(target, lm_class):
     with torch.inference_mode():
         lm.forward(contexts=[[5, 6]])
         lm.forward(trees=[tree], nodes=[[0, 1, 2]])
-        assert lm.commit([[0, 1, 4]]) == [2]
-        assert lm.layout.lengths == [4]
+        lm.commit([[0, 1, 4]])
+        assert lm.layout.lengths == [4]  # the unread leaf is not kept
         logits = lm.forward(contexts=[[22, 50]])[0][-1]
     torch.testing.assert_close(logits, sequential_logits(target, [5, 6, 7, 11, 22, 50])[-1], rtol=1e-4, atol=1e-4)
 
@@ -290,7 +292,7 @@ def test_commit_of_partly_cached_paths_in_a_batch(target, lm_class):
     with torch.inference_mode():
         lm.forward(contexts=[[5, 6], [9, 8, 7, 6], [1]])
         lm.forward(trees=trees, nodes=[[0, 1, 2], range(7), [0]])
-        assert lm.commit([[0, 1, 4], [0, 1, 4, 6], [0, 3, 5]]) == [2, 4, 1]
+        lm.commit([[0, 1, 4], [0, 1, 4, 6], [0, 3, 5]])
         assert lm.layout.lengths == [4, 8, 2]
         logits = lm.forward(contexts=[[22, 50], [50], [42, 51, 50]])
     texts = [[5, 6, 7, 11, 22, 50], [9, 8, 7, 6, 7, 11, 22, 31, 50], [1, 3, 42, 51, 50]]

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> None:
 
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
-    drafter = methods.build_drafter(cfg["method"], model, hardware)
+    drafter = methods.load_drafter(cfg["method"], model, hardware)
     name = costs.drafter_id(cfg["method"].get("drafter"))
     target, _ = costs.target_lm(model, cfg, hardware, refresh=refresh)
     key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)

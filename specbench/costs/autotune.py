@@ -54,8 +54,8 @@ def candidates(tree_cfg: dict) -> list[dict]:
     """Concrete tree configs for every candidate of the policy, auto keys filled in,
     keys the user set kept as set (duplicates dropped, order kept)."""
     keys = auto_keys(tree_cfg)
-    policy = get_class(tree_cfg["_target_"])
-    grid = getattr(policy, "AUTO_CANDIDATES", None)
+    tree_class = get_class(tree_cfg["_target_"])
+    grid = getattr(tree_class, "AUTO_CANDIDATES", None)
     if not grid or any(k not in grid[0] for k in keys):
         supported = sorted(grid[0]) if grid else []
         raise ConfigError(f"method.tree: {', '.join(keys)} cannot be auto for {tree_cfg['_target_']} (auto supported for: {supported or 'none'})")
@@ -159,17 +159,17 @@ def tune(
     from specbench.methods import instantiate_part  # (methods imports this module)
 
     options = candidates(tree_cfg)
-    policies = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
+    trees = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
     prompts = make_prompts()
     log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes on {len(prompts)} calibration prompts (once; cached in {path})")
     limits = Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     measured = []
     step_costs = ProfileCosts(profile, drafter_name)  # for policies that price their trees (CAST)
-    warm_up = Method(policy=policies[0], verifier=verifier, drafter=drafter, costs=step_costs)
+    warm_up = Method(tree=trees[0], verifier=verifier, drafter=drafter, costs=step_costs)
     generate(target, warm_up, prompts[0], sampling, Limits(8, stop_token_ids), torch.Generator().manual_seed(0))
     with contention.watch() as usage:
-        for cfg, policy in tqdm(list(zip(options, policies)), desc="calibrating tree shapes", unit="shape"):
-            method = Method(policy=policy, verifier=verifier, drafter=drafter, costs=step_costs)
+        for cfg, tree in tqdm(list(zip(options, trees)), desc="calibrating tree shapes", unit="shape"):
+            method = Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs)
             runs = []
             for index, prompt in enumerate(prompts):
                 generator = torch.Generator().manual_seed(index)

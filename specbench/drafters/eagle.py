@@ -17,7 +17,7 @@ from specbench.errors import ConfigError
 from specbench.models import eagle, registry
 
 
-def build(target: torch.nn.Module, hardware: dict, head: dict | None) -> "EagleDrafter":
+def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> "EagleDrafter":
     """The EAGLE-1 drafter named by a method config: `head` is a model entry (see registry)."""
     directory = registry.resolve_part(head, "method.drafter.head", "EAGLE-1 head")
     weight = target.get_output_embeddings().weight

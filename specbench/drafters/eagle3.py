@@ -10,7 +10,7 @@ from specbench.models import registry
 from specbench.models.eagle3 import feature_layers, load_head
 
 
-def build(target: torch.nn.Module, hardware: dict, head: dict | None) -> EagleDrafter:
+def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> EagleDrafter:
     """The drafter named by a method config: `head` is a model entry (see registry)."""
     directory = registry.resolve_part(head, "method.drafter.head", "EAGLE-3 head")
     loaded = load_head(directory, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")

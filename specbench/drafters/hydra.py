@@ -20,7 +20,7 @@ from specbench.models import registry
 from specbench.models.hydra import HydraHeads, load_heads
 
 
-def build(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "HydraDrafter":
+def load(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "HydraDrafter":
     """The drafter named by a method config: `heads` is a model entry (see registry)."""
     directory = registry.resolve_part(heads, "method.drafter.heads", "Hydra heads")
     model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")

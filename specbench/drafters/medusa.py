@@ -18,7 +18,7 @@ from specbench.models import registry
 from specbench.models.medusa import MedusaHeads, load_heads
 
 
-def build(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "MedusaDrafter":
+def load(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "MedusaDrafter":
     """The drafter named by a method config: `heads` is a model entry (see registry)."""
     directory = registry.resolve_part(heads, "method.drafter.heads", "Medusa heads")
     model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")

@@ -10,7 +10,7 @@ from specbench.engine.tree import DraftTree
 from specbench.errors import require
 
 
-def build(target: torch.nn.Module, hardware: dict, max_ngram: int = 3, min_ngram: int = 1) -> "PromptLookupDrafter":
+def load(target: torch.nn.Module, hardware: dict, max_ngram: int = 3, min_ngram: int = 1) -> "PromptLookupDrafter":
     return PromptLookupDrafter(target.config.vocab_size, max_ngram, min_ngram)
 
 

@@ -14,7 +14,7 @@ from specbench.errors import ConfigError
 from specbench.models import registry
 
 
-def build(target: torch.nn.Module, hardware: dict, model: dict | None) -> "SmallLMDrafter":
+def load(target: torch.nn.Module, hardware: dict, model: dict | None) -> "SmallLMDrafter":
     """The drafter named by a method config: `model` is a model entry (see registry)."""
     if not model:
         raise ConfigError(

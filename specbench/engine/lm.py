@@ -99,12 +99,12 @@ class TreeLM:
         )
         return out.last_hidden_state, out.hidden_states if self.feature_layers else None
 
-    def commit(self, paths: Sequence[Sequence[int]]) -> list[int]:
+    def commit(self, paths: Sequence[Sequence[int]]) -> None:
         """Keep each row's cached rows of its accepted path (root first) as context, drop
-        the other tree rows. Returns per row how many path nodes were cached (a prefix)."""
+        the other tree rows. Only the cached prefix of a path is kept (a drafter may not
+        have read the accepted leaf); `layout.lengths` counts what each row holds."""
         sources, dest = self.layout.commit([list(p) for p in paths])
         self._move(moves(sources, dest), self.layout.columns)
-        return [len(s) for s in sources]
 
     def _move(self, row_moves: list[tuple[int, list[int], int]], columns: int) -> None:
         """Copy each (row, source columns, dest) block into place, then keep `columns` columns."""

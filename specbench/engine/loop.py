@@ -1,6 +1,6 @@
 """The one decoding loop every method runs through.
 
-prefill -> repeat: the policy builds a tree per row (draft forwards over the whole batch),
+prefill -> repeat: the method's tree (policy) grows a draft tree per row (draft forwards over the whole batch),
 the target verifies every row's tree in one forward, the verifier picks each row's
 accepted path and one more token, and both caches keep exactly those paths. Rows that
 stop leave the batch; batch size 1 is the same loop with one row.
@@ -23,7 +23,7 @@ from specbench.engine.parts import Drafter, StepCosts, TreePolicy, Verifier
 class Method:
     """A speculative decoding method: three independent parts."""
 
-    policy: TreePolicy
+    tree: TreePolicy  # configured as method.tree
     verifier: Verifier
     drafter: Drafter | None = None
     costs: StepCosts | None = None  # measured forward costs, for policies that price trees (CAST)
@@ -128,7 +128,7 @@ def generate_batch(
     rows = [_Row(list(p), g) for p, g in zip(prompts, generators or [None] * len(prompts))]
     clock = Clock()
     clock.start()
-    drafter, policy = method.drafter, method.policy
+    drafter, tree = method.drafter, method.tree
     target.reset(len(rows))
     target.feature_layers = drafter.feature_layers if drafter is not None else ()
     with torch.inference_mode():
@@ -141,32 +141,32 @@ def generate_batch(
                 row.nll += _nll(logits[-1:], row.new)
         if drafter is not None:
             drafter.begin([r.prompt for r in rows], target.features)
-        if hasattr(policy, "begin"):
-            policy.begin(len(rows), method.costs)
+        if hasattr(tree, "begin"):
+            tree.begin(len(rows), method.costs)
         with clock.paused():
             active = [r for r in rows if not _finished(r.new, limits, decode)]
             _leave(rows, active, target, method, clock)
         while active:
             forwards_before = drafter.forwards if drafter is not None else 0
-            trees = policy.build(drafter, [r.prompt + r.new[:-1] for r in active], [r.new[-1] for r in active], sampling, [r.generator for r in active])
+            drafts = tree.grow(drafter, [r.prompt + r.new[:-1] for r in active], [r.new[-1] for r in active], sampling, [r.generator for r in active])
             drafted = (drafter.forwards if drafter is not None else 0) - forwards_before
-            logits = target.forward(trees=trees, nodes=[range(len(t)) for t in trees])
-            accepted = [method.verifier.accept(t, z, sampling, r.generator) for t, z, r in zip(trees, logits, active)]
+            logits = target.forward(trees=drafts, nodes=[range(len(t)) for t in drafts])
+            accepted = [method.verifier.accept(t, z, sampling, r.generator) for t, z, r in zip(drafts, logits, active)]
             paths = [a.path for a in accepted]
             target.commit(paths)
             if drafter is not None:
                 features = [f[p] for f, p in zip(target.features, paths)] if target.features is not None else None
-                drafter.commit(trees, paths, features)
-            if hasattr(policy, "observe"):
-                policy.observe(trees, paths, logits)
-            for row, tree, a in zip(active, trees, accepted):
-                row.new += [tree.tokens[n] for n in a.path[1:]] + [a.next_token]
+                drafter.commit(drafts, paths, features)
+            if hasattr(tree, "observe"):
+                tree.observe(drafts, paths, logits)
+            for row, draft, a in zip(active, drafts, accepted):
+                row.new += [draft.tokens[n] for n in a.path[1:]] + [a.next_token]
             with clock.paused():
-                for row, tree, a, z in zip(active, trees, accepted, logits):
+                for row, draft, a, z in zip(active, drafts, accepted, logits):
                     row.step_draft_forwards.append(drafted)
-                    row.tree_widths.append(_widths(tree.depths))
+                    row.tree_widths.append(_widths(draft.depths))
                     merge_notes(row.notes, a.notes)
-                    row.accepted_ranks.append(_depth_ranks(tree, a.path[1:]))
+                    row.accepted_ranks.append(_depth_ranks(draft, a.path[1:]))
                     row.nll += _nll(z[a.path], row.new[len(row.new) - len(a.path) :])
                     row.accept_lengths.append(len(a.path))
                 if on_step is not None:
@@ -212,8 +212,8 @@ def _leave(active: list[_Row], still: list[_Row], target: TreeLM, method: Method
     target.keep(keep)
     if method.drafter is not None:
         method.drafter.keep(keep)
-    if hasattr(method.policy, "keep"):
-        method.policy.keep(keep)
+    if hasattr(method.tree, "keep"):
+        method.tree.keep(keep)
     clock.stop()
 
 

@@ -56,7 +56,7 @@ class TreePolicy(Protocol):
     the verifier saw, and `keep(rows)` when rows leave the batch; the loop calls them when
     present, and a policy never touches the engine or the model."""
 
-    def build(
+    def grow(
         self, drafter: Drafter | None, contexts: list[list[int]], roots: list[int], sampling: Sampling,
         generator: torch.Generator | None,
     ) -> list[DraftTree]:

@@ -69,8 +69,8 @@ def main(argv: list[str]) -> None:
     require(costs is not None, "costs.profile", "the throughput re-ranking needs this machine's cost profile; leave costs.profile=true")
     context = sum(map(len, prompts)) / len(prompts) + args.tokens / 2
     default = None
-    if isinstance(method.policy, StaticTree):  # the method's own tree: the default the frontier is compared with
-        choices = [list(c) for c in method.policy.topology.choices]
+    if isinstance(method.tree, StaticTree):  # the method's own tree: the default the frontier is compared with
+        choices = [list(c) for c in method.tree.topology.choices]
         default = {"size": len(choices) + 1, "depth": max(map(len, choices), default=0), "choices": choices,
                    "accept_unbiased": self_rollout(runner.target, method.drafter, method.verifier, choices, prompts, runner.sampling, limits)}
     for entry in history + ([default] if default else []):

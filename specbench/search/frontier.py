@@ -79,8 +79,8 @@ class WhatIf:
         return Acceptance([sub.origin[n] for n in inner.path], inner.next_token, inner.notes)
 
 
-def rollout(target, drafter, policy, verifier, prompts, sampling: Sampling, limits: Limits, seed: int) -> None:
-    method = Method(policy=policy, verifier=verifier, drafter=drafter)
+def rollout(target, drafter, tree, verifier, prompts, sampling: Sampling, limits: Limits, seed: int) -> None:
+    method = Method(tree=tree, verifier=verifier, drafter=drafter)
     for index, prompt in enumerate(prompts):
         generate(target, method, prompt, sampling, limits, torch.Generator().manual_seed(seed + index))
 
@@ -97,8 +97,8 @@ def acceptance_frontier(target, drafter, verifier, prompts, sampling: Sampling, 
         joint = Topology.from_choices(choices + candidates)
         index = {c: i + 1 for i, c in enumerate(joint.choices)}
         scorer = WhatIf(verifier, [index[c] for c in choices], [index[c] for c in candidates])
-        policy = StaticTree(choices=[list(c) for c in joint.choices])
-        rollout(target, drafter, policy, scorer, prompts, sampling, limits, seed)
+        tree = StaticTree(choices=[list(c) for c in joint.choices])
+        rollout(target, drafter, tree, scorer, prompts, sampling, limits, seed)
         means = [t / max(scorer.steps, 1) for t in scorer.totals]
         best = max(range(len(candidates)), key=lambda j: (means[j], -sum(candidates[j]), -len(candidates[j])))
         choices.append(candidates[best])

@@ -4,5 +4,5 @@ from specbench.engine.tree import DraftTree
 
 
 class Autoregressive:
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         return [DraftTree.root(root) for root in roots]

@@ -116,7 +116,7 @@ class CastTree:
     def begin(self, batch_size: int, costs) -> None:
         """A new batch: its cost profile, and fresh buffers (each batch starts from the
         paper's {1}, so a result does not depend on which batches ran before it). The
-        batch size is not kept: rows leave, so `build` prices at len(roots)."""
+        batch size is not kept: rows leave, so `grow` prices at len(roots)."""
         if costs is None and self.priced:
             raise ConfigError(NO_COSTS)
         self.costs, self.buffers = costs, {}
@@ -129,7 +129,7 @@ class CastTree:
         """A_layer, created as {1} on first use."""
         return self.buffers.setdefault(layer, deque([1.0], maxlen=self.buffer))
 
-    def build(self, drafter, contexts, roots, sampling, generator) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generator) -> list[DraftTree]:
         if self.priced and self.costs is None:
             raise ConfigError(NO_COSTS)
         batch = len(roots)

@@ -15,7 +15,7 @@ class Chain:
         require(isinstance(gamma, int) and gamma >= 1, "method.tree.gamma", f"must be an integer >= 1, got {gamma!r}")
         self.gamma = gamma
 
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         """Each row's chain grows by one token per draft forward until gamma tokens or
         until the drafter has nothing to propose for it."""
         trees = [DraftTree.root(root) for root in roots]

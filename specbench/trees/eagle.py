@@ -35,7 +35,7 @@ class EagleDynamicTree:
             require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
         self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
 
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
         frontiers = [[0] for _ in trees]
         for _ in range(self.depth + 1):

@@ -108,7 +108,7 @@ class ScheduledTree:
     def keep(self, rows: list[int]) -> None:
         self.p0, self.current = [self.p0[r] for r in rows], [self.current[r] for r in rows]
 
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         if self.policy == "static":
             chosen = [self.task.static] * len(roots)
         else:

@@ -57,13 +57,13 @@ class LookaheadTree:
         self.rows: list[_RowState] | None = None
 
     def begin(self, batch_size: int, costs) -> None:
-        """New sequences: windows are filled from each prompt at the first build."""
+        """New sequences: windows are filled from each prompt at the first grow."""
         self.rows = None
 
     def keep(self, rows: list[int]) -> None:
         self.rows = [self.rows[i] for i in rows]
 
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         if self.rows is None:
             self.rows = [self._start(context) for context in contexts]
         return [self._tree(state, root) for state, root in zip(self.rows, roots)]

@@ -36,7 +36,7 @@ class OptTree:
                 "method.tree.threshold", f"must be a number >= 0 (expected accepted tokens a layer must add), got {threshold!r}")
         self.nodes, self.threshold, self.max_depth = nodes, float(threshold), max_depth
 
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
         frontiers = [[0] for _ in trees]
         kept = [[] for _ in trees]  # every layer's nodes: what T_i is chosen from

@@ -97,7 +97,7 @@ class StaticTree:
             topology = Topology.from_choices(topology.choices[:size])
         self.topology = topology
 
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         return grow([self.topology] * len(roots), drafter, contexts, roots)
 
 

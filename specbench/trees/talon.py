@@ -32,7 +32,7 @@ class TalonTree:
         require(isinstance(mu, (int, float)) and 0 < mu <= 1, "method.tree.mu", f"must be in (0, 1], got {mu!r}")
         self.budget, self.mu, self.top_k, self.robust_layers = budget, float(mu), top_k, robust_layers
 
-    def build(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
         parents = [[0] for _ in trees]
         depth = 0
