@@ -21,7 +21,9 @@ import numpy as np
 import pandas as pd
 
 from specbench.replicate import main, results
-from specbench.replicate.paper import base_filters, by_source, every_higher, not_run, one, per_prompt, positive, slope, sweep_size
+from specbench.replicate.paper import (
+    all_hold, base_filters, by_source, every_higher, not_run, one, per_prompt, positive, prompt_values, slope, sweep_runs, sweep_size,
+)
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
 
 NAME = "talon"
@@ -87,8 +89,8 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     points = delta_vs_tau(runs)
     if not points.empty:
         paths += delta_vs_tau_figure(points, out_dir, "figure6", "TALON Figure 6 (ours): draft cost vs accepted tokens")
-    for name, method_key, values, label in (("figure12", "budget", BUDGETS, "node budget N"), ("figure13", "mu", MUS, "mu")):
-        sweep = ablation(runs, method_key, values)
+    for name, method_key, label in (("figure12", "budget", "node budget N"), ("figure13", "mu", "mu")):
+        sweep = ablation(runs, method_key)
         if sweep.empty:
             continue
         fig, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -110,42 +112,62 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 
 def delta_vs_tau(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per-prompt tau and delta of TALON and EAGLE-3 at their defaults, one run per model,
+    dataset and temperature: the one with the most prompts (Figure 12's N=60 run repeats Table 1's
+    MT-Bench cell on fewer, shorter answers)."""
     frames = []
     for method in ("talon", "eagle3"):
-        for _, run in results.select(runs, {"config.method.name": method, **DEFAULTS[method]}).iterrows():
+        chosen = results.select(runs, {"config.method.name": method, **DEFAULTS[method]})
+        chosen = chosen.sort_values("results.samples", ascending=False, kind="stable").drop_duplicates(["config.model.name", "config.dataset.name", "temperature"])
+        for _, run in chosen.iterrows():
             frame = per_prompt(run)
-            frames.append(frame.assign(method=method, temperature=run["temperature"], dataset=run["config.dataset.name"]))
+            frames.append(frame.assign(method=method, temperature=run["temperature"], dataset=run["config.dataset.name"], model=run["config.model.name"]))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def ablation(runs: pd.DataFrame, key: str, values: list[float]) -> pd.DataFrame:
-    """tok/s of TALON (and, for the budget, EAGLE-3 pruned to the same N) on MT-Bench at T=0."""
-    rows = []
+def ablation_runs(runs: pd.DataFrame, key: str) -> dict[str, dict]:
+    """Figure 12's runs (key "budget": TALON, and EAGLE-3 pruned to the same N) or Figure
+    13's ("mu": TALON) on MT-Bench at T=0, by method and value, one run per point of the
+    sweep's own size (replicate.paper.sweep_runs)."""
+    values = BUDGETS if key == "budget" else MUS
+    found = {}
     for method, column in (("talon", f"config.method.tree.{key}"), ("eagle3", "config.method.tree.total_tokens" if key == "budget" else None)):
         if column is None:
             continue
         fixed = {k: v for k, v in DEFAULTS[method].items() if k != column}
-        for value in values:
-            try:
-                run = one(runs, method=method, dataset="mt_bench", temperature=0.0, **fixed, **{column: value})
-            except KeyError:
-                continue
-            rows.append({"method": method, "x": value, "tok_per_s": run["results.tok_per_s"], "speedup": run.get("speedup"), "tau": run["results.tau"]})
-    return pd.DataFrame(rows)
+        found[method] = sweep_runs(runs, column, values, method=method, dataset="mt_bench", temperature=0.0, **fixed)
+    return found
+
+
+def ablation(runs: pd.DataFrame, key: str) -> pd.DataFrame:
+    """tok/s, speedup and tau at each point of Figure 12's or 13's sweep (ablation_runs)."""
+    return pd.DataFrame([
+        {"method": method, "x": value, "tok_per_s": run["results.tok_per_s"], "speedup": run.get("speedup"), "tau": run["results.tau"]}
+        for method, points in ablation_runs(runs, key).items() for value, run in points.items()
+    ])
+
+
+def prompt_acceptances(runs: pd.DataFrame) -> list[tuple[np.ndarray, int]]:
+    """Per prompt of the static-tree run: acceptances by depth (rows 1-9) and rank within the
+    depth (ranks past 99 pooled), and its number of verification steps."""
+    chosen = results.select(runs, {"config.method.name": "eagle3", "config.method.tree.total_tokens": STATIC_TREE})
+    found = []
+    for _, run in chosen.iterrows():
+        for record in results.samples(run):
+            counts = np.zeros((LEVELS, 100))
+            for ranks in record["method"]["accepted_ranks"]:
+                for depth, rank in enumerate(ranks[:LEVELS]):
+                    counts[depth, min(rank, 99)] += 1
+            found.append((counts, len(record["method"]["accepted_ranks"])))
+    return found
 
 
 def acceptance_counts(runs: pd.DataFrame) -> tuple[np.ndarray, int] | None:
-    """Acceptances by depth (rows 1-9) and rank within the depth (ranks past 99 pooled) in
-    the static-tree run, and the number of verification steps."""
-    chosen = results.select(runs, {"config.method.name": "eagle3", "config.method.tree.total_tokens": STATIC_TREE})
-    steps = [ranks for _, run in chosen.iterrows() for r in results.samples(run) for ranks in r["method"]["accepted_ranks"]]
-    if not steps:
+    """prompt_acceptances summed over the prompts (None without the static-tree run)."""
+    found = prompt_acceptances(runs)
+    if not found:
         return None
-    counts = np.zeros((LEVELS, 100))
-    for ranks in steps:
-        for depth, rank in enumerate(ranks[:LEVELS]):
-            counts[depth, min(rank, 99)] += 1
-    return counts, len(steps)
+    return sum(c for c, _ in found), sum(n for _, n in found)
 
 
 # ---- claims -------------------------------------------------------------------------
@@ -164,80 +186,114 @@ def _faster(temperature, other="eagle3"):
     return check
 
 
-def paired_points(runs) -> tuple[dict, dict, list]:
-    """Per-prompt (tau, delta) of TALON and of EAGLE-3 by (dataset, temperature, prompt), for
-    the prompts both decoded: what the Figure 6 claims resample."""
+def paired_points(runs) -> pd.DataFrame:
+    """Per-prompt tau and delta of TALON and of EAGLE-3 (columns (metric, method)), one row
+    per (model, dataset, temperature, prompt) both decoded: what the Figure 6 claims resample."""
     points = delta_vs_tau(runs)
-    points = points.dropna(subset=["tau", "delta"]) if not points.empty else points
-    if points.empty:
+    if points.empty or set(points["method"]) != {"talon", "eagle3"}:
         raise KeyError("talon and eagle3 runs")
-    by_method = {m: {(r.dataset, r.temperature, r.id): (r.tau, r.delta) for r in g.itertuples()} for m, g in points.groupby("method")}
-    if set(by_method) != {"talon", "eagle3"}:
-        raise KeyError("talon and eagle3 runs")
-    shared = sorted(set(by_method["talon"]) & set(by_method["eagle3"]))
-    return by_method["talon"], by_method["eagle3"], shared
+    paired = points.pivot(index=["model", "dataset", "temperature", "id"], columns="method", values=["tau", "delta"]).dropna()
+    if paired.empty:
+        raise KeyError("prompts decoded by both talon and eagle3")
+    return paired
 
 
 def _oracle(runs):
-    talon, eagle, shared = paired_points(runs)
-
-    def closer(picked):  # mean per prompt of EAGLE-3's |delta - tau| minus TALON's
-        return sum(abs(eagle[c][1] - eagle[c][0]) - abs(talon[c][1] - talon[c][0]) for c in picked) / len(picked)
-
-    verdict, text = positive(shared, closer)
+    paired = paired_points(runs)
+    gap = (paired["delta"] - paired["tau"]).abs()
+    closer = gap["eagle3"] - gap["talon"]  # per prompt: EAGLE-3's |delta - tau| minus TALON's
+    verdict, text = positive(list(closer), lambda picked: sum(picked) / len(picked))
     return verdict, f"EAGLE-3's mean |delta - tau| per prompt minus TALON's: {text}"
 
 
 def _adaptive_cost(runs):
-    talon, eagle, shared = paired_points(runs)
+    paired = paired_points(runs)
+
+    def fitted(rows: pd.DataFrame, method: str) -> float:
+        return slope(list(rows[("tau", method)]), list(rows[("delta", method)]))
 
     def steeper(picked):  # slope of delta on tau, TALON's minus EAGLE-3's
-        return slope([talon[c][0] for c in picked], [talon[c][1] for c in picked]) - slope([eagle[c][0] for c in picked], [eagle[c][1] for c in picked])
+        rows = paired.iloc[picked]
+        return fitted(rows, "talon") - fitted(rows, "eagle3")
 
-    full = {m: slope([p[c][0] for c in shared], [p[c][1] for c in shared]) for m, p in (("talon", talon), ("eagle3", eagle))}
-    verdict, text = positive(shared, steeper)
-    return verdict, f"slope of delta on tau: TALON {full['talon']:+.2f}, EAGLE-3 {full['eagle3']:+.2f} (static: 0); TALON's minus EAGLE-3's {text}"
+    verdict, text = positive(list(range(len(paired))), steeper)
+    return verdict, f"slope of delta on tau: TALON {fitted(paired, 'talon'):+.2f}, EAGLE-3 {fitted(paired, 'eagle3'):+.2f} (static: 0); TALON's minus EAGLE-3's {text}"
+
+
+def budget_pairs(runs) -> list[tuple[int, pd.Series, pd.Series]]:
+    """(N, TALON's run, EAGLE-3's run pruned to N) at each budget of Figure 12's sweep."""
+    found = ablation_runs(runs, "budget")
+    return [(n, found["talon"][n], found["eagle3"][n]) for n in BUDGETS if n in found["talon"] and n in found["eagle3"]]
 
 
 def _budget(runs):
     """Speedups (each over its own AR, prompt by prompt), not tok/s across runs, which drift."""
-    pairs = []
-    for n in BUDGETS:
-        try:
-            talon = one(runs, method="talon", dataset="mt_bench", temperature=0.0, **{**DEFAULTS["talon"], "config.method.tree.budget": n})
-            eagle = one(runs, method="eagle3", dataset="mt_bench", temperature=0.0, **{**DEFAULTS["eagle3"], "config.method.tree.total_tokens": n})
-        except KeyError:
-            continue
-        pairs.append((f"N={n}", talon, eagle))
-    return every_higher(pairs, "speedup", ("talon", "eagle3"))
+    return every_higher([(f"N={n}", talon, eagle) for n, talon, eagle in budget_pairs(runs)], "speedup", ("talon", "eagle3"))
 
 
 def _budget_gap(runs):
-    sweep = ablation(runs, "budget", BUDGETS).pivot(index="x", columns="method", values="speedup").dropna()
-    gap = sweep["talon"] / sweep["eagle3"]
-    return bool(gap.idxmax() == sweep.index.min()), "TALON/EAGLE-3 speedup ratio " + ", ".join(f"{g:.2f} at N={n:g}" for n, g in gap.items())
+    """TALON's advantage (per-prompt speedup minus EAGLE-3's at the same N) at the smallest
+    budget against each larger one, on the prompts every run of the sweep decoded."""
+    values = {n: (prompt_values(talon, "speedup"), prompt_values(eagle, "speedup")) for n, talon, eagle in budget_pairs(runs)}
+    if len(values) < 2:
+        raise KeyError("budget sweep")
+    prompts = sorted(set.intersection(*(set(a) & set(b) for a, b in values.values())))
+    if not prompts:
+        raise KeyError("prompts every budget's runs decoded")
+    smallest = min(values)
+
+    def advantage(n, picked):
+        talon, eagle = values[n]
+        return sum(talon[p] - eagle[p] for p in picked) / len(picked)
+
+    verdicts, parts = [], []
+    for n in sorted(values)[1:]:
+        verdict, text = positive(prompts, lambda picked, n=n: advantage(smallest, picked) - advantage(n, picked))
+        verdicts.append(verdict)
+        parts.append(f"N={smallest} minus N={n} {text}")
+    advantages = ", ".join(f"{advantage(n, prompts):+.2f} at N={n}" for n in sorted(values))
+    return all_hold(verdicts), f"TALON - EAGLE-3 speedup per prompt: {advantages}; " + "; ".join(parts)
 
 
 def _mu(runs):
-    sweep = ablation(runs, "mu", MUS)
-    if sweep.empty:
-        raise KeyError("mu sweep")
-    best = sweep.loc[sweep["tok_per_s"].idxmax()]
+    """The fastest mu <= 0.02 against the fastest above it, by per-prompt speedups (each over
+    its own AR), with the interval over the prompts every mu run decoded."""
+    speedups = {mu: prompt_values(run, "speedup") for mu, run in ablation_runs(runs, "mu")["talon"].items()}
+    low, high = [m for m in speedups if m <= 0.02], [m for m in speedups if m > 0.02]
+    if not low or not high:
+        raise KeyError("mu sweep on both sides of 0.02")
+    prompts = sorted(set.intersection(*(set(v) for v in speedups.values())))
+    if not prompts:
+        raise KeyError("prompts every mu run decoded")
+
+    def mean(mu, picked):
+        return sum(speedups[mu][p] for p in picked) / len(picked)
+
+    verdict, text = positive(prompts, lambda picked: max(mean(m, picked) for m in low) - max(mean(m, picked) for m in high))
     tau = one(runs, method="talon", dataset="mt_bench", temperature=0.0, **DEFAULTS["talon"])["results.tau"]
-    return best["x"] <= 0.02, f"fastest at mu={best['x']:g} (tau at mu 0.03: {tau:.2f}, low alignment); " + ", ".join(f"{r.x:g}: {r.tok_per_s:.1f}" for r in sweep.itertuples())
+    points = ", ".join(f"{m:g}: {mean(m, prompts):.2f}x" for m in sorted(speedups))
+    return verdict, f"best speedup at mu <= 0.02 minus best above, per-prompt means: {text} (tau at mu 0.03: {tau:.2f}, low alignment); {points}"
 
 
 def _funnel(runs):
-    found = acceptance_counts(runs)
-    if found is None:
+    """The share of acceptances at ranks 0-1, mean over the depths past the first minus at
+    the first, resampled over prompts (depths with an acceptance in the whole run)."""
+    found = prompt_acceptances(runs)
+    if not found:
         raise KeyError("static-tree run")
-    counts = found[0]
+    counts = sum(c for c, _ in found)
     depths = [d for d in range(counts.shape[0]) if counts[d].sum() > 0]
-    share = {d: counts[d, :2].sum() / counts[d].sum() for d in depths}
-    evidence = "share of acceptances at ranks 0-1 by depth: " + ", ".join(f"{d + 1}: {share[d]:.2f} of {counts[d].sum():.0f}" for d in depths)
+    evidence = "share of acceptances at ranks 0-1 by depth: " + ", ".join(f"{d + 1}: {counts[d, :2].sum() / counts[d].sum():.2f} of {counts[d].sum():.0f}" for d in depths)
     if len(depths) < 2:
         return None, evidence
-    return float(np.mean([share[d] for d in depths[1:]])) > share[depths[0]], evidence
+
+    def concentration(picked):
+        total = sum(found[i][0] for i in picked)
+        shares = [total[d, :2].sum() / total[d].sum() for d in depths if total[d].sum() > 0]
+        return float(np.mean(shares[1:])) - shares[0] if len(shares) > 1 and total[depths[0]].sum() > 0 else None
+
+    verdict, text = positive(list(range(len(found))), concentration)
+    return verdict, f"{evidence}; deeper minus first: {text}"
 
 
 CLAIMS = [

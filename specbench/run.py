@@ -144,13 +144,13 @@ class Runner:
     def tune_tree(self, tree_cfg: dict, drafter, verifier) -> dict:
         """Tree parameters set to `auto`: the shape with the best predicted speedup."""
         profile = self.cost_profile(drafter)
-        count = self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS)
+        count = max(self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS), self.batch_size)  # at least one full batch
         chosen, self.shape_choice = autotune.tune(
             tree_cfg, drafter, verifier, self.target, profile, costs.drafter_id(self.cfg["method"].get("drafter")),
             lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count),
             self.sampling, self.limits.stop_token_ids, costs.cache_root(),
             max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS),
-            weights=costs.weights_id(self.cfg["method"].get("drafter")),
+            weights=costs.weights_id(self.cfg["method"].get("drafter")), batch_size=self.batch_size,
         )
         return chosen
 

@@ -151,6 +151,13 @@ def test_auto_candidates_fill_only_auto_keys():
         autotune.candidates({"_target_": "specbench.trees.talon.TalonTree", "budget": 60, "mu": "auto", "top_k": 10})
 
 
+def test_static_tree_sizes_past_the_tree_are_one_candidate():
+    """A 6-node tree: sizes 1-4 cut it, 6 and every larger size is the whole tree (calibrated once)."""
+    choices = [[0], [1], [2], [0, 0], [0, 1], [0, 0, 0]]
+    options = autotune.candidates({"_target_": "specbench.trees.static.StaticTree", "choices": choices, "size": "auto"})
+    assert [o["size"] for o in options] == [1, 2, 3, 4, None]  # 6 (the node count) and up: the whole tree
+
+
 def test_predicted_speedup_from_counters():
     # 3 steps of a 4-node chain accepting 3, 2 and 4 tokens after the prefill token
     run = {"prompt_tokens": [50], "turn_ids": [list(range(10))], "accept_lengths": [3, 2, 4],
@@ -161,11 +168,43 @@ def test_predicted_speedup_from_counters():
     assert costly["predicted_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2)))
 
 
-def tune_on(profile, target, draft, prompts, tmp_path):
+def tune_on(profile, target, draft, prompts, tmp_path, batch_size=1):
     cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
     drafter = SmallLMDrafter(draft, VOCAB)
-    return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, "d", lambda: prompts[:1], "test-prompts", Sampling(),
-                         frozenset(), tmp_path, log=lambda *_: None)
+    return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, "d", lambda: prompts[:batch_size], "test-prompts", Sampling(),
+                         frozenset(), tmp_path, log=lambda *_: None, batch_size=batch_size)
+
+
+def test_auto_shape_is_chosen_at_the_runs_batch_size(target, draft, prompts, tmp_path):
+    """Verification is flat in n alone but steep for two rows: a long chain pays at B=1,
+    and at B=2 no chain does (drafting off); each batch size keeps its own cached choice."""
+    profile = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
+    profile.target_batches = {"2": flat_curve(2000.0, 3000.0)}
+    alone, _ = tune_on(profile, target, draft, prompts, tmp_path)
+    batched, record = tune_on(profile, target, draft, prompts, tmp_path, batch_size=2)
+    assert alone["gamma"] > 1 and batched == autotune.DRAFTING_OFF
+    assert record["calibration"]["batch_size"] == 2 and record["calibration"]["prompts"] == 2
+    assert len(list(tmp_path.glob("autotune-*.json"))) == 2
+
+
+def test_batched_prediction_prices_the_rows_still_decoding():
+    """Two rows decoded together: step 0 verifies both (the widest tree, 5 rows, at their mean
+    context 15), step 1 only row a (4 rows). Target: alone 10 + (n - 1) ms; for two rows
+    15 + 2 (n - 1) ms at context 0, 30 ms more at context 30. Drafting: 1 ms alone, 1.5 for two.
+    Method: (38 + 2 x 1.5) + (13 + 3 x 1) = 57 ms. AR, one token per step: rows a and b together
+    at contexts 15, 16, 17 (30 + 31 + 32), then row a alone 3 x 10: 123 ms."""
+    profile = synthetic_profile(per_token=1.0, drafter_ms=1.0)
+    pair = [[15.0 + 2 * (n - 1) for n in range(1, 65)], [45.0 + 2 * (n - 1) for n in range(1, 65)]]
+    profile.target_batches = {"2": Curve(contexts=[0, 30], max_n=64, ms=pair, spread=[[0.0] * 64] * 2)}
+    profile.drafter_batches = {"d": {"2": flat_curve(1.5, 0.0)}}
+    common = {"prefill_seconds": 0.0, "batch_seconds": 1.0, "seconds": 1.0, "batch_id": "a"}
+    row_a = {**common, "prompt_tokens": [10], "turn_ids": [list(range(7))], "accept_lengths": [3, 3],
+             "tree_widths": [[1, 1], [1, 1, 1]], "step_draft_forwards": [2, 3]}
+    row_b = {**common, "prompt_tokens": [20], "turn_ids": [list(range(4))], "accept_lengths": [3],
+             "tree_widths": [[2, 2]], "step_draft_forwards": [2], "seconds": 0.4}
+    forecast = predict_mod.predict([row_a, row_b], profile, "d")
+    assert forecast["steps"] == 2 and forecast["predicted_speedup"] == pytest.approx(123 / 57)
+    assert forecast["measured_decode_seconds"] == pytest.approx(1.0)  # the batch's time, once
 
 
 def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tmp_path):

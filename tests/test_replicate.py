@@ -377,11 +377,22 @@ def test_a_directional_claim_needs_its_interval_to_exclude_the_other_side(tmp_pa
     verdict, text = every_higher([("a", high, low), ("b", noisy, low)], "tau", ("x", "y"))
     assert verdict is None and "prompts per case would settle it" in text and "b +0.03 [" in text
     assert every_higher([("a", few, low)], "tau", ("x", "y"))[0] is None  # 3 shared prompts: no interval
+    assert every_higher([("a", low, low)], "tau", ("x", "y"))[0] is False  # equal on every prompt: not higher
     faster = runs_on_disk(tmp_path, "faster", base, speedups=[1.5 + 0.01 * i for i in range(8)])
     slower = runs_on_disk(tmp_path, "slower", base, speedups=[1.1 + 0.01 * i for i in range(8)])
     assert every_higher([("a", faster, slower)], "speedup", ("x", "y"))[0] is True
     with pytest.raises(KeyError):
         every_higher([], "tau", ("x", "y"))
+
+
+def test_one_verdict_rule_for_every_claim_above_zero():
+    """Agrees only when the interval excludes <= 0; disagrees when it excludes > 0, an
+    interval ending at 0 and a flat [0, 0] included; cannot tell in between."""
+    from specbench.replicate.paper import above_zero
+
+    assert above_zero(0.1, 0.3) is True
+    assert above_zero(-0.3, -0.1) is False and above_zero(-0.3, 0.0) is False and above_zero(0.0, 0.0) is False
+    assert above_zero(0.0, 0.3) is None and above_zero(-0.1, 0.3) is None
 
 
 def test_a_trend_claim_needs_every_slope_interval_on_its_side(tmp_path):
@@ -425,3 +436,50 @@ def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path
         assert all(v == {("dataset.limit=1", "gen.max_new_tokens=6")} for v in sizes(runner, 1, 6).values())  # a quick look
     paper = mars.sweeps("paper", 20, 128, tmp_path)
     assert not any("dataset.limit=5" in s.overrides for s in paper)
+
+
+def test_talon_figure6_claims_pair_prompts_of_one_run_per_cell(tmp_path):
+    """TALON's delta follows tau (oracle-like, slope > 0), EAGLE-3's is fixed by its tree:
+    both claims agree on per-prompt points, and Figure 12's shorter N=60 run of the same
+    MT-Bench cell does not join the pairs."""
+
+    def run(name, method, dataset, points):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        records = [{"id": str(i), "method": {"new_tokens": 60, "target_forwards": 60 / tau, "draft_forwards": 60 / tau * delta}}
+                   for i, (tau, delta) in enumerate(points)]
+        (run_dir / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+        return {"config.method.name": method, **talon.DEFAULTS[method], "config.model.name": "smollm2-135m", "config.dataset.name": dataset, "temperature": 0.0,
+                "results.samples": len(points), "run_dir": str(run_dir)}
+
+    taus = [1.5, 2.0, 2.5, 3.0, 1.8, 2.2, 2.7, 1.6]
+    rows = []
+    for dataset in ("mt_bench", "gsm8k"):
+        rows.append(run(f"talon-{dataset}", "talon", dataset, [(t, t + 0.1) for t in taus]))
+        rows.append(run(f"eagle3-{dataset}", "eagle3", dataset, [(t, 9.0) for t in taus]))
+    rows.append(run("talon-figure12", "talon", "mt_bench", [(1.0, 40.0)] * 3))  # would wreck both claims if paired
+    runs = pd.DataFrame(rows)
+    assert len(talon.paired_points(runs)) == 2 * len(taus)
+    assert talon._oracle(runs)[0] is True
+    verdict, text = talon._adaptive_cost(runs)
+    assert verdict is True and "TALON +1.00" in text
+    with pytest.raises(KeyError):
+        talon.paired_points(runs[runs["config.method.name"] == "talon"])
+
+
+def test_a_sweep_takes_its_own_runs_not_a_headline_repeat_of_one_point():
+    """Figure 12's N=60 point repeats Table 1's MT-Bench cell (20 prompts, 128 tokens); the
+    sweep's points are its own 5-prompt, 64-token runs. At paper scale the limit is null."""
+    from specbench.replicate.paper import sweep_runs
+
+    def run(n, limit, tokens, name):
+        return {"config.method.name": "talon", "config.method.tree.budget": n, "config.model.name": "m", "config.dataset.name": "mt_bench",
+                "temperature": 0.0, "config.dataset.limit": limit, "config.gen.max_new_tokens": tokens, "results.samples": limit or 80, "run_dir": name}
+
+    cpu = pd.DataFrame([run(60, 20, 128, "headline"), run(32, 5, 64, "a"), run(60, 5, 64, "b"), run(96, 5, 64, "c")])
+    found = sweep_runs(cpu, "config.method.tree.budget", [32, 60, 96], method="talon", dataset="mt_bench")
+    assert {n: r["run_dir"] for n, r in found.items()} == {32: "a", 60: "b", 96: "c"}
+    paper = pd.DataFrame([run(32, None, 1024, "p32"), run(60, None, 1024, "p60")])
+    found = sweep_runs(paper, "config.method.tree.budget", [32, 60, 96], method="talon", dataset="mt_bench")
+    assert {n: r["run_dir"] for n, r in found.items()} == {32: "p32", 60: "p60"}
+    assert sweep_runs(paper, "config.method.tree.budget", [48], method="talon") == {}

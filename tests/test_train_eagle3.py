@@ -118,3 +118,38 @@ def test_eagle1_loss_is_feature_regression_plus_a_tenth_of_soft_cross_entropy():
     assert top1 == float((logits.argmax(-1) == probs.argmax(-1))[mask].float().mean())
     noisy, _ = eagle_loss(head, embeds, features, next_features, probs, mask, noise=0.1, w_cls=0.1)
     assert not torch.equal(noisy, loss)  # the input features were perturbed
+
+
+def test_eagle1_warm_start_keeps_a_head_without_fc_bias(tmp_path):
+    """The LLaMA3 EAGLE-1 heads ship `"bias": false`: a warm start from such a head
+    trains and exports that layout with its weights, instead of refusing the checkpoint."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    root = Path(__file__).resolve().parents[1]
+    shipped = root / "specbench" / "weights" / "smollm2-135m-eagle"
+    published = tmp_path / "no-bias"
+    published.mkdir()
+    shutil.copy(shipped / "config.json", published / "config.json")
+    config = json.loads((published / "config.json").read_text())
+    (published / "config.json").write_text(json.dumps({**config, "bias": False}))
+    weights = {k: v for k, v in load_file(shipped / "model.safetensors").items() if k != "fc.bias"}
+    save_file(weights, published / "model.safetensors")
+    rng = torch.Generator().manual_seed(0)
+    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (40,), generator=rng).tolist()} for i in range(4)]
+    data = tmp_path / "answers.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "warm"
+    result = subprocess.run(
+        [sys.executable, "-m", "specbench.train.eagle", "--data", str(data), "--out", str(out), "--sharegpt-answers", "2", "--batch", "2",
+         "--length", "32", "--validation-rows", "2", "--threads", "1", "--init", str(published), "--steps", "0"],
+        cwd=root, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["bias"] is False
+    started = load_file(out / "model.safetensors")
+    assert "fc.bias" not in started and torch.equal(started["fc.weight"], weights["fc.weight"])

@@ -4,8 +4,9 @@ candidate with the highest predicted speedup over AR.
 Each candidate shape (the policy class lists them in AUTO_CANDIDATES, from small to
 large) decodes a few calibration prompts that are in no evaluation set; its τ, δ and
 tree sizes per step, priced with the cost profile, plus the per-step engine overhead
-measured in the same decode, give its predicted speedup. Results are cached per
-profile key, drafter, policy, verifier and temperature, so later runs reuse them. When no shape
+measured in the same decode, give its predicted speedup, at the run's batch size
+(calibration decodes batches of that many prompts). Results are cached per profile key,
+drafter, policy, verifier, temperature and batch size, so later runs reuse them. When no shape
 is predicted faster than AR, the method decodes without drafting (AR's empty tree, no
 drafter forwards) and the record says so: the smallest tree is not a safe fallback, since
 a verification over 2 tokens can cost twice one over 1 (AVX2 CPUs: GEMV vs GEMM).
@@ -27,7 +28,7 @@ from tqdm import tqdm
 from specbench.costs import contention
 from specbench.costs.predict import predict
 from specbench.costs.profile import CostProfile, ProfileCosts
-from specbench.engine.loop import Limits, Method, generate
+from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.errors import ConfigError
 
 AUTO = "auto"
@@ -52,16 +53,18 @@ def describe(record: dict) -> str:
 
 def candidates(tree_cfg: dict) -> list[dict]:
     """Concrete tree configs for every candidate of the policy, auto keys filled in,
-    keys the user set kept as set (duplicates dropped, order kept)."""
+    keys the user set kept as set (duplicates dropped, order kept; a policy's
+    `distinct_candidate(cfg)`, if it has one, writes candidates that build the same tree alike)."""
     keys = auto_keys(tree_cfg)
     tree_class = get_class(tree_cfg["_target_"])
     grid = getattr(tree_class, "AUTO_CANDIDATES", None)
     if not grid or any(k not in grid[0] for k in keys):
         supported = sorted(grid[0]) if grid else []
         raise ConfigError(f"method.tree: {', '.join(keys)} cannot be auto for {tree_cfg['_target_']} (auto supported for: {supported or 'none'})")
+    distinct = getattr(tree_class, "distinct_candidate", lambda cfg: cfg)
     out, seen = [], set()
     for candidate in grid:
-        cfg = {**tree_cfg, **{k: candidate[k] for k in keys}}
+        cfg = distinct({**tree_cfg, **{k: candidate[k] for k in keys}})
         frozen = json.dumps(cfg, sort_keys=True)
         if frozen not in seen:
             seen.add(frozen)
@@ -104,13 +107,13 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
     by a least-squares line in tree size, since single timings here are noisy."""
     stats = []
     for cfg, runs, forecast in measured:
-        steps = sum(len(r["accept_lengths"]) for r in runs)
-        decode_ms = sum((r["seconds"] - r["prefill_seconds"]) * 1000 for r in runs)
+        steps, decode_ms = forecast["steps"], forecast["measured_decode_seconds"] * 1000  # verification steps of the batches
+        row_steps = sum(len(r["accept_lengths"]) for r in runs)  # per-row steps: tau and delta are per row
         stats.append({
             "tree": {k: cfg[k] for k in keys},
-            "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(steps, 1),
-            "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(steps, 1),
-            "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(steps, 1),
+            "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(row_steps, 1),
+            "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(row_steps, 1),
+            "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(row_steps, 1),
             "steps": steps,
             "forwards_ms": forecast["predicted_decode_seconds"] * 1000,
             "ar_ms": forecast["predicted_speedup"] * forecast["predicted_decode_seconds"] * 1000,
@@ -147,12 +150,15 @@ def cache_file(
 def tune(
     tree_cfg: dict, drafter, verifier, target, profile: CostProfile, drafter_name: str | None,
     make_prompts: Callable[[], list[list[int]]], prompts_id: str, sampling, stop_token_ids: frozenset[int], cache: Path,
-    max_new_tokens: int = CALIBRATION_TOKENS, log=print, weights: str = "",
+    max_new_tokens: int = CALIBRATION_TOKENS, log=print, weights: str = "", batch_size: int = 1,
 ) -> tuple[dict, dict]:
-    """(concrete tree config, record of the choice) for a tree config with auto keys.
+    """(concrete tree config, record of the choice) for a tree config with auto keys, at
+    the run's batch size: calibration decodes batches of `batch_size` prompts, priced at
+    that batch size (a shape that pays alone can be too wide for a batch).
     `make_prompts()` gives the calibration prompts, read only when the cache (keyed by
-    `prompts_id` and `weights`, the drafter's weights_id) has no choice yet."""
-    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, [prompts_id, max_new_tokens], verifier_id(verifier), weights)
+    `prompts_id`, the batch size and `weights`, the drafter's weights_id) has no choice yet."""
+    calibration = [prompts_id, max_new_tokens] + ([f"batch={batch_size}"] if batch_size > 1 else [])
+    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, calibration, verifier_id(verifier), weights)
     if path.is_file():
         record = json.loads(path.read_text())
         return record["chosen"], record
@@ -161,31 +167,33 @@ def tune(
     options = candidates(tree_cfg)
     trees = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
     prompts = make_prompts()
-    log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes on {len(prompts)} calibration prompts (once; cached in {path})")
+    log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes on {len(prompts)} calibration prompts"
+        f"{f' in batches of {batch_size}' if batch_size > 1 else ''} (once; cached in {path})")
     limits = Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     measured = []
     step_costs = ProfileCosts(profile, drafter_name)  # for policies that price their trees (CAST)
     warm_up = Method(tree=trees[0], verifier=verifier, drafter=drafter, costs=step_costs)
-    generate(target, warm_up, prompts[0], sampling, Limits(8, stop_token_ids), torch.Generator().manual_seed(0))
+    generate_batch(target, warm_up, prompts[:batch_size], sampling, Limits(8, stop_token_ids), [torch.Generator().manual_seed(0) for _ in prompts[:batch_size]])
     with contention.watch() as usage:
         for cfg, tree in tqdm(list(zip(options, trees)), desc="calibrating tree shapes", unit="shape"):
             method = Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs)
             runs = []
-            for index, prompt in enumerate(prompts):
-                generator = torch.Generator().manual_seed(index)
-                out = generate(target, method, prompt, sampling, limits, generator)
-                runs.append({
-                    "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
-                    "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
-                    "seconds": out.seconds, "prefill_seconds": out.prefill_seconds,
-                })
+            for start in range(0, len(prompts), batch_size):
+                batch = prompts[start : start + batch_size]
+                generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
+                for prompt, out in zip(batch, generate_batch(target, method, batch, sampling, limits, generators)):
+                    runs.append({
+                        "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
+                        "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
+                        "seconds": out.seconds, "prefill_seconds": out.prefill_seconds, "batch_seconds": out.batch_seconds, "batch_id": start,
+                    })
             measured.append((cfg, runs, predict(runs, profile, drafter_name)))
     rows = list(zip(options, price(measured, auto_keys(tree_cfg))))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
     best_cfg, best = max(rows, key=lambda r: r[1]["predicted_speedup"])
     record = {"chosen": best_cfg, "candidates": [r for _, r in rows], "predicted_speedup": best["predicted_speedup"],
-              "calibration": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "temperature": sampling.temperature}}
+              "calibration": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "batch_size": batch_size}}
     if best["predicted_speedup"] <= 1.0:
         record["chosen"] = DRAFTING_OFF
         record["note"] = (f"no shape is predicted faster than AR on this hardware (best {best['predicted_speedup']:.2f}x at "

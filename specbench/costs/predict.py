@@ -1,66 +1,94 @@
 """The speedup a run's own counters imply under a cost profile.
 
-For each verification step s, with c_s cached context rows, n_s tree rows verified and
-d_s draft forwards over about (n_s - 1) / d_s nodes each:
+For each verification step s of a batch, with B_s rows still decoding, mean cached
+context c_s, the widest row's tree n_s (rows pad to it) and d_s draft forwards over about
+(n_s - 1) / d_s nodes each:
 
-    method ms = sum_s f_T(c_s, n_s) + d_s * f_D(c_s, (n_s - 1) / d_s) + overhead + commit
-    AR ms     = sum over the same tokens of f_T(c, 1) + overhead
+    method ms = sum_s f_T(B_s, c_s, n_s) + d_s * f_D(B_s, c_s, (n_s - 1) / d_s) + overhead + commit
+    AR ms     = sum over AR's steps on the same rows and tokens of f_T(B, c, 1) + overhead
 
-so predicted speedup = AR ms / method ms; with constant context this is TALON's
-tau * f_T(1) / (mean f_T(n) + delta * f_D + overhead). Prefill is left out of both
-(it is the same forward for both). What the measured decode time holds beyond the
-predicted forwards is the engine's own overhead (tree building, Python bookkeeping).
+so predicted speedup = AR ms / method ms (throughput at the same batch size); at batch
+size 1 with constant context this is TALON's tau * f_T(1) / (mean f_T(n) + delta * f_D +
+overhead). Prefill is left out of both (it is the same forward for both). What the
+measured decode time holds beyond the predicted forwards is the engine's own overhead
+(tree building, Python bookkeeping).
 """
 
 from __future__ import annotations
 
+from statistics import fmean
+
 from specbench.costs.profile import CostProfile
 
 
-def steps(run: dict):
-    """(context, tree rows, draft forwards) of every verification of a sample (all turns)."""
-    step = 0
+def turn_steps(run: dict) -> list[list[tuple[int, int, int]]]:
+    """Per turn of a sample: (context, tree rows, draft forwards) of every verification."""
+    turns, step = [], 0
     for prompt_len, ids in zip(run["prompt_tokens"], run["turn_ids"]):
-        produced = 1  # the prefill picks the first token
+        produced, found = 1, []  # the prefill picks the first token
         while produced < len(ids) and step < len(run["accept_lengths"]):
-            n = 1 + sum(run["tree_widths"][step])
-            yield prompt_len + produced - 1, n, run["step_draft_forwards"][step]
+            found.append((prompt_len + produced - 1, 1 + sum(run["tree_widths"][step]), run["step_draft_forwards"][step]))
             produced += run["accept_lengths"][step]
             step += 1
+        turns.append(found)
+    return turns
+
+
+def batches(runs: list[dict]) -> list[list[dict]]:
+    """The samples decoded together (run.py's batch_id; a sample without one decoded alone)."""
+    found: dict = {}
+    for run in runs:
+        found.setdefault(run.get("batch_id", id(run)), []).append(run)
+    return list(found.values())
 
 
 def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict:
-    """Predicted speedup over AR for the samples `runs` (as run.py writes them), and the
-    share of the measured decode time that the profile does not explain. At batch size 1
-    only: a batched step's cost depends on every row's tree at once, which per-sample
-    counters do not record."""
-    if any(r.get("batch_size", 1) > 1 for r in runs):
-        return {"note": "predicted speedup is computed at batch size 1 only"}
-    draft_curve = profile.drafters.get(drafter) if drafter else None
+    """Predicted speedup over AR at the runs' batch size for the samples `runs` (as run.py
+    writes them), the verification steps, and the share of the measured decode time that
+    the profile does not explain."""
+    priced_drafts = drafter is not None and profile.draft_ms(drafter, 1, 0, 1) is not None
     per_step_extra = profile.step_overhead_ms
-    method_ms = ar_ms = forward_ms = 0.0
+    method_ms = ar_ms = forward_ms = decode_ms = 0.0
+    steps = 0
     drafted = False
-    for run in runs:
-        for context, n, drafts in steps(run):
-            verify = profile.target.at(context, n)
-            draft = 0.0
-            drafted = drafted or drafts > 0
-            if drafts and draft_curve is not None:
-                draft = drafts * draft_curve.at(context, max(1.0, (n - 1) / drafts))
-            forward_ms += verify + draft
-            method_ms += verify + draft + per_step_extra + (profile.commit_ms if n > 1 else 0.0)
-        for prompt_len, ids in zip(run["prompt_tokens"], run["turn_ids"]):
-            mid = prompt_len + len(ids) / 2
-            ar_ms += (len(ids) - 1) * (profile.target.at(mid, 1) + per_step_extra)
+    for batch in batches(runs):
+        per_row = [turn_steps(r) for r in batch]
+        for turn in range(max(len(t) for t in per_row)):
+            rows = [(r, t[turn]) for r, t in zip(batch, per_row) if turn < len(t)]
+            for s in range(max((len(found) for _, found in rows), default=0)):
+                active = [found[s] for _, found in rows if s < len(found)]
+                width, context = len(active), fmean(c for c, _, _ in active)
+                n, drafts = max(n for _, n, _ in active), max(d for _, _, d in active)
+                verify = profile.target_ms(width, context, n)
+                draft = drafts * profile.draft_ms(drafter, width, context, max(1.0, (n - 1) / drafts)) if drafts and priced_drafts else 0.0
+                drafted = drafted or drafts > 0
+                forward_ms += verify + draft
+                method_ms += verify + draft + per_step_extra + (profile.commit_ms if n > 1 else 0.0)
+                steps += 1
+            ar_ms += ar_turn_ms([(r["prompt_tokens"][turn], len(r["turn_ids"][turn])) for r, _ in rows], profile)
+        # every row holds the batch's time over all turns, but only its own turns' prefills:
+        # the row with the most turns was in every prefill
+        decode_ms += min((r.get("batch_seconds", r["seconds"]) - r.get("prefill_seconds", 0.0)) * 1000 for r in batch)
     if not method_ms:
         return {}
-    decode_ms = sum((r["seconds"] - r.get("prefill_seconds", 0.0)) * 1000 for r in runs)
     result = {
         "predicted_speedup": ar_ms / method_ms,
         "predicted_decode_seconds": method_ms / 1000,
+        "measured_decode_seconds": decode_ms / 1000,
+        "steps": steps,
         "engine_overhead_share": max(0.0, 1 - forward_ms / decode_ms) if decode_ms else None,
         "profile": {"model": profile.key["model"], "dtype": profile.key["dtype"]},
     }
-    if drafted and draft_curve is None:
+    if drafted and not priced_drafts:
         result["note"] = f"no cost curve for drafter {drafter}: draft forwards left out of the prediction"
     return result
+
+
+def ar_turn_ms(rows: list[tuple[int, int]], profile: CostProfile) -> float:
+    """AR decoding (prompt length, new tokens) rows as one batch: one-token forwards over
+    the rows still decoding, until the longest is done."""
+    total = 0.0
+    for k in range(max(new for _, new in rows) - 1):
+        active = [prompt + k for prompt, new in rows if k < new - 1]
+        total += profile.target_ms(len(active), fmean(active), 1) + profile.step_overhead_ms
+    return total

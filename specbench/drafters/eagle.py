@@ -39,7 +39,7 @@ class EagleDrafter:
         self.forwards = 0
 
     def begin(self, prompts: list[list[int]], features: list[torch.Tensor]) -> None:
-        self.layout = ColumnCache(len(prompts), features[0].device)
+        self.layout = ColumnCache(len(prompts), self.head.fc.weight.device)
         self.past = None  # (keys, values) [B, kv, columns, d]
         # per row: features of t and tokens of t+1, waiting to be read (the root completes them)
         self._pending = [(f, p[1:]) for f, p in zip(features, prompts)]
@@ -81,7 +81,7 @@ class EagleDrafter:
         rows = [self._pending[b] if root is not None else None for b, root in enumerate(roots)]
         counts = [len(r[1]) + 1 if r else 0 for r in rows]
         plan = self.layout.plan(counts, [None] * len(rows), [[] for _ in rows])
-        dtype = self.head.fc.weight.dtype
+        dtype, device = self.head.fc.weight.dtype, self.head.fc.weight.device  # features may come from another GPU (multi-GPU targets end on the last)
         tokens = torch.zeros(len(rows), plan.width, dtype=torch.long)
         features = None
         for b, row in enumerate(rows):
@@ -90,8 +90,8 @@ class EagleDrafter:
             row_features, row_tokens = row
             tokens[b, : counts[b]] = torch.tensor(row_tokens + [roots[b]])
             if features is None:
-                features = torch.zeros(len(rows), plan.width, row_features.shape[-1], dtype=dtype, device=row_features.device)
-            features[b, : counts[b]] = row_features.to(dtype)
+                features = torch.zeros(len(rows), plan.width, row_features.shape[-1], dtype=dtype, device=device)
+            features[b, : counts[b]] = row_features.to(device=device, dtype=dtype)
         hidden, logits = self._forward(tokens, self.head.project(features), plan)
         for b, count in enumerate(counts):
             if count:
@@ -102,7 +102,7 @@ class EagleDrafter:
         the root's row is the last committed row, not a tree column."""
         plan = self.layout.plan([0] * len(trees), trees, nodes, node_offset=-1)
         tokens = torch.zeros(len(trees), plan.width, dtype=torch.long)
-        features = torch.zeros(len(trees), plan.width, self.head.config.hidden_size, dtype=self.head.fc.weight.dtype, device=self.embed.weight.device)
+        features = torch.zeros(len(trees), plan.width, self.head.config.hidden_size, dtype=self.head.fc.weight.dtype, device=self.head.fc.weight.device)
         for b, (tree, row_nodes) in enumerate(zip(trees, nodes)):
             if row_nodes:
                 tokens[b, : len(row_nodes)] = torch.tensor([tree.tokens[n] for n in row_nodes])
@@ -113,7 +113,7 @@ class EagleDrafter:
                 self._rows[b][n] = (hidden[b, i], logits[b, i])
 
     def _forward(self, tokens: torch.Tensor, features: torch.Tensor, plan):
-        embeds = self.embed(tokens.to(self.embed.weight.device)).to(self.head.fc.weight.dtype)
+        embeds = self.embed(tokens.to(self.embed.weight.device)).to(device=self.head.fc.weight.device, dtype=self.head.fc.weight.dtype)
         mask = plan.mask if plan.mask is not None else plan.causal_mask()
         hidden, logits, self.past = self.head(embeds, features, plan.positions, self.past, mask)
         self.layout.advance(plan)

@@ -3,13 +3,17 @@ per scale, matching a published row's setting to run config keys, and figure/cla
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
 from specbench import ROOT
+from specbench.data import questions
+from specbench.metrics import quality
 from specbench.metrics.speed import MIN_GROUPS, resampled_ci, sample_speedup
 from specbench.replicate import results
 from specbench.replicate.sweep import Sweep
@@ -116,14 +120,44 @@ def number(text: str) -> float | int:
 
 # ---- helpers for claims and figures -------------------------------------------------
 
-def one(runs: pd.DataFrame, **filters) -> pd.Series:
-    """The run matching `filters` (short names: method, dataset, temperature, or a config
-    column); KeyError when there is none, so a claim that needs it says 'cannot tell'."""
+def matching(runs: pd.DataFrame, **filters) -> pd.DataFrame:
+    """The runs matching `filters` (short names: method, dataset, temperature, or a config column)."""
     columns = {("config.method.name" if k == "method" else "config.dataset.name" if k == "dataset" else k): v for k, v in filters.items()}
-    found = results.select(runs, columns)
+    return results.select(runs, columns)
+
+
+def one(runs: pd.DataFrame, **filters) -> pd.Series:
+    """The run matching `filters` with the most samples; KeyError when there is none, so a
+    claim that needs it says 'cannot tell'."""
+    found = matching(runs, **filters)
     if found.empty:
         raise KeyError(", ".join(f"{k}={v}" for k, v in filters.items()))
     return found.sort_values("results.samples").iloc[-1]
+
+
+SWEEP_SIZE = ("config.model.name", "config.dataset.limit", "config.gen.max_new_tokens")
+
+
+def size_keys(runs: pd.DataFrame, columns=SWEEP_SIZE) -> pd.Series:
+    """Each run's model, prompt count and answer length as one string (a null limit, the
+    whole dataset, is "None": pandas' astype(str) would keep it missing, unequal to itself)."""
+    present = [c for c in columns if c in runs]
+    return runs[present].apply(lambda row: "|".join(str(None if pd.isna(v) else v) for v in row), axis=1)
+
+
+def sweep_runs(runs: pd.DataFrame, axis: str, values: list, **filters) -> dict:
+    """One run per value of a sweep's `axis` (a config column), all of one model, prompt count
+    and answer length: the one found at the most values (ties: the first found), so a
+    headline table's run that repeats a point of a reduced sweep with more prompts is left
+    out and the points share prompts and lengths."""
+    per_value = {value: matching(runs, **filters, **{axis: value}) for value in values}
+    per_value = {value: found for value, found in per_value.items() if not found.empty}
+    sizes = {value: size_keys(found) for value, found in per_value.items()}
+    counts = pd.Series([size for found in sizes.values() for size in dict.fromkeys(found)], dtype=object).value_counts(sort=False)
+    if counts.empty:
+        return {}
+    size = counts.index[counts.argmax()]
+    return {value: found[sizes[value] == size].sort_values("results.samples").iloc[-1] for value, found in per_value.items() if (sizes[value] == size).any()}
 
 
 def speed_text(run: pd.Series) -> str:
@@ -167,6 +201,35 @@ def prompt_values(run: pd.Series, metric: str) -> dict[str, float]:
     return values
 
 
+def answers(run: pd.Series) -> dict[str, tuple[questions.Sample, list[str], list[str] | None]]:
+    """Per prompt of a run: its dataset sample (references included, reloaded from the run's
+    own dataset config), the method's answer turns and AR's beside them (None without)."""
+    summary = Path(run["run_dir"]) / "summary.json"
+    if not summary.is_file():
+        raise KeyError(f"summary of {run['run_dir']}")
+    config = json.loads(summary.read_text())["config"]["dataset"]
+    if config.get("path") and not Path(config["path"]).is_absolute():
+        config = {**config, "path": str(ROOT / config["path"])}
+    samples = {s.id: s for s in questions.load(config)}
+    return {r["id"]: (samples[r["id"]], r["method"]["turn_texts"], r.get("baseline", {}).get("turn_texts"))
+            for r in results.samples(run) if r["id"] in samples}
+
+
+def scored(found: dict, picked: list[str], metric: str, key: str, baseline: bool = False) -> float | None:
+    """Quality `metric` (a specbench.metrics.quality function) over the prompts `picked`
+    (repeats allowed, as resampling draws them), its value `key`."""
+    chosen = [found[p] for p in picked]
+    return quality.METRICS[metric]([s for s, _, _ in chosen], [b if baseline else m for _, m, b in chosen]).get(key)
+
+
+def prompt_quality(run: pd.Series, metric: str, key: str, baseline: bool = False) -> dict[str, float]:
+    """A per-answer quality (accuracy, pass@1, ROUGE-L: a mean over answers) of every prompt
+    of a run, each scored once, so resampling averages them instead of re-scoring."""
+    found = {p: answer for p, answer in answers(run).items() if answer[2] is not None or not baseline}  # AR's only where it ran beside
+    values = {p: scored(found, [p], metric, key, baseline) for p in found}
+    return {p: v for p, v in values.items() if v is not None}
+
+
 def paired_difference(a: pd.Series, b: pd.Series, metric: str) -> tuple[float, float | None, float | None, int]:
     """(mean of a - b over the prompts both runs decoded, its 95% bootstrap interval, the
     prompt count): the runs share prompts (seeded subsets), so the difference is paired."""
@@ -178,15 +241,28 @@ def paired_difference(a: pd.Series, b: pd.Series, metric: str) -> tuple[float, f
     return sum(differences) / len(differences), low, high, len(differences)
 
 
+def above_zero(low: float, high: float) -> bool | None:
+    """The one verdict rule for a claim "the quantity is > 0", from its 95% interval: True
+    when the interval excludes <= 0, False when it excludes > 0 (a flat [0, 0] included),
+    None (cannot tell) when it holds both."""
+    return True if low > 0 else False if high <= 0 else None
+
+
+def all_hold(verdicts: list[bool | None]) -> bool | None:
+    """A claim made for every case: False when one case's does not hold, True when every
+    case's does, cannot tell otherwise."""
+    return False if False in verdicts else True if verdicts and all(v is True for v in verdicts) else None
+
+
 def positive(groups: list, statistic) -> tuple[bool | None, str]:
     """Whether `statistic(groups) > 0` is settled by its 95% interval from resampling the
-    groups (prompts): True above 0, False below, None when it straddles 0 or too few groups;
-    with the estimate and interval as text."""
+    groups (prompts), by `above_zero` (None also with too few groups); with the estimate and
+    interval as text."""
     estimate = statistic(groups)
     low, high = resampled_ci(groups, statistic)
     if low is None:
         return None, f"{estimate:+.3g} (n={len(groups)}, too few for an interval)"
-    return (None if low <= 0 <= high else low > 0), f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(groups)}"
+    return above_zero(low, high), f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(groups)}"
 
 
 def settled(slope_value: float) -> float:
@@ -202,7 +278,7 @@ def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: 
     side or at 0 (flat)."""
     if not cases:
         raise KeyError(f"{axis} sweep")
-    parts, right, wrong = [], 0, 0
+    parts, verdicts = [], []
     for case, points in cases:
         xs = [float(x) for x, _ in points]
         values = [prompt_values(run, metric) for _, run in points]
@@ -217,32 +293,32 @@ def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: 
         low, high = resampled_ci(prompts, lambda picked: settled(fitted(picked)))
         if low is None:
             parts.append(f"{case} {estimate:+.3g} (n={len(prompts)}, too few for an interval)")
+            verdicts.append(None)
             continue
         parts.append(f"{case} {estimate:+.3g} [{low:+.3g}, {high:+.3g}]")
-        right += (low > 0) if rising else (high < 0)
-        wrong += (high <= 0) if rising else (low >= 0)  # a flat sweep neither rises nor falls
-    verdict = False if wrong else True if right == len(cases) else None
-    return verdict, f"slope of {metric} per unit {axis}, per-prompt means, [95% CI]: " + "; ".join(parts)
+        verdicts.append(above_zero(low, high) if rising else above_zero(-high, -low))  # a flat sweep neither rises nor falls
+    return all_hold(verdicts), f"slope of {metric} per unit {axis}, per-prompt means, [95% CI]: " + "; ".join(parts)
 
 
 def every_higher(pairs: list[tuple[str, pd.Series, pd.Series]], metric: str, names: tuple[str, str]) -> tuple[bool | None, str]:
     """A claim "a has the higher `metric` in every case" (case, a's run, b's run): agrees when
-    every case's interval of a - b is above 0, does not when some case's is below 0, and
+    every case's a - b is above 0 by `above_zero`, does not when some case's is not, and
     cannot tell otherwise, saying how many prompts per case would settle it."""
     if not pairs:
         raise KeyError(f"{names[0]} and {names[1]} runs")
-    parts, above, below, needed = [], 0, 0, 0
+    parts, verdicts, needed = [], [], 0
     for case, a, b in pairs:
         mean, low, high, n = paired_difference(a, b, metric)
         if low is None:
             parts.append(f"{case} {mean:+.2f} (n={n}, too few for an interval)")
+            verdicts.append(None)
             needed = max(needed, MIN_GROUPS)
             continue
         parts.append(f"{case} {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
-        above, below = above + (low > 0), below + (high < 0)
-        if low <= 0 <= high and mean:
+        verdicts.append(above_zero(low, high))
+        if verdicts[-1] is None and mean:
             needed = max(needed, math.ceil(n * ((high - low) / 2 / abs(mean)) ** 2))
-    verdict = False if below else True if above == len(pairs) else None
+    verdict = all_hold(verdicts)
     text = f"{names[0]} - {names[1]} {metric} per prompt, mean [95% CI]: " + "; ".join(parts)
     if verdict is None and needed:
         text += f"; about {needed} prompts per case would settle it"

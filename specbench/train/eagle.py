@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
 from specbench.models.eagle import Eagle1Head, feature_layers, load_head
-from specbench.models.eagle3 import head_config, trained_state
+from specbench.models.eagle3 import head_config, read_config, trained_state
 from specbench.train import eagle3
 from specbench.train.data import TARGET, batches
 from specbench.train.loop import add_fit_arguments, fit
@@ -56,6 +57,8 @@ def eagle_loss(head: Eagle1Head, embeds, features, next_features, target_probs, 
 def train(args) -> None:
     target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
     raw_config = head_config_for(target.config)
+    if args.init:  # a warm start keeps the published head's layout (LLaMA3 heads have no fc bias)
+        raw_config["bias"] = read_config(Path(args.init), "--init").get("bias", True)
     head = Eagle1Head(head_config(raw_config), target.get_output_embeddings().weight.float())
     if args.init and not checkpoint.exists():
         head.load_state_dict(trained_state(load_head(args.init, head.lm_head_weight, torch.float32, "cpu", key="--init")))

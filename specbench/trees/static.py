@@ -87,6 +87,18 @@ class StaticTree:
 
     AUTO_CANDIDATES = [{"size": n} for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)]
 
+    @staticmethod
+    def distinct_candidate(cfg: dict) -> dict:
+        """A size at or past the tree's node count keeps the whole tree: written as `size:
+        null`, so autotune calibrates the whole tree once, not once per such size."""
+        size = cfg.get("size")
+        if size is None:
+            return cfg
+        choices = cfg.get("choices")
+        if cfg.get("choices_file") is not None and cfg.get("choices_name"):
+            choices = read_choices(cfg["choices_file"], cfg.get("choices_name"))
+        return {**cfg, "size": None} if choices is not None and size >= len(choices) else cfg
+
     def __init__(self, choices=None, choices_file: str | None = None, choices_name: str | None = None, size: int | None = None):
         if choices_file is not None:
             require(choices is None and bool(choices_name), "method.tree", "give either choices, or choices_file with choices_name (and choices=null)")
