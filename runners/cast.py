@@ -32,7 +32,7 @@ from specbench.costs.profile import CostProfile
 from specbench.replicate import main, results
 from specbench.replicate.paper import (
     LOOKAHEAD, all_hold, base_filters, by_source, every_higher, every_slope, model_params, not_run, one, parse_setting, positive, prompt_values,
-    unpaired_difference,
+    shared_prompts, unpaired_difference,
 )
 from specbench.replicate.report import Claim, save
 
@@ -341,7 +341,7 @@ def _verified(runs):
         raise KeyError("figure4 sweep")
     rises, rise_text = every_slope([("humaneval", list(zip(sweep["m"], sweep["run"])))], "tau", rising=True, axis="m")
     speedups = {m: prompt_values(run, "speedup") for m, run in zip(sweep["m"], sweep["run"])}
-    prompts = sorted(set.intersection(*(set(v) for v in speedups.values())))
+    prompts = shared_prompts(list(speedups.values()), "every m run decoded")
     largest = max(speedups)
 
     def mean(m, picked):

@@ -27,7 +27,7 @@ from specbench.metrics.speed import resampled_ci
 from specbench.replicate import main, results
 from specbench.replicate.paper import (
     LOOKAHEAD, all_hold, answers, base_filters, by_source, every_higher, every_slope, not_run, number, one, parse_setting, positive, prompt_quality,
-    scored, size_keys, sweep_size,
+    scored, shared_prompts, size_keys, sweep_size,
 )
 from specbench.replicate.report import Claim, save
 
@@ -259,9 +259,7 @@ def _theta_accuracy(runs):
         far = [t for t in points if t not in near]
         if not near or not far:
             continue
-        prompts = sorted(set.intersection(*(set(v) for v in points.values())))
-        if not prompts:
-            raise KeyError(f"{dataset} answers scored at every theta")
+        prompts = shared_prompts(list(points.values()), f"of {dataset} scored at every theta")
         if len({points[t][p] for t in points for p in prompts}) == 1:  # every answer scores the same: nothing to locate
             verdicts.append(None)
             parts.append(f"{dataset}: every answer at every theta scores {points[near[0]][prompts[0]]:.2f} (n={len(prompts)}): no peak to locate")
@@ -307,9 +305,7 @@ def _wmt(runs):
     high, low = [t for t in found if t >= 0.9], [t for t in found if t < 0.88]
     if not high or not low:
         raise KeyError("wmt19 runs on both sides of theta 0.88-0.90")
-    prompts = sorted(set.intersection(*(set(v) for v in found.values())))
-    if not prompts:
-        raise KeyError("prompts every wmt19 run translated")
+    prompts = shared_prompts(list(found.values()), "every wmt19 run translated")
 
     def bleu(thetas, picked):
         return float(np.mean([scored(found[t], picked, "bleu_chrf", "bleu") for t in thetas]))

@@ -22,7 +22,8 @@ import pandas as pd
 
 from specbench.replicate import main, results
 from specbench.replicate.paper import (
-    all_hold, base_filters, by_source, every_higher, not_run, one, per_prompt, positive, prompt_values, slope, sweep_runs, sweep_size,
+    all_hold, base_filters, by_source, every_higher, not_run, one, per_prompt, positive, prompt_values, shared_prompts, slope, sweep_runs,
+    sweep_size,
 )
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
 
@@ -237,9 +238,7 @@ def _budget_gap(runs):
     values = {n: (prompt_values(talon, "speedup"), prompt_values(eagle, "speedup")) for n, talon, eagle in budget_pairs(runs)}
     if len(values) < 2:
         raise KeyError("budget sweep")
-    prompts = sorted(set.intersection(*(set(a) & set(b) for a, b in values.values())))
-    if not prompts:
-        raise KeyError("prompts every budget's runs decoded")
+    prompts = shared_prompts([v for pair in values.values() for v in pair], "every budget's runs decoded")
     smallest = min(values)
 
     def advantage(n, picked):
@@ -262,9 +261,7 @@ def _mu(runs):
     low, high = [m for m in speedups if m <= 0.02], [m for m in speedups if m > 0.02]
     if not low or not high:
         raise KeyError("mu sweep on both sides of 0.02")
-    prompts = sorted(set.intersection(*(set(v) for v in speedups.values())))
-    if not prompts:
-        raise KeyError("prompts every mu run decoded")
+    prompts = shared_prompts(list(speedups.values()), "every mu run decoded")
 
     def mean(mu, picked):
         return sum(speedups[mu][p] for p in picked) / len(picked)

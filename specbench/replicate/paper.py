@@ -229,6 +229,14 @@ def prompt_quality(run: pd.Series, metric: str, key: str, baseline: bool = False
     return {p: v for p, v in values.items() if v is not None}
 
 
+def shared_prompts(per_run: list[dict], what: str) -> list[str]:
+    """The prompts (keys) every run's values have, sorted; KeyError naming `what` when none."""
+    shared = sorted(set.intersection(*(set(v) for v in per_run))) if per_run else []
+    if not shared:
+        raise KeyError(f"prompts {what}")
+    return shared
+
+
 def batch_values(records: list[dict], metric: str) -> dict[str, float]:
     """Per batch of a batched run: tau over its rows, or its throughput over AR's on the same batch."""
     batches: dict[str, list[dict]] = {}
@@ -315,9 +323,9 @@ def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: 
     for case, points in cases:
         xs = [float(x) for x, _ in points]
         values = [prompt_values(run, metric) for _, run in points]
-        prompts = sorted(set.intersection(*(set(v) for v in values)))
-        if not prompts or len(set(xs)) < 2:
-            raise KeyError(f"{case}: runs at two {axis} values on shared prompts")
+        prompts = shared_prompts(values, f"shared by {case}'s runs")
+        if len(set(xs)) < 2:
+            raise KeyError(f"{case}: runs at two {axis} values")
 
         def fitted(picked: list[str]) -> float:
             return slope(xs, [sum(v[p] for p in picked) / len(picked) for v in values])
