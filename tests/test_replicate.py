@@ -431,10 +431,12 @@ def test_a_trend_claim_needs_every_slope_interval_on_its_side(tmp_path):
     assert verdict is False and "a +0 [+0, +0]" in text  # no rise at all: the claim does not hold
     verdict, text = every_slope([("a", rising), ("b", noisy)], "tau", rising=True, axis="K")
     assert verdict is None and text.startswith("slope of tau per unit K") and "a +0.1 [+0.1, +0.1]" in text
+    assert "prompts would settle it" in text.split("; b ")[1] and "settle" not in text.split("; b ")[0]  # only the undecided case
     with pytest.raises(KeyError):
         every_slope([("a", rising[:1])], "tau", rising=True, axis="K")  # one point is no slope
     assert positive([1.0, 1.2, 0.9, 1.1, 1.0], lambda g: sum(g) / len(g))[0] is True
-    assert positive([1.0, -1.2, 0.9, -1.1, 0.3], lambda g: sum(g) / len(g))[0] is None
+    verdict, text = positive([1.0, -1.2, 0.9, -1.1, 0.3], lambda g: sum(g) / len(g))
+    assert verdict is None and "would settle it" in text  # straddles 0: says how many prompts would decide
     assert positive([1.0, 1.2], lambda g: sum(g) / len(g))[0] is None  # too few for an interval
 
 

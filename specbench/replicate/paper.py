@@ -295,15 +295,24 @@ def all_hold(verdicts: list[bool | None]) -> bool | None:
     return False if False in verdicts else True if verdicts and all(v is True for v in verdicts) else None
 
 
+def groups_to_settle(n: int, estimate: float, low: float, high: float) -> int | None:
+    """About how many groups (prompts) would shrink an interval that straddles 0 to one that
+    excludes it, the width falling as 1/sqrt(n) around the same estimate; None at estimate 0."""
+    return math.ceil(n * ((high - low) / 2 / abs(estimate)) ** 2) if estimate else None
+
+
 def positive(groups: list, statistic) -> tuple[bool | None, str]:
     """Whether `statistic(groups) > 0` is settled by its 95% interval from resampling the
     groups (prompts), by `above_zero` (None also with too few groups); with the estimate and
-    interval as text."""
+    interval as text, and when it cannot tell, about how many groups would settle it."""
     estimate = statistic(groups)
     low, high = resampled_ci(groups, statistic)
     if low is None:
-        return None, f"{estimate:+.3g} (n={len(groups)}, too few for an interval)"
-    return above_zero(low, high), f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(groups)}"
+        return None, f"{estimate:+.3g} (n={len(groups)}, too few for an interval; at least {MIN_GROUPS} needed)"
+    verdict = above_zero(low, high)
+    needed = groups_to_settle(len(groups), estimate, low, high) if verdict is None else None
+    settle = f"; about {needed} would settle it" if needed else ""
+    return verdict, f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(groups)}{settle}"
 
 
 def settled(slope_value: float) -> float:
@@ -336,8 +345,9 @@ def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: 
             parts.append(f"{case} {estimate:+.3g} (n={len(prompts)}, too few for an interval)")
             verdicts.append(None)
             continue
-        parts.append(f"{case} {estimate:+.3g} [{low:+.3g}, {high:+.3g}]")
         verdicts.append(above_zero(low, high) if rising else above_zero(-high, -low))  # a flat sweep neither rises nor falls
+        needed = groups_to_settle(len(prompts), estimate, low, high) if verdicts[-1] is None else None
+        parts.append(f"{case} {estimate:+.3g} [{low:+.3g}, {high:+.3g}]" + (f" (about {needed} prompts would settle it)" if needed else ""))
     return all_hold(verdicts), f"slope of {metric} per unit {axis}, per-prompt means, [95% CI]: " + "; ".join(parts)
 
 
@@ -358,7 +368,7 @@ def every_higher(pairs: list[tuple[str, pd.Series, pd.Series]], metric: str, nam
         parts.append(f"{case} {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
         verdicts.append(above_zero(low, high))
         if verdicts[-1] is None and mean:
-            needed = max(needed, math.ceil(n * ((high - low) / 2 / abs(mean)) ** 2))
+            needed = max(needed, groups_to_settle(n, mean, low, high))
     verdict = all_hold(verdicts)
     text = f"{names[0]} - {names[1]} {metric} per prompt, mean [95% CI]: " + "; ".join(parts)
     if verdict is None and needed:
