@@ -31,8 +31,8 @@ from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
 from specbench.replicate import main, results
 from specbench.replicate.paper import (
-    LOOKAHEAD, all_hold, base_filters, by_source, every_higher, every_slope, model_params, not_run, one, parse_setting, positive, prompt_values,
-    shared_prompts, unpaired_difference,
+    LOOKAHEAD, all_hold, base_filters, by_source, every_higher, every_slope, model_params, not_run, one, parse_setting, picked_mean, positive,
+    prompt_values, shared_prompts, unpaired_difference,
 )
 from specbench.replicate.report import Claim, save
 
@@ -321,9 +321,10 @@ def _advantage_grows(runs):
         cast, eagle = prompt_values(variants["CAST"], "speedup"), prompt_values(variants["EAGLE-3"], "speedup")
         return [cast[k] - eagle[k] for k in cast if k in eagle]
 
+    advantages = {b: advantage(v) for b, v in both.items()}
     small, large = min(both), max(both)
-    verdict, text = unpaired_difference(advantage(both[large]), advantage(both[small]))
-    means = ", ".join(f"B={b}: {sum(advantage(v)) / len(advantage(v)):+.2f}" for b, v in both.items())
+    verdict, text = unpaired_difference(advantages[large], advantages[small])
+    means = ", ".join(f"B={b}: {sum(a) / len(a):+.2f}" for b, a in advantages.items())
     return verdict, f"CAST - EAGLE-3 speedup per prompt (per batch at B > 1): {means}; B={large} minus B={small} {text}"
 
 
@@ -344,10 +345,7 @@ def _verified(runs):
     prompts = shared_prompts(list(speedups.values()), "every m run decoded")
     largest = max(speedups)
 
-    def mean(m, picked):
-        return sum(speedups[m][p] for p in picked) / len(picked)
-
-    peaks, peak_text = positive(prompts, lambda picked: max(mean(m, picked) for m in speedups if m < largest) - mean(largest, picked))
+    peaks, peak_text = positive(prompts, lambda picked: max(picked_mean(speedups[m], picked) for m in speedups if m < largest) - picked_mean(speedups[largest], picked))
     points = ", ".join(f"{r.m}: {r.tau:.2f} / {r.speedup:.2f}x" for r in sweep.itertuples())
     return all_hold([rises, peaks]), f"m: tau / speedup {points}; {rise_text}; best smaller m minus m={largest}: {peak_text}"
 

@@ -26,8 +26,8 @@ import pandas as pd
 from specbench.metrics.speed import resampled_ci
 from specbench.replicate import main, results
 from specbench.replicate.paper import (
-    LOOKAHEAD, all_hold, answers, base_filters, by_source, every_higher, every_slope, not_run, number, one, parse_setting, positive, prompt_quality,
-    scored, shared_prompts, size_keys, sweep_size,
+    LOOKAHEAD, all_hold, answers, base_filters, by_source, every_higher, every_slope, not_run, number, one, parse_setting, picked_mean, positive,
+    prompt_quality, scored, shared_prompts, size_keys, sweep_size,
 )
 from specbench.replicate.report import Claim, save
 
@@ -265,12 +265,9 @@ def _theta_accuracy(runs):
             parts.append(f"{dataset}: every answer at every theta scores {points[near[0]][prompts[0]]:.2f} (n={len(prompts)}): no peak to locate")
             continue
 
-        def mean(theta, picked):
-            return sum(points[theta][p] for p in picked) / len(picked)
-
-        verdict, text = positive(prompts, lambda picked: max(mean(t, picked) for t in near) - max(mean(t, picked) for t in far))
+        verdict, text = positive(prompts, lambda picked: max(picked_mean(points[t], picked) for t in near) - max(picked_mean(points[t], picked) for t in far))
         verdicts.append(verdict)
-        parts.append(f"{dataset}: " + ", ".join(f"{t:g}: {mean(t, prompts):.2f}" for t in sorted(points)) + f"; best near 0.90 minus best elsewhere {text}")
+        parts.append(f"{dataset}: " + ", ".join(f"{t:g}: {picked_mean(points[t], prompts):.2f}" for t in sorted(points)) + f"; best near 0.90 minus best elsewhere {text}")
     if not parts:
         raise KeyError("theta sweep with accuracy")
     return all_hold(verdicts), "; ".join(parts)

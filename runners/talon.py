@@ -22,8 +22,8 @@ import pandas as pd
 
 from specbench.replicate import main, results
 from specbench.replicate.paper import (
-    all_hold, base_filters, by_source, every_higher, not_run, one, per_prompt, positive, prompt_values, shared_prompts, slope, sweep_runs,
-    sweep_size,
+    all_hold, base_filters, by_source, every_higher, not_run, one, per_prompt, picked_mean, positive, prompt_values, shared_prompts, slope,
+    sweep_runs, sweep_size,
 )
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
 
@@ -263,12 +263,9 @@ def _mu(runs):
         raise KeyError("mu sweep on both sides of 0.02")
     prompts = shared_prompts(list(speedups.values()), "every mu run decoded")
 
-    def mean(mu, picked):
-        return sum(speedups[mu][p] for p in picked) / len(picked)
-
-    verdict, text = positive(prompts, lambda picked: max(mean(m, picked) for m in low) - max(mean(m, picked) for m in high))
+    verdict, text = positive(prompts, lambda picked: max(picked_mean(speedups[m], picked) for m in low) - max(picked_mean(speedups[m], picked) for m in high))
     tau = one(runs, method="talon", dataset="mt_bench", temperature=0.0, **DEFAULTS["talon"])["results.tau"]
-    points = ", ".join(f"{m:g}: {mean(m, prompts):.2f}x" for m in sorted(speedups))
+    points = ", ".join(f"{m:g}: {picked_mean(speedups[m], prompts):.2f}x" for m in sorted(speedups))
     return verdict, f"best speedup at mu <= 0.02 minus best above, per-prompt means: {text} (tau at mu 0.03: {tau:.2f}, low alignment); {points}"
 
 

@@ -197,7 +197,7 @@ def test_batched_prediction_prices_the_rows_still_decoding():
     pair = [[15.0 + 2 * (n - 1) for n in range(1, 65)], [45.0 + 2 * (n - 1) for n in range(1, 65)]]
     profile.target_batches = {"2": Curve(contexts=[0, 30], max_n=64, ms=pair, spread=[[0.0] * 64] * 2)}
     profile.drafter_batches = {"d": {"2": flat_curve(1.5, 0.0)}}
-    common = {"prefill_seconds": 0.0, "batch_seconds": 1.0, "seconds": 1.0, "batch_id": "a"}
+    common = {"prefill_seconds": 0.0, "batch_seconds": 1.0, "seconds": 1.0, "batch_size": 2, "batch_id": "a"}
     row_a = {**common, "prompt_tokens": [10], "turn_ids": [list(range(7))], "accept_lengths": [3, 3],
              "tree_widths": [[1, 1], [1, 1, 1]], "step_draft_forwards": [2, 3]}
     row_b = {**common, "prompt_tokens": [20], "turn_ids": [list(range(4))], "accept_lengths": [3],

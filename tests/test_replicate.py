@@ -362,7 +362,7 @@ def batched_run_on_disk(tmp_path, name, speedups, batch=8) -> str:
     lines = []
     for i, speedup in enumerate(speedups):
         for row in range(batch):
-            common = {"new_tokens": 60, "target_forwards": 30, "batch_size": batch, "batch_id": f"b{i}"}
+            common = {"new_tokens": 60, "target_forwards": 30, "draft_forwards": 0, "accept_lengths": [], "batch_size": batch, "batch_id": f"b{i}"}
             lines.append(json.dumps({"id": f"{i}-{row}", "method": {**common, "seconds": 1.0, "batch_seconds": 1.0},
                                      "baseline": {**common, "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup}}))
     (run_dir / "samples.jsonl").write_text("\n".join(lines))

@@ -185,7 +185,7 @@ def tune(
                     runs.append({
                         "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
                         "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
-                        "seconds": out.seconds, "prefill_seconds": out.prefill_seconds, "batch_seconds": out.batch_seconds, "batch_id": start,
+                        "seconds": out.seconds, "prefill_seconds": out.prefill_seconds, "batch_seconds": out.batch_seconds, "batch_size": out.batch_size, "batch_id": str(start),
                     })
             measured.append((cfg, runs, predict(runs, profile, drafter_name)))
     rows = list(zip(options, price(measured, auto_keys(tree_cfg))))

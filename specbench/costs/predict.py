@@ -19,6 +19,7 @@ from __future__ import annotations
 from statistics import fmean
 
 from specbench.costs.profile import CostProfile
+from specbench.metrics.speed import batch_groups
 
 
 def turn_steps(run: dict) -> list[list[tuple[int, int, int]]]:
@@ -34,14 +35,6 @@ def turn_steps(run: dict) -> list[list[tuple[int, int, int]]]:
     return turns
 
 
-def batches(runs: list[dict]) -> list[list[dict]]:
-    """The samples decoded together (run.py's batch_id; a sample without one decoded alone)."""
-    found: dict = {}
-    for run in runs:
-        found.setdefault(run.get("batch_id", id(run)), []).append(run)
-    return list(found.values())
-
-
 def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict:
     """Predicted speedup over AR at the runs' batch size for the samples `runs` (as run.py
     writes them), the verification steps, and the share of the measured decode time that
@@ -51,7 +44,7 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict
     method_ms = ar_ms = forward_ms = decode_ms = 0.0
     steps = 0
     drafted = False
-    for batch in batches(runs):
+    for batch in ([runs[i] for i in group] for group in batch_groups(runs)):
         per_row = [turn_steps(r) for r in batch]
         for turn in range(max(len(t) for t in per_row)):
             rows = [(r, t[turn]) for r, t in zip(batch, per_row) if turn < len(t)]

@@ -85,7 +85,7 @@ def bootstrap_ci(method: list[dict], baseline: list[dict], draws: int = 2000, se
     sample at batch size 1) with replacement: how far the ratio could move with other
     prompts of the same kind. None below MIN_GROUPS batches: too few to resample. A batch
     drawn twice counts its tokens and its wall time twice."""
-    groups = _batches(method)
+    groups = batch_groups(method)
     sums = [(_tokens_seconds([method[i] for i in g]), _tokens_seconds([baseline[i] for i in g])) for g in groups]
 
     def ratio(picked):
@@ -99,7 +99,7 @@ def bootstrap_ci(method: list[dict], baseline: list[dict], draws: int = 2000, se
 def ratio_ci(runs: list[dict], numerator: str, denominator: str, draws: int = 2000, seed: int = 0) -> list[float] | None:
     """95% bootstrap interval (over batches, as bootstrap_ci) of sum(numerator) /
     sum(denominator), e.g. tau = new_tokens / target_forwards; None below MIN_GROUPS batches."""
-    sums = [(sum(runs[i][numerator] for i in g), sum(runs[i][denominator] for i in g)) for g in _batches(runs)]
+    sums = [(sum(runs[i][numerator] for i in g), sum(runs[i][denominator] for i in g)) for g in batch_groups(runs)]
     low, high = resampled_ci(sums, lambda picked: _ratio(*map(sum, zip(*picked))), draws, seed)
     return [low, high] if low is not None else None
 
@@ -115,13 +115,18 @@ def resampled_ci(groups: list, statistic, draws: int = 2000, seed: int = 0) -> t
     if len(groups) < MIN_GROUPS:
         return None, None
     rng = random.Random(seed)
-    values = sorted(v for v in (statistic(rng.choices(groups, k=len(groups))) for _ in range(draws)) if v is not None)
+    return percentile_interval([v for v in (statistic(rng.choices(groups, k=len(groups))) for _ in range(draws)) if v is not None])
+
+
+def percentile_interval(values: list[float]) -> tuple[float | None, float | None]:
+    """The 2.5th and 97.5th percentiles of bootstrap draws; (None, None) without any."""
     if not values:
         return None, None
+    values = sorted(values)
     return values[int(0.025 * len(values))], values[min(int(0.975 * len(values)), len(values) - 1)]
 
 
-def _batches(runs: list[dict]) -> list[list[int]]:
+def batch_groups(runs: list[dict]) -> list[list[int]]:
     """Indices of the samples decoded together (one per sample at batch size 1)."""
     groups: dict[str, list[int]] = {}
     for i, run in enumerate(runs):

@@ -15,7 +15,7 @@ import yaml
 from specbench import ROOT
 from specbench.data import questions
 from specbench.metrics import quality
-from specbench.metrics.speed import MIN_GROUPS, resampled_ci, sample_speedup
+from specbench.metrics.speed import MIN_GROUPS, batch_groups, percentile_interval, resampled_ci, sample_speedup, totals
 from specbench.replicate import results
 from specbench.replicate.sweep import Sweep
 
@@ -229,6 +229,11 @@ def prompt_quality(run: pd.Series, metric: str, key: str, baseline: bool = False
     return {p: v for p, v in values.items() if v is not None}
 
 
+def picked_mean(values: dict[str, float], picked: list[str]) -> float:
+    """The mean of a run's per-prompt values over the prompts `picked` (a resample: repeats count)."""
+    return sum(values[p] for p in picked) / len(picked)
+
+
 def shared_prompts(per_run: list[dict], what: str) -> list[str]:
     """The prompts (keys) every run's values have, sorted; KeyError naming `what` when none."""
     shared = sorted(set.intersection(*(set(v) for v in per_run))) if per_run else []
@@ -238,22 +243,19 @@ def shared_prompts(per_run: list[dict], what: str) -> list[str]:
 
 
 def batch_values(records: list[dict], metric: str) -> dict[str, float]:
-    """Per batch of a batched run: tau over its rows, or its throughput over AR's on the same batch."""
-    batches: dict[str, list[dict]] = {}
-    for record in records:
-        batches.setdefault(record["method"]["batch_id"], []).append(record)
+    """Per batch of a batched run (keyed by its batch id): tau over its rows, or its
+    throughput over AR's on the same batch."""
     values = {}
-    for batch_id, rows in batches.items():
-        tokens = sum(r["method"]["new_tokens"] for r in rows)
+    for group in batch_groups([r["method"] for r in records]):
+        rows = [records[i] for i in group]
+        method = totals([r["method"] for r in rows])
         if metric == "tau":
-            forwards = sum(r["method"]["target_forwards"] for r in rows)
-            value = tokens / forwards if forwards else None
+            value = method["tau"]
         else:
-            base_tokens = sum(r["baseline"]["new_tokens"] for r in rows) if all("baseline" in r for r in rows) else 0
-            seconds, base_seconds = rows[0]["method"]["batch_seconds"], rows[0]["baseline"]["batch_seconds"] if base_tokens else 0
-            value = (tokens / seconds) / (base_tokens / base_seconds) if seconds and base_tokens and base_seconds else None
+            base = totals([r["baseline"] for r in rows]) if all("baseline" in r for r in rows) else {}
+            value = method["tok_per_s"] / base["tok_per_s"] if method["tok_per_s"] and base.get("tok_per_s") else None
         if value is not None:
-            values[batch_id] = value
+            values[rows[0]["method"]["batch_id"]] = value
     if not values:
         raise KeyError(f"per-batch {metric}")
     return values
@@ -266,8 +268,7 @@ def unpaired_difference(a: list[float], b: list[float]) -> tuple[bool | None, st
     if min(len(a), len(b)) < MIN_GROUPS:
         return None, f"{estimate:+.3g} (n={len(a)} and {len(b)}, too few for an interval)"
     rng = random.Random(0)
-    draws = sorted(sum(rng.choices(a, k=len(a))) / len(a) - sum(rng.choices(b, k=len(b))) / len(b) for _ in range(2000))
-    low, high = draws[int(0.025 * len(draws))], draws[int(0.975 * len(draws))]  # as resampled_ci
+    low, high = percentile_interval([sum(rng.choices(a, k=len(a))) / len(a) - sum(rng.choices(b, k=len(b))) / len(b) for _ in range(2000)])
     return above_zero(low, high), f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(a)} and {len(b)}"
 
 
@@ -337,7 +338,7 @@ def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: 
             raise KeyError(f"{case}: runs at two {axis} values")
 
         def fitted(picked: list[str]) -> float:
-            return slope(xs, [sum(v[p] for p in picked) / len(picked) for v in values])
+            return slope(xs, [picked_mean(v, picked) for v in values])
 
         estimate = settled(fitted(prompts))
         low, high = resampled_ci(prompts, lambda picked: settled(fitted(picked)))

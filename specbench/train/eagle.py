@@ -14,18 +14,16 @@ on its own predictions (train.eagle3.ttt_unroll), so it reports what a chain wou
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from specbench.models.eagle import Eagle1Head, feature_layers, load_head
 from specbench.models.eagle3 import head_config, read_config, trained_state
 from specbench.train import eagle3
 from specbench.train.data import TARGET, batches
 from specbench.train.loop import add_fit_arguments, fit
-from specbench.train.validation import export, prepare
+from specbench.train.validation import export, prepare, save_head
 
 VALIDATION_STEPS = 3  # draft steps the learning curve unrolls (chain depth of its tau)
 
@@ -88,9 +86,7 @@ def train(args) -> None:
         checkpoint, args.steps, args.minutes, args.lr, 0.0, "eagle-1 training (top-1)",
         evaluate=eagle3.unrolled_curve(head, validation, validation_read, VALIDATION_STEPS, args, curve_path), checkpoint_every=args.checkpoint_every,
     )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(raw_config, indent=2))
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}, out / "model.safetensors")
+    save_head(out, raw_config, head)
     load_head(str(out), head.lm_head_weight, torch.float32, "cpu", key="trained head")  # the shipped files load strictly
     export(out, curve_path, {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,

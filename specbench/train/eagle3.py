@@ -14,16 +14,14 @@ what a depth-j tree node sees at inference.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
 
 import torch
-from safetensors.torch import save_file
 
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head, trained_state
 from specbench.train.data import TARGET, batches, collate
 from specbench.train.loop import add_fit_arguments, add_head_arguments, fit
-from specbench.train.validation import append_point, curve_point, export, prepare
+from specbench.train.validation import append_point, curve_point, export, prepare, save_head
 
 
 def head_config_for(target_config, draft_vocab_size: int) -> dict:
@@ -188,9 +186,7 @@ def train(args) -> None:
         checkpoint, args.steps, args.minutes, args.lr, 0.0, "eagle3 training (top-1 per TTT step)",
         evaluate=unrolled_curve(head, validation, validation_read, args.ttt_steps, args, curve_path), checkpoint_every=args.checkpoint_every,
     )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(raw_config, indent=2))
-    save_file({k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}, out / "model.safetensors")
+    save_head(out, raw_config, head)
     load_head(str(out), torch.float32, "cpu", key="trained head")  # the shipped files load strictly
     export(out, curve_path, {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from specbench.models import registry
 from specbench.train.data import TARGET, load_rows, read_answers
@@ -61,6 +62,14 @@ def curve_point(step: int, seen: int, batch_hits, chain) -> dict:
 def append_point(curve_path: Path, point: dict) -> None:
     with curve_path.open("a") as f:
         f.write(json.dumps(point) + "\n")
+
+
+def save_head(out: Path, raw_config: dict, head: torch.nn.Module) -> None:
+    """A trained head as shipped: config.json and model.safetensors, floats in bf16 (integer
+    buffers such as a draft-vocabulary map kept as they are)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(raw_config, indent=2))
+    save_file({k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}, out / "model.safetensors")
 
 
 def export(out: Path, curve_path: Path, record: dict, step_label: str) -> None:
