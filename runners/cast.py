@@ -29,19 +29,21 @@ import pandas as pd
 from specbench import costs
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
+from specbench.metrics.speed import MIN_GROUPS
 from specbench.replicate import main, results
 from specbench.replicate.paper import (
     LOOKAHEAD, all_hold, base_filters, by_source, every_higher, every_slope, model_params, not_run, one, parse_setting, picked_mean, positive,
-    prompt_values, shared_prompts, unpaired_difference,
+    prompt_values, shared_prompts, sweep_size, unpaired_difference,
 )
 from specbench.replicate.report import Claim, save
 
 NAME = "cast"
 TITLE = "CAST: inference-cost-aware dynamic draft trees"
-CPU_PROMPTS = 2
+CPU_PROMPTS = 10  # Table 3's batch sweep at batch size 1; the others are reduced (replicate.paper.sweep_size)
+HEADLINE = {"table3", "table3-eagle3"}
 CPU_MAX_NEW_TOKENS = 64
 SETUP = {
-    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by CAST and EAGLE-3, as in the paper) and SpS draft in place of the paper's targets; CAST priced with this machine's cost profile; seeded prompt subsets, first turn only; at batch size B a run decodes max(prompts, B) prompts.",
+    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by CAST and EAGLE-3, as in the paper) and SpS draft in place of the paper's targets; CAST priced with this machine's cost profile; seeded prompt subsets, first turn only; at batch size B > 1 a run decodes five batches (5·B prompts), the fewest an interval over batches is drawn from.",
     "paper": "paper scale: the paper's targets and published EAGLE-3 heads on GPUs (A800 for Tables 1-3; Tables 4-5 on an H20 and on 2x RTX 4090).",
 }
 DATASETS = ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq"]
@@ -99,10 +101,13 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     paper = scale == "paper"
 
     def at(name, datasets, overrides, models, batch=1):
-        return by_source(name, datasets, [*overrides, f"gen.batch_size={batch}"], scale, list(models), max(prompts, batch), max_new_tokens)
+        count, tokens = sweep_size(scale, name, HEADLINE, prompts, max_new_tokens)
+        if batch > 1:  # a batch's rows share one wall time, so its interval resamples batches
+            count = batch * min(count, MIN_GROUPS)
+        return by_source(name, datasets, [*overrides, f"gen.batch_size={batch}"], scale, list(models), count, tokens)
 
     # cpu scale runs T=1, the baselines and batch size 8 on the datasets a package ships, and fewer
-    # points on the batch and m axes (about 50 minutes on 2 cores, the first run profiling included)
+    # points on the batch and m axes
     wide = DATASETS if paper else PACKAGED
     thresholds = {4.0: THRESHOLD_4, 3.0: [m for m in BATCH1_MODELS if m not in THRESHOLD_4]} if paper else {3.0: BATCH1_MODELS}
     sweeps = []
@@ -116,7 +121,7 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
         sweeps += at("table1-baselines", wide, ["method=sps", "gen.temperature=1"], ["vicuna-13b"])
     temperatures8 = "0,1" if paper else "0"
     sweeps += at("table2", wide, ["method=cast", f"gen.temperature={temperatures8}", *cast_shape(8, 2.5)], BATCH8_MODELS, batch=8)
-    # cpu scale: EAGLE-3's 60-node trees at batch size 8 take ~4 minutes a run here, so HumanEval only
+    # cpu scale: HumanEval only (EAGLE-3's 60-node trees are the slowest runs at batch size 8)
     sweeps += at("table2-eagle3", wide if paper else ["humaneval"], ["method=eagle3", f"gen.temperature={temperatures8}"], ["vicuna-13b", "llama3.1-8b"], batch=8)
     # EAGLE-1 heads are published for the Vicuna targets only (conf/model: `eagle`)
     eagle1_models = ["vicuna-13b", "vicuna-33b"]

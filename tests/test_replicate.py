@@ -535,3 +535,20 @@ def test_unpaired_difference_and_batched_values(tmp_path):
     run = pd.Series({"run_dir": batched_run_on_disk(tmp_path, "b", [1.5, 2.0], batch=3)})
     assert prompt_values(run, "speedup") == {"b0": 1.5, "b1": 2.0}  # one throughput ratio per batch
     assert prompt_values(run, "tau") == {"b0": 2.0, "b1": 2.0}
+
+
+def test_cast_cpu_scale_gives_every_point_enough_groups_for_an_interval(tmp_path):
+    """Table 3's batch sweep runs 10 prompts at batch size 1, the other batch-size-1 sweeps 5,
+    and every batched run five batches (a batch's rows share one wall time, so batches are
+    what its interval resamples); a quick look stays one prompt or one batch."""
+
+    def limits(prompts):
+        found = set()
+        for s in cast.sweeps("cpu", prompts, cast.CPU_MAX_NEW_TOKENS, tmp_path):
+            limit = int(next(o for o in s.overrides if o.startswith("dataset.limit=")).split("=")[1])
+            batch = int(next(o for o in s.overrides if o.startswith("gen.batch_size=")).split("=")[1])
+            found.add((s.name in cast.HEADLINE, batch, limit))
+        return found
+
+    assert limits(cast.CPU_PROMPTS) == {(True, 1, 10), (False, 1, 5), (True, 4, 20), (True, 8, 40), (False, 8, 40)}
+    assert {limit // batch for _, batch, limit in limits(1)} == {1}

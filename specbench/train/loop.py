@@ -4,6 +4,8 @@ gradient clipping, a wall-time budget, and a checkpoint to resume from."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 from argparse import ArgumentParser
 from collections.abc import Callable, Iterator
@@ -53,7 +55,9 @@ def fit(
 ) -> dict:
     """Train until `steps` or `minutes`; `make_batches(step)` yields (ids, labels) and
     `loss_fn` returns the loss and metrics to show. Re-running resumes from `checkpoint`.
-    `evaluate(step, tokens_seen)` runs at every checkpoint (learning curves)."""
+    `evaluate(step, tokens_seen)` runs at every checkpoint (learning curves). SIGTERM or
+    Ctrl-C ends training after the current step, with a checkpoint, like the wall-time
+    budget does, so a long run can be stopped at any time without losing steps."""
     parameters = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
     step, seen = 0, 0
@@ -68,30 +72,46 @@ def fit(
     loss_ema, metrics_ema = None, None
 
     def save():
-        torch.save({"module": module.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, checkpoint)
+        partial = checkpoint.with_name(checkpoint.name + ".partial")
+        torch.save({"module": module.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, partial)
+        os.replace(partial, checkpoint)  # a kill mid-write leaves the last checkpoint whole
 
+    stop_requests, handlers = [], {}
+
+    def request_stop(signum, frame):
+        stop_requests.append(signum)
+        for sig, handler in handlers.items():  # a second signal acts at once, as usual
+            signal.signal(sig, handler)
+
+    handlers.update({sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)})
     module.train()
-    while step < steps and time.time() < deadline:
-        ids, labels = next(batches)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
-        loss, metrics = loss_fn(ids, labels)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-        optimizer.step()
-        step += 1
-        seen += int((labels != -100).sum())
-        loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
-        metrics_ema = metrics if metrics_ema is None else [0.98 * a + 0.02 * b for a, b in zip(metrics_ema, metrics)]
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_ema:.3f}", metrics="/".join(f"{m:.2f}" for m in metrics_ema), tokens=seen)
-        if step % checkpoint_every == 0:
-            save()
-            if evaluate is not None:
-                module.eval()
-                evaluate(step, seen)
-                module.train()
+    try:
+        while step < steps and time.time() < deadline and not stop_requests:
+            ids, labels = next(batches)
+            for group in optimizer.param_groups:
+                group["lr"] = lr * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
+            loss, metrics = loss_fn(ids, labels)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+            optimizer.step()
+            step += 1
+            seen += int((labels != -100).sum())
+            loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
+            metrics_ema = metrics if metrics_ema is None else [0.98 * a + 0.02 * b for a, b in zip(metrics_ema, metrics)]
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_ema:.3f}", metrics="/".join(f"{m:.2f}" for m in metrics_ema), tokens=seen)
+            if step % checkpoint_every == 0:
+                save()
+                if evaluate is not None:
+                    module.eval()
+                    evaluate(step, seen)
+                    module.train()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if stop_requests:
+        bar.write(f"stopped by signal {stop_requests[0]} at step {step} of {steps}: re-run to continue")
     save()
     bar.close()
     module.eval()
