@@ -6,6 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from specbench.models.registry import weights_id
+
 HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "seed")
 # bumped when a key keeps its name but changes meaning, so an old run is not resumed as a new
 # one (2: method.tree.depth counts as EAGLE's release does, the layers after the first)
@@ -14,6 +16,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # a model config's drafter entries: a method carries the one it uses, resolved, in
 # `method.drafter`, so the others (and a new one added later) do not change a run's identity
 DRAFTER_ENTRIES = ("sps_draft", "eagle", "eagle3", "medusa", "hydra")
+EMPTY_WEIGHTS = weights_id(None)  # a method with no local drafter weights (AR, PLD, hub heads)
 
 
 def config_hash(cfg: dict) -> str:
@@ -21,6 +24,9 @@ def config_hash(cfg: dict) -> str:
     keys = {k: cfg[k] for k in HASHED_KEYS}
     keys["model"] = {k: v for k, v in cfg["model"].items() if k not in DRAFTER_ENTRIES}
     keys["conventions"] = CONVENTIONS
+    weights = weights_id(cfg["method"].get("drafter"))
+    if weights != EMPTY_WEIGHTS:  # a head retrained under the same name is a new run
+        keys["drafter_weights"] = weights
     if cfg["method"] != cfg["baseline"]["method"]:
         keys["baseline_mode"] = cfg["baseline"]["mode"]
     blob = json.dumps(keys, sort_keys=True, default=str)

@@ -150,7 +150,7 @@ class Runner:
             lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count),
             self.sampling, self.limits.stop_token_ids, costs.cache_root(),
             max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS),
-            weights=costs.weights_id(self.cfg["method"].get("drafter")), batch_size=self.batch_size,
+            weights=registry.weights_id(self.cfg["method"].get("drafter")), batch_size=self.batch_size,
         )
         return chosen
 

@@ -78,3 +78,19 @@ def test_hash_changes_with_what_changes_results():
     assert config_hash(base) == config_hash(composed("model.eagle=null", "model.medusa.path=/x"))
     eagle3 = composed("method=eagle3")
     assert config_hash(eagle3) != config_hash(composed("method=eagle3", "model.eagle3.path=/elsewhere"))  # the one it uses is
+
+
+def test_a_retrained_head_under_the_same_name_is_a_new_run(tmp_path):
+    """Shipping a retrained head keeps its config entry: the run's identity follows its
+    weights (a re-run must not resume the old head's samples), not its model card."""
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text("{}")
+    (head / "model.safetensors").write_bytes(b"v1" * 1000)
+    before = config_hash(composed("method=eagle3", f"model.eagle3.path={head}"))
+    (head / "README.md").write_text("a new model card")
+    assert config_hash(composed("method=eagle3", f"model.eagle3.path={head}")) == before
+    (head / "model.safetensors").write_bytes(b"v2" * 1000)
+    assert config_hash(composed("method=eagle3", f"model.eagle3.path={head}")) != before
+    # methods without local drafter weights hash as before (AR, PLD; a hub head is named by its id)
+    assert config_hash(composed("method=pld")) == config_hash(composed("method=pld", f"model.eagle3.path={head}"))

@@ -13,6 +13,7 @@ from specbench.drafters.prompt_lookup import PromptLookupDrafter
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.engine import loop
 from specbench.engine.lm import TreeLM
+from specbench.models import registry
 from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
@@ -243,10 +244,10 @@ def test_retrained_drafter_weights_get_their_own_shape_choice(tmp_path):
     (head / "config.json").write_text("{}")
     (head / "model.safetensors").write_bytes(b"v1" * 1000)
     cfg = {"_target_": "specbench.drafters.eagle3.load", "head": {"name": "h", "path": str(head)}}
-    before = costs.weights_id(cfg)
-    assert costs.weights_id(cfg) == before and costs.weights_id({"_target_": "x.prompt_lookup.load"}) != before
+    before = registry.weights_id(cfg)
+    assert registry.weights_id(cfg) == before and registry.weights_id({"_target_": "x.prompt_lookup.load"}) != before
     (head / "model.safetensors").write_bytes(b"v2" * 1000)
-    after = costs.weights_id(cfg)
+    after = registry.weights_id(cfg)
     assert after != before
     key = (tmp_path, synthetic_profile(0.0), "d", {"gamma": "auto"}, Sampling(), ["p", 8], autotune.verifier_id(StandardVerifier()))
     assert autotune.cache_file(*key, before) != autotune.cache_file(*key, after)

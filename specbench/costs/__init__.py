@@ -63,31 +63,6 @@ def drafter_id(drafter_cfg: dict | None) -> str | None:
     return f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
 
 
-def weights_id(drafter_cfg: dict | None, sample_bytes: int = 1 << 20) -> str:
-    """What a drafter's trained weights are, for caches of what they accept (auto shapes):
-    a retrained head under the same config must not reuse the old head's choice. Hashes
-    the name, size and first `sample_bytes` of each file of every model entry the config
-    names (an entry: a dict with a path, package or hub id), so a multi-GB target costs
-    no more than a small head."""
-    digest = hashlib.sha256()
-    for entry in _model_entries(drafter_cfg or {}):
-        directory = Path(registry.resolve(entry, "method.drafter"))
-        for file in sorted(f for f in directory.iterdir() if f.is_file()):
-            digest.update(f"{file.name}:{file.stat().st_size}".encode())
-            with file.open("rb") as handle:
-                digest.update(handle.read(sample_bytes))
-    return digest.hexdigest()[:16]
-
-
-def _model_entries(cfg):
-    if isinstance(cfg, dict):
-        if any(cfg.get(k) for k in ("path", "package", "id")):
-            yield cfg
-            return
-        for value in cfg.values():
-            yield from _model_entries(value)
-
-
 def ensure_profile(
     key: dict, target: TreeLM, longest_context: int, drafters: dict | None = None,
     repeats: int = REPEATS, max_n: int = MAX_N, refresh: bool = False, log=print, batch: int = 1,

@@ -7,6 +7,7 @@ GGUF that is converted once to dense safetensors in the cache), or `id` (the hub
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from pathlib import Path
@@ -130,3 +131,36 @@ def hub_reachable() -> bool:
         return True
     except OSError:
         return False
+
+
+WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin", "*.pt", "*.gguf")
+
+
+def weights_id(cfg: dict | None, sample_bytes: int = 1 << 20) -> str:
+    """What the local weights a config names are (every entry with a path or a package, at
+    any depth): a head retrained and shipped under the same name must neither resume the
+    old head's runs nor reuse its cached shape choice. Hashes the name, size and first
+    `sample_bytes` of each weight file and config.json (not the model card), so a multi-GB
+    model costs no more than a small head. Hub entries are named by their id and revision
+    in the config itself; an entry that does not resolve is left for its loader to report."""
+    digest = hashlib.sha256()
+    for entry in _local_entries(cfg or {}):
+        try:
+            directory = Path(resolve(entry, "weights"))
+        except ConfigError:
+            continue
+        files = sorted({f for pattern in WEIGHT_FILES for f in directory.glob(pattern) if f.is_file()})
+        for file in files:
+            digest.update(f"{file.name}:{file.stat().st_size}".encode())
+            with file.open("rb") as handle:
+                digest.update(handle.read(sample_bytes))
+    return digest.hexdigest()[:16]
+
+
+def _local_entries(cfg):
+    if isinstance(cfg, dict):
+        if cfg.get("path") or cfg.get("package"):
+            yield cfg
+            return
+        for value in cfg.values():
+            yield from _local_entries(value)
