@@ -13,10 +13,10 @@ from specbench.drafters.prompt_lookup import PromptLookupDrafter
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.engine import loop
 from specbench.engine.lm import TreeLM
-from specbench.models import registry
 from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
+from specbench.models import registry
 from specbench.replicate.sweep import Sweep, pin
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
