@@ -107,8 +107,10 @@ class Runner:
         self.baseline = methods.assemble(cfg["baseline"]["method"], model, hardware) if self.paired else None
         if self.costs_cfg.get("profile", True) and self.profile is None:  # tune_tree has it already
             self.cost_profile(self.method.drafter)
+        self.tree_overhead = None
         if self.profile is not None:
             self.method.costs = ProfileCosts(self.profile, costs.drafter_id(cfg["method"].get("drafter")))
+            self.tree_overhead = self.calibrate_tree_overhead()
 
     @property
     def costs_cfg(self) -> dict:
@@ -138,6 +140,7 @@ class Runner:
             "fingerprint": device_fingerprint(self.hardware["device"], torch.get_num_threads()),
             "profile": self.profile.to_json() if self.profile else None,
             "drafter": costs.drafter_id(self.cfg["method"].get("drafter")),
+            "tree_overhead": self.tree_overhead,
         }
         (self.out_dir / "decisions.json").write_text(json.dumps(decisions, indent=1))
 
@@ -153,6 +156,23 @@ class Runner:
             weights=registry.weights_id(self.cfg["method"].get("drafter")), batch_size=self.batch_size,
         )
         return chosen
+
+    def calibrate_tree_overhead(self) -> dict | None:
+        """The per-step tree work the summary's prediction adds to the profiled forwards:
+        from the shape choice when the tree was `auto`, else timed once for this shape."""
+        if self.shape_choice is not None:
+            return autotune.overhead_line(self.shape_choice["candidates"])
+        tree_cfg = self.cfg["method"]["tree"]
+        if tree_cfg.get("_target_") == autotune.DRAFTING_OFF["_target_"] or not self.costs_cfg.get("calibrate_tree", True):
+            return None
+        count = max(self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS), self.batch_size)
+        return autotune.tree_overhead(
+            tree_cfg, self.method, self.target, self.profile, costs.drafter_id(self.cfg["method"].get("drafter")),
+            lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count),
+            self.sampling, self.limits.stop_token_ids, costs.cache_root(),
+            max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS),
+            weights=registry.weights_id(self.cfg["method"].get("drafter")), batch_size=self.batch_size,
+        )
 
     def run(self) -> dict:
         path = self.out_dir / "samples.jsonl"
@@ -299,7 +319,7 @@ class Runner:
         if decisions.get("tree_choice"):
             summary["tree_choice"] = decisions["tree_choice"]
         if decisions.get("profile") and method_runs:
-            summary["cost_model"] = predict(method_runs, CostProfile.from_json(decisions["profile"]), decisions.get("drafter"))
+            summary["cost_model"] = predict(method_runs, CostProfile.from_json(decisions["profile"]), decisions.get("drafter"), decisions.get("tree_overhead"))
         scored = [s for s in self.samples if s.id in by_id]
         if self.quality_metrics and scored:
             summary["quality"] = self.quality(scored, [r["turn_texts"] for r in method_runs])

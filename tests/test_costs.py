@@ -167,6 +167,18 @@ def test_predicted_speedup_from_counters():
     assert flat["predicted_speedup"] == pytest.approx(9 / 3)  # AR: 9 steps of 10 ms; method: 3
     costly = predict_mod.predict([run], synthetic_profile(10.0, drafter_ms=2.0), "d")
     assert costly["predicted_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2)))
+    # tree work calibrated at 2 ms + 1 ms a node: 6 ms more on each 4-node step
+    with_tree = predict_mod.predict([run], synthetic_profile(10.0, drafter_ms=2.0), "d", {"ms": 2.0, "ms_per_node": 1.0})
+    assert with_tree["predicted_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2 + 6)))
+    assert with_tree["tree_overhead_ms_per_step"] == pytest.approx(6.0) and costly["tree_overhead_ms_per_step"] is None
+
+
+def test_tree_overhead_is_a_line_in_tree_size_over_the_calibrated_shapes():
+    shapes = [{"mean_tree_size": n, "unpriced_ms_per_step": 1.0 + 0.5 * n} for n in (2, 4, 8)]
+    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(1.0), "ms_per_node": pytest.approx(0.5)}
+    one = [{"mean_tree_size": 12.0, "unpriced_ms_per_step": 7.0}]
+    assert autotune.overhead_line(one) == {"ms": 7.0, "ms_per_node": 0.0}  # a fixed shape: a constant
+    assert predict_mod.tree_step_ms({"ms": -3.0, "ms_per_node": 0.5}, 2.0) == 0.0  # a fit never prices work below zero
 
 
 def tune_on(profile, target, draft, prompts, tmp_path, batch_size=1):

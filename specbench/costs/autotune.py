@@ -119,12 +119,10 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
             "ar_ms": forecast["predicted_speedup"] * forecast["predicted_decode_seconds"] * 1000,
             "unpriced_ms_per_step": max(0.0, decode_ms - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1),
         })
-    sizes = np.array([s["mean_tree_size"] for s in stats])
-    extra = np.array([s["unpriced_ms_per_step"] for s in stats])
-    slope, intercept = np.polyfit(sizes, extra, 1) if len(stats) > 1 and np.ptp(sizes) > 0 else (0.0, float(extra.mean()))
+    line = overhead_line(stats)
     rows = []
     for s in stats:
-        fitted = max(0.0, intercept + slope * s["mean_tree_size"])
+        fitted = max(0.0, line["ms"] + line["ms_per_node"] * s["mean_tree_size"])
         speedup = s["ar_ms"] / (s["forwards_ms"] + fitted * s["steps"])
         rows.append({
             "tree": s["tree"], "tau": s["tau"], "delta": s["delta"], "mean_tree_size": s["mean_tree_size"],
@@ -132,6 +130,16 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
             "predicted_speedup": round(speedup, 3),
         })
     return rows
+
+
+def overhead_line(candidates: list[dict]) -> dict:
+    """Per-step work the profile does not price (tree building, verifier bookkeeping beyond
+    AR's step), as a least-squares line in tree size over the calibrated shapes: single
+    timings here are noisy; one shape gives a constant."""
+    sizes = np.array([c["mean_tree_size"] for c in candidates])
+    extra = np.array([c["unpriced_ms_per_step"] for c in candidates])
+    slope, intercept = np.polyfit(sizes, extra, 1) if len(candidates) > 1 and np.ptp(sizes) > 0 else (0.0, float(extra.mean()))
+    return {"ms": round(float(intercept), 3), "ms_per_node": round(float(slope), 4)}
 
 
 def verifier_id(verifier) -> str:
@@ -169,26 +177,11 @@ def tune(
     prompts = make_prompts()
     log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes on {len(prompts)} calibration prompts"
         f"{f' in batches of {batch_size}' if batch_size > 1 else ''} (once; cached in {path})")
-    limits = Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
-    measured = []
     step_costs = ProfileCosts(profile, drafter_name)  # for policies that price their trees (CAST)
-    warm_up = Method(tree=trees[0], verifier=verifier, drafter=drafter, costs=step_costs)
-    generate_batch(target, warm_up, prompts[:batch_size], sampling, Limits(8, stop_token_ids), [torch.Generator().manual_seed(0) for _ in prompts[:batch_size]])
-    with contention.watch() as usage:
-        for cfg, tree in tqdm(list(zip(options, trees)), desc="calibrating tree shapes", unit="shape"):
-            method = Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs)
-            runs = []
-            for start in range(0, len(prompts), batch_size):
-                batch = prompts[start : start + batch_size]
-                generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
-                for prompt, out in zip(batch, generate_batch(target, method, batch, sampling, limits, generators)):
-                    runs.append({
-                        "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
-                        "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
-                        "seconds": out.seconds, "prefill_seconds": out.prefill_seconds, "batch_seconds": out.batch_seconds, "batch_size": out.batch_size, "batch_id": str(start),
-                    })
-            measured.append((cfg, runs, predict(runs, profile, drafter_name)))
-    rows = list(zip(options, price(measured, auto_keys(tree_cfg))))
+    methods = [Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs) for tree in trees]
+    measured, trusted = calibrate(methods, target, profile, drafter_name, prompts, sampling,
+                                  Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids), batch_size)
+    rows = list(zip(options, price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg))))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
     best_cfg, best = max(rows, key=lambda r: r[1]["predicted_speedup"])
@@ -201,9 +194,62 @@ def tune(
         log(f"  {record['note']}")
     else:
         log(f"  chosen {best['tree']} (predicted {best['predicted_speedup']:.2f}x)")
-    if profile.trusted and not contention.contended(usage.others):
+    keep(record, path, trusted, log)
+    return record["chosen"], record
+
+
+def tree_overhead(
+    tree_cfg: dict, method: Method, target, profile: CostProfile, drafter_name: str | None,
+    make_prompts: Callable[[], list[list[int]]], prompts_id: str, sampling, stop_token_ids: frozenset[int], cache: Path,
+    max_new_tokens: int = CALIBRATION_TOKENS, log=print, weights: str = "", batch_size: int = 1,
+) -> dict:
+    """The per-step cost of building and checking a fixed-shape tree beyond the priced
+    forwards ({"ms", "ms_per_node"}), from a calibration decode like `tune`'s (cached the same
+    way), so a run's summary predicts its speedup with the tree work included."""
+    calibration = [prompts_id, max_new_tokens, "tree-overhead"] + ([f"batch={batch_size}"] if batch_size > 1 else [])
+    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, calibration, verifier_id(method.verifier), weights)
+    if path.is_file():
+        return overhead_line(json.loads(path.read_text())["candidates"])
+    prompts = make_prompts()
+    log(f"costs: timing tree building on {len(prompts)} calibration prompts (once; cached in {path})")
+    measured, trusted = calibrate([method], target, profile, drafter_name, prompts, sampling,
+                                  Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids), batch_size)
+    keys = [k for k in tree_cfg if k != "_target_"]
+    record = {"candidates": price([(tree_cfg, *measured[0])], keys),
+              "calibration": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "batch_size": batch_size}}
+    keep(record, path, trusted, log)
+    return overhead_line(record["candidates"])
+
+
+def calibrate(methods: list[Method], target, profile: CostProfile, drafter_name: str | None, prompts: list[list[int]],
+              sampling, limits: Limits, batch_size: int) -> tuple[list[tuple[list[dict], dict]], bool]:
+    """(per method: the calibration samples as run.py writes them and their forecast,
+    whether the CPU was free enough while timing to cache the result)."""
+    first = methods[0]
+    batch0 = prompts[:batch_size]
+    generate_batch(target, first, batch0, sampling, Limits(8, limits.stop_token_ids), [torch.Generator().manual_seed(0) for _ in batch0])  # warm-up
+    measured = []
+    with contention.watch() as usage:
+        for method in tqdm(methods, desc="calibrating tree shapes", unit="shape"):
+            runs = []
+            for start in range(0, len(prompts), batch_size):
+                batch = prompts[start : start + batch_size]
+                generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
+                for prompt, out in zip(batch, generate_batch(target, method, batch, sampling, limits, generators)):
+                    runs.append({
+                        "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
+                        "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
+                        "seconds": out.seconds, "prefill_seconds": out.prefill_seconds, "batch_seconds": out.batch_seconds, "batch_size": out.batch_size, "batch_id": str(start),
+                    })
+            measured.append((runs, predict(runs, profile, drafter_name)))
+    return measured, profile.trusted and not contention.contended(usage.others)
+
+
+def keep(record: dict, path: Path, trusted: bool, log) -> None:
+    """Cache a calibration record, unless it was timed beside another job: good enough
+    for this run, not for every later one."""
+    if trusted:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1))
-    else:  # timed beside another job: good enough for this run, not for every later one
+    else:
         log("  (not cached: other processes used the CPU while the profile or the calibration was timed)")
-    return record["chosen"], record

@@ -4,14 +4,15 @@ For each verification step s of a batch, with B_s rows still decoding, mean cach
 context c_s, the widest row's tree n_s (rows pad to it) and d_s draft forwards over about
 (n_s - 1) / d_s nodes each:
 
-    method ms = sum_s f_T(B_s, c_s, n_s) + d_s * f_D(B_s, c_s, (n_s - 1) / d_s) + overhead + commit
+    method ms = sum_s f_T(B_s, c_s, n_s) + d_s * f_D(B_s, c_s, (n_s - 1) / d_s) + overhead + commit + tree(n_s)
     AR ms     = sum over AR's steps on the same rows and tokens of f_T(B, c, 1) + overhead
 
 so predicted speedup = AR ms / method ms (throughput at the same batch size); at batch
 size 1 with constant context this is TALON's tau * f_T(1) / (mean f_T(n) + delta * f_D +
-overhead). Prefill is left out of both (it is the same forward for both). What the
-measured decode time holds beyond the predicted forwards is the engine's own overhead
-(tree building, Python bookkeeping).
+overhead). Prefill is left out of both (it is the same forward for both). tree(n) is
+the per-step work of building and checking a tree beyond AR's step (a line in the rows'
+mean tree size, calibrated on other prompts: autotune.tree_overhead). What the measured
+decode time holds beyond the predicted forwards is the engine's own overhead.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ def turn_steps(run: dict) -> list[list[tuple[int, int, int]]]:
     return turns
 
 
-def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict:
+def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_overhead: dict | None = None) -> dict:
     """Predicted speedup over AR at the runs' batch size for the samples `runs` (as run.py
     writes them), the verification steps, and the share of the measured decode time that
-    the profile does not explain."""
+    the profiled forwards do not explain. `tree_overhead` ({"ms", "ms_per_node"}) prices
+    each drafting step's tree work; without it that work is left out."""
     priced_drafts = drafter is not None and profile.draft_ms(drafter, 1, 0, 1) is not None
     per_step_extra = profile.step_overhead_ms
-    method_ms = ar_ms = forward_ms = decode_ms = 0.0
+    method_ms = ar_ms = forward_ms = decode_ms = tree_ms = 0.0
     steps = 0
     drafted = False
     for batch in ([runs[i] for i in group] for group in batch_groups(runs)):
@@ -55,8 +57,10 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict
                 verify = profile.target_ms(width, context, n)
                 draft = drafts * profile.draft_ms(drafter, width, context, max(1.0, (n - 1) / drafts)) if drafts and priced_drafts else 0.0
                 drafted = drafted or drafts > 0
+                tree = tree_step_ms(tree_overhead, fmean(n for _, n, _ in active)) if n > 1 else 0.0
                 forward_ms += verify + draft
-                method_ms += verify + draft + per_step_extra + (profile.commit_ms if n > 1 else 0.0)
+                tree_ms += tree
+                method_ms += verify + draft + tree + per_step_extra + (profile.commit_ms if n > 1 else 0.0)
                 steps += 1
             ar_ms += ar_turn_ms([(r["prompt_tokens"][turn], len(r["turn_ids"][turn])) for r, _ in rows], profile)
         # every row holds the batch's time over all turns, but only its own turns' prefills:
@@ -70,11 +74,16 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None) -> dict
         "measured_decode_seconds": decode_ms / 1000,
         "steps": steps,
         "engine_overhead_share": max(0.0, 1 - forward_ms / decode_ms) if decode_ms else None,
+        "tree_overhead_ms_per_step": tree_ms / steps if tree_overhead else None,
         "profile": {"model": profile.key["model"], "dtype": profile.key["dtype"]},
     }
     if drafted and not priced_drafts:
         result["note"] = f"no cost curve for drafter {drafter}: draft forwards left out of the prediction"
     return result
+
+
+def tree_step_ms(line: dict | None, mean_tree_size: float) -> float:
+    return max(0.0, line["ms"] + line["ms_per_node"] * mean_tree_size) if line else 0.0
 
 
 def ar_turn_ms(rows: list[tuple[int, int]], profile: CostProfile) -> float:

@@ -45,6 +45,8 @@ def print_summary(summary: dict) -> None:
         console.print(
             f"cost model ({model['profile']['dtype']} profile of this machine): predicted {_fmt(model['predicted_speedup'])}x, "
             f"{measured}engine overhead {_fmt(100 * (model.get('engine_overhead_share') or 0), 0)}% of decode time"
+            + (f" (tree building {_fmt(model['tree_overhead_ms_per_step'])} ms a step, timed on calibration prompts, is in the prediction)"
+               if model.get("tree_overhead_ms_per_step") is not None else "")
         )
     choice = summary.get("tree_choice")
     if choice:
