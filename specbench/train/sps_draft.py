@@ -5,10 +5,15 @@ template); the answers are what the draft must learn to predict at T=0.
 Step 2 (`train`): a small Llama sharing the target's tokenizer learns those answers
 (cross-entropy on answer tokens), mixed with ShareGPT's own answers to other prompts
 (`--sharegpt-answers`) where the target's answers are too few. Its tied embedding starts as a PCA projection of the
-target's. Both steps checkpoint as they go and resume when re-run.
+target's. Both steps checkpoint as they go and resume when re-run. A fixed set of held-out
+greedy target answers gives the learning curve: top-1 agreement and chain tau at gamma 4.
+`size` picks depth and width by measurement: it trains each candidate shape for the same
+steps, reads its chain tau per gamma on the held-out answers, times its forward on this
+machine, and ranks shapes by the speedup the target's cost profile predicts.
 
     python -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 3000
-    python -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft
+    python -m specbench.train.sps_draft train --data runs/corpus --out specbench/weights/smollm2-135m-sps-draft
+    python -m specbench.train.sps_draft size --data runs/corpus --out runs/sps-size --shapes 2x192 4x192 6x320 --steps 600
 """
 
 from __future__ import annotations
@@ -25,8 +30,13 @@ from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specbench.models import registry
-from specbench.train.data import TARGET, batches, first_turns, load_rows, read_answers
+from specbench.train.data import TARGET, batches, collate, first_turns
+from specbench.train.eagle3 import chain_acceptance
+from specbench.train import sps_sizing
 from specbench.train.loop import add_fit_arguments, fit
+from specbench.train.validation import append_point, curve_point, export, prepare
+
+CURVE_GAMMA = 4  # the chain length of the learning curve's tau (issue 17's SpS goal is set at gamma 4)
 
 def generate(args) -> None:
     torch.set_num_threads(args.threads)
@@ -88,42 +98,92 @@ def answer_loss(model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor
     return torch.nn.functional.kl_div(logits.log_softmax(-1), teacher_logp, log_target=True, reduction="batchmean")
 
 
-def train(args) -> None:
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    target, tokenizer = registry.load(TARGET, "bfloat16" if args.distill else "float32", "cpu")
+def validation_hits(model: LlamaForCausalLM, validation: list[dict], batch: int, length: int):
+    """Per batch of held-out rows: (draft top-1 == the target's next token, scored) with the
+    true text as context; with greedy target answers as text, a chain of gamma draft tokens
+    from anchor a is accepted as far as these hits run from a (chain_acceptance)."""
+    with torch.no_grad():
+        for start in range(0, len(validation), batch):
+            ids, labels = collate(validation[start : start + batch], length)
+            top1 = model(input_ids=ids).logits[:, :-1].argmax(-1)
+            targets = labels[:, 1:]
+            yield top1 == targets, targets != -100
+
+
+def chain_taus(hits: list[tuple[torch.Tensor, torch.Tensor]], max_gamma: int) -> list[float]:
+    """tau of greedy chain drafting at gamma = 1..max_gamma over the same hits."""
+    taus = []
+    for gamma in range(1, max_gamma + 1):
+        accepted = anchors = 0
+        for pair in hits:
+            a, n = chain_acceptance([pair] * gamma)
+            accepted, anchors = accepted + a, anchors + n
+        taus.append(1 + accepted / max(anchors, 1))
+    return taus
+
+
+def train(args) -> dict:
+    target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
     if args.init:
         model = LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32)
-        config = model.config
-    else:
-        config = draft_config(target.config, args.hidden, args.layers)
-        model = LlamaForCausalLM(config)
+    else:  # (a checkpoint, when there is one, replaces these weights)
+        model = LlamaForCausalLM(draft_config(target.config, args.hidden, args.layers))
         with torch.no_grad():
             model.model.embed_tokens.weight.copy_(pca_embedding(target.model.embed_tokens.weight, args.hidden))
+    config = model.config
     teacher = target if args.distill else None
-    del target
-    rows, n_target_answers = load_rows(read_answers(args.data), tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if teacher is None:
+        del target
+
+    def evaluate(step: int, seen: int) -> None:
+        point = curve_point(step, seen, ([pair] for pair in validation_hits(model, validation, args.batch, args.length)),
+                            lambda hits: chain_acceptance(hits * CURVE_GAMMA))
+        append_point(curve_path, point)
+
     result = fit(
         model,
         lambda step: batches(rows, args.batch, args.length, args.seed + step),
         lambda ids, labels: (answer_loss(model, ids, labels, teacher), []),
-        out.with_name(out.name + ".ckpt.pt"), args.steps, args.minutes, args.lr, 0.01, "draft training", checkpoint_every=args.checkpoint_every,
+        checkpoint, args.steps, args.minutes, args.lr, 0.01, "draft training",
+        evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
     )
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
     weights = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     save_file(weights, out / "model.safetensors")
-    (out / "training.json").write_text(json.dumps({
-        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target_answers,
-        "sharegpt_answers": len(rows) - n_target_answers, **result,
+    taus = chain_taus(list(validation_hits(model, validation, args.batch, args.length)), 8) if validation else []
+    record = {
+        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
+        "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation), **result,
         "hidden": config.hidden_size, "layers": config.num_hidden_layers,
-        "batch": args.batch, "length": args.length, "lr": args.lr, "seed": args.seed,
-        "init": args.init, "distill": args.distill,
+        "batch": args.batch, "length": args.length, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed,
+        "init": args.init, "distill": args.distill, "target_dtype": args.target_dtype,
         "parameters": sum(p.numel() for p in model.parameters()),
-    }, indent=2))
+        "validation_chain_tau_by_gamma": taus,  # gamma = 1..8, greedy chains on the held-out answers
+    }
+    export(out, curve_path, record, step_label="draft token")
     print(f"saved {out}: {result}")
+    return record
+
+
+def size(args) -> None:
+    """Train every `--shapes` candidate for the same steps (resuming any that stopped
+    short), then rank them by predicted speedup over AR on this machine (sps_sizing)."""
+    root = Path(args.out)
+    records = {}
+    for shape in args.shapes:
+        layers, hidden = sps_sizing.parse_shape(shape)
+        shape_args = argparse.Namespace(**{**vars(args), "layers": layers, "hidden": hidden, "out": str(root / shape)})
+        done = root / shape / "training.json"
+        record = json.loads(done.read_text()) if done.exists() else {}
+        if record.get("steps", 0) < args.steps or not record.get("validation_chain_tau_by_gamma"):
+            record = train(shape_args)
+        records[shape] = record
+    short = [shape for shape, record in records.items() if record["steps"] < args.steps]
+    if short:  # shapes are compared on the same training only
+        print(f"{', '.join(short)} stopped short of {args.steps} steps (--minutes): re-run the same command to continue, then rank")
+        return
+    sps_sizing.rank(records, root, args.context, args.max_gamma)
 
 
 def main() -> None:
@@ -139,13 +199,21 @@ def main() -> None:
     g.add_argument("--threads", type=int, default=2)
     g.add_argument("--seed", type=int, default=0)
     t = sub.add_parser("train")
-    add_fit_arguments(t, sharegpt_answers=8000, length=320, steps=3000, minutes=40, lr=2e-3)
-    t.add_argument("--distill", action="store_true", help="KL to the target's distributions instead of the text")
+    z = sub.add_parser("size")
+    for p in (t, z):
+        add_fit_arguments(p, sharegpt_answers=8000, length=320, steps=3000, minutes=40, lr=2e-3)
+        p.add_argument("--distill", action="store_true", help="KL to the target's distributions instead of the text")
+        p.add_argument("--target-dtype", default="float32", help="the target's dtype (its embedding seeds the draft's; the teacher with --distill)")
+        p.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve and tau")
     t.add_argument("--init", help="start from this saved draft instead of a fresh one")
     t.add_argument("--hidden", type=int, default=192)
     t.add_argument("--layers", type=int, default=4)
+    z.add_argument("--shapes", nargs="+", required=True, type=sps_sizing.shape_argument, help="candidates as LAYERSxHIDDEN, e.g. 2x192 4x192 6x320")
+    z.add_argument("--context", type=int, default=256, help="cached context at which forwards are priced")
+    z.add_argument("--max-gamma", type=int, default=8)
+    z.set_defaults(init=None)
     args = parser.parse_args()
-    {"generate": generate, "train": train}[args.command](args)
+    {"generate": generate, "train": train, "size": size}[args.command](args)
 
 
 if __name__ == "__main__":

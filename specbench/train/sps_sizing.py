@@ -1,0 +1,113 @@
+"""Which SpS draft shape pays on this machine: each trained candidate's chain tau per
+gamma (held-out greedy target answers), its forward timed here through the engine's
+drafter, and the target's cost profile give a predicted speedup over AR per gamma:
+
+    speedup(gamma) = tau(gamma) * (f_T(c, 1) + o) / (f_T(c, gamma + 1) + f_D(c, tau) + (gamma - 1) * f_D(c, 1) + o + commit)
+
+A step's first draft forward reads the accepted tokens of the step before (about tau of
+them) and proposes one token; the gamma - 1 others read one token each. o is the engine's
+per-step overhead, as in specbench.costs.predict. A bigger draft accepts more but costs
+more per token: the shape with the best speedup at its best gamma wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import torch
+
+SHAPE = re.compile(r"^(\d+)x(\d+)$")
+
+
+def parse_shape(shape: str) -> tuple[int, int]:
+    """(layers, hidden) of "LAYERSxHIDDEN"; hidden must split into the draft's 4 heads of
+    even size (RoPE)."""
+    match = SHAPE.match(shape)
+    if not match or int(match[1]) < 1 or int(match[2]) < 8 or int(match[2]) % 8:
+        raise argparse.ArgumentTypeError(f"{shape!r} is not LAYERSxHIDDEN with layers >= 1 and hidden a multiple of 8 (e.g. 4x192)")
+    return int(match[1]), int(match[2])
+
+
+def shape_argument(shape: str) -> str:
+    """argparse type of --shapes: the shape as given, once it parses."""
+    parse_shape(shape)
+    return shape
+
+
+def predicted_speedups(taus: list[float], target_ms, draft_ms, overhead_ms: float, commit_ms: float) -> list[float]:
+    """Speedup over AR per gamma = 1..len(taus); target_ms(n) and draft_ms(n) are forward
+    times over n new tokens at the pricing context."""
+    ar = target_ms(1) + overhead_ms
+    out = []
+    for gamma, tau in enumerate(taus, start=1):
+        step = target_ms(gamma + 1) + draft_ms(tau) + (gamma - 1) * draft_ms(1) + overhead_ms + commit_ms
+        out.append(tau * ar / step)
+    return out
+
+
+def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int) -> dict:
+    """Price every trained shape on this machine; write sizing.json and sizing.md under
+    `root` and return the ranking (best first)."""
+    from specbench import costs
+    from specbench.__main__ import compose_config
+    from specbench.costs.fingerprint import fingerprint_id
+    from specbench.costs.profile import measure_drafter
+    from specbench.drafters.small_lm import SmallLMDrafter
+    from specbench.models import registry
+
+    cfg = compose_config(["method=sps"])
+    hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
+    hardware["dtype"], _ = costs.resolve_dtype(hardware, model_cfg)
+    if hardware.get("threads"):
+        torch.set_num_threads(hardware["threads"])
+    model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
+    target, _ = costs.target_lm(model, cfg, hardware)
+    key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
+    profile = costs.ensure_profile(key, target, context + 64)
+    rows = []
+    for shape, record in records.items():
+        draft = registry.load_model({"name": f"sps-draft-{shape}", "path": str(root / shape)}, hardware["dtype"], hardware["device"])
+        drafter = SmallLMDrafter(draft, model.config.vocab_size, hardware.get("forward", "auto"))
+        curve = measure_drafter(drafter, target, [context], max_gamma + 1, costs.REPEATS)
+        taus = record["validation_chain_tau_by_gamma"][:max_gamma]
+        speedups = predicted_speedups(taus, lambda n: profile.target_ms(1, context, n), lambda n: curve.at(context, n),
+                                      profile.step_overhead_ms, profile.commit_ms)
+        best = max(range(len(speedups)), key=speedups.__getitem__)
+        rows.append({
+            "shape": shape, "layers": record["layers"], "hidden": record["hidden"], "parameters": record["parameters"],
+            "steps": record["steps"], "answer_tokens_seen": record["answer_tokens_seen"],
+            "top1": (record.get("validation") or {}).get("top1", [None])[0],
+            "tau_by_gamma": [round(t, 3) for t in taus], "draft_ms_1": round(curve.at(context, 1), 3),
+            "cost_ratio": round(curve.at(context, 1) / profile.target_ms(1, context, 1), 4),
+            "speedup_by_gamma": [round(s, 3) for s in speedups], "best_gamma": best + 1, "best_speedup": round(speedups[best], 3),
+        })
+    rows.sort(key=lambda r: -r["best_speedup"])
+    result = {
+        "machine": key["fingerprint"], "dtype": hardware["dtype"], "context": context,
+        "target_ms_1": round(profile.target_ms(1, context, 1), 3), "step_overhead_ms": profile.step_overhead_ms,
+        "commit_ms": profile.commit_ms, "shapes": rows, "chosen": rows[0]["shape"] if rows else None,
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sizing.json").write_text(json.dumps(result, indent=1))
+    lines = [
+        f"# SpS draft sizing on {fingerprint_id(key['fingerprint'])} ({' '.join(key['fingerprint']['isa'])}, {key['fingerprint']['threads']} threads, {hardware['dtype']})",
+        "",
+        f"Forwards priced at context {context}: target one-token forward {result['target_ms_1']:.2f} ms. "
+        "tau from greedy chains on held-out target answers; predicted speedup over AR at each shape's best gamma.",
+        "",
+        "| shape | parameters | steps | top-1 | tau (gamma 1/2/4/8) | draft ms (1 token) | cost ratio | best gamma | predicted speedup |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        taus = "/".join(f"{r['tau_by_gamma'][g - 1]:.2f}" for g in (1, 2, 4, 8) if g <= len(r["tau_by_gamma"]))
+        top1 = f"{r['top1']:.3f}" if r["top1"] is not None else "-"
+        lines.append(f"| {r['shape']} | {r['parameters'] / 1e6:.1f} M | {r['steps']} | {top1} | {taus} | {r['draft_ms_1']:.2f} | "
+                     f"{r['cost_ratio']:.3f} | {r['best_gamma']} | {r['best_speedup']:.2f}x |")
+    (root / "sizing.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if rows:
+        print(f"chosen: {rows[0]['shape']} (gamma {rows[0]['best_gamma']}, predicted {rows[0]['best_speedup']:.2f}x)")
+    return result

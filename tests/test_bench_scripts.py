@@ -1,0 +1,32 @@
+"""The benchmark scripts are sweeps of the runner: its summaries, resumable by config hash."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["hardware=cpu-fp32", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
+
+
+def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
+    out, runs = tmp_path / "methods.json", tmp_path / "runs"
+    args = [sys.executable, "scripts/bench_methods.py", "--methods", "pld", "pld4=pld", "--set", "pld4:method.tree.gamma=4",
+            "--datasets", "mt_bench", "--prompts", "2", "--max-new-tokens", "8", "--temperatures", "0",
+            "--out", str(out), "--runs", str(runs), *SMALL]
+    first = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-2000:]
+    [result] = json.loads(out.read_text())["results"]
+    rows = result["methods"]
+    assert set(rows) == {"ar", "pld", "pld4"}
+    assert rows["pld"]["identical_to_ar"] == 1.0 and rows["pld4"]["identical_to_ar"] == 1.0  # lossless, fp32
+    assert rows["pld"]["predicted_speedup"] > 0 and rows["ar"]["speedup"] == 1.0
+    [pld4_run] = (runs / "pld4").glob("*/summary.json")
+    assert json.loads(pld4_run.read_text())["config"]["method"]["tree"]["gamma"] == 4  # the label's --set
+    points = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
+    assert sorted(p["method"] for p in points) == ["pld", "pld", "pld4", "pld4"] and all(p["target_forwards"] > 0 for p in points)
+    # a second sweep finds every sample done: nothing is decoded again
+    before = {p: p.read_text() for p in runs.glob("*/*/samples.jsonl")}
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {p: p.read_text() for p in runs.glob("*/*/samples.jsonl")} == before
