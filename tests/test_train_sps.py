@@ -45,6 +45,7 @@ def test_training_resumes_and_records_tau_per_gamma(tmp_path):
     rng = torch.Generator().manual_seed(0)
     rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()}
             for i in range(6)]
+    rows.append({**rows[0], "temperature": 0.8})  # a held-out prompt's sampled answer: neither scored nor trained on
     data = tmp_path / "answers.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "draft"

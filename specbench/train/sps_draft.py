@@ -174,11 +174,7 @@ def size(args) -> None:
     for shape in args.shapes:
         layers, hidden = sps_sizing.parse_shape(shape)
         shape_args = argparse.Namespace(**{**vars(args), "layers": layers, "hidden": hidden, "out": str(root / shape)})
-        done = root / shape / "training.json"
-        record = json.loads(done.read_text()) if done.exists() else {}
-        if record.get("steps", 0) < args.steps or not record.get("validation_chain_tau_by_gamma"):
-            record = train(shape_args)
-        records[shape] = record
+        records[shape] = train(shape_args)  # a shape already trained to --steps is only re-scored
     short = [shape for shape, record in records.items() if record["steps"] < args.steps]
     if short:  # shapes are compared on the same training only
         print(f"{', '.join(short)} stopped short of {args.steps} steps (--minutes): re-run the same command to continue, then rank")

@@ -25,7 +25,9 @@ def prepare(args):
     checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
     answers = read_answers(args.data)
     held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows))
-    validation = [r for r in answers if r.get("key") in held_out]
+    # a held-out prompt's sampled answers stay out of training too, but only the greedy one is
+    # scored: with the target's greedy text, chain tau is what greedy decoding would accept
+    validation = [r for r in answers if r.get("key") in held_out and r.get("temperature") == 0.0]
     rows, n_target = load_rows([r for r in answers if r.get("key") not in held_out], tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
     return target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target
 
