@@ -2,7 +2,8 @@
 
 1. The machine: CPU model and ISA flags (or GPU), torch, threads, the dtype `auto` chose.
 2. Our AR, PLD and SpS against transformers' generate, prompt lookup and assisted
-   generation (same model, same draft, same draft length), side by side per prompt.
+   generation (same model, same draft, same draft length), side by side per prompt, and
+   our AR against the memory-bandwidth floor (weights read per token / measured read speed).
 3. Every method's default (auto dtype and auto tree shape) through the runner itself
    (python -m specbench's Runner: AR back to back on every prompt, the same summary a user
    gets), with the speedup the cost profile predicts beside the measured one.
@@ -28,7 +29,7 @@ from specbench.config import run_name  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.run import Runner  # noqa: E402
 
-from bench_vs_transformers import compare, config  # noqa: E402
+from bench_vs_transformers import compare, config, floor_line  # noqa: E402
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, prompts: int) -> None:
@@ -114,6 +115,7 @@ def main() -> None:
     ]
     for method, r in hf.items():
         lines.append(f"| {method} | {r['ours']:.1f} | {r['hf']:.1f} | {r['ratio']:.2f} | {r['identical']}/{r['prompts']} |")
+    lines += ["", floor_line(hf["ar"]["ours"], settings) + "."]
     lines += [
         "", f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} tokens, T=0)", "",
         "Each row is one `python -m specbench method=M dataset=D` run: AR back to back on every prompt (order alternating).", "",

@@ -87,9 +87,25 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
         ours_tps = totals[name, "ours"][0] / totals[name, "ours"][1]
         hf_tps = totals[name, "hf"][0] / totals[name, "hf"][1]
         rows[name] = {"ours": ours_tps, "hf": hf_tps, "ratio": ours_tps / hf_tps, "identical": agree[name], "prompts": len(prompts)}
+    weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
+    bandwidth = read_bandwidth_gb_s()
     rows["settings"] = {"dtype": hardware["dtype"], "threads": torch.get_num_threads(), "max_new_tokens": max_new_tokens,
-                        "weights_mb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6}
+                        "weights_mb": weights_mb, "read_gb_s": bandwidth, "floor_tok_s": bandwidth * 1e3 / weights_mb}
     return rows
+
+
+def read_bandwidth_gb_s(gib: float = 1.0, repeats: int = 5) -> float:
+    """GB/s torch reads memory at here (median of `repeats` sums over a buffer far larger
+    than the caches): one-token decoding reads every weight once, so weights / this is
+    the fastest a token can be."""
+    buffer = torch.ones(int(gib * 2**30) // 4, dtype=torch.float32)
+    buffer.sum()  # warm-up: pages touched
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.sum()
+        times.append(time.perf_counter() - start)
+    return buffer.numel() * 4 / sorted(times)[len(times) // 2] / 1e9
 
 
 def main() -> None:
@@ -104,6 +120,13 @@ def main() -> None:
     print(f"\n{cfg['model']['name']} {settings['dtype']} threads={settings['threads']} prompts={args.prompts} max_new_tokens={args.max_new_tokens} T=0")
     for name, r in rows.items():
         print(f"{name:4s} ours {r['ours']:6.1f} tok/s | transformers {r['hf']:6.1f} tok/s | ratio {r['ratio']:.2f} | identical outputs {r['identical']}/{r['prompts']}")
+    print(floor_line(rows["ar"]["ours"], settings))
+
+
+def floor_line(ar_tok_s: float, settings: dict) -> str:
+    return (f"AR (ours) {ar_tok_s:.1f} tok/s = {100 * ar_tok_s / settings['floor_tok_s']:.0f}% of the memory-bandwidth floor: "
+            f"{settings['weights_mb']:.0f} MB of weights read per token at {settings['read_gb_s']:.1f} GB/s (torch reading 1 GiB here) "
+            f"allow at most {settings['floor_tok_s']:.1f} tok/s")
 
 
 if __name__ == "__main__":
