@@ -60,6 +60,7 @@ def test_training_resumes_and_records_tau_per_gamma(tmp_path):
     taus = training["validation_chain_tau_by_gamma"]
     assert training["steps"] == 3 and training["validation_answers"] == 2 and training["target_answers"] == 4
     assert len(taus) == 8 and all(1.0 <= t <= 1 + g for g, t in enumerate(taus, start=1))
+    assert training["validation"]["step"] == 3 and 0.0 <= training["validation"]["top1"][0] <= 1.0
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM.from_pretrained(out)

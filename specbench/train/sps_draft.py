@@ -163,7 +163,7 @@ def train(args) -> dict:
     }
     export(out, curve_path, record, step_label="draft token")
     print(f"saved {out}: {result}")
-    return record
+    return json.loads((out / "training.json").read_text())  # with the last validation point
 
 
 def size(args) -> None:
