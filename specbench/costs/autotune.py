@@ -26,7 +26,7 @@ from hydra.utils import get_class
 from tqdm import tqdm
 
 from specbench.costs import contention
-from specbench.costs.predict import predict
+from specbench.costs.predict import predict, tree_step_ms
 from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.errors import ConfigError
@@ -122,7 +122,7 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
     line = overhead_line(stats)
     rows = []
     for s in stats:
-        fitted = max(0.0, line["ms"] + line["ms_per_node"] * s["mean_tree_size"])
+        fitted = tree_step_ms(line, s["mean_tree_size"])
         speedup = s["ar_ms"] / (s["forwards_ms"] + fitted * s["steps"])
         rows.append({
             "tree": s["tree"], "tau": s["tau"], "delta": s["delta"], "mean_tree_size": s["mean_tree_size"],
