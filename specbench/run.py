@@ -144,17 +144,19 @@ class Runner:
         }
         (self.out_dir / "decisions.json").write_text(json.dumps(decisions, indent=1))
 
+    def calibration(self, drafter_cfg) -> autotune.Calibration:
+        """The calibration decodes' shared settings: at least one full batch of prompts."""
+        count = max(self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS), self.batch_size)
+        return autotune.Calibration(
+            lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count), self.sampling,
+            self.limits.stop_token_ids, costs.cache_root(), costs.drafter_id(drafter_cfg), weights=registry.weights_id(drafter_cfg),
+            max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS), batch_size=self.batch_size,
+        )
+
     def tune_tree(self, tree_cfg: dict, drafter, verifier) -> dict:
         """Tree parameters set to `auto`: the shape with the best predicted speedup."""
-        profile = self.cost_profile(drafter)
-        count = max(self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS), self.batch_size)  # at least one full batch
-        chosen, self.shape_choice = autotune.tune(
-            tree_cfg, drafter, verifier, self.target, profile, costs.drafter_id(self.cfg["method"].get("drafter")),
-            lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count),
-            self.sampling, self.limits.stop_token_ids, costs.cache_root(),
-            max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS),
-            weights=registry.weights_id(self.cfg["method"].get("drafter")), batch_size=self.batch_size,
-        )
+        setup = self.calibration(self.cfg["method"].get("drafter"))
+        chosen, self.shape_choice = autotune.tune(tree_cfg, drafter, verifier, self.target, self.cost_profile(drafter), setup)
         return chosen
 
     def calibrate_tree_overhead(self) -> dict | None:
@@ -165,14 +167,8 @@ class Runner:
         tree_cfg = self.cfg["method"]["tree"]
         if tree_cfg.get("_target_") == autotune.DRAFTING_OFF["_target_"] or not self.costs_cfg.get("calibrate_tree", True):
             return None
-        count = max(self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS), self.batch_size)
-        return autotune.tree_overhead(
-            tree_cfg, self.method, self.target, self.profile, costs.drafter_id(self.cfg["method"].get("drafter")),
-            lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count),
-            self.sampling, self.limits.stop_token_ids, costs.cache_root(),
-            max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS),
-            weights=registry.weights_id(self.cfg["method"].get("drafter")), batch_size=self.batch_size,
-        )
+        setup = self.calibration(self.cfg["method"].get("drafter"))
+        return autotune.tree_overhead(tree_cfg, self.method, self.target, self.profile, setup)
 
     def run(self) -> dict:
         path = self.out_dir / "samples.jsonl"

@@ -8,7 +8,7 @@ import torch
 
 from specbench import costs, methods
 from specbench.costs import autotune, dtype as dtype_rule, fingerprint, predict as predict_mod
-from specbench.costs.profile import CostProfile, Curve, context_grid, load, measure_drafter, measure_target, save
+from specbench.costs.profile import VERSION, CostProfile, Curve, context_grid, load, measure_drafter, measure_target, save
 from specbench.drafters.prompt_lookup import PromptLookupDrafter
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.engine import loop
@@ -55,7 +55,7 @@ def test_profile_round_trip_and_cache_key(tmp_path):
     save(profile, path)
     assert load(path, profile.key) == profile
     assert load(path, {**profile.key, "dtype": "bfloat16"}) is None  # another key: not reused
-    path.write_text(path.read_text().replace('"version": 1', '"version": 0'))
+    path.write_text(path.read_text().replace(f'"version": {VERSION}', f'"version": {VERSION - 1}'))
     assert load(path, profile.key) is None  # another version: measured again
 
 
@@ -181,11 +181,20 @@ def test_tree_overhead_is_a_line_in_tree_size_over_the_calibrated_shapes():
     assert predict_mod.tree_step_ms({"ms": -3.0, "ms_per_node": 0.5}, 2.0) == 0.0  # a fit never prices work below zero
 
 
+def test_one_contended_timing_does_not_tilt_the_tree_overhead_line():
+    """A shape timed while another job ran (here 3x its true cost) leaves the line of the
+    other shapes as it is: least squares would have moved both slope and intercept."""
+    shapes = [{"mean_tree_size": n, "unpriced_ms_per_step": 2.0 + 0.25 * n} for n in (2, 4, 6, 8, 12, 16)]
+    shapes[1]["unpriced_ms_per_step"] *= 3
+    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(2.0), "ms_per_node": pytest.approx(0.25)}
+
+
 def tune_on(profile, target, draft, prompts, tmp_path, batch_size=1):
     cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
     drafter = SmallLMDrafter(draft, VOCAB)
-    return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, "d", lambda: prompts[:batch_size], "test-prompts", Sampling(),
-                         frozenset(), tmp_path, log=lambda *_: None, batch_size=batch_size)
+    setup = autotune.Calibration(lambda: prompts[:batch_size], "test-prompts", Sampling(), frozenset(), tmp_path, "d",
+                                 batch_size=batch_size, log=lambda *_: None)
+    return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, setup)
 
 
 def test_auto_shape_is_chosen_at_the_runs_batch_size(target, draft, prompts, tmp_path):

@@ -17,12 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from hydra.utils import get_class
+from scipy.stats import theilslopes
 from tqdm import tqdm
 
 from specbench.costs import contention
@@ -34,7 +35,7 @@ from specbench.errors import ConfigError
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
 DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
-VERSION = 4  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees)
+VERSION = 5  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line)
 CALIBRATION_PROMPTS = 3
 CALIBRATION_TOKENS = 48
 
@@ -134,11 +135,15 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
 
 def overhead_line(candidates: list[dict]) -> dict:
     """Per-step work the profile does not price (tree building, verifier bookkeeping beyond
-    AR's step), as a least-squares line in tree size over the calibrated shapes: single
-    timings here are noisy; one shape gives a constant."""
+    AR's step), as a line in tree size over the calibrated shapes: single timings here are
+    noisy, and one shape timed while another job ran must not tilt every prediction, so the
+    line is Theil-Sen's (median of pairwise slopes), not least squares; one shape gives a constant."""
     sizes = np.array([c["mean_tree_size"] for c in candidates])
     extra = np.array([c["unpriced_ms_per_step"] for c in candidates])
-    slope, intercept = np.polyfit(sizes, extra, 1) if len(candidates) > 1 and np.ptp(sizes) > 0 else (0.0, float(extra.mean()))
+    if len(candidates) > 1 and np.ptp(sizes) > 0:
+        slope, intercept = theilslopes(extra, sizes, method="joint")[:2]
+    else:
+        slope, intercept = 0.0, float(np.median(extra))
     return {"ms": round(float(intercept), 3), "ms_per_node": round(float(slope), 4)}
 
 
@@ -155,18 +160,44 @@ def cache_file(
     return cache / f"autotune-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.json"
 
 
-def tune(
-    tree_cfg: dict, drafter, verifier, target, profile: CostProfile, drafter_name: str | None,
-    make_prompts: Callable[[], list[list[int]]], prompts_id: str, sampling, stop_token_ids: frozenset[int], cache: Path,
-    max_new_tokens: int = CALIBRATION_TOKENS, log=print, weights: str = "", batch_size: int = 1,
-) -> tuple[dict, dict]:
+@dataclass(frozen=True)
+class Calibration:
+    """What the calibration decodes of one run share. `make_prompts()` gives the prompts,
+    read only when the cache has no record yet; records are keyed by `prompts_id`, the token
+    budget, the batch size and `weights` (the drafter's weights_id)."""
+
+    make_prompts: Callable[[], list[list[int]]]
+    prompts_id: str
+    sampling: object
+    stop_token_ids: frozenset[int]
+    cache: Path
+    drafter_name: str | None
+    weights: str = ""
+    max_new_tokens: int = CALIBRATION_TOKENS
+    batch_size: int = 1
+    log: Callable[[str], None] = field(default=print, compare=False)
+
+    def cache_file(self, profile: CostProfile, tree_cfg: dict, verifier, *purpose: str) -> Path:
+        key = [self.prompts_id, self.max_new_tokens, *purpose] + ([f"batch={self.batch_size}"] if self.batch_size > 1 else [])
+        return cache_file(self.cache, profile, self.drafter_name, tree_cfg, self.sampling, key, verifier_id(verifier), self.weights)
+
+    def decode(self, methods: list[Method], target, profile: CostProfile) -> tuple[list[tuple[list[dict], dict]], list[list[int]], bool]:
+        """(per method: its samples and forecast, the prompts, whether the timing may be cached)."""
+        prompts = self.make_prompts()
+        limits = Limits(max_new_tokens=self.max_new_tokens, stop_token_ids=self.stop_token_ids)
+        measured, trusted = calibrate(methods, target, profile, self.drafter_name, prompts, self.sampling, limits, self.batch_size)
+        return measured, prompts, trusted
+
+    def record(self, prompts: list[list[int]]) -> dict:
+        return {"prompts": len(prompts), "max_new_tokens": self.max_new_tokens, "temperature": self.sampling.temperature, "batch_size": self.batch_size}
+
+
+def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup: Calibration) -> tuple[dict, dict]:
     """(concrete tree config, record of the choice) for a tree config with auto keys, at
-    the run's batch size: calibration decodes batches of `batch_size` prompts, priced at
-    that batch size (a shape that pays alone can be too wide for a batch).
-    `make_prompts()` gives the calibration prompts, read only when the cache (keyed by
-    `prompts_id`, the batch size and `weights`, the drafter's weights_id) has no choice yet."""
-    calibration = [prompts_id, max_new_tokens] + ([f"batch={batch_size}"] if batch_size > 1 else [])
-    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, calibration, verifier_id(verifier), weights)
+    the run's batch size: calibration decodes batches of `setup.batch_size` prompts, priced at
+    that batch size (a shape that pays alone can be too wide for a batch)."""
+    path = setup.cache_file(profile, tree_cfg, verifier)
+    log = setup.log
     if path.is_file():
         record = json.loads(path.read_text())
         return record["chosen"], record
@@ -174,19 +205,17 @@ def tune(
 
     options = candidates(tree_cfg)
     trees = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
-    prompts = make_prompts()
-    log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes on {len(prompts)} calibration prompts"
-        f"{f' in batches of {batch_size}' if batch_size > 1 else ''} (once; cached in {path})")
-    step_costs = ProfileCosts(profile, drafter_name)  # for policies that price their trees (CAST)
+    log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes"
+        f"{f' in batches of {setup.batch_size}' if setup.batch_size > 1 else ''} (once; cached in {path})")
+    step_costs = ProfileCosts(profile, setup.drafter_name)  # for policies that price their trees (CAST)
     methods = [Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs) for tree in trees]
-    measured, trusted = calibrate(methods, target, profile, drafter_name, prompts, sampling,
-                                  Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids), batch_size)
+    measured, prompts, trusted = setup.decode(methods, target, profile)
     rows = list(zip(options, price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg))))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
     best_cfg, best = max(rows, key=lambda r: r[1]["predicted_speedup"])
     record = {"chosen": best_cfg, "candidates": [r for _, r in rows], "predicted_speedup": best["predicted_speedup"],
-              "calibration": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "batch_size": batch_size}}
+              "calibration": setup.record(prompts)}
     if best["predicted_speedup"] <= 1.0:
         record["chosen"] = DRAFTING_OFF
         record["note"] = (f"no shape is predicted faster than AR on this hardware (best {best['predicted_speedup']:.2f}x at "
@@ -198,26 +227,18 @@ def tune(
     return record["chosen"], record
 
 
-def tree_overhead(
-    tree_cfg: dict, method: Method, target, profile: CostProfile, drafter_name: str | None,
-    make_prompts: Callable[[], list[list[int]]], prompts_id: str, sampling, stop_token_ids: frozenset[int], cache: Path,
-    max_new_tokens: int = CALIBRATION_TOKENS, log=print, weights: str = "", batch_size: int = 1,
-) -> dict:
+def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, setup: Calibration) -> dict:
     """The per-step cost of building and checking a fixed-shape tree beyond the priced
     forwards ({"ms", "ms_per_node"}), from a calibration decode like `tune`'s (cached the same
     way), so a run's summary predicts its speedup with the tree work included."""
-    calibration = [prompts_id, max_new_tokens, "tree-overhead"] + ([f"batch={batch_size}"] if batch_size > 1 else [])
-    path = cache_file(cache, profile, drafter_name, tree_cfg, sampling, calibration, verifier_id(method.verifier), weights)
+    path = setup.cache_file(profile, tree_cfg, method.verifier, "tree-overhead")
     if path.is_file():
         return overhead_line(json.loads(path.read_text())["candidates"])
-    prompts = make_prompts()
-    log(f"costs: timing tree building on {len(prompts)} calibration prompts (once; cached in {path})")
-    measured, trusted = calibrate([method], target, profile, drafter_name, prompts, sampling,
-                                  Limits(max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids), batch_size)
+    setup.log(f"costs: timing tree building on calibration prompts (once; cached in {path})")
+    measured, prompts, trusted = setup.decode([method], target, profile)
     keys = [k for k in tree_cfg if k != "_target_"]
-    record = {"candidates": price([(tree_cfg, *measured[0])], keys),
-              "calibration": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "batch_size": batch_size}}
-    keep(record, path, trusted, log)
+    record = {"candidates": price([(tree_cfg, *measured[0])], keys), "calibration": setup.record(prompts)}
+    keep(record, path, trusted, setup.log)
     return overhead_line(record["candidates"])
 
 
