@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
@@ -24,7 +25,7 @@ from specbench.costs.contention import contended
 from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
-VERSION = 1
+VERSION = 2  # 2: attention reads grouped KV heads in place (forwards got faster): older curves are re-measured
 
 
 @dataclass
@@ -41,23 +42,25 @@ class Curve:
     def at(self, context: float, n: int) -> float:
         """Linear in context between grid points (clamped to the grid); n is clamped to
         [1, max_n] and extrapolated linearly past max_n from the last two points (flat
-        if they fall)."""
+        if they fall). Tree policies call this a hundred times a step (CAST), so it reads
+        only the two bracketing rows."""
         n = max(int(round(n)), 1)
-        rows = [self._at_n(row, n) for row in self.ms]
-        if context <= self.contexts[0] or len(self.contexts) == 1:
-            return rows[0]
-        for (c0, r0), (c1, r1) in zip(zip(self.contexts, rows), zip(self.contexts[1:], rows[1:])):
-            if context <= c1:
-                return r0 + (r1 - r0) * (context - c0) / (c1 - c0)
-        return rows[-1]
+        i = bisect_left(self.contexts, context)
+        if i == 0 or len(self.contexts) == 1:
+            return self._at_n(self.ms[0], n)
+        if i == len(self.contexts):
+            return self._at_n(self.ms[-1], n)
+        (c0, c1), (r0, r1) = self.contexts[i - 1 : i + 1], (self._at_n(self.ms[i - 1], n), self._at_n(self.ms[i], n))
+        return r0 + (r1 - r0) * (context - c0) / (c1 - c0)
 
     def _at_n(self, row: list[float], n: int) -> float:
-        ns = self.ns or list(range(1, self.max_n + 1))
+        ns = self.ns or range(1, self.max_n + 1)
         if n <= ns[0]:
             return row[0]
-        for (n0, r0), (n1, r1) in zip(zip(ns, row), zip(ns[1:], row[1:])):
-            if n <= n1:
-                return r0 + (r1 - r0) * (n - n0) / (n1 - n0)
+        j = bisect_left(ns, n)
+        if j < len(ns):
+            (n0, n1), (r0, r1) = (ns[j - 1], ns[j]), (row[j - 1], row[j])
+            return r0 + (r1 - r0) * (n - n0) / (n1 - n0)
         slope = max((row[-1] - row[-2]) / (ns[-1] - ns[-2]), 0.0) if len(ns) >= 2 else 0.0  # never cheaper past the data
         return row[-1] + slope * (n - ns[-1])
 

@@ -201,9 +201,10 @@ class LeanTreeLM(TreeLM):
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         k_cache[:, :, start : start + n] = k
         v_cache[:, :, start : start + n] = v
-        keys = k_cache[:, :, : start + n].repeat_interleave(h // kv, dim=1)
-        values = v_cache[:, :, : start + n].repeat_interleave(h // kv, dim=1)
-        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask)
+        # grouped-query attention on the cache as it is: copying each KV head h // kv times
+        # per layer (repeat_interleave) cost more than the attention itself on CPU
+        keys, values = k_cache[:, :, : start + n], v_cache[:, :, : start + n]
+        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, enable_gqa=kv != h)
         x = x + linear(attended.transpose(1, 2).reshape(batch, n, h * d), o_proj)
         normed = self._norm(x, norm2, eps)
         return x + linear(F.silu(linear(normed, gate)) * linear(normed, up), down)

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb, repeat_kv
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from specbench.errors import ConfigError
 
@@ -63,8 +63,8 @@ class HeadAttention(nn.Module):
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        groups = self.heads // self.kv_heads
-        out = nn.functional.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask[:, None] if mask.dim() == 3 else mask)
+        mask = mask[:, None] if mask.dim() == 3 else mask
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.kv_heads != self.heads)  # no copy of k, v per group
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), (k, v)
 
 
