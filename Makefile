@@ -54,13 +54,15 @@ bench-theta:
 bench-figures:
 	$(PY) scripts/bench_figures.py --methods results/bench/methods_t0 results/bench/methods_t1 --theta $(THETA_OUT) --out results/bench/figures
 
-# Rebuild the shipped SpS draft for the embedded model (about an hour on 2 cores).
-sps-draft: install
-	$(PY) -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 2000 --batch 32 --max-new-tokens 128 --max-prompt-tokens 256 --minutes 25
-	$(PY) -m specbench.train.sps_draft train --data runs/sps_data.jsonl --out specbench/weights/smollm2-135m-sps-draft --minutes 26 --steps 1200 --sharegpt-answers 8000
+# Rebuild the shipped SpS draft for the embedded model (v1, its card says how): the 2x192 shape
+# `make sps-size` picked, trained on from its sizing run on the corpus of `make eagle3-head`;
+# about 30 minutes on 2 cores after sps-size, resumable (stops after 40 minutes; re-run to continue).
+sps-draft: sps-size
+	$(PY) -m specbench.train.sps_draft train --data runs/corpus --out runs/sps-2x192 --init runs/sps-size/2x192 --layers 2 --hidden 192 --sharegpt-answers 2000 --steps 2800 --lr 1e-3 --minutes 40
+	cp runs/sps-2x192/config.json runs/sps-2x192/model.safetensors runs/sps-2x192/training.json runs/sps-2x192/curve.jsonl runs/sps-2x192/curve.png specbench/weights/smollm2-135m-sps-draft/
 
-# Choose the SpS draft's depth and width on this machine: each shape trained 300 steps on the
-# corpus of `make eagle3-head` (600 steps each), ranked by predicted speedup over AR (runs/sps-size/sizing.md);
+# Choose the SpS draft's depth and width on this machine: each shape trained 600 steps on the
+# corpus of `make eagle3-head`, ranked by predicted speedup over AR (runs/sps-size/sizing.md);
 # about 70 minutes on 2 cores, resumable (each shape stops after 40 minutes; re-run to continue).
 sps-size: install
 	$(PY) -m specbench.train.sps_draft size --data runs/corpus --out runs/sps-size --shapes 2x192 4x192 6x320 --steps 600 --sharegpt-answers 2000 --minutes 40
