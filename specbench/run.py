@@ -144,8 +144,9 @@ class Runner:
         }
         (self.out_dir / "decisions.json").write_text(json.dumps(decisions, indent=1))
 
-    def calibration(self, drafter_cfg) -> autotune.Calibration:
+    def calibration(self) -> autotune.Calibration:
         """The calibration decodes' shared settings: at least one full batch of prompts."""
+        drafter_cfg = self.cfg["method"].get("drafter")
         count = max(self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS), self.batch_size)
         return autotune.Calibration(
             lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count), self.sampling,
@@ -155,7 +156,7 @@ class Runner:
 
     def tune_tree(self, tree_cfg: dict, drafter, verifier) -> dict:
         """Tree parameters set to `auto`: the shape with the best predicted speedup."""
-        setup = self.calibration(self.cfg["method"].get("drafter"))
+        setup = self.calibration()
         chosen, self.shape_choice = autotune.tune(tree_cfg, drafter, verifier, self.target, self.cost_profile(drafter), setup)
         return chosen
 
@@ -167,7 +168,7 @@ class Runner:
         tree_cfg = self.cfg["method"]["tree"]
         if tree_cfg.get("_target_") == autotune.DRAFTING_OFF["_target_"] or not self.costs_cfg.get("calibrate_tree", True):
             return None
-        setup = self.calibration(self.cfg["method"].get("drafter"))
+        setup = self.calibration()
         return autotune.tree_overhead(tree_cfg, self.method, self.target, self.profile, setup)
 
     def run(self) -> dict:

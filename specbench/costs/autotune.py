@@ -182,11 +182,29 @@ class Calibration:
         return cache_file(self.cache, profile, self.drafter_name, tree_cfg, self.sampling, key, verifier_id(verifier), self.weights)
 
     def decode(self, methods: list[Method], target, profile: CostProfile) -> tuple[list[tuple[list[dict], dict]], list[list[int]], bool]:
-        """(per method: its samples and forecast, the prompts, whether the timing may be cached)."""
-        prompts = self.make_prompts()
+        """(per method: the calibration samples as run.py writes them and their forecast; the
+        prompts; whether the CPU was free enough while timing to cache the result)."""
+        prompts, size = self.make_prompts(), self.batch_size
         limits = Limits(max_new_tokens=self.max_new_tokens, stop_token_ids=self.stop_token_ids)
-        measured, trusted = calibrate(methods, target, profile, self.drafter_name, prompts, self.sampling, limits, self.batch_size)
-        return measured, prompts, trusted
+        batch0 = prompts[:size]
+        # warm-up over the full token budget: after a shorter one the first shape calibrated
+        # paid one-time costs the others did not (7.4 ms a step against 2.3 ms timed alone)
+        generate_batch(target, methods[0], batch0, self.sampling, limits, [torch.Generator().manual_seed(0) for _ in batch0])
+        measured = []
+        with contention.watch() as usage:
+            for method in tqdm(methods, desc="calibrating tree shapes", unit="shape"):
+                runs = []
+                for start in range(0, len(prompts), size):
+                    batch = prompts[start : start + size]
+                    generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
+                    for prompt, out in zip(batch, generate_batch(target, method, batch, self.sampling, limits, generators)):
+                        runs.append({
+                            "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
+                            "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
+                            "seconds": out.seconds, "prefill_seconds": out.prefill_seconds, "batch_seconds": out.batch_seconds, "batch_size": out.batch_size, "batch_id": str(start),
+                        })
+                measured.append((runs, predict(runs, profile, self.drafter_name)))
+        return measured, prompts, profile.trusted and not contention.contended(usage.others)
 
     def record(self, prompts: list[list[int]]) -> dict:
         return {"prompts": len(prompts), "max_new_tokens": self.max_new_tokens, "temperature": self.sampling.temperature, "batch_size": self.batch_size}
@@ -240,32 +258,6 @@ def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, 
     record = {"candidates": price([(tree_cfg, *measured[0])], keys), "calibration": setup.record(prompts)}
     keep(record, path, trusted, setup.log)
     return overhead_line(record["candidates"])
-
-
-def calibrate(methods: list[Method], target, profile: CostProfile, drafter_name: str | None, prompts: list[list[int]],
-              sampling, limits: Limits, batch_size: int) -> tuple[list[tuple[list[dict], dict]], bool]:
-    """(per method: the calibration samples as run.py writes them and their forecast,
-    whether the CPU was free enough while timing to cache the result)."""
-    first = methods[0]
-    batch0 = prompts[:batch_size]
-    # warm-up over the full token budget: after a shorter one the first shape calibrated
-    # paid one-time costs the others did not (7.4 ms a step against 2.3 ms timed alone)
-    generate_batch(target, first, batch0, sampling, limits, [torch.Generator().manual_seed(0) for _ in batch0])
-    measured = []
-    with contention.watch() as usage:
-        for method in tqdm(methods, desc="calibrating tree shapes", unit="shape"):
-            runs = []
-            for start in range(0, len(prompts), batch_size):
-                batch = prompts[start : start + batch_size]
-                generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
-                for prompt, out in zip(batch, generate_batch(target, method, batch, sampling, limits, generators)):
-                    runs.append({
-                        "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
-                        "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
-                        "seconds": out.seconds, "prefill_seconds": out.prefill_seconds, "batch_seconds": out.batch_seconds, "batch_size": out.batch_size, "batch_id": str(start),
-                    })
-            measured.append((runs, predict(runs, profile, drafter_name)))
-    return measured, profile.trusted and not contention.contended(usage.others)
 
 
 def keep(record: dict, path: Path, trusted: bool, log) -> None:
