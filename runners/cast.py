@@ -36,6 +36,7 @@ from specbench.replicate.paper import (
     prompt_values, shared_prompts, sweep_size, unpaired_difference,
 )
 from specbench.replicate.report import Claim, save
+from specbench.trees.cast import appendix_e_depth, appendix_e_overrides
 
 NAME = "cast"
 TITLE = "CAST: inference-cost-aware dynamic draft trees"
@@ -76,17 +77,6 @@ DEFAULTS = {
 }
 
 
-def cast_depth(batch: int) -> int:
-    """Appendix E: depth 13 at batch size 1, 9 from batch size 8."""
-    return 9 if batch >= 8 else 13
-
-
-def cast_shape(batch: int, threshold: float) -> list[str]:
-    """Depth and thresholds at a batch size (threshold 2.5 from batch size 8)."""
-    c = 2.5 if batch >= 8 else threshold
-    return [f"method.tree.depth={cast_depth(batch)}", f"method.tree.c1={c}", f"method.tree.c2={c}", f"method.tree.c3={c}"]
-
-
 def switch_filters(ablation: str) -> dict:
     """Run-config filters for the components an ablation switches on."""
     dr, dp, bp = ABLATIONS[ablation]
@@ -113,14 +103,14 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     sweeps = []
     for temperature, datasets in ((0, DATASETS), (1, wide)):
         for threshold, models in thresholds.items():
-            sweeps += at("table1", datasets, ["method=cast", f"gen.temperature={temperature}", *cast_shape(1, threshold)], models)
+            sweeps += at("table1", datasets, ["method=cast", f"gen.temperature={temperature}", *appendix_e_overrides(1, threshold)], models)
         sweeps += at("table1-eagle3", datasets, ["method=eagle3", f"gen.temperature={temperature}"], BATCH1_MODELS)
     sweeps += at("table1-baselines", wide, ["method=sps,pld,lookahead,eagle2", "gen.temperature=0"], ["vicuna-13b"])
     sweeps += at("table1-baselines", wide, ["method=eagle", "method.tree.size=null", "gen.temperature=0"], ["vicuna-13b"])
     if paper:  # the paper leaves out methods that relax acceptance at T=1 (PLD among them)
         sweeps += at("table1-baselines", wide, ["method=sps", "gen.temperature=1"], ["vicuna-13b"])
     temperatures8 = "0,1" if paper else "0"
-    sweeps += at("table2", wide, ["method=cast", f"gen.temperature={temperatures8}", *cast_shape(8, 2.5)], BATCH8_MODELS, batch=8)
+    sweeps += at("table2", wide, ["method=cast", f"gen.temperature={temperatures8}", *appendix_e_overrides(8, 2.5)], BATCH8_MODELS, batch=8)
     # cpu scale: HumanEval only (EAGLE-3's 60-node trees are the slowest runs at batch size 8)
     sweeps += at("table2-eagle3", wide if paper else ["humaneval"], ["method=eagle3", f"gen.temperature={temperatures8}"], ["vicuna-13b", "llama3.1-8b"], batch=8)
     # EAGLE-1 heads are published for the Vicuna targets only (conf/model: `eagle`)
@@ -133,11 +123,11 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
         name = "table3" if batch in BATCHES[scale] else "figure5"
         sweeps += at(f"{name}-eagle3", ["humaneval"], ["method=eagle3", "gen.temperature=0"], ["vicuna-13b"], batch=batch)
         for ablation in ABLATIONS if name == "table3" else ["DR+DP+BP"]:
-            sweeps += at(name, ["humaneval"], ["method=cast", "gen.temperature=0", *cast_shape(batch, 3.0), *ablation_switches(ablation)], ["vicuna-13b"], batch=batch)
+            sweeps += at(name, ["humaneval"], ["method=cast", "gen.temperature=0", *appendix_e_overrides(batch, 3.0), *ablation_switches(ablation)], ["vicuna-13b"], batch=batch)
     if paper:
         for gpu, table in GPUS.items():
             for threshold, models in thresholds.items():
-                sweeps += at(table, DATASETS, ["method=cast", "gen.temperature=0,1", *cast_shape(1, threshold), f"hardware.name={gpu}"], models)
+                sweeps += at(table, DATASETS, ["method=cast", "gen.temperature=0,1", *appendix_e_overrides(1, threshold), f"hardware.name={gpu}"], models)
             sweeps += at(f"{table}-eagle3", DATASETS, ["method=eagle3", "gen.temperature=0,1", f"hardware.name={gpu}"], BATCH1_MODELS)
     sweeps += at("figure4", ["humaneval"], ["method=eagle3", f"method.tree.total_tokens={','.join(map(str, VERIFIED[scale]))}", "gen.temperature=0"], ["llama3.1-8b"])
     return sweeps
@@ -160,7 +150,7 @@ def locate(scale: str):
         if scale == "paper":
             filters["config.hardware.name"] = gpu or ("multi-gpu" if model_params(filters["config.model.name"]) > 32 else "gpu")
         if method == "cast":
-            filters.update({**switch_filters(setting.get("ablation", "DR+DP+BP")), "config.method.tree.depth": cast_depth(batch)})
+            filters.update({**switch_filters(setting.get("ablation", "DR+DP+BP")), "config.method.tree.depth": appendix_e_depth(batch)})
         return filters, False
 
     return find
@@ -179,7 +169,7 @@ def batch_sweep(runs: pd.DataFrame) -> pd.DataFrame:
             filters.update(switch_filters(ablation))
         for _, run in results.select(runs, filters).iterrows():
             batch = int(run["config.gen.batch_size"])
-            depth_ok = method != "cast" or run["config.method.tree.depth"] == cast_depth(batch)
+            depth_ok = method != "cast" or run["config.method.tree.depth"] == appendix_e_depth(batch)
             if depth_ok and run.get("speedup") is not None:
                 ci = run.get("speedup_ci95")
                 rows.append({"variant": "EAGLE-3" if method == "eagle3" else ("CAST" if ablation == "DR+DP+BP" else f"EAGLE-3+{ablation}"),
@@ -267,7 +257,7 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 def full_cast(batch: int) -> dict:
     """Filters for the full CAST (all three components) at a batch size, in its paper shape."""
-    return {"config.gen.batch_size": batch, "config.method.tree.depth": cast_depth(batch), **DEFAULTS["cast"], **switch_filters("DR+DP+BP")}
+    return {"config.gen.batch_size": batch, "config.method.tree.depth": appendix_e_depth(batch), **DEFAULTS["cast"], **switch_filters("DR+DP+BP")}
 
 
 def _cast_vs_eagle(temperature: float, batch: int):

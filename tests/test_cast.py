@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from specbench.costs.autotune import candidates
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
-from specbench.trees.cast import CastTree, batch_utility, select_count
+from specbench.trees.cast import CastTree, appendix_e_overrides, batch_utility, select_count
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EAGLE_ONLY = {"breadth_pruning": False, "depth_pruning": False, "dynamic_rerank": False}
@@ -278,11 +278,20 @@ def test_method_config_is_the_paper_setting():
     assert cfg["name"] == "cast"
     assert cfg["drafter"]["_target_"] == "specbench.drafters.eagle3.load"
     assert cfg["verifier"]["_target_"] == "specbench.verify.standard.StandardVerifier"
-    # thresholds are auto by default: one common value per candidate, the paper's among them
+    # thresholds are auto by default: a draft-side C1 = C2 and a verification C3 per candidate,
+    # the paper's common values among them
     options = candidates(cfg["tree"])
-    assert all(o["c1"] == o["c2"] == o["c3"] for o in options)
-    assert {2.5, 3.0, 4.0} <= {o["c1"] for o in options}
+    assert all(o["c1"] == o["c2"] for o in options)
+    assert {2.5, 3.0, 4.0} <= {o["c1"] for o in options if o["c1"] == o["c3"]}
+    assert any(o["c3"] < o["c1"] for o in options)
     policy = instantiate({**cfg["tree"], "c1": 3.0, "c2": 3.0, "c3": 3.0})
     assert isinstance(policy, CastTree)
     assert (policy.depth, policy.top_k, policy.total_tokens) == (13, 12, 72)
     assert policy.breadth_pruning and policy.depth_pruning and policy.dynamic_rerank
+
+
+@pytest.mark.parametrize("batch, threshold, depth, c", [(1, 3.0, 13, 3.0), (1, 4.0, 13, 4.0), (4, 3.0, 13, 3.0), (8, 3.0, 9, 2.5), (16, 4.0, 9, 2.5)])
+def test_appendix_e_shape_follows_the_batch_size(batch, threshold, depth, c):
+    """Appendix E: depth 13 and the model's threshold at batch size 1; depth 9 and 2.5 at batch size 8."""
+    overrides = dict(o.split("=") for o in appendix_e_overrides(batch, threshold))
+    assert overrides == {"method.tree.depth": str(depth), **{f"method.tree.c{i}": str(c) for i in (1, 2, 3)}}

@@ -175,10 +175,44 @@ def test_predicted_speedup_from_counters():
 
 def test_tree_overhead_is_a_line_in_tree_size_over_the_calibrated_shapes():
     shapes = [{"mean_tree_size": n, "unpriced_ms_per_step": 1.0 + 0.5 * n} for n in (2, 4, 8)]
-    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(1.0), "ms_per_node": pytest.approx(0.5)}
-    one = [{"mean_tree_size": 12.0, "unpriced_ms_per_step": 7.0}]
-    assert autotune.overhead_line(one) == {"ms": 7.0, "ms_per_node": 0.0}  # a fixed shape: a constant
-    assert predict_mod.tree_step_ms({"ms": -3.0, "ms_per_node": 0.5}, 2.0) == 0.0  # a fit never prices work below zero
+    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(1.0), "ms_per_node": pytest.approx(0.5), "ms_per_draft": 0.0}
+    one = [{"mean_tree_size": 12.0, "delta": 3.0, "unpriced_ms_per_step": 7.0}]
+    assert autotune.overhead_line(one) == {"ms": 7.0, "ms_per_node": 0.0, "ms_per_draft": 0.0}  # a fixed shape: a constant
+    assert predict_mod.tree_step_ms({"ms": -3.0, "ms_per_node": 0.5}, 2.0, 1.0) == 0.0  # a fit never prices work below zero
+
+
+def test_engine_work_per_step_follows_the_batch_size():
+    """Per-row sampling and bookkeeping grow with the rows: a step over 8 rows is priced at
+    the work measured there, between measured sizes on the line, beyond them at the nearest;
+    a profile with no batch measurement prices every batch as one row."""
+    profile = synthetic_profile(0.0)
+    profile.step_overhead_ms = 1.0
+    assert profile.step_overhead(8) == 1.0
+    profile.step_overhead_batches = {"8": 8.0}
+    assert [profile.step_overhead(b) for b in (1, 4, 8, 16)] == [1.0, pytest.approx(4.0), 8.0, 8.0]
+    # AR over 8 rows for 3 steps: 3 forwards over the 8 rows plus the batch's 8 ms a step
+    rows = [(50, 4)] * 8
+    assert predict_mod.ar_turn_ms(rows, profile) == pytest.approx(3 * (profile.target_ms(8, 51, 1) + 8.0))
+
+
+def test_tree_work_per_draft_forward_is_fitted_apart_from_tree_size():
+    """CAST-like shapes: the verified size and the draft depth vary independently, and each
+    draft layer costs 3 ms the profile does not price. A line in size alone would blame the
+    nodes; the plane recovers both, and one contended timing among nine does not move it."""
+    grid = [(size, delta) for delta in (1.0, 1.5, 2.0) for size in (2.0, 3.5, 5.0)]
+    shapes = [{"mean_tree_size": n, "delta": d, "unpriced_ms_per_step": 1.0 + 0.2 * n + 3.0 * d} for n, d in grid]
+    exact = {"ms": pytest.approx(1.0), "ms_per_node": pytest.approx(0.2), "ms_per_draft": pytest.approx(3.0)}
+    assert autotune.overhead_line(shapes) == exact
+    shapes[4]["unpriced_ms_per_step"] *= 3
+    assert autotune.overhead_line(shapes) == exact
+    assert predict_mod.tree_step_ms(autotune.overhead_line(shapes), 4.0, 2.0) == pytest.approx(1.0 + 0.8 + 6.0)
+
+
+def test_a_chains_draft_forwards_follow_its_length_so_only_size_is_fitted():
+    """gamma draft forwards for gamma + 1 nodes: the two cannot be told apart, so the work is
+    a line in size (as before the plane), not an arbitrary split between the two."""
+    shapes = [{"mean_tree_size": g + 1.0, "delta": float(g), "unpriced_ms_per_step": 0.5 + 0.4 * (g + 1)} for g in range(1, 7)]
+    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(0.5), "ms_per_node": pytest.approx(0.4), "ms_per_draft": 0.0}
 
 
 def test_one_contended_timing_does_not_tilt_the_tree_overhead_line():
@@ -186,7 +220,7 @@ def test_one_contended_timing_does_not_tilt_the_tree_overhead_line():
     other shapes as it is: least squares would have moved both slope and intercept."""
     shapes = [{"mean_tree_size": n, "unpriced_ms_per_step": 2.0 + 0.25 * n} for n in (2, 4, 6, 8, 12, 16)]
     shapes[1]["unpriced_ms_per_step"] *= 3
-    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(2.0), "ms_per_node": pytest.approx(0.25)}
+    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(2.0), "ms_per_node": pytest.approx(0.25), "ms_per_draft": 0.0}
 
 
 def tune_on(profile, target, draft, prompts, tmp_path, batch_size=1):
@@ -244,6 +278,20 @@ def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tm
     assert record["predicted_speedup"] >= 1.0 and chosen["gamma"] > 1 and "note" not in record
     chosen_again, _ = tune_on(flat, target, draft, prompts, tmp_path / "b")
     assert chosen_again == chosen  # cached
+
+
+def test_a_policy_with_new_candidates_chooses_again(target, draft, prompts, tmp_path, monkeypatch):
+    """A cached choice was made among the policy's candidates of its day: once the grid
+    changes (a new threshold pair for CAST, say), the choice is measured again."""
+    from specbench.trees.chain import Chain
+
+    profile = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
+    monkeypatch.setattr(Chain, "AUTO_CANDIDATES", [{"gamma": 1}, {"gamma": 2}])
+    _, first = tune_on(profile, target, draft, prompts, tmp_path)
+    _, cached = tune_on(profile, target, draft, prompts, tmp_path)
+    monkeypatch.setattr(Chain, "AUTO_CANDIDATES", [{"gamma": 1}, {"gamma": 2}, {"gamma": 3}])
+    _, again = tune_on(profile, target, draft, prompts, tmp_path)
+    assert len(first["candidates"]) == len(cached["candidates"]) == 2 and len(again["candidates"]) == 3
 
 
 def test_a_lossy_verifier_gets_its_own_shape_choice(tmp_path):

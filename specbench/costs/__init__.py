@@ -121,6 +121,10 @@ def _ensure_batch(profile, target, drafters, batch, longest_context, repeats, ma
         log(f"profiling {profile.key['model']} forwards at batch size {batch}")
         profile.target_batches[str(batch)] = measure_target(target, profile.target.contexts, max_n, repeats, batch=batch)
         measured = True
+    if str(batch) not in profile.step_overhead_batches:
+        profile.step_overhead_batches[str(batch)] = measure_step_overhead(target, profile, profile.target.contexts[0], batch=batch)
+        log(f"  engine work per AR step at batch size {batch}: {profile.step_overhead_batches[str(batch)]:.2f} ms (alone: {profile.step_overhead_ms:.2f})")
+        measured = True
     for name, drafter in drafters.items():
         known = profile.drafter_batches.get(name, {}).get(str(batch))
         if drafter is None or (known is not None and known.max_n >= max_n):
@@ -148,19 +152,20 @@ def draw_curves(profile: CostProfile, path: Path, log) -> None:
         log(f"warning: cost curve figure not drawn: {error!r}")
 
 
-def measure_step_overhead(target: TreeLM, profile: CostProfile, context: int, steps: int = 32) -> float:
+def measure_step_overhead(target: TreeLM, profile: CostProfile, context: int, steps: int = 32, batch: int = 1) -> float:
     """Wall ms per AR step of the decoding loop beyond the target forward itself
-    (sampling, bookkeeping, cache growth): AR through the engine minus f_T(c, 1)."""
-    from specbench.engine.loop import Limits, Method, generate
+    (sampling, bookkeeping, cache growth): AR through the engine minus f_T(B, c, 1). At
+    batch size B > 1 the rows' prompts differ in length, as real prompts do."""
+    from specbench.engine.loop import Limits, Method, generate_batch
     from specbench.engine.sampling import Sampling
     from specbench.trees.autoregressive import Autoregressive
     from specbench.verify.standard import StandardVerifier
 
-    prompt = torch.randint(3, target.vocab_size, (context,)).tolist()
+    prompts = [torch.randint(3, target.vocab_size, (context + 7 * row,)).tolist() for row in range(batch)]
     method = Method(Autoregressive(), StandardVerifier())
     limits = Limits(max_new_tokens=steps + 1)
-    generate(target, method, prompt, Sampling(), limits)
-    runs = [generate(target, method, prompt, Sampling(), limits) for _ in range(3)]
-    best = min(runs, key=lambda g: g.seconds)
-    per_step = (best.seconds - best.prefill_seconds) * 1000 / max(best.target_forwards, 1)
-    return round(max(per_step - profile.target.at(context, 1), 0.0), 3)
+    generate_batch(target, method, prompts, Sampling(), limits)
+    runs = [generate_batch(target, method, prompts, Sampling(), limits)[0] for _ in range(3)]
+    best = min(runs, key=lambda g: g.batch_seconds)
+    per_step = (best.batch_seconds - best.prefill_seconds) * 1000 / max(best.target_forwards, 1)
+    return round(max(per_step - profile.target_ms(batch, context + 3.5 * (batch - 1), 1), 0.0), 3)

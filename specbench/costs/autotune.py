@@ -18,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from itertools import combinations
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ from specbench.errors import ConfigError
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
 DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
-VERSION = 5  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line)
+VERSION = 6  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size)
 CALIBRATION_PROMPTS = 6  # 3 x 48 tokens left shapes predicted within 0.05-0.1 of each other to noise (eagle3 chose 2 nodes, 1.18x; with 6 x 96, 6 nodes, 1.29x)
 CALIBRATION_TOKENS = 96
 
@@ -105,7 +106,8 @@ def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int =
 def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> list[dict]:
     """Predicted speedup per candidate: the profile prices the forwards; the rest of a
     step (tree building, bookkeeping), measured in the calibration decodes, is smoothed
-    by a least-squares line in tree size, since single timings here are noisy."""
+    by a robust plane in tree size and draft forwards (overhead_line), since single
+    timings here are noisy."""
     stats = []
     for cfg, runs, forecast in measured:
         steps, decode_ms = forecast["steps"], forecast["measured_decode_seconds"] * 1000  # verification steps of the batches
@@ -123,7 +125,7 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
     line = overhead_line(stats)
     rows = []
     for s in stats:
-        fitted = tree_step_ms(line, s["mean_tree_size"])
+        fitted = tree_step_ms(line, s["mean_tree_size"], s["delta"])
         speedup = s["ar_ms"] / (s["forwards_ms"] + fitted * s["steps"])
         rows.append({
             "tree": s["tree"], "tau": s["tau"], "delta": s["delta"], "mean_tree_size": s["mean_tree_size"],
@@ -134,17 +136,41 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
 
 
 def overhead_line(candidates: list[dict]) -> dict:
-    """Per-step work the profile does not price (tree building, verifier bookkeeping beyond
-    AR's step), as a line in tree size over the calibrated shapes: single timings here are
-    noisy, and one shape timed while another job ran must not tilt every prediction, so the
-    line is Theil-Sen's (median of pairwise slopes), not least squares; one shape gives a constant."""
-    sizes = np.array([c["mean_tree_size"] for c in candidates])
-    extra = np.array([c["unpriced_ms_per_step"] for c in candidates])
-    if len(candidates) > 1 and np.ptp(sizes) > 0:
-        slope, intercept = theilslopes(extra, sizes, method="joint")[:2]
-    else:
-        slope, intercept = 0.0, float(np.median(extra))
-    return {"ms": round(float(intercept), 3), "ms_per_node": round(float(slope), 4)}
+    """Per-step work the profile does not price (tree building, the engine's work per draft
+    layer, verifier bookkeeping beyond AR's step), as a plane in tree size and draft forwards
+    per step over the calibrated shapes. Both terms are needed: CAST's thresholds change the
+    verified size at a fixed depth, and on a CPU a draft layer costs the engine more than the
+    head forward the profile prices (AMD EPYC Zen 5, bf16, batch size 1, head forward 1 ms:
+    0.7 ms more a layer for EAGLE's dynamic tree, 3.2 ms for CAST's). Single timings here
+    are noisy, and one shape timed while another job ran must not tilt every prediction, so
+    the fit is Theil-Sen's: the median slope over pairs (size alone) or over the exact planes
+    through triples of shapes. Where delta is a line in size (a chain, whose delta is its
+    length) only size is fitted; one shape gives a constant."""
+    sizes = np.array([c["mean_tree_size"] for c in candidates], dtype=float)
+    drafts = np.array([c.get("delta", 0.0) for c in candidates], dtype=float)
+    extra = np.array([c["unpriced_ms_per_step"] for c in candidates], dtype=float)
+    if len(candidates) < 2 or np.ptp(sizes) == 0:
+        return {"ms": round(float(np.median(extra)), 3), "ms_per_node": 0.0, "ms_per_draft": 0.0}
+    if len(candidates) >= 4 and not _affine(sizes, drafts):
+        planes = []
+        for i, j, k in combinations(range(len(candidates)), 3):
+            design = np.array([[1.0, sizes[m], drafts[m]] for m in (i, j, k)])
+            if abs(np.linalg.det(design)) > 1e-6:
+                planes.append(np.linalg.solve(design, extra[[i, j, k]])[1:])
+        if planes:
+            per_node, per_draft = np.median(np.array(planes), axis=0)
+            intercept = np.median(extra - per_node * sizes - per_draft * drafts)
+            return {"ms": round(float(intercept), 3), "ms_per_node": round(float(per_node), 4), "ms_per_draft": round(float(per_draft), 4)}
+    slope, intercept = theilslopes(extra, sizes, method="joint")[:2]
+    return {"ms": round(float(intercept), 3), "ms_per_node": round(float(slope), 4), "ms_per_draft": 0.0}
+
+
+def _affine(x: np.ndarray, y: np.ndarray, tolerance: float = 0.05) -> bool:
+    """Whether y is (within `tolerance`) a + b x over these points, so the two cannot be told apart."""
+    if np.ptp(y) == 0:
+        return True
+    slope, intercept = np.polyfit(x, y, 1)
+    return bool(np.max(np.abs(y - (intercept + slope * x))) <= tolerance)
 
 
 def verifier_id(verifier) -> str:
@@ -214,14 +240,14 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     """(concrete tree config, record of the choice) for a tree config with auto keys, at
     the run's batch size: calibration decodes batches of `setup.batch_size` prompts, priced at
     that batch size (a shape that pays alone can be too wide for a batch)."""
-    path = setup.cache_file(profile, tree_cfg, verifier)
+    options = candidates(tree_cfg)
+    path = setup.cache_file(profile, tree_cfg, verifier, *(json.dumps(o, sort_keys=True) for o in options))  # a new grid re-measures
     log = setup.log
     if path.is_file():
         record = json.loads(path.read_text())
         return record["chosen"], record
     from specbench.methods import instantiate_part  # (methods imports this module)
 
-    options = candidates(tree_cfg)
     trees = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
     log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes"
         f"{f' in batches of {setup.batch_size}' if setup.batch_size > 1 else ''} (once; cached in {path})")
@@ -247,7 +273,7 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
 
 def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, setup: Calibration) -> dict:
     """The per-step cost of building and checking a fixed-shape tree beyond the priced
-    forwards ({"ms", "ms_per_node"}), from a calibration decode like `tune`'s (cached the same
+    forwards ({"ms", "ms_per_node", "ms_per_draft"}), from a calibration decode like `tune`'s (cached the same
     way), so a run's summary predicts its speedup with the tree work included."""
     path = setup.cache_file(profile, tree_cfg, method.verifier, "tree-overhead")
     if path.is_file():

@@ -10,8 +10,8 @@ context c_s, the widest row's tree n_s (rows pad to it) and d_s draft forwards o
 so predicted speedup = AR ms / method ms (throughput at the same batch size); at batch
 size 1 with constant context this is TALON's tau * f_T(1) / (mean f_T(n) + delta * f_D +
 overhead). Prefill is left out of both (it is the same forward for both). tree(n) is
-the per-step work of building and checking a tree beyond AR's step (a line in the rows'
-mean tree size, calibrated on other prompts: autotune.tree_overhead). What the measured
+the per-step work of building and checking a tree beyond AR's step (a plane in the rows'
+mean tree size and the step's draft forwards, calibrated on other prompts: autotune.overhead_line). What the measured
 decode time holds beyond the predicted forwards is the engine's own overhead.
 """
 
@@ -39,10 +39,9 @@ def turn_steps(run: dict) -> list[list[tuple[int, int, int]]]:
 def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_overhead: dict | None = None) -> dict:
     """Predicted speedup over AR at the runs' batch size for the samples `runs` (as run.py
     writes them), the verification steps, and the share of the measured decode time that
-    the profiled forwards do not explain. `tree_overhead` ({"ms", "ms_per_node"}) prices
+    the profiled forwards do not explain. `tree_overhead` ({"ms", "ms_per_node", "ms_per_draft"}) prices
     each drafting step's tree work; without it that work is left out."""
     priced_drafts = drafter is not None and profile.draft_ms(drafter, 1, 0, 1) is not None
-    per_step_extra = profile.step_overhead_ms
     method_ms = ar_ms = forward_ms = decode_ms = tree_ms = 0.0
     steps = 0
     drafted = False
@@ -57,10 +56,10 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
                 verify = profile.target_ms(width, context, n)
                 draft = drafts * profile.draft_ms(drafter, width, context, max(1.0, (n - 1) / drafts)) if drafts and priced_drafts else 0.0
                 drafted = drafted or drafts > 0
-                tree = tree_step_ms(tree_overhead, fmean(n for _, n, _ in active)) if n > 1 else 0.0
+                tree = tree_step_ms(tree_overhead, fmean(n for _, n, _ in active), drafts) if n > 1 else 0.0
                 forward_ms += verify + draft
                 tree_ms += tree
-                method_ms += verify + draft + tree + per_step_extra + (profile.commit_ms if n > 1 else 0.0)
+                method_ms += verify + draft + tree + profile.step_overhead(width) + (profile.commit_ms if n > 1 else 0.0)
                 steps += 1
             ar_ms += ar_turn_ms([(r["prompt_tokens"][turn], len(r["turn_ids"][turn])) for r, _ in rows], profile)
         # every row holds the batch's time over all turns, but only its own turns' prefills:
@@ -82,8 +81,11 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
     return result
 
 
-def tree_step_ms(line: dict | None, mean_tree_size: float) -> float:
-    return max(0.0, line["ms"] + line["ms_per_node"] * mean_tree_size) if line else 0.0
+def tree_step_ms(line: dict | None, mean_tree_size: float, draft_forwards: float) -> float:
+    """A step's tree work on the calibrated plane (records of a size-only line count no work per draft forward)."""
+    if not line:
+        return 0.0
+    return max(0.0, line["ms"] + line["ms_per_node"] * mean_tree_size + line.get("ms_per_draft", 0.0) * draft_forwards)
 
 
 def ar_turn_ms(rows: list[tuple[int, int]], profile: CostProfile) -> float:
@@ -92,5 +94,5 @@ def ar_turn_ms(rows: list[tuple[int, int]], profile: CostProfile) -> float:
     total = 0.0
     for k in range(max(new for _, new in rows) - 1):
         active = [prompt + k for prompt, new in rows if k < new - 1]
-        total += profile.target_ms(len(active), fmean(active), 1) + profile.step_overhead_ms
+        total += profile.target_ms(len(active), fmean(active), 1) + profile.step_overhead(len(active))
     return total

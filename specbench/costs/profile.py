@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -77,6 +78,8 @@ class CostProfile:
     target: Curve
     drafters: dict[str, Curve] = field(default_factory=dict)  # drafter id -> draft forward curve
     step_overhead_ms: float = 0.0  # engine work per AR step beyond the target forward
+    # batch size (a string) -> that work per AR step of the whole batch, for B > 1
+    step_overhead_batches: dict[str, float] = field(default_factory=dict)
     commit_ms: float = 0.0  # keeping an accepted path's KV rows, per step
     # batch size (as a string: JSON keys) -> target curve at that batch size, for B > 1
     target_batches: dict[str, Curve] = field(default_factory=dict)
@@ -93,6 +96,14 @@ class CostProfile:
 
     def target_ms(self, batch: int, context: float, n: int) -> float:
         return by_batch({1: self.target} | {int(b): c for b, c in self.target_batches.items()}, batch, context, n)
+
+    def step_overhead(self, batch: int) -> float:
+        """Engine work per decoding step over `batch` rows beyond the forwards: linear in the
+        batch size between measured ones (per-row sampling and bookkeeping grow with the rows;
+        AMD EPYC Zen 5, bf16: 1.3 ms alone, several times that at 8 rows), the nearest
+        measured value outside them."""
+        known = sorted(({1: self.step_overhead_ms} | {int(b): ms for b, ms in self.step_overhead_batches.items()}).items())
+        return float(np.interp(batch, [b for b, _ in known], [ms for _, ms in known]))
 
     def draft_ms(self, drafter: str, batch: int, context: float, n: int) -> float | None:
         """None when this drafter was never profiled."""
@@ -111,6 +122,7 @@ class CostProfile:
             key=raw["key"], target=Curve(**raw["target"]),
             drafters={k: Curve(**v) for k, v in raw.get("drafters", {}).items()},
             step_overhead_ms=raw.get("step_overhead_ms", 0.0), commit_ms=raw.get("commit_ms", 0.0),
+            step_overhead_batches=raw.get("step_overhead_batches", {}),
             target_batches={b: Curve(**v) for b, v in raw.get("target_batches", {}).items()},
             drafter_batches={d: {b: Curve(**v) for b, v in per.items()} for d, per in raw.get("drafter_batches", {}).items()},
             contended_cores=raw.get("contended_cores", 0.0), version=raw.get("version", 0),
