@@ -31,16 +31,22 @@ from specbench.trees.cast import appendix_e_overrides  # noqa: E402
 from bench_speed import add_run_arguments, run_method  # noqa: E402
 from bench_vs_transformers import config  # noqa: E402
 
-# Each variant's overrides at a batch size. The paper's rows share Appendix E's shape (threshold 3, the
-# 8B models'), so the ablations compare one tree rule.
+def paper_shape(*switches: str):
+    """Overrides at a batch size: Appendix E's shape (threshold 3, the 8B models'), shared by the
+    paper's rows so the ablations compare one tree rule, plus `switches`."""
+    return lambda batch: [*appendix_e_overrides(batch, 3.0), *switches]
+
+
+# each variant's method and its overrides at a batch size
 VARIANTS = {
     "eagle3": ("eagle3", lambda batch: []),
     "cast": ("cast", lambda batch: []),
-    "cast-appE": ("cast", lambda batch: appendix_e_overrides(batch, 3.0)),
-    "cast-appE-BP": ("cast", lambda batch: [*appendix_e_overrides(batch, 3.0), "method.tree.breadth_pruning=false"]),
-    "cast-appE-DP": ("cast", lambda batch: [*appendix_e_overrides(batch, 3.0), "method.tree.depth_pruning=false"]),
-    "cast-appE-DR": ("cast", lambda batch: [*appendix_e_overrides(batch, 3.0), "method.tree.dynamic_rerank=false"]),
+    "cast-appE": ("cast", paper_shape()),
+    "cast-appE-BP": ("cast", paper_shape("method.tree.breadth_pruning=false")),
+    "cast-appE-DP": ("cast", paper_shape("method.tree.depth_pruning=false")),
+    "cast-appE-DR": ("cast", paper_shape("method.tree.dynamic_rerank=false")),
 }
+
 
 def figure(rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
