@@ -75,7 +75,7 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
         assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((tmp_path / "head.validation.json").read_text()) == ["k0", "k1"]
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
-    assert [p["step"] for p in curve] == [1, 2, 3]
+    assert [p["step"] for p in curve] == [0, 1, 2, 3]
     assert all(len(p["top1"]) == 3 and 1.0 <= p["chain_tau"] <= 4.0 for p in curve)
     assert curve[-1]["tokens"] > curve[0]["tokens"]
     training = json.loads((out / "training.json").read_text())
@@ -90,6 +90,8 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     exported, started = load_file(out / "model.safetensors"), load_file(warm / "model.safetensors")
     assert exported.keys() == started.keys() and all(torch.equal(exported[k], started[k]) for k in exported)
     assert json.loads((warm / "training.json").read_text())["init"] == str(out)
+    warm_curve = [json.loads(line) for line in (warm / "curve.jsonl").read_text().splitlines()]
+    assert [(p["step"], p["tokens"]) for p in warm_curve] == [(0, 0)]  # the warm start's own point
 
 
 def test_eagle1_loss_is_feature_regression_plus_a_tenth_of_soft_cross_entropy():
@@ -153,3 +155,15 @@ def test_eagle1_warm_start_keeps_a_head_without_fc_bias(tmp_path):
     assert json.loads((out / "config.json").read_text())["bias"] is False
     started = load_file(out / "model.safetensors")
     assert "fc.bias" not in started and torch.equal(started["fc.weight"], weights["fc.weight"])
+
+
+def test_validation_answers_come_after_the_rows_a_warm_start_saw(tmp_path):
+    """--validation-after N holds out only greedy answers after the first N (sampled rows
+    do not count), and the choice is kept for later runs."""
+    from specbench.train.validation import validation_set
+
+    rows = [{"key": f"k{i:02d}", "temperature": 0.0 if i % 2 == 0 else 0.8, "answer": [1] * (64 if i != 8 else 10)} for i in range(20)]
+    path = tmp_path / "validation.json"
+    # greedy rows are k00, k02, ...; after the first three (k00-k04) come k06, k08 (too short), k10, ...
+    assert validation_set(path, rows, 3, after=3) == ["k06", "k10", "k12"]
+    assert validation_set(path, rows, 3) == ["k06", "k10", "k12"]

@@ -24,7 +24,7 @@ def test_head_hits_align_each_head_with_its_offset():
 def test_training_resumes_and_exports_loadable_heads(tmp_path):
     out = train_heads_twice("specbench.train.medusa", tmp_path, heads=3)
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
-    assert [p["step"] for p in curve] == [1, 2, 3] and all(len(p["top1"]) == 3 and 1.0 <= p["chain_tau"] <= 4.0 for p in curve)
+    assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(len(p["top1"]) == 3 and 1.0 <= p["chain_tau"] <= 4.0 for p in curve)
     config = json.loads((out / "config.json").read_text())
     assert config["shared_lm_head"] and config["medusa_num_heads"] == 3 and config["draft_vocab_size"] == 512
     training = json.loads((out / "training.json").read_text())

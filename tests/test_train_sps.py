@@ -55,7 +55,7 @@ def test_training_resumes_and_records_tau_per_gamma(tmp_path):
         result = subprocess.run([*args, "--steps", str(steps)], cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-2000:]
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
-    assert [p["step"] for p in curve] == [1, 2, 3] and all(len(p["top1"]) == 1 and 1.0 <= p["chain_tau"] <= 5.0 for p in curve)
+    assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(len(p["top1"]) == 1 and 1.0 <= p["chain_tau"] <= 5.0 for p in curve)
     training = json.loads((out / "training.json").read_text())
     taus = training["validation_chain_tau_by_gamma"]
     assert training["steps"] == 3 and training["validation_answers"] == 2 and training["target_answers"] == 4

@@ -55,7 +55,7 @@ def generate(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed + args.shard)
     model, tokenizer = registry.load(TARGET, args.dtype, "cpu")
-    texts = training_prompts(evaluation_index(), args.seed)[args.shard :: args.shards]
+    texts = training_prompts(evaluation_index(), args.seed)[: args.prompts][args.shard :: args.shards]
     encoded = ((t, chat_prompt(tokenizer, [{"role": "user", "content": t}])) for t in texts)
     prompts = [(t, ids) for t, ids in encoded if len(ids) <= args.max_prompt_tokens]
     out_dir = Path(args.out)
@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="directory of answer shards")
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--shard", type=int, default=0)
+    parser.add_argument("--prompts", type=int, help="answer only the first this many prompts of the shuffled order (default: all)")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=256)

@@ -103,7 +103,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
-    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
     parser.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform noise on input features (EAGLE: 0.1)")
     parser.add_argument("--w-cls", type=float, default=0.1, help="weight of the classification loss (EAGLE: 0.1)")
     parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors) when no checkpoint exists yet")

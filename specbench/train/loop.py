@@ -31,13 +31,14 @@ def add_fit_arguments(parser: ArgumentParser, *, sharegpt_answers: int, length: 
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, help="steps between checkpoints (and learning-curve points)")
+    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
+    parser.add_argument("--validation-after", type=int, default=0, help="hold out only greedy answers after this many (in corpus order), e.g. those a warm start never trained on")
 
 
 def add_head_arguments(parser: ArgumentParser) -> None:
     """The options of the trainers of heads on the target's features (EAGLE-3, Medusa, Hydra)."""
     parser.add_argument("--draft-vocab", type=int, default=8192)
     parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
-    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
 
 
 def fit(
@@ -55,9 +56,10 @@ def fit(
 ) -> dict:
     """Train until `steps` or `minutes`; `make_batches(step)` yields (ids, labels) and
     `loss_fn` returns the loss and metrics to show. Re-running resumes from `checkpoint`.
-    `evaluate(step, tokens_seen)` runs at every checkpoint (learning curves). SIGTERM or
-    Ctrl-C ends training after the current step, with a checkpoint, like the wall-time
-    budget does, so a long run can be stopped at any time without losing steps."""
+    `evaluate(step, tokens_seen)` runs before the first step (the curve starts at the
+    initial or warm-started weights) and at every checkpoint. SIGTERM or Ctrl-C ends
+    training after the current step, with a checkpoint, like the wall-time budget does,
+    so a long run can be stopped at any time without losing steps."""
     parameters = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
     step, seen = 0, 0
@@ -67,6 +69,9 @@ def fit(
         optimizer.load_state_dict(state["optimizer"])
         step, seen = state["step"], state["tokens"]
     batches = make_batches(step)
+    if step == 0 and evaluate is not None:
+        module.eval()
+        evaluate(0, 0)
     deadline = time.time() + minutes * 60
     bar = tqdm(total=steps, initial=step, desc=desc)
     loss_ema, metrics_ema = None, None

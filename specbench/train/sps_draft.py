@@ -200,7 +200,6 @@ def main() -> None:
         add_fit_arguments(p, sharegpt_answers=8000, length=320, steps=3000, minutes=40, lr=2e-3)
         p.add_argument("--distill", action="store_true", help="KL to the target's distributions instead of the text")
         p.add_argument("--target-dtype", default="float32", help="the target's dtype (its embedding seeds the draft's; the teacher with --distill)")
-        p.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve and tau")
     t.add_argument("--init", help="start from this saved draft instead of a fresh one")
     t.add_argument("--hidden", type=int, default=192)
     t.add_argument("--layers", type=int, default=4)

@@ -24,7 +24,7 @@ def prepare(args):
     out.parent.mkdir(parents=True, exist_ok=True)
     checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
     answers = read_answers(args.data)
-    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows))
+    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after))
     # a held-out prompt's sampled answers stay out of training too, but only the greedy one is
     # scored: with the target's greedy text, chain tau is what greedy decoding would accept
     validation = [r for r in answers if r.get("key") in held_out and r.get("temperature") == 0.0]
@@ -32,13 +32,15 @@ def prepare(args):
     return target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target
 
 
-def validation_set(path: Path, rows: list[dict], count: int) -> list[str]:
+def validation_set(path: Path, rows: list[dict], count: int, after: int = 0) -> list[str]:
     """Keys of the held-out rows, fixed at the first run (saved to `path`) so the
     learning curve stays comparable while the corpus grows: the `count` greedy target
-    answers of 64+ tokens with the smallest keys."""
+    answers of 64+ tokens with the smallest keys, among the greedy rows after the first
+    `after` (in corpus order: a warm start's head trained on those, so they would flatter it)."""
     if path.exists():
         return json.loads(path.read_text())
-    greedy = sorted((r for r in rows if r.get("temperature") == 0.0 and len(r["answer"]) >= 64), key=lambda r: r["key"])
+    greedy = [r for r in rows if r.get("temperature") == 0.0][after:]
+    greedy = sorted((r for r in greedy if len(r["answer"]) >= 64), key=lambda r: r["key"])
     keys = [r["key"] for r in greedy[:count]]
     path.write_text(json.dumps(keys))
     return keys
