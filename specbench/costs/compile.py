@@ -12,7 +12,9 @@ timing on this machine.
 - `off`: the plain lean forward.
 - `auto`: on a CPU, the plain and packed forwards are timed over n new tokens at the
   probe sizes, and packing is used from the smallest n where it wins at that size and
-  every larger one (the plain weights stay for smaller forwards); off elsewhere.
+  every larger one (the plain weights stay for smaller forwards); in a dtype other than
+  fp32, one-token forwards are also timed with fp32 attention at batch sizes 1 and 8,
+  which is used where it wins at both (see `Compiled.float_attention`); off elsewhere.
   Cached per model, dtype and device fingerprint.
 """
 
@@ -24,19 +26,23 @@ import torch
 
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
-from specbench.engine.lean import Compiled, make_lm, supports
+from specbench.engine.lean import Compiled, make_lm, packs, supports
 from specbench.errors import require
 
 MODES = ("auto", "packed", "torch", "off")
 PROBE_SIZES = (1, 2, 4, 8, 16, 64)
 PROBE_CONTEXT = 256
 PROBE_REPEATS = 5
+ATTENTION_BATCHES = (1, 8)
 
 
 def packed_from(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> int | None:
     """The smallest probed n from which packed weights are faster at every larger probed
-    size (None: not even at the largest). `probe` maps "plain"/"packed" -> {str(n): ms}."""
+    size (None: not even at the largest, or not probed because this CPU cannot pack the
+    dtype). `probe` maps "plain"/"packed" -> {str(n): ms}."""
     chosen = None
+    if "packed" not in probe:
+        return None
     for n in sorted(sizes, reverse=True):
         if probe["packed"][str(n)] >= probe["plain"][str(n)]:
             break
@@ -44,10 +50,10 @@ def packed_from(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PRO
     return chosen
 
 
-def measure(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS) -> dict[str, dict[str, float]]:
-    """Forward ms over n tree rows after PROBE_CONTEXT rows, plain and packed weights
-    timed alternately at each n (so drift hits both alike)."""
-    lms = {"plain": make_lm(model, forward), "packed": make_lm(model, forward, Compiled(packed_from=1))}
+def measure(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS, packed: bool = True) -> dict[str, dict[str, float]]:
+    """Forward ms over n tree rows after PROBE_CONTEXT rows, plain and (where `packed`)
+    packed weights timed alternately at each n (so drift hits both alike)."""
+    lms = {"plain": make_lm(model, forward)} | ({"packed": make_lm(model, forward, Compiled(packed_from=1))} if packed else {})
     context = torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist()
     probe = {name: {} for name in lms}
     with torch.inference_mode():
@@ -63,6 +69,31 @@ def measure(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS) 
     return probe
 
 
+def measure_attention(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS) -> dict[str, dict[str, float]]:
+    """One-token forward ms after PROBE_CONTEXT rows at each of ATTENTION_BATCHES, with
+    attention in the model's dtype and in fp32, timed alternately."""
+    lms = {"model dtype": make_lm(model, forward), "float32": make_lm(model, forward, Compiled(float_attention=True))}
+    probe = {name: {} for name in lms}
+    with torch.inference_mode():
+        for batch in ATTENTION_BATCHES:
+            contexts = [torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist() for _ in range(batch)]
+            for lm in lms.values():
+                lm.reset(batch)
+                lm.forward(contexts=contexts)
+            runs = {name: [] for name in lms}
+            for _ in range(repeats):
+                for name, lm in lms.items():
+                    runs[name].append(tree_forward_ms(lm, 1, 1)[0])
+            for name, times in runs.items():
+                probe[name][str(batch)] = round(sorted(times)[len(times) // 2], 3)
+    return probe
+
+
+def float_attention_wins(probe: dict[str, dict[str, float]]) -> bool:
+    """fp32 attention for one-token forwards: faster at every probed batch size."""
+    return all(probe["float32"][b] < probe["model dtype"][b] for b in probe["model dtype"])
+
+
 def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, cache: Path, log=print, refresh: bool = False) -> tuple[Compiled, dict | None]:
     """(how to run the lean forward, the probe behind an `auto` choice or None)."""
     require(mode in MODES, "engine.compile", f"unknown {mode!r}; choose one of {', '.join(MODES)}")
@@ -74,24 +105,38 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     if mode == "torch":
         return Compiled(torch=True), None
     on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
+    weight_dtype = next(model.parameters()).dtype
+    dtype = str(weight_dtype).removeprefix("torch.")
     if mode == "packed":
         require(on_cpu, "engine.compile", f"packed weights are oneDNN's CPU layout; hardware.device is {device!r} (use auto, torch or off)")
+        require(packs(weight_dtype), "engine.compile", f"oneDNN cannot pack {dtype} weights on this CPU (bf16 needs avx512bw/vl/dq or avx_ne_convert); use auto, off or hardware.dtype=float32")
         return Compiled(packed_from=1), None
     if not on_cpu:
         return Compiled(), {"rule": "auto compiles nothing off the CPU (engine.compile=torch to try torch.compile)"}
     fingerprint = device_fingerprint(device, hardware.get("threads"))
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     path = cache / f"compile-{model_name}-{dtype}-{fingerprint_id(fingerprint)}.json"
 
     def timed_probe() -> dict:
         log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU (once; cached in {path})")
-        return {"dtype": dtype, "context": PROBE_CONTEXT, "probe": measure(model, hardware.get("forward", "auto")),
-                "rule": "packed weights from the smallest n where they are faster at every larger n"}
+        forward = hardware.get("forward", "auto")
+        record = {"dtype": dtype, "context": PROBE_CONTEXT, "probe": measure(model, forward, packed=packs(weight_dtype)),
+                  "rule": "packed weights from the smallest n where they are faster at every larger n; "
+                          "fp32 attention for one-token forwards where it is faster at every probed batch size"}
+        if dtype != "float32":
+            record["attention"] = measure_attention(model, forward)
+        return record
 
     record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
+    if dtype != "float32" and "attention" not in record:  # cached before attention was probed
+        record, seconds = cached_probe(path, fingerprint, timed_probe, refresh=True)
     probe = record["probe"]
-    chosen = Compiled(packed_from=packed_from(probe))
+    chosen = Compiled(packed_from=packed_from(probe), float_attention="attention" in record and float_attention_wins(record["attention"]))
     if seconds is not None:
-        shown = ", ".join(f"n={n}: {probe['plain'][str(n)]:.1f} / {probe['packed'][str(n)]:.1f} ms" for n in PROBE_SIZES)
+        shown = ", ".join(f"n={n}: {probe['plain'][str(n)]:.1f} / {probe['packed'][str(n)]:.1f} ms" if "packed" in probe
+                          else f"n={n}: {probe['plain'][str(n)]:.1f} / - ms" for n in PROBE_SIZES)
+        if "attention" in record:
+            attention = record["attention"]
+            shown += "; one token, " + dtype + " / fp32 attention: " + ", ".join(
+                f"B={b}: {attention['model dtype'][b]:.1f} / {attention['float32'][b]:.1f} ms" for b in attention["model dtype"])
         log(f"  {chosen} (plain / packed: {shown}; {seconds:.0f} s)")
     return chosen, record

@@ -54,6 +54,16 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
 
 
+def packs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN packs weights of this dtype on this CPU: bf16 needs avx512bw/vl/dq
+    or avx_ne_convert, so an AVX2-only CPU (AMD EPYC Zen 3) refuses it."""
+    try:
+        pack(torch.zeros(16, 16, dtype=dtype))
+    except RuntimeError:
+        return False
+    return True
+
+
 def packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
@@ -64,14 +74,19 @@ class Compiled:
     packed_from: forwards over at least this many tokens (rows x new tokens) use
     oneDNN-packed weights, smaller ones the plain weights (None: never packed).
     torch: the decoder layer goes through torch.compile (one graph for all layers,
-    dynamic shapes, so tree sizes do not recompile)."""
+    dynamic shapes, so tree sizes do not recompile).
+    float_attention: forwards of one token per row (AR steps, batched or not) attend in
+    fp32 over a cast of the cache: torch's bf16 SDPA kernel for a single query ran 3-5x
+    slower than the cast plus fp32 SDPA (AMD EPYC Zen 4, 2 threads: 0.19 vs 0.06 ms a layer
+    at B=1, 2.7 vs 0.5 ms at B=16), while from 4 queries on bf16 wins; no-op in fp32."""
 
     packed_from: int | None = None
     torch: bool = False
+    float_attention: bool = False
 
     def __str__(self) -> str:
         parts = ([f"packed>={self.packed_from}"] if self.packed_from else []) + (["torch"] if self.torch else [])
-        return "+".join(parts) or "eager"
+        return "+".join(parts + (["fp32-attention"] if self.float_attention else [])) or "eager"
 
 
 class LeanTreeLM(TreeLM):
@@ -204,7 +219,10 @@ class LeanTreeLM(TreeLM):
         # grouped-query attention on the cache as it is: copying each KV head h // kv times
         # per layer (repeat_interleave) cost more than the attention itself on CPU
         keys, values = k_cache[:, :, : start + n], v_cache[:, :, : start + n]
-        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, enable_gqa=kv != h)
+        if n == 1 and self.compiled.float_attention and q.dtype != torch.float32:
+            attended = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=kv != h).to(q.dtype)
+        else:
+            attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, enable_gqa=kv != h)
         x = x + linear(attended.transpose(1, 2).reshape(batch, n, h * d), o_proj)
         normed = self._norm(x, norm2, eps)
         return x + linear(F.silu(linear(normed, gate)) * linear(normed, up), down)

@@ -79,20 +79,34 @@ def batches(rows: list[dict], batch: int, length: int, seed: int):
             yield collate(rows[start : start + batch], length)
 
 
-def read_answers(sources: list[str]) -> list[dict]:
-    """The target's answers (rows of prompt/answer ids) from JSONL files and corpus
-    directories (their answers-*.jsonl shards), in a stable order; a torn last line
-    of a shard still being written is skipped."""
+def read_answers(sources: list[str], tokenizer=None) -> list[dict]:
+    """The target's answers (rows of prompt/answer ids) from JSONL files, packs
+    (.safetensors, see specbench.train.packed; their prompts are rebuilt with `tokenizer`)
+    and directories of either (corpus shards answers-*.jsonl, packs *.safetensors), in a
+    stable order; a torn last line of a shard still being written is skipped, and an
+    answer found twice (a pack of a corpus that is also read) is kept once."""
+    from specbench.train.packed import unpack
+
     files = []
     for source in map(Path, sources):
-        files += sorted(source.glob("answers-*.jsonl")) if source.is_dir() else [source]
-    rows = []
+        files += sorted(source.glob("*.safetensors")) + sorted(source.glob("answers-*.jsonl")) if source.is_dir() else [source]
+    rows, seen = [], set()
     for path in files:
-        for line in path.open():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        if path.suffix == ".safetensors":
+            if tokenizer is None:
+                raise ValueError(f"{path}: a pack needs the tokenizer to rebuild its prompts")
+            found = unpack(path, tokenizer)
+        else:
+            found = []
+            for line in path.open():
+                try:
+                    found.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        for row in found:
+            if (row.get("key"), row.get("temperature")) not in seen or row.get("key") is None:
+                seen.add((row.get("key"), row.get("temperature")))
+                rows.append(row)
     return rows
 
 

@@ -23,7 +23,7 @@ def prepare(args):
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
-    answers = read_answers(args.data)
+    answers = read_answers(args.data, tokenizer)
     held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after))
     # a held-out prompt's sampled answers stay out of training too, but only the greedy one is
     # scored: with the target's greedy text, chain tau is what greedy decoding would accept

@@ -1,0 +1,108 @@
+"""The target's answers packed small enough to commit, so training data outlives the
+machine it was generated on (runs/ is not committed, and machines change between
+sessions).
+
+A pack is one safetensors file: every answer's token ids end to end (uint16: the
+embedded target's vocabulary is 49,152), their offsets and temperatures; the prompt
+keys go in its metadata. Prompts are not stored: they are ShareGPT human turns, which
+`unpack` finds again by key in the pip package's conversations and formats with the
+tokenizer's chat template, as `specbench.train.corpus` did when it generated them.
+
+    python -m specbench.train.packed --data runs/corpus --out corpus/smollm2-135m/answers-2026-11-25.safetensors
+
+packs the answers of runs/corpus that no pack beside the output holds yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from specbench.data import sharegpt
+from specbench.run import chat_prompt
+from specbench.train.contamination import normalize
+
+
+def pack(rows: list[dict], path: Path, note: str = "") -> None:
+    """Write the answers of `rows` (key, temperature, answer ids) to one safetensors file."""
+    ids = [t for row in rows for t in row["answer"]]
+    if any(not 0 <= t < 2**16 for t in ids):
+        raise ValueError("answer ids do not fit uint16")
+    offsets = [0]
+    for row in rows:
+        offsets.append(offsets[-1] + len(row["answer"]))
+    tensors = {
+        "answer_ids": torch.tensor(ids, dtype=torch.int32).to(torch.uint16),
+        "offsets": torch.tensor(offsets, dtype=torch.int64),
+        "temperatures": torch.tensor([row["temperature"] for row in rows], dtype=torch.float32),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata={"keys": json.dumps([row["key"] for row in rows]), "note": note})
+
+
+def keys_of(path: Path) -> list[str]:
+    with safe_open(str(path), "pt") as f:
+        return json.loads(f.metadata()["keys"])
+
+
+def unpack(path: Path, tokenizer) -> list[dict]:
+    """Rows of key, temperature, prompt ids and answer ids, as the corpus JSONL holds them."""
+    with safe_open(str(path), "pt") as f:
+        keys = json.loads(f.metadata()["keys"])
+        ids, offsets = f.get_tensor("answer_ids").to(torch.int64).tolist(), f.get_tensor("offsets").tolist()
+        temperatures = f.get_tensor("temperatures").tolist()
+    texts = prompt_texts(set(keys))
+    missing = [k for k in keys if k not in texts]
+    if missing:
+        raise ValueError(f"{path}: {len(missing)} prompt keys are not in the installed ShareGPT package (first: {missing[0]})")
+    prompts = {key: chat_prompt(tokenizer, [{"role": "user", "content": texts[key]}]) for key in set(keys)}
+    return [
+        {"key": key, "temperature": round(t, 4), "prompt": prompts[key], "answer": ids[offsets[i] : offsets[i + 1]]}
+        for i, (key, t) in enumerate(zip(keys, temperatures))
+    ]
+
+
+def prompt_texts(keys: set[str]) -> dict[str, str]:
+    """Key -> the ShareGPT human turn it was made from: the first turn (in the package's
+    order) with that normalized text, as the corpus's deduplication kept it."""
+    from specbench.train.corpus import prompt_key
+
+    texts = {}
+    for conversation in sharegpt.conversations():
+        for turn in conversation.get("conversations", []):
+            text = (turn.get("value") or "").strip()
+            if turn.get("from") != "human" or len(" ".join(normalize(text))) < 8:
+                continue
+            key = prompt_key(text)
+            if key in keys and key not in texts:
+                texts[key] = text
+    return texts
+
+
+def main() -> None:
+    from specbench.train.data import read_answers
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", nargs="+", required=True, help="corpus directories or answer JSONL files")
+    parser.add_argument("--out", required=True, help="the pack to write (.safetensors)")
+    parser.add_argument("--note", default="", help="how the answers were generated (kept in the pack's metadata)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    packed = {(k, t) for other in out.parent.glob("*.safetensors") if other != out for k, t in zip(keys_of(other), temperatures_of(other))}
+    rows = [r for r in read_answers(args.data) if (r["key"], round(r["temperature"], 4)) not in packed]
+    pack(rows, out, args.note)
+    print(f"{len(rows)} answers, {sum(len(r['answer']) for r in rows)} tokens -> {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+
+
+def temperatures_of(path: Path) -> list[float]:
+    with safe_open(str(path), "pt") as f:
+        return [round(t, 4) for t in f.get_tensor("temperatures").tolist()]
+
+
+if __name__ == "__main__":
+    main()
