@@ -28,11 +28,15 @@ profile:
 	$(PY) -m specbench.costs method=eagle3
 	$(PY) -m specbench.costs method=sps
 
-# What speed this machine gets: fingerprint, ours vs transformers, every method's default
-# (auto dtype and shape) vs AR with predicted beside measured -> results/bench/speed-<fingerprint>.md
+# What speed this machine gets: fingerprint, ours vs transformers, our AR in bf16 vs fp32, every
+# method's default (auto dtype and shape) vs AR with predicted beside measured
+# -> results/bench/speed-<fingerprint>.md. Resumable (re-run to continue). Each method's first run
+# calibrates its auto shapes (10-21 candidates; 40-80 s each on a 2-core AVX2 CPU in fp32), so all
+# methods take hours there: BENCH_METHODS="eagle3 cast pld" narrows it.
 BENCH_PROMPTS ?= 10
+BENCH_METHODS ?= pld lookahead sps sps_tree eagle eagle2 eagle3 opt_tree talon mars cast
 bench:
-	$(PY) scripts/bench_speed.py --prompts $(BENCH_PROMPTS) --max-new-tokens 128
+	$(PY) scripts/bench_speed.py --prompts $(BENCH_PROMPTS) --max-new-tokens 128 --methods $(BENCH_METHODS)
 
 # Speedup and throughput against batch size (CAST Table 3 / Figure 5 on this machine): the eagle3 and
 # cast defaults, and cast at Appendix E's shape with each ablation, beside AR at the same batch size;

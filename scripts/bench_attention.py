@@ -8,7 +8,6 @@ so drift hits both alike; the ratio is what to quote. Both use the packing the p
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 import torch
@@ -23,17 +22,14 @@ from specbench.run import chat_prompt, stop_token_ids
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
 
-from bench_vs_transformers import config
+from bench_vs_transformers import prompt_config, prompt_parser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = prompt_parser(__doc__, prompts=32)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. dataset=humaneval")
     args = parser.parse_args()
-    cfg = config(f"dataset.limit={args.prompts}", "dataset.max_turns=1", *args.overrides)
+    cfg = prompt_config(args)
     hardware = dict(cfg["hardware"])
     hardware["dtype"], _ = costs.resolve_dtype(hardware, cfg["model"])
     torch.set_num_threads(hardware["threads"])

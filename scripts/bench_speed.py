@@ -3,7 +3,9 @@
 1. The machine: CPU model and ISA flags (or GPU), torch, threads, the dtype `auto` chose.
 2. Our AR, PLD and SpS against transformers' generate, prompt lookup and assisted
    generation (same model, same draft, same draft length), side by side per prompt, and
-   our AR against the memory-bandwidth floor (weights read per token / measured read speed).
+   our AR against the memory-bandwidth floor (weights read per token / measured read speed);
+   our AR in bf16 against fp32, side by side (auto may choose them differently for AR and
+   for drafting methods: specbench/costs/dtype.py).
 3. Every method's default (auto dtype and auto tree shape) through the runner itself
    (python -m specbench's Runner: AR back to back on every prompt, the same summary a user
    gets), with the speedup the cost profile predicts beside the measured one.
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -29,6 +32,7 @@ from specbench.config import run_name  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.run import Runner  # noqa: E402
 
+from bench_dtype import compare_dtypes  # noqa: E402
 from bench_vs_transformers import compare, config, floor_line  # noqa: E402
 
 
@@ -75,13 +79,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["pld", "lookahead", "sps", "sps_tree", "eagle", "eagle2", "eagle3", "opt_tree", "talon", "mars", "cast"])
     parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
-    parser.add_argument("--hf-prompts", type=int, default=5)
+    parser.add_argument("--hf-prompts", type=int, default=5, help="prompts of the side-by-side comparisons (kept under --runs, so a re-run resumes)")
     add_run_arguments(parser, prompts=10)
     args = parser.parse_args()
     base = config(*args.overrides)
     fingerprint = device_fingerprint(base["hardware"]["device"], base["hardware"]["threads"])
-    hf = compare(config(f"dataset.limit={args.hf_prompts}", "dataset.max_turns=1", *args.overrides), args.max_new_tokens)
+    settings_id = hashlib.sha256(json.dumps([args.hf_prompts, args.max_new_tokens, args.overrides]).encode()).hexdigest()[:8]
+    side_by_side = Path(args.runs) / f"side-by-side-{fingerprint_id(fingerprint)}-{settings_id}.json"
+    if side_by_side.is_file():  # measured by an earlier, interrupted call with these settings
+        hf, plain = json.loads(side_by_side.read_text()).values()
+    else:
+        compare_cfg = config(f"dataset.limit={args.hf_prompts}", "dataset.max_turns=1", *args.overrides)
+        hf, plain = compare(compare_cfg, args.max_new_tokens), compare_dtypes(compare_cfg, args.max_new_tokens)
+        side_by_side.parent.mkdir(parents=True, exist_ok=True)
+        side_by_side.write_text(json.dumps({"transformers": hf, "ar_by_dtype": plain}))
     settings = hf.pop("settings")
+    ar_dtype, ar_dtype_choice = costs.resolve_dtype(dict(base["hardware"]), base["model"], method_cfg=config("method=ar")["method"])
     rows = []
     for dataset in args.datasets:
         for method in args.methods:
@@ -117,18 +130,26 @@ def main() -> None:
         lines.append(f"| {method} | {r['ours']:.1f} | {r['hf']:.1f} | {r['ratio']:.2f} | {r['identical']}/{r['prompts']} |")
     lines += ["", floor_line(hf["ar"]["ours"], settings) + "."]
     lines += [
+        "", f"## Our AR in bf16 and fp32 ({plain['prompts']} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt)", "",
+        f"bf16 {plain['bfloat16']:.1f} tok/s, fp32 {plain['float32']:.1f} tok/s: bf16/fp32 {plain['bfloat16'] / plain['float32']:.2f}x "
+        f"(identical ids {plain['identical']}/{plain['prompts']}). hardware.dtype=auto decodes AR in {ar_dtype}"
+        + (f" and the drafting methods below in {settings['dtype']} (their tree-sized forwards are cheaper in it): their speedups are over "
+           f"AR in {settings['dtype']}, and AR in {ar_dtype} runs {plain[ar_dtype] / plain[settings['dtype']]:.2f}x that fast"
+           if ar_dtype != settings["dtype"] else "") + ".",
+    ]
+    lines += [
         "", f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} tokens, T=0)", "",
         "Each row is one `python -m specbench method=M dataset=D` run: AR back to back on every prompt (order alternating).", "",
-        "| method | dataset | shape (auto) | tau | delta | tok/s | AR tok/s | speedup [95% CI] (median) | predicted | engine overhead | identical ids |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| method | dataset | dtype | shape (auto) | tau | delta | tok/s | AR tok/s | speedup [95% CI] (median) | predicted | engine overhead | identical ids |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['method']} | {r['dataset']} | {r['shape'] or '-'} | {r['tau']:.2f} | {r['delta']:.2f} | {r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | "
+            f"| {r['method']} | {r['dataset']} | {r['dtype']} | {r['shape'] or '-'} | {r['tau']:.2f} | {r['delta']:.2f} | {r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | "
             f"{r['speedup']:.2f}x {interval(r['ci95'])}({r['median']:.2f}x) | {r['predicted']:.2f}x | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |"
         )
     (args.out / f"speed-{name}.md").write_text("\n".join(lines) + "\n")
-    (args.out / f"speed-{name}.json").write_text(json.dumps({"fingerprint": fingerprint, "transformers": hf, "settings": settings, "methods": rows}, indent=1))
+    (args.out / f"speed-{name}.json").write_text(json.dumps({"fingerprint": fingerprint, "transformers": hf, "settings": settings, "ar_by_dtype": plain, "ar_dtype": ar_dtype, "methods": rows}, indent=1))
     print("\n".join(lines))
 
 

@@ -108,13 +108,24 @@ def read_bandwidth_gb_s(gib: float = 1.0, repeats: int = 5) -> float:
     return buffer.numel() * 4 / sorted(times)[len(times) // 2] / 1e9
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=10)
+def prompt_parser(doc: str, prompts: int) -> argparse.ArgumentParser:
+    """The options of a side-by-side script: how many prompts, tokens, and Hydra overrides
+    (read by `prompt_config`)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=prompts)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. hardware=cpu-fp32")
-    args = parser.parse_args()
-    cfg = config(f"dataset.limit={args.prompts}", "dataset.max_turns=1", *args.overrides)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. dataset=humaneval or hardware=cpu-fp32")
+    return parser
+
+
+def prompt_config(args: argparse.Namespace) -> dict:
+    """The config of `prompt_parser`'s arguments: that many first turns of the dataset."""
+    return config(f"dataset.limit={args.prompts}", "dataset.max_turns=1", *args.overrides)
+
+
+def main() -> None:
+    args = prompt_parser(__doc__, prompts=10).parse_args()
+    cfg = prompt_config(args)
     rows = compare(cfg, args.max_new_tokens)
     settings = rows.pop("settings")
     print(f"\n{cfg['model']['name']} {settings['dtype']} threads={settings['threads']} prompts={args.prompts} max_new_tokens={args.max_new_tokens} T=0")

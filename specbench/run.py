@@ -77,6 +77,9 @@ class Runner:
         require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed", f"must be an integer >= 0, got {seed!r}")
         mode = cfg["baseline"]["mode"]
         require(mode in BASELINE_MODES, "baseline.mode", f"unknown {mode!r}; choose one of {', '.join(BASELINE_MODES)}")
+        min_gain = self.costs_cfg.get("min_gain", autotune.MIN_GAIN)
+        require(isinstance(min_gain, (int, float)) and not isinstance(min_gain, bool) and min_gain >= 0, "costs.min_gain",
+                f"must be a number >= 0 (the predicted gain over AR below which drafting stays off), got {min_gain!r}")
         threads = hardware.get("threads")
         if threads is not None:
             require(isinstance(threads, int) and threads >= 1, "hardware.threads", f"must be an integer >= 1, got {threads!r}")
@@ -93,7 +96,12 @@ class Runner:
         dtype and any `auto` tree shape are decided here, from measured costs."""
         cfg = self.cfg
         hardware = self.hardware = dict(cfg["hardware"])
-        hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"])
+        hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"], method_cfg=cfg["method"])
+        if self.cached_baseline is not None:
+            cached = cached_baseline_dtype(cfg)
+            require(cached in (None, hardware["dtype"]), "baseline.mode",
+                    f"cached, but the cached {cfg['baseline']['method']['name']} run decoded in {cached} and this one decodes in {hardware['dtype']} "
+                    f"(hardware.dtype=auto decides per method); set hardware.dtype={hardware['dtype']} for both runs or use baseline.mode=paired")
         model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
         self.target, self.compile_choice = costs.target_lm(model, cfg, hardware)
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
@@ -148,10 +156,12 @@ class Runner:
         """The calibration decodes' shared settings: at least one full batch of prompts."""
         drafter_cfg = self.cfg["method"].get("drafter")
         count = max(self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS), self.batch_size)
+
         return autotune.Calibration(
             lambda: autotune.calibration_prompts(self.tokenizer, count), autotune.calibration_id(count), self.sampling,
             self.limits.stop_token_ids, costs.cache_root(), costs.drafter_id(drafter_cfg), weights=registry.weights_id(drafter_cfg),
             max_new_tokens=self.costs_cfg.get("calibration_tokens", autotune.CALIBRATION_TOKENS), batch_size=self.batch_size,
+            min_gain=self.costs_cfg.get("min_gain", autotune.MIN_GAIN),
         )
 
     def tune_tree(self, tree_cfg: dict, drafter, verifier) -> dict:
@@ -424,10 +434,22 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
+def cached_baseline_dir(cfg: dict) -> Path:
+    """Where an earlier `method=<baseline>` run with identical settings wrote its samples."""
+    ar_cfg = dict(cfg, method=cfg["baseline"]["method"])
+    return Path(cfg["output_root"]) / ar_cfg["method"]["name"] / run_name(ar_cfg)
+
+
+def cached_baseline_dtype(cfg: dict) -> str | None:
+    """The dtype the cached baseline run decoded in (None: it recorded none)."""
+    decisions = cached_baseline_dir(cfg) / "decisions.json"
+    return json.loads(decisions.read_text()).get("dtype") if decisions.is_file() else None
+
+
 def load_cached_baseline(cfg: dict) -> dict[str, dict]:
     """Per-sample AR results from an earlier `method=<baseline>` run with identical settings."""
     ar_cfg = dict(cfg, method=cfg["baseline"]["method"])
-    directory = Path(cfg["output_root"]) / ar_cfg["method"]["name"] / run_name(ar_cfg)
+    directory = cached_baseline_dir(cfg)
     records = read_records(directory / "samples.jsonl")
     if not records:
         raise ConfigError(
@@ -457,6 +479,7 @@ def environment(cfg: dict, decisions: dict) -> dict:
         "torch_threads": torch.get_num_threads(),
         "dtype": decisions.get("dtype", cfg["hardware"]["dtype"]),
         "dtype_rule": (decisions.get("dtype_choice") or {}).get("rule") if cfg["hardware"]["dtype"] == "auto" else "set by hardware.dtype",
+        "dtype_note": (decisions.get("dtype_choice") or {}).get("note") if cfg["hardware"]["dtype"] == "auto" else None,
         "forward": decisions.get("forward"),
         "device": cfg["hardware"]["device"],
         "hardware": cfg["hardware"]["name"],

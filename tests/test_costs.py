@@ -143,6 +143,29 @@ def test_dtype_rule():
     assert dtype_rule.resolve({"dtype": "float32"}, "m", None, None) == ("float32", None)
 
 
+def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monkeypatch):
+    """AMD EPYC Zen 3 (AVX2 only), measured: bf16 halves a one-token forward and loses from
+    16 tokens on. AR (one token a step) decodes in bf16; a drafting method in fp32, with a
+    note that plain AR would be faster in bf16; where bf16 wins everywhere, no note."""
+    zen3 = {"bfloat16": {"1": 37, "4": 90, "16": 317, "64": 1180}, "float32": {"1": 67, "4": 129, "16": 151, "64": 315}}
+    monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto": zen3)
+    ar = {"drafter": None, "tree": {"_target_": dtype_rule.PLAIN_DECODING}}
+    eagle3 = {"drafter": {"_target_": "specbench.drafters.eagle.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}}
+    assert dtype_rule.verified_sizes(ar) == (1,) and dtype_rule.verified_sizes(eagle3) == dtype_rule.PROBE_SIZES
+    cpu = {"dtype": "auto", "device": "cpu", "threads": 2}
+    quiet = {"log": lambda *_: None}
+    dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.verified_sizes(ar), **quiet)
+    assert dtype == "bfloat16" and "note" not in record
+    monkeypatch.setattr(dtype_rule, "measure", pytest.fail)  # the second answer comes from the cached probe
+    dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.verified_sizes(eagle3), **quiet)
+    assert dtype == "float32" and record["note"].startswith("plain AR would run in bfloat16 here (one-token forward 37 vs 67 ms)")
+    native = tmp_path / "native"
+    monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto": {"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57},
+                                                                                   "float32": {"1": 40, "4": 44, "16": 60, "64": 120}})
+    dtype, record = dtype_rule.resolve(cpu, "m", None, native, sizes=dtype_rule.PROBE_SIZES, **quiet)
+    assert dtype == "bfloat16" and "note" not in record
+
+
 def test_auto_candidates_fill_only_auto_keys():
     cfg = {"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 4, "depth": "auto", "total_tokens": "auto"}
     options = autotune.candidates(cfg)
@@ -229,6 +252,19 @@ def tune_on(profile, target, draft, prompts, tmp_path, batch_size=1):
     setup = autotune.Calibration(lambda: prompts[:batch_size], "test-prompts", Sampling(), frozenset(), tmp_path, "d",
                                  batch_size=batch_size, log=lambda *_: None)
     return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, setup)
+
+
+def test_drafting_needs_a_predicted_gain_above_min_gain():
+    """A shape predicted 1.04x (CAST's best on an AVX2 CPU, measured 0.92-0.97x) does not
+    turn drafting on at the default margin; with no margin it does. A cached record is
+    decided again, so a changed margin applies without re-measuring."""
+    options = [{"gamma": g} for g in (1, 2, 3)]
+    record = {"candidates": [{"tree": o, "predicted_speedup": p} for o, p in zip(options, (0.9, 1.04, 0.8))]}
+    off = autotune.decide(record, options, autotune.MIN_GAIN)
+    assert off["chosen"] == autotune.DRAFTING_OFF and off["predicted_speedup"] == 1.04
+    assert off["note"].startswith("no shape is predicted more than 5% faster than AR") and "{'gamma': 2}" in off["note"]
+    on = autotune.decide(off, options, 0.0)
+    assert on["chosen"] == {"gamma": 2} and "note" not in on
 
 
 def test_auto_shape_is_chosen_at_the_runs_batch_size(target, draft, prompts, tmp_path):

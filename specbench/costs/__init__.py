@@ -27,13 +27,15 @@ def cache_root() -> Path:
     return registry.cache_dir() / "costs"
 
 
-def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False) -> tuple[str, dict | None]:
+def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method_cfg: dict | None = None) -> tuple[str, dict | None]:
     """(dtype, the probe behind it) for `hardware.dtype`, `auto` decided for this model on
-    this machine (specbench.costs.dtype); explicit dtypes pass through."""
+    this machine (specbench.costs.dtype) at the forward sizes `method_cfg` verifies (all
+    probed sizes without one); explicit dtypes pass through."""
     def load_model(dtype: str):
         return registry.load_model(model_cfg, dtype, hardware["device"])
 
-    return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh)
+    sizes = dtype_rule.verified_sizes(method_cfg) if method_cfg is not None else dtype_rule.PROBE_SIZES
+    return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh, sizes=sizes)
 
 
 def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False) -> tuple[TreeLM, dict | None]:

@@ -20,7 +20,7 @@ def main(argv: list[str]) -> None:
     refresh = "costs.refresh=true" in argv
     cfg = compose_config([a for a in argv if not a.startswith("costs.refresh=")])
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
-    hardware["dtype"], _ = costs.resolve_dtype(hardware, model_cfg, refresh=refresh)
+    hardware["dtype"], _ = costs.resolve_dtype(hardware, model_cfg, refresh=refresh, method_cfg=cfg["method"])
     if hardware.get("threads"):
         import torch
 

@@ -39,6 +39,11 @@ DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
 VERSION = 6  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size)
 CALIBRATION_PROMPTS = 6  # 3 x 48 tokens left shapes predicted within 0.05-0.1 of each other to noise (eagle3 chose 2 nodes, 1.18x; with 6 x 96, 6 nodes, 1.29x)
 CALIBRATION_TOKENS = 96
+# drafting is turned on only for a predicted gain above this: on a noisy 2-core AVX2 CPU (AMD
+# EPYC Zen 3, fp32) CAST's best shape was predicted 1.04x on calibration prompts and measured
+# 0.92-0.97x on MT-Bench, HumanEval and GSM8K (10 prompts each), slower than AR by more than
+# the prediction's margin over it
+MIN_GAIN = 0.05
 
 
 def auto_keys(tree_cfg: dict) -> list[str]:
@@ -201,6 +206,7 @@ class Calibration:
     weights: str = ""
     max_new_tokens: int = CALIBRATION_TOKENS
     batch_size: int = 1
+    min_gain: float = MIN_GAIN
     log: Callable[[str], None] = field(default=print, compare=False)
 
     def cache_file(self, profile: CostProfile, tree_cfg: dict, verifier, *purpose: str) -> Path:
@@ -244,7 +250,7 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     path = setup.cache_file(profile, tree_cfg, verifier, *(json.dumps(o, sort_keys=True) for o in options))  # a new grid re-measures
     log = setup.log
     if path.is_file():
-        record = json.loads(path.read_text())
+        record = decide(json.loads(path.read_text()), options, setup.min_gain)
         return record["chosen"], record
     from specbench.methods import instantiate_part  # (methods imports this module)
 
@@ -257,18 +263,25 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     rows = list(zip(options, price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg))))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
-    best_cfg, best = max(rows, key=lambda r: r[1]["predicted_speedup"])
-    record = {"chosen": best_cfg, "candidates": [r for _, r in rows], "predicted_speedup": best["predicted_speedup"],
-              "calibration": setup.record(prompts)}
-    if best["predicted_speedup"] <= 1.0:
-        record["chosen"] = DRAFTING_OFF
-        record["note"] = (f"no shape is predicted faster than AR on this hardware (best {best['predicted_speedup']:.2f}x at "
-                          f"{best['tree']}); decoding without drafting. Set the tree keys to force a shape")
-        log(f"  {record['note']}")
-    else:
-        log(f"  chosen {best['tree']} (predicted {best['predicted_speedup']:.2f}x)")
+    record = decide({"candidates": [r for _, r in rows], "calibration": setup.record(prompts)}, options, setup.min_gain)
+    log(f"  {record['note']}" if "note" in record else f"  chosen {describe(record)} (predicted {record['predicted_speedup']:.2f}x)")
     keep(record, path, trusted, log)
     return record["chosen"], record
+
+
+def decide(record: dict, options: list[dict], min_gain: float) -> dict:
+    """The record with its choice made (cached records are decided again, so `min_gain`
+    applies to them too): the candidate predicted fastest, or drafting off when even it is
+    not predicted more than `min_gain` faster than AR. `options[i]` is the config of
+    `record["candidates"][i]`."""
+    best = max(range(len(options)), key=lambda i: record["candidates"][i]["predicted_speedup"])
+    predicted = record["candidates"][best]["predicted_speedup"]
+    decided = {k: v for k, v in record.items() if k != "note"} | {"chosen": options[best], "predicted_speedup": predicted}
+    if predicted <= 1.0 + min_gain:
+        decided["chosen"] = DRAFTING_OFF
+        decided["note"] = (f"no shape is predicted more than {min_gain:.0%} faster than AR on this hardware (best {predicted:.2f}x at "
+                           f"{record['candidates'][best]['tree']}); decoding without drafting. Set the tree keys to force a shape")
+    return decided
 
 
 def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, setup: Calibration) -> dict:

@@ -19,8 +19,17 @@ from specbench.costs.profile import tree_forward_ms
 from specbench.engine.lean import make_lm
 
 PROBE_SIZES = (1, 4, 16, 64)
+ONE_TOKEN = (1,)
 PROBE_CONTEXT = 256
 CANDIDATES = ("bfloat16", "float32")
+PLAIN_DECODING = "specbench.trees.autoregressive.Autoregressive"
+
+
+def verified_sizes(method_cfg: dict) -> tuple[int, ...]:
+    """The forward sizes whose cost decides a method's dtype: one token for a method that
+    drafts nothing, every probed size otherwise."""
+    drafts = method_cfg.get("drafter") is not None or (method_cfg.get("tree") or {}).get("_target_") != PLAIN_DECODING
+    return PROBE_SIZES if drafts else ONE_TOKEN
 
 
 def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> str:
@@ -48,9 +57,11 @@ def measure(load_model, repeats: int = 3, forward: str = "auto") -> dict[str, di
     return probe
 
 
-def resolve(hardware: dict, model_name: str, load_model, cache: Path, log=print, refresh: bool = False) -> tuple[str, dict | None]:
+def resolve(
+    hardware: dict, model_name: str, load_model, cache: Path, log=print, refresh: bool = False, sizes: tuple[int, ...] = PROBE_SIZES,
+) -> tuple[str, dict | None]:
     """(dtype, the probe it came from or None) for a hardware config; `auto` is decided
-    here (`refresh`: timed again), explicit dtypes pass through."""
+    here at the forward sizes `sizes` (`refresh`: timed again), explicit dtypes pass through."""
     dtype = hardware.get("dtype")
     if dtype != "auto":
         return dtype, None
@@ -61,12 +72,17 @@ def resolve(hardware: dict, model_name: str, load_model, cache: Path, log=print,
 
     def timed_probe() -> dict:
         log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU (once; cached in {path})")
-        return {"context": PROBE_CONTEXT, "probe": measure(load_model, forward=hardware.get("forward", "auto")), "rule": "bf16 if <= fp32 at every n"}
+        return {"context": PROBE_CONTEXT, "probe": measure(load_model, forward=hardware.get("forward", "auto"))}
 
     record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
     probe = record["probe"]
-    chosen = choose(probe)
+    chosen = choose(probe, sizes)
+    record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}", "sizes": list(sizes)}
+    plain = choose(probe, ONE_TOKEN)
+    if plain != chosen:
+        record["note"] = (f"plain AR would run in {plain} here (one-token forward {probe[plain]['1']:.0f} vs {probe[chosen]['1']:.0f} ms): "
+                          f"this method's speedup is over AR in {chosen}, the dtype of the tree sizes it verifies")
     if seconds is not None:
         shown = ", ".join(f"n={n}: bf16 {probe['bfloat16'][str(n)]:.0f} / fp32 {probe['float32'][str(n)]:.0f} ms" for n in PROBE_SIZES)
-        log(f"  {chosen} ({shown}; {seconds:.0f} s)")
+        log(f"  {chosen} at n in {list(sizes)} ({shown}; {seconds:.0f} s)")
     return chosen, record

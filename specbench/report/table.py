@@ -48,6 +48,8 @@ def print_summary(summary: dict) -> None:
             + (f" (tree building {_fmt(model['tree_overhead_ms_per_step'])} ms a step, timed on calibration prompts, is in the prediction)"
                if model.get("tree_overhead_ms_per_step") is not None else "")
         )
+    if env_note := (summary["environment"].get("dtype_note")):
+        console.print(f"dtype: {env_note}")
     choice = summary.get("tree_choice")
     if choice:
         chosen = choice.get("note") or f"{describe(choice)} (predicted {_fmt(choice['predicted_speedup'])}x)"
