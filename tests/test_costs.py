@@ -149,7 +149,7 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
     note that plain AR would be faster in bf16; where bf16 wins everywhere, no note."""
     zen3 = {"bfloat16": {"1": 37, "4": 90, "16": 317, "64": 1180}, "float32": {"1": 67, "4": 129, "16": 151, "64": 315}}
     monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto": zen3)
-    ar = {"drafter": None, "tree": {"_target_": dtype_rule.PLAIN_DECODING}}
+    ar = {"drafter": None, "tree": autotune.DRAFTING_OFF}
     eagle3 = {"drafter": {"_target_": "specbench.drafters.eagle.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}}
     assert dtype_rule.verified_sizes(ar) == (1,) and dtype_rule.verified_sizes(eagle3) == dtype_rule.PROBE_SIZES
     cpu = {"dtype": "auto", "device": "cpu", "threads": 2}

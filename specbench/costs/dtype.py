@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from specbench.costs.autotune import DRAFTING_OFF
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
 from specbench.engine.lean import make_lm
@@ -22,13 +23,12 @@ PROBE_SIZES = (1, 4, 16, 64)
 ONE_TOKEN = (1,)
 PROBE_CONTEXT = 256
 CANDIDATES = ("bfloat16", "float32")
-PLAIN_DECODING = "specbench.trees.autoregressive.Autoregressive"
 
 
 def verified_sizes(method_cfg: dict) -> tuple[int, ...]:
     """The forward sizes whose cost decides a method's dtype: one token for a method that
     drafts nothing, every probed size otherwise."""
-    drafts = method_cfg.get("drafter") is not None or (method_cfg.get("tree") or {}).get("_target_") != PLAIN_DECODING
+    drafts = method_cfg.get("drafter") is not None or (method_cfg.get("tree") or {}).get("_target_") != DRAFTING_OFF["_target_"]
     return PROBE_SIZES if drafts else ONE_TOKEN
 
 
