@@ -97,11 +97,6 @@ class Runner:
         cfg = self.cfg
         hardware = self.hardware = dict(cfg["hardware"])
         hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"], method_cfg=cfg["method"])
-        if self.cached_baseline is not None:
-            cached = cached_baseline_dtype(cfg)
-            require(cached in (None, hardware["dtype"]), "baseline.mode",
-                    f"cached, but the cached {cfg['baseline']['method']['name']} run decoded in {cached} and this one decodes in {hardware['dtype']} "
-                    f"(hardware.dtype=auto decides per method); set hardware.dtype={hardware['dtype']} for both runs or use baseline.mode=paired")
         model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
         self.target, self.compile_choice = costs.target_lm(model, cfg, hardware)
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
@@ -110,11 +105,19 @@ class Runner:
             stop_token_ids=frozenset(stop_token_ids(model, self.tokenizer, cfg["model"])),
             stop_strings=tuple(cfg["gen"].get("stop_strings") or ()),
         )
-        self.profile, self.shape_choice = None, None
+        self.profile, self.shape_choice, self.calibration_runs = None, None, None
         self.method = methods.assemble(cfg["method"], model, hardware, tune_tree=self.tune_tree)
-        self.baseline = methods.assemble(cfg["baseline"]["method"], model, hardware) if self.paired else None
+        ar_dtype = (self.dtype_choice or {}).get("ar_dtype", hardware["dtype"])
+        if ar_dtype != hardware["dtype"] and self.calibration_runs is not None:
+            model = self.weigh_dtype(model, ar_dtype)
+        if self.cached_baseline is not None:
+            cached, dtype = cached_baseline_dtype(cfg), self.hardware["dtype"]
+            require(cached in (None, dtype), "baseline.mode",
+                    f"cached, but the cached {cfg['baseline']['method']['name']} run decoded in {cached} and this one decodes in {dtype} "
+                    f"(hardware.dtype=auto decides per method); set hardware.dtype={dtype} for both runs or use baseline.mode=paired")
+        self.baseline = methods.assemble(cfg["baseline"]["method"], model, self.hardware) if self.paired else None
         if self.costs_cfg.get("profile", True) and self.profile is None:  # tune_tree has it already
-            self.cost_profile(self.method.drafter)
+            self.profile = self.cost_profile(self.method.drafter)
         self.tree_overhead = None
         if self.profile is not None:
             self.method.costs = ProfileCosts(self.profile, costs.drafter_id(cfg["method"].get("drafter")))
@@ -124,20 +127,59 @@ class Runner:
     def costs_cfg(self) -> dict:
         return self.cfg.get("costs") or {}
 
-    def cost_profile(self, drafter):
-        """The cached cost profile of this target (and drafter) on this machine, measured
-        on first use."""
-        key = costs.profile_key(self.cfg["model"]["name"], self.hardware["dtype"], self.hardware["device"], self.hardware.get("threads"), self.target.kind)
+    def weigh_dtype(self, calibrated_model, other: str):
+        """When plain AR is fastest in another dtype than the one drafting was calibrated in
+        (an AVX2-only CPU: bf16 wins one-token forwards, fp32 wide ones), price the calibrated
+        shapes in `other` too and decode in the dtype and shape predicted fastest; returns
+        the target model the run decodes with."""
+        cfg, hardware = self.cfg, {**self.hardware, "dtype": other}
+        model, _ = load_target(cfg["model"], other, hardware["device"])
+        target, compile_choice = costs.target_lm(model, cfg, hardware)
+        options = autotune.candidates(cfg["method"]["tree"])
+        calibrated = {"candidates": self.shape_choice["candidates"], "runs": self.calibration_runs}
+        decision = {}
+
+        def tune_in_other(tree_cfg, drafter, verifier):
+            profile = self.cost_profile(drafter, target, other)
+            priced = {self.hardware["dtype"]: calibrated["candidates"], other: autotune.reprice(calibrated, profile, costs.drafter_id(cfg["method"].get("drafter")))}
+            decision.update(autotune.choose_dtype(priced, options, self.costs_cfg.get("min_gain", autotune.MIN_GAIN)), profile=profile)
+            return decision["chosen"]
+
+        method = methods.assemble(cfg["method"], model, hardware, tune_tree=tune_in_other)
+        profile = decision.pop("profile")
+        self.dtype_choice = {**self.dtype_choice, "joint": decision}
+        self.dtype_choice.pop("note", None)
+        gain, chosen, ar_ms = decision["predicted_gain"], decision["chosen"], decision["ar_ms"]
+        shape = {k: chosen[k] for k in autotune.auto_keys(cfg["method"]["tree"])} if chosen != autotune.DRAFTING_OFF else "drafting off"
+        faster_ar = min(ar_ms, key=ar_ms.get)
+        self.dtype_choice["note"] = decision.get("note") or (
+            f"{decision['dtype']} with {shape} is predicted {gain:.2f}x the speed of plain AR in {faster_ar}, AR's faster dtype on this "
+            f"profile ({' vs '.join(f'{d} {ms:.0f} ms' for d, ms in ar_ms.items())} on the calibration prompts); this run's speedup is over AR in {decision['dtype']}")
+        if decision["dtype"] != other:
+            if chosen != self.shape_choice["chosen"]:  # the gain over the faster AR ranks the shapes
+                self.method = methods.assemble(cfg["method"], calibrated_model, self.hardware, tune_tree=lambda *_: chosen)
+            self.shape_choice = {**self.shape_choice, "chosen": chosen}
+            return calibrated_model
+        self.hardware, self.target, self.compile_choice, self.method, self.profile = hardware, target, compile_choice, method, profile
+        self.shape_choice = {k: v for k, v in self.shape_choice.items() if k != "note"} | {"chosen": chosen, "predicted_speedup": gain, "dtype": other}
+        if "note" in decision:
+            self.shape_choice["note"] = decision["note"]
+        return model
+
+    def cost_profile(self, drafter, target=None, dtype: str | None = None):
+        """The cached cost profile of the target (and drafter) on this machine, measured on
+        first use: this run's target, or `target` in `dtype`."""
+        target, dtype = target or self.target, dtype or self.hardware["dtype"]
+        key = costs.profile_key(self.cfg["model"]["name"], dtype, self.hardware["device"], self.hardware.get("threads"), target.kind)
         turns = max((len(s.turns) for s in self.samples), default=1)
         longest = max((len(self.tokenizer(t).input_ids) for s in self.samples for t in s.turns[:1]), default=64)
         longest = min(self.context_length, turns * (longest + 32 + self.limits.max_new_tokens) + TREE_MARGIN)
         name = costs.drafter_id(self.cfg["method"].get("drafter"))
-        self.profile = costs.ensure_profile(
-            key, self.target, longest, {name: drafter} if drafter is not None else None,
+        return costs.ensure_profile(
+            key, target, longest, {name: drafter} if drafter is not None else None,
             repeats=self.costs_cfg.get("repeats", costs.REPEATS), max_n=self.costs_cfg.get("max_n", costs.MAX_N),
             batch=self.batch_size,
         )
-        return self.profile
 
     def save_decisions(self) -> None:
         """What measured costs decided for this run (dtype, shape, the profile used), kept
@@ -167,7 +209,10 @@ class Runner:
     def tune_tree(self, tree_cfg: dict, drafter, verifier) -> dict:
         """Tree parameters set to `auto`: the shape with the best predicted speedup."""
         setup = self.calibration()
-        chosen, self.shape_choice = autotune.tune(tree_cfg, drafter, verifier, self.target, self.cost_profile(drafter), setup)
+        self.profile = self.cost_profile(drafter)
+        chosen, record = autotune.tune(tree_cfg, drafter, verifier, self.target, self.profile, setup)
+        self.calibration_runs = record.pop("runs", None)  # kept apart: the summary needs the choice, not every decode
+        self.shape_choice = record
         return chosen
 
     def calibrate_tree_overhead(self) -> dict | None:

@@ -257,3 +257,34 @@ def test_mars_records_its_decisions_and_the_target_nll(tmp_path):
     assert counts["relaxed"] + counts["sampled"] + counts["exact"] > 0 and counts["rejected"] > 0
     assert summary["results"]["target_nll_per_token"] > 0 and summary["baseline"]["target_nll_per_token"] > 0
     assert "mean_common_prefix_tokens" in summary["agreement_with_baseline"]
+
+
+def test_where_ar_is_faster_in_another_dtype_a_drafting_run_weighs_both(tmp_path):
+    """On an AVX2-only CPU (the AMD EPYC Zen 3 probe below: bf16 wins one-token forwards, fp32
+    wide ones) a drafting method calibrated in fp32 is priced in bf16 too and decodes in the
+    dtype and shape predicted fastest, its AR baseline paired in that same dtype; both dtypes'
+    profiles are cached and the summary says what was weighed."""
+    from specbench.costs import dtype as dtype_rule
+    from specbench.costs.fingerprint import device_fingerprint
+
+    cache = tmp_path / "cache"  # its own: the other tests keep this machine's real probe
+    (cache / "costs").mkdir(parents=True)
+    (cache / "models").symlink_to(Path(os.environ["SPECBENCH_CACHE"]) / "models")
+    zen3 = {"bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0}, "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0}}
+    here = device_fingerprint("cpu", 2)
+    dtype_rule.probe_path(cache / "costs", "smollm2-135m-auto", here).write_text(json.dumps({"fingerprint": here, "context": 256, "probe": zen3}))
+    result = run("method=pld", "hardware=cpu", *QUICK, tmp_path=tmp_path, env={"SPECBENCH_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    [decisions] = (tmp_path / "pld").glob("*/decisions.json")
+    decisions = json.loads(decisions.read_text())
+    joint = decisions["dtype_choice"]["joint"]
+    assert set(joint["best_gain"]) == {"float32", "bfloat16"} and decisions["dtype"] == joint["dtype"]
+    assert json.loads(decisions["profile"])["key"]["dtype"] == joint["dtype"]
+    assert {p.name.split("-")[2] for p in (cache / "costs").glob("smollm2-135m-*-LeanTreeLM*.json")} == {"float32", "bfloat16"}
+    summary = summary_of(tmp_path, "pld")
+    assert summary["environment"]["dtype"] == joint["dtype"] and summary["baseline_source"].startswith("paired")
+    assert joint["dtype"] in summary["environment"]["dtype_note"] and "dtype:" in result.stdout
+    if joint["chosen"] == DRAFTING_OFF:
+        assert summary["results"]["draft_forwards"] == 0 and joint["dtype"] == "bfloat16"  # AR's faster dtype in the probe
+    else:
+        assert summary["tree_choice"]["chosen"] == joint["chosen"] and joint["predicted_gain"] > 1.0 + MIN_GAIN

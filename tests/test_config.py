@@ -1,6 +1,7 @@
 """Every config group composes, and every method config builds its parts."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -94,3 +95,26 @@ def test_a_retrained_head_under_the_same_name_is_a_new_run(tmp_path):
     assert config_hash(composed("method=eagle3", f"model.eagle3.path={head}")) != before
     # methods without local drafter weights hash as before (AR, PLD; a hub head is named by its id)
     assert config_hash(composed("method=pld")) == config_hash(composed("method=pld", f"model.eagle3.path={head}"))
+
+
+def test_a_model_converted_by_two_processes_at_once_keeps_the_first(tmp_path, monkeypatch):
+    """Corpus shards (or a test beside a training job) may convert the GGUF together: the
+    one that finishes second keeps the first's copy instead of failing on the rename."""
+    from specbench.models import registry
+
+    class Saved:
+        def __init__(self, name):
+            self.name, self.config, self.hf_quantizer = name, SimpleNamespace(quantization_config=None), None
+
+        def save_pretrained(self, path):
+            Path(path).mkdir(parents=True, exist_ok=True)
+            (Path(path) / "model.safetensors").write_text(self.name)
+
+    monkeypatch.setattr(registry.AutoTokenizer, "from_pretrained", lambda *a, **k: Saved("tokenizer"))
+    monkeypatch.setattr(registry.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: Saved("second"))
+    out = tmp_path / "models" / "smollm2-135m"
+    out.mkdir(parents=True)
+    (out / "model.safetensors").write_text("first")
+    registry._convert_gguf(tmp_path, "model.gguf", out)
+    assert (out / "model.safetensors").read_text() == "first"
+    assert [p.name for p in out.parent.iterdir()] == ["smollm2-135m"]  # no partial left behind

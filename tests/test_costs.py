@@ -49,6 +49,19 @@ def test_fingerprint_names_the_cpu_and_its_matmul_flags():
     assert fingerprint.fingerprint_id(here) != fingerprint.fingerprint_id({**here, "threads": 1})
 
 
+def test_a_cpu_capped_to_avx2_is_another_fingerprint(monkeypatch):
+    """ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 makes an avx512_bf16 CPU run bf16 linear
+    layers as an AVX2-only one does: its profiles must not be cached as the native CPU's."""
+    for name in fingerprint.ISA_LIMITS:
+        monkeypatch.delenv(name, raising=False)
+    native = fingerprint.device_fingerprint("cpu", 2)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    capped = fingerprint.device_fingerprint("cpu", 2)
+    assert "isa_limits" not in native and capped["isa_limits"] == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert fingerprint.fingerprint_id(capped) != fingerprint.fingerprint_id(native)
+
+
 def test_profile_round_trip_and_cache_key(tmp_path):
     profile = synthetic_profile(1.5, drafter_ms=0.7)
     path = tmp_path / "p.json"
@@ -409,3 +422,42 @@ def test_profile_command_prints_the_curves_and_rejects_bad_input():
     assert "target c=" in result.stdout and "n=4" in result.stdout and "prompt_lookup" in result.stdout
     bad = subprocess.run([sys.executable, "-m", "specbench.costs", "method=nope"], cwd=root, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "method" in bad.stderr
+
+
+def zen3_rows(method_ms: list[float], ar_ms: float) -> list[dict]:
+    return [{"tree": {"gamma": g + 1}, "ar_ms": ar_ms, "method_ms": m, "predicted_speedup": ar_ms / m} for g, m in enumerate(method_ms)]
+
+
+def test_dtype_and_shape_are_chosen_together_by_throughput():
+    """AMD EPYC Zen 3 (AVX2 only): a one-token bf16 forward costs about 0.6 of an fp32 one
+    and a wide one several times more. PLD's gamma 7 is 1.3x fp32 AR there and still slower
+    than bf16 AR, so a bf16 shape that pays over bf16 AR wins; when none does, drafting is
+    off in bf16 (AR's faster dtype), not on in fp32. With native bf16 nothing changes."""
+    options = [{"gamma": g} for g in (1, 2, 3)]
+    fp32 = zen3_rows([900.0, 800.0, 770.0], ar_ms=1000.0)  # 1.11-1.30x over fp32 AR
+    bf16_pays = zen3_rows([500.0, 700.0, 1400.0], ar_ms=600.0)  # gamma 1: 1.2x over bf16 AR
+    chosen = autotune.choose_dtype({"float32": fp32, "bfloat16": bf16_pays}, options, autotune.MIN_GAIN)
+    assert chosen["dtype"] == "bfloat16" and chosen["chosen"] == {"gamma": 1} and chosen["predicted_gain"] == pytest.approx(1.2)
+    assert chosen["best_gain"] == {"float32": pytest.approx(600 / 770, abs=1e-3), "bfloat16": pytest.approx(1.2)}
+    bf16_never = zen3_rows([620.0, 700.0, 1400.0], ar_ms=600.0)
+    off = autotune.choose_dtype({"float32": fp32, "bfloat16": bf16_never}, options, autotune.MIN_GAIN)
+    assert off["dtype"] == "bfloat16" and off["chosen"] == autotune.DRAFTING_OFF and "decoding without drafting in bfloat16" in off["note"]
+    native = autotune.choose_dtype({"bfloat16": zen3_rows([300.0, 250.0, 400.0], ar_ms=400.0), "float32": fp32}, options, autotune.MIN_GAIN)
+    assert native["dtype"] == "bfloat16" and native["chosen"] == {"gamma": 2} and native["predicted_gain"] == pytest.approx(1.6)
+    fp32_wins = autotune.choose_dtype({"float32": zen3_rows([450.0, 800.0, 900.0], 1000.0), "bfloat16": bf16_never}, options, autotune.MIN_GAIN)
+    assert fp32_wins["dtype"] == "float32" and fp32_wins["chosen"] == {"gamma": 1} and fp32_wins["predicted_gain"] == pytest.approx(600 / 450, abs=1e-3)
+
+
+def test_a_calibration_is_priced_again_under_another_profile(target, draft, prompts, tmp_path):
+    """The recorded calibration decodes priced under the profile they were decoded with give
+    the record's own predictions back; under a profile whose wide forwards cost more, every
+    shape is predicted slower and AR alike."""
+    flat = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
+    _, record = tune_on(flat, target, draft, prompts, tmp_path)
+    again = autotune.reprice(record, flat, "d")
+    assert [r["tree"] for r in again] == [c["tree"] for c in record["candidates"]]
+    for new, old in zip(again, record["candidates"]):
+        assert new["ar_ms"] == pytest.approx(old["ar_ms"], rel=1e-3) and new["method_ms"] == pytest.approx(old["method_ms"], rel=0.05)
+    steep = autotune.reprice(record, synthetic_profile(per_token=300.0, drafter_ms=0.01, base=1000.0), "d")
+    assert all(s["predicted_speedup"] < f["predicted_speedup"] for s, f in zip(steep, again))
+    assert [s["ar_ms"] for s in steep] == pytest.approx([f["ar_ms"] for f in again])

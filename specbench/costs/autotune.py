@@ -29,14 +29,14 @@ from tqdm import tqdm
 
 from specbench.costs import contention
 from specbench.costs.predict import predict, tree_step_ms
-from specbench.costs.profile import CostProfile, ProfileCosts
+from specbench.costs.profile import CostProfile, ProfileCosts, write_whole
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.errors import ConfigError
 
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
 DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
-VERSION = 6  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size)
+VERSION = 7  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype)
 CALIBRATION_PROMPTS = 6  # 3 x 48 tokens left shapes predicted within 0.05-0.1 of each other to noise (eagle3 chose 2 nodes, 1.18x; with 6 x 96, 6 nodes, 1.29x)
 CALIBRATION_TOKENS = 96
 # drafting is turned on only for a predicted gain above this: on a noisy 2-core AVX2 CPU (AMD
@@ -53,9 +53,10 @@ def auto_keys(tree_cfg: dict) -> list[str]:
 def describe(record: dict) -> str:
     """The chosen shape in a few words: its auto keys, or why drafting is off."""
     best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
+    in_dtype = f" in {record['dtype']}" if "dtype" in record else ""  # chosen with the dtype (Runner.weigh_dtype)
     if record["chosen"] == DRAFTING_OFF:
-        return f"drafting off (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x)"
-    return str(best["tree"])
+        return f"drafting off{in_dtype} (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x)"
+    return str({k: record["chosen"][k] for k in best["tree"]}) + in_dtype
 
 
 def candidates(tree_cfg: dict) -> list[dict]:
@@ -112,7 +113,8 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
     """Predicted speedup per candidate: the profile prices the forwards; the rest of a
     step (tree building, bookkeeping), measured in the calibration decodes, is smoothed
     by a robust plane in tree size and draft forwards (overhead_line), since single
-    timings here are noisy."""
+    timings here are noisy. `ar_ms` and `method_ms` are the predicted decode times of the
+    calibration prompts by AR and by the candidate."""
     stats = []
     for cfg, runs, forecast in measured:
         steps, decode_ms = forecast["steps"], forecast["measured_decode_seconds"] * 1000  # verification steps of the batches
@@ -131,13 +133,52 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
     rows = []
     for s in stats:
         fitted = tree_step_ms(line, s["mean_tree_size"], s["delta"])
-        speedup = s["ar_ms"] / (s["forwards_ms"] + fitted * s["steps"])
+        method_ms = s["forwards_ms"] + fitted * s["steps"]
         rows.append({
             "tree": s["tree"], "tau": s["tau"], "delta": s["delta"], "mean_tree_size": s["mean_tree_size"],
             "unpriced_ms_per_step": round(s["unpriced_ms_per_step"], 3), "unpriced_fit_ms": round(fitted, 3),
-            "predicted_speedup": round(speedup, 3),
+            "predicted_speedup": round(s["ar_ms"] / method_ms, 3), "ar_ms": round(s["ar_ms"], 2), "method_ms": round(method_ms, 2),
         })
     return rows
+
+
+def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dict]:
+    """The candidates of a calibration `record` priced under another `profile` (the same
+    model in another dtype): τ, δ and tree sizes are the drafter's and the target's, not the
+    dtype's, so the recorded calibration decodes are priced again instead of decoded again;
+    the tree work per step (Python, the same in either dtype) is the recorded line's."""
+    line = overhead_line(record["candidates"])
+    rows = []
+    for row, runs in zip(record["candidates"], record["runs"]):
+        forecast = predict(runs, profile, drafter, line)
+        method_ms = forecast["predicted_decode_seconds"] * 1000
+        ar_ms = forecast["predicted_speedup"] * method_ms
+        rows.append({"tree": row["tree"], "tau": row["tau"], "delta": row["delta"], "mean_tree_size": row["mean_tree_size"],
+                     "predicted_speedup": round(ar_ms / method_ms, 3), "ar_ms": round(ar_ms, 2), "method_ms": round(method_ms, 2)})
+    return rows
+
+
+def choose_dtype(priced: dict[str, list[dict]], options: list[dict], min_gain: float) -> dict:
+    """Dtype and shape together, by predicted throughput: `priced` maps each dtype to its
+    candidate rows (the same candidates, `options[i]` the config of row i). A candidate's gain
+    is the fastest AR's time (over the dtypes) over its own, so drafting in one dtype is
+    weighed against plain decoding in the other (on an AVX2-only CPU a one-token bf16 forward
+    can cost half an fp32 one while a 16-token one costs twice). Drafting stays off, in
+    AR's fastest dtype, unless the best gain clears `min_gain`."""
+    dtypes = list(priced)
+    gains = {(d, i): min(priced[o][i]["ar_ms"] for o in dtypes) / row["method_ms"] for d in dtypes for i, row in enumerate(priced[d])}
+    dtype, best = max(gains, key=gains.get)
+    ar_dtype = min(dtypes, key=lambda d: sum(r["ar_ms"] for r in priced[d]))
+    decided = {
+        "rule": f"dtype and shape together: the highest predicted throughput over {' and '.join(dtypes)}, each priced with its own cost profile",
+        "best_gain": {d: round(max(g for (o, _), g in gains.items() if o == d), 3) for d in dtypes},
+        "ar_ms": {d: round(sum(r["ar_ms"] for r in priced[d]) / len(priced[d]), 2) for d in dtypes},
+    }
+    if gains[dtype, best] <= 1.0 + min_gain:
+        return decided | {"dtype": ar_dtype, "chosen": DRAFTING_OFF, "predicted_gain": 1.0,
+                          "note": f"no shape in any dtype is predicted more than {min_gain:.0%} faster than AR in {ar_dtype} "
+                                  f"(best {gains[dtype, best]:.2f}x: {priced[dtype][best]['tree']} in {dtype}); decoding without drafting in {ar_dtype}"}
+    return decided | {"dtype": dtype, "chosen": options[best], "predicted_gain": round(gains[dtype, best], 3)}
 
 
 def overhead_line(candidates: list[dict]) -> dict:
@@ -263,7 +304,7 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     rows = list(zip(options, price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg))))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
-    record = decide({"candidates": [r for _, r in rows], "calibration": setup.record(prompts)}, options, setup.min_gain)
+    record = decide({"candidates": [r for _, r in rows], "calibration": setup.record(prompts), "runs": [m[0] for m in measured]}, options, setup.min_gain)
     log(f"  {record['note']}" if "note" in record else f"  chosen {describe(record)} (predicted {record['predicted_speedup']:.2f}x)")
     keep(record, path, trusted, log)
     return record["chosen"], record
@@ -303,7 +344,6 @@ def keep(record: dict, path: Path, trusted: bool, log) -> None:
     """Cache a calibration record, unless it was timed beside another job: good enough
     for this run, not for every later one."""
     if trusted:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1))
+        write_whole(path, json.dumps(record, indent=1))
     else:
         log("  (not cached: other processes used the CPU while the profile or the calibration was timed)")

@@ -78,7 +78,7 @@ def resolve(
     probe = record["probe"]
     chosen = choose(probe, sizes)
     record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}", "sizes": list(sizes)}
-    plain = choose(probe, ONE_TOKEN)
+    plain = record["ar_dtype"] = choose(probe, ONE_TOKEN)
     if plain != chosen:
         record["note"] = (f"plain AR would run in {plain} here (one-token forward {probe[plain]['1']:.0f} vs {probe[chosen]['1']:.0f} ms): "
                           f"this method's speedup is over AR in {chosen}, the dtype of the tree sizes it verifies")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -14,8 +15,11 @@ from pathlib import Path
 import torch
 
 from specbench.costs import contention
+from specbench.costs.profile import write_whole
 
 # CPU flags that change which matmul kernels torch can use (fp32 / bf16 / int8 GEMM)
+# environment variables that cap the kernels torch, oneDNN and MKL pick below the CPU's flags
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
 
 
@@ -50,6 +54,8 @@ def device_fingerprint(device: str, threads: int | None = None) -> dict:
         major, minor = torch.cuda.get_device_capability(0)
         info.update(gpu=torch.cuda.get_device_name(0), compute_capability=f"{major}.{minor}", gpus=torch.cuda.device_count())
     info.update(cpu_info())
+    if limits := {k: os.environ[k] for k in ISA_LIMITS if os.environ.get(k)}:
+        info["isa_limits"] = limits  # e.g. an AVX2-only CPU emulated on a newer one: its own profiles
     info["torch"] = torch.__version__
     info["threads"] = threads if threads is not None else torch.get_num_threads()
     return info
@@ -79,6 +85,5 @@ def cached_probe(path: Path, fingerprint: dict, measure: Callable[[], dict], ref
         record = {"fingerprint": fingerprint, **measure()}
     record["contended_cores"] = None if usage.others is None else round(usage.others, 2)
     if not contention.contended(usage.others):  # timed beside another job: this run only
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1))
+        write_whole(path, json.dumps(record, indent=1))
     return record, time.perf_counter() - start

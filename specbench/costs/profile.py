@@ -12,6 +12,7 @@ until the key changes.
 from __future__ import annotations
 
 import json
+import os
 import time
 from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
@@ -159,9 +160,15 @@ def by_batch(curves: dict[int, Curve], batch: int, context: float, n: int) -> fl
 
 
 def save(profile: CostProfile, path: Path) -> None:
+    write_whole(path, profile.to_json())
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write a cache file so that a reader (another run, a parallel test worker) sees the
+    old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    tmp.write_text(profile.to_json())
+    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
+    tmp.write_text(text)
     tmp.replace(path)
 
 

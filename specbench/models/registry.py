@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
@@ -92,16 +93,23 @@ def _from_package(entry: dict, key: str) -> str:
 
 
 def _convert_gguf(directory: Path, gguf_file: str, out: Path) -> None:
-    """De-quantize a GGUF once into dense fp32 safetensors (later loads take seconds)."""
+    """De-quantize a GGUF once into dense fp32 safetensors (later loads take seconds).
+    Each process writes its own partial directory, so several processes that start at once
+    (corpus shards, a test beside a training job) each convert and the first rename wins."""
     print(f"converting {directory / gguf_file} to {out} (once)")
     tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=gguf_file)
     model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf_file, dtype=torch.float32)
     del model.config.quantization_config
     model.hf_quantizer = None
-    tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    tmp.replace(out)
+    try:
+        tmp.replace(out)
+    except OSError:  # another process finished first: its copy is the same conversion
+        if not (out / "model.safetensors").is_file():
+            raise
+        shutil.rmtree(tmp)
 
 
 def _from_hub(model_id: str, revision: str | None, key: str) -> str:
