@@ -160,8 +160,9 @@ class Runner:
                 self.method = methods.assemble(cfg["method"], calibrated_model, self.hardware, tune_tree=lambda *_: chosen)
             self.shape_choice = {**self.shape_choice, "chosen": chosen}
             return calibrated_model
+        calibrated_in = self.hardware["dtype"]
         self.hardware, self.target, self.compile_choice, self.method, self.profile = hardware, target, compile_choice, method, profile
-        self.shape_choice = {k: v for k, v in self.shape_choice.items() if k != "note"} | {"chosen": chosen, "predicted_speedup": gain, "dtype": other}
+        self.shape_choice = {k: v for k, v in self.shape_choice.items() if k != "note"} | {"chosen": chosen, "predicted_speedup": gain, "dtype": other, "calibrated_in": calibrated_in}
         if "note" in decision:
             self.shape_choice["note"] = decision["note"]
         return model

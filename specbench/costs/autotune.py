@@ -54,8 +54,9 @@ def describe(record: dict) -> str:
     """The chosen shape in a few words: its auto keys, or why drafting is off."""
     best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
     in_dtype = f" in {record['dtype']}" if "dtype" in record else ""  # chosen with the dtype (Runner.weigh_dtype)
+    over = f" over AR in {record['calibrated_in']}" if "calibrated_in" in record else ""
     if record["chosen"] == DRAFTING_OFF:
-        return f"drafting off{in_dtype} (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x)"
+        return f"drafting off{in_dtype} (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x{over})"
     return str({k: record["chosen"][k] for k in best["tree"]}) + in_dtype
 
 
