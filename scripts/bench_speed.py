@@ -113,7 +113,7 @@ def main() -> None:
     name = fingerprint_id(fingerprint)
     args.out.mkdir(parents=True, exist_ok=True)
     figure(rows, args.out / f"speed-{name}.png")
-    profiles = sorted(costs.cache_root().glob(f"{base['model']['name']}-{settings['dtype']}-*-{name}.json"))
+    profiles = sorted(costs.cache_root().glob(f"{base['model']['name']}-*-{name}.json"))  # each dtype's: auto may decode in either
     for profile in profiles:  # the measured curves go beside the results
         for path in (profile, profile.with_suffix(".png")):
             if path.is_file():
