@@ -148,7 +148,6 @@ class Runner:
         method = methods.assemble(cfg["method"], model, hardware, tune_tree=tune_in_other)
         profile = decision.pop("profile")
         self.dtype_choice = {**self.dtype_choice, "joint": decision}
-        self.dtype_choice.pop("note", None)
         gain, chosen, ar_ms = decision["predicted_gain"], decision["chosen"], decision["ar_ms"]
         shape = {k: chosen[k] for k in autotune.auto_keys(cfg["method"]["tree"])} if chosen != autotune.DRAFTING_OFF else "drafting off"
         faster_ar = min(ar_ms, key=ar_ms.get)

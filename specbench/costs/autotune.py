@@ -169,11 +169,12 @@ def choose_dtype(priced: dict[str, list[dict]], options: list[dict], min_gain: f
     dtypes = list(priced)
     gains = {(d, i): min(priced[o][i]["ar_ms"] for o in dtypes) / row["method_ms"] for d in dtypes for i, row in enumerate(priced[d])}
     dtype, best = max(gains, key=gains.get)
-    ar_dtype = min(dtypes, key=lambda d: sum(r["ar_ms"] for r in priced[d]))
+    ar_ms = {d: sum(r["ar_ms"] for r in priced[d]) / len(priced[d]) for d in dtypes}
+    ar_dtype = min(ar_ms, key=ar_ms.get)
     decided = {
         "rule": f"dtype and shape together: the highest predicted throughput over {' and '.join(dtypes)}, each priced with its own cost profile",
         "best_gain": {d: round(max(g for (o, _), g in gains.items() if o == d), 3) for d in dtypes},
-        "ar_ms": {d: round(sum(r["ar_ms"] for r in priced[d]) / len(priced[d]), 2) for d in dtypes},
+        "ar_ms": {d: round(ms, 2) for d, ms in ar_ms.items()},
     }
     if gains[dtype, best] <= 1.0 + min_gain:
         return decided | {"dtype": ar_dtype, "chosen": DRAFTING_OFF, "predicted_gain": 1.0,

@@ -18,9 +18,9 @@ from specbench.costs import contention
 from specbench.costs.profile import write_whole
 
 # CPU flags that change which matmul kernels torch can use (fp32 / bf16 / int8 GEMM)
+MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
 # environment variables that cap the kernels torch, oneDNN and MKL pick below the CPU's flags
 ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
 
 
 def cpu_info(cpuinfo: str | None = None) -> dict:
