@@ -6,7 +6,7 @@ from __future__ import annotations
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from specbench.costs.autotune import DRAFTING_OFF, auto_keys
+from specbench.costs.autotune import DRAFTING_OFF, auto_keys, candidates
 from specbench.engine.loop import Method
 from specbench.errors import ConfigError
 
@@ -26,6 +26,16 @@ def assemble(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method
             drafter = None
     tree = instantiate_part(tree_cfg, "method.tree")
     return Method(tree=tree, verifier=verifier, drafter=drafter)
+
+
+def check(method_cfg: dict) -> None:
+    """Raise the ConfigError a bad verifier or tree value raises, before any model is
+    loaded: bad input then costs a second, not a model load and a cost profile. An auto
+    tree is built at its first candidate shape (the keys set by hand are as given); a
+    drafter needs the target, so it is checked when it loads."""
+    instantiate_part(method_cfg["verifier"], "method.verifier")
+    tree_cfg = method_cfg["tree"]
+    instantiate_part(candidates(tree_cfg)[0] if auto_keys(tree_cfg) else tree_cfg, "method.tree")
 
 
 def load_drafter(method_cfg: dict, target, hardware: dict):

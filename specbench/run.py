@@ -89,6 +89,9 @@ class Runner:
         unknown = [m for m in self.quality_metrics if m not in quality.METRICS]
         require(not unknown, "dataset.metrics", f"unknown {unknown}; choose from {', '.join(quality.METRICS)}")
         self.paired = mode == "paired" and cfg["method"] != cfg["baseline"]["method"]
+        methods.check(cfg["method"])
+        if self.paired:
+            methods.check(cfg["baseline"]["method"])
         self.cached_baseline = load_cached_baseline(cfg) if mode == "cached" else None
 
     def load(self) -> None:

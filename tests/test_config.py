@@ -69,6 +69,20 @@ def test_auto_shapes_are_the_defaults_and_need_a_run_to_choose(target):
     assert composed()["hardware"]["dtype"] == "auto"
 
 
+def test_every_method_checks_before_a_model_loads():
+    for choice in choices("method"):
+        method = composed(f"method={choice}")["method"]
+        if method["tree"].get("bank", "") is None:  # EntMTP's trees come from a search run first
+            with pytest.raises(ConfigError, match="^method.tree.bank: no tree bank given"):
+                methods.check(method)
+        else:
+            methods.check(method)
+    for override, key in (("method=pld method.tree.gamma=0", "method.tree.gamma"), ("method=talon method.tree.mu=1.5", "method.tree.mu"),
+                          ("method=mars method.verifier.theta=0", "method.verifier.theta"), ("method=talon method.tree.mu=auto", r"method.tree: budget, mu, top_k cannot be auto .* supported for: \[.budget., .top_k.\]")):
+        with pytest.raises(ConfigError, match=f"^{key}"):
+            methods.check(composed(*override.split())["method"])
+
+
 def test_hash_changes_with_what_changes_results():
     base = composed()
     assert config_hash(base) == config_hash(composed())

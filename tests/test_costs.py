@@ -420,8 +420,24 @@ def test_profile_command_prints_the_curves_and_rejects_bad_input():
     result = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "target c=" in result.stdout and "n=4" in result.stdout and "prompt_lookup" in result.stdout
+    assert "tau a step must reach against AR in" in result.stdout and "1.3x: n=2 " in result.stdout
     bad = subprocess.run([sys.executable, "-m", "specbench.costs", "method=nope"], cwd=root, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "method" in bad.stderr
+
+
+def test_tau_needed_is_the_step_cost_over_ar_times_the_gain():
+    """A target forward of n tokens costing 10 + 2(n-1) ms, 1 ms of engine work a step and
+    0.5 ms to commit: a 4-token step costs 17.5 ms against AR's 11, so 1.3x needs
+    1.3 * 17.5 / 11 tokens a step. Against AR in a dtype whose step is 0.6 of this
+    profile's (bf16 AR beside an fp32 profile on an AVX2 CPU), 1/0.6 times more, and at
+    64 tokens even 1.0x is out of any tree's reach (tau above n)."""
+    profile = synthetic_profile(per_token=2.0)
+    profile.step_overhead_ms, profile.commit_ms = 1.0, 0.5
+    assert predict_mod.tau_needed(profile, 128, 4, 1.3) == pytest.approx(1.3 * 17.5 / 11)
+    assert predict_mod.tau_needed(profile, 128, 1, 1.0) == pytest.approx(11.5 / 11)
+    assert predict_mod.tau_needed(profile, 128, 4, 1.3, ar_ratio=0.6) == pytest.approx(1.3 * 17.5 / 11 / 0.6)
+    steep = synthetic_profile(per_token=20.0)
+    assert predict_mod.tau_needed(steep, 128, 64, 1.0, ar_ratio=0.6) > 64
 
 
 def zen3_rows(method_ms: list[float], ar_ms: float) -> list[dict]:

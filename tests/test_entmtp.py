@@ -166,6 +166,7 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     method's own tree measured beside it, prompts outside the evaluated subset, and a
     re-run that keeps the task instead of searching again."""
     import json
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -179,7 +180,10 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
                  "gen.temperature=0.7", "hardware.dtype=float32", "costs.max_n=16", "costs.repeats=1"]
     command = [sys.executable, "-m", "specbench.search", "--bank", str(bank), "--budget", "4", "--max-depth", "2",
                "--prompts", "2", "--tokens", "8", "--exclude-limit", "5", "--keep-existing", *overrides]
-    env = {**__import__("os").environ, "SPECBENCH_CACHE": str(tmp_path / "cache")}
+    cache = tmp_path / "cache"  # its own profiles, the session's converted weights
+    cache.mkdir()
+    (cache / "models").symlink_to(Path(os.environ["SPECBENCH_CACHE"]) / "models")
+    env = {**os.environ, "SPECBENCH_CACHE": str(cache)}
     result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(bank.read_text())

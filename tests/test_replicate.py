@@ -118,6 +118,18 @@ def test_bad_runner_input_is_one_line():
     assert "--only" in result.stderr and "table9" in result.stderr and "figure12" in result.stderr
 
 
+def test_datasets_narrow_every_sweep_and_bad_names_are_one_line():
+    result = subprocess.run([sys.executable, "runners/mars.py", "--dry-run", "--only", "table1", "table6", "--datasets", "gsm8k", "cnn_dm"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [l for l in result.stdout.splitlines() if " -m specbench -m " in l]
+    datasets = {o.split("=", 1)[1] for l in lines for o in l.split() if o.startswith("dataset=")}
+    assert datasets == {"gsm8k", "cnn_dm"} and len(lines) == 6  # table1: 2 methods x (gsm8k, cnn_dm); table6: 2 methods x gsm8k
+    bad = subprocess.run([sys.executable, "runners/mars.py", "--dry-run", "--only", "table6", "--datasets", "cnn_dm"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [bad.stderr.strip()]
+    assert "--datasets" in bad.stderr and "cnn_dm" in bad.stderr and "gsm8k, humaneval" in bad.stderr
+
+
 @pytest.mark.parametrize("model, hardware, gpus", [("qwen3-8b", "gpu", 1), ("qwen3-235b", "multi-gpu", 8)])
 def test_slurm_submission_asks_for_the_models_gpus(tmp_path, model, hardware, gpus):
     fake = tmp_path / "bin"
@@ -162,7 +174,7 @@ def execute_notebook(paper, runs, results_dir, monkeypatch):
 
 
 def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
-    args = [sys.executable, "runners/mars.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table6",
+    args = [sys.executable, "runners/mars.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table6", "--datasets", "gsm8k",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -247,7 +259,7 @@ def test_cast_paper_scale_sweeps_cover_the_batch_sizes_gpus_and_thresholds():
 
 
 def test_tiny_cast_replication_at_batch_size_8_and_its_notebook(tmp_path, monkeypatch):
-    args = [sys.executable, "runners/cast.py", "--prompts", "1", "--max-new-tokens", "4", "--only", "table2",
+    args = [sys.executable, "runners/cast.py", "--prompts", "1", "--max-new-tokens", "4", "--only", "table2", "--datasets", "humaneval",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]

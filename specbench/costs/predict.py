@@ -81,6 +81,17 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
     return result
 
 
+def tau_needed(profile: CostProfile, context: float, n: int, gain: float, ar_ratio: float = 1.0) -> float:
+    """Tokens a step that verifies `n` tokens must accept on average to decode `gain` times
+    as fast as AR, with drafting and tree work free: a lower bound for any drafter. A tree
+    of n tokens (the pending token and n-1 drafts) accepts at most n, so a bound above n
+    means no tree of that size reaches the gain on this machine. `ar_ratio`: AR's step time
+    over this profile's one-token step (AR in a faster dtype than the profile's: < 1)."""
+    ar = (profile.target_ms(1, context, 1) + profile.step_overhead(1)) * ar_ratio
+    step = profile.target_ms(1, context, n) + profile.step_overhead(1) + profile.commit_ms
+    return gain * step / ar
+
+
 def tree_step_ms(line: dict | None, mean_tree_size: float, draft_forwards: float) -> float:
     """A step's tree work on the calibrated plane (records of a size-only line count no work per draft forward)."""
     if not line:

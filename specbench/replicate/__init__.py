@@ -24,6 +24,7 @@ def main(paper: ModuleType, argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=paper.CPU_MAX_NEW_TOKENS, help="new tokens per answer at cpu scale")
     parser.add_argument("--launcher", choices=sweep.LAUNCHERS, default="basic", help="Hydra launcher: in this process, local processes, or SLURM jobs")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these sweeps (table1, figure3, ...)")
+    parser.add_argument("--datasets", nargs="+", metavar="NAME", help="run the sweeps on these datasets only (gsm8k, humaneval, ...)")
     parser.add_argument("--dry-run", action="store_true", help="print the multiruns instead of running them")
     parser.add_argument("--report-only", action="store_true", help="write tables, figures and report from the runs already finished")
     parser.add_argument("--outputs", type=Path, help="where runs go (default outputs/replicate/<paper>/<scale>)")
@@ -40,6 +41,11 @@ def main(paper: ModuleType, argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"--only: unknown sweep(s) {', '.join(unknown)}; choose from {', '.join(s.name for s in sweeps)}")
     sweeps = [s for s in sweeps if not args.only or s.name in args.only]
+    if args.datasets:
+        unknown = sorted(set(args.datasets) - sweep.datasets_of(sweeps))
+        if unknown:
+            parser.error(f"--datasets: no sweep runs {', '.join(unknown)}; choose from {', '.join(sorted(sweep.datasets_of(sweeps)))}")
+        sweeps = sweep.on_datasets(sweeps, args.datasets)
     outputs = (args.outputs or ROOT / "outputs" / "replicate" / paper.NAME / args.scale).resolve()
     no_gpu = args.scale == "paper" and args.launcher != "slurm" and not torch.cuda.is_available()
     if not args.report_only:

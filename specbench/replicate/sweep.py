@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specbench import ROOT
@@ -55,6 +55,25 @@ def each_method(sweep: Sweep) -> list[tuple[str | None, Sweep]]:
         (method, Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides], sweep.program))
         for method in methods.split(",")
     ]
+
+
+def on_datasets(sweeps: list[Sweep], names: list[str]) -> list[Sweep]:
+    """The sweeps narrowed to these datasets: a sweep left with none is dropped, one that
+    names no dataset (an offline stage) is kept."""
+    kept = []
+    for sweep in sweeps:
+        at = next((i for i, o in enumerate(sweep.overrides) if o.startswith("dataset=")), None)
+        if at is None:
+            kept.append(sweep)
+            continue
+        left = [d for d in sweep.overrides[at].split("=", 1)[1].split(",") if d in names]
+        if left:
+            kept.append(replace(sweep, overrides=[*sweep.overrides[:at], "dataset=" + ",".join(left), *sweep.overrides[at + 1 :]]))
+    return kept
+
+
+def datasets_of(sweeps: list[Sweep]) -> set[str]:
+    return {d for s in sweeps for o in s.overrides if o.startswith("dataset=") for d in o.split("=", 1)[1].split(",")}
 
 
 def pin(sweeps: list[Sweep], defaults: dict[str, dict]) -> list[Sweep]:
