@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from specbench.costs.fingerprint import isa_limits
 from specbench.models.registry import weights_id
 
 HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "seed")
@@ -29,6 +30,8 @@ def config_hash(cfg: dict) -> str:
         keys["drafter_weights"] = weights
     if cfg["method"] != cfg["baseline"]["method"]:
         keys["baseline_mode"] = cfg["baseline"]["mode"]
+    if limits := isa_limits():  # an emulated older CPU is other hardware: its runs never resume native ones
+        keys["isa_limits"] = limits
     blob = json.dumps(keys, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 

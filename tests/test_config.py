@@ -95,6 +95,17 @@ def test_hash_changes_with_what_changes_results():
     assert config_hash(eagle3) != config_hash(composed("method=eagle3", "model.eagle3.path=/elsewhere"))  # the one it uses is
 
 
+def test_an_emulated_isa_is_a_run_of_its_own(monkeypatch):
+    native = config_hash(composed())
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    emulated = config_hash(composed())
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert len({native, emulated, config_hash(composed())}) == 3
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert config_hash(composed()) == native
+
+
 def test_a_retrained_head_under_the_same_name_is_a_new_run(tmp_path):
     """Shipping a retrained head keeps its config entry: the run's identity follows its
     weights (a re-run must not resume the old head's samples), not its model card."""

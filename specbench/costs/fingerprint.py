@@ -46,6 +46,11 @@ def cpu_info(cpuinfo: str | None = None) -> dict:
     }
 
 
+def isa_limits() -> dict[str, str]:
+    """The ISA caps set in the environment (none on a plain run)."""
+    return {k: os.environ[k] for k in ISA_LIMITS if os.environ.get(k)}
+
+
 def device_fingerprint(device: str, threads: int | None = None) -> dict:
     """The hardware a measurement ran on: CPU model and ISA flags, or GPU name and
     compute capability; torch version and threads."""
@@ -54,7 +59,7 @@ def device_fingerprint(device: str, threads: int | None = None) -> dict:
         major, minor = torch.cuda.get_device_capability(0)
         info.update(gpu=torch.cuda.get_device_name(0), compute_capability=f"{major}.{minor}", gpus=torch.cuda.device_count())
     info.update(cpu_info())
-    if limits := {k: os.environ[k] for k in ISA_LIMITS if os.environ.get(k)}:
+    if limits := isa_limits():
         info["isa_limits"] = limits  # e.g. an AVX2-only CPU emulated on a newer one: its own profiles
     info["torch"] = torch.__version__
     info["threads"] = threads if threads is not None else torch.get_num_threads()
