@@ -321,6 +321,8 @@ def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tm
     assert chosen == autotune.DRAFTING_OFF and "no shape" in record["note"]
     assert all(c["predicted_speedup"] < 1.0 for c in record["candidates"])
     assert autotune.describe(record).startswith("drafting off (best shape {'gamma': ")
+    best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
+    assert autotune.describe(record).endswith(f"tau {best['tau']:.2f} where {best['tau'] / best['predicted_speedup']:.2f} breaks even)")
     # flat verification and nearly free drafting: a longer chain wins, predicted faster than AR
     flat = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
     chosen, record = tune_on(flat, target, draft, prompts, tmp_path / "b")

@@ -56,7 +56,10 @@ def describe(record: dict) -> str:
     in_dtype = f" in {record['dtype']}" if "dtype" in record else ""  # chosen with the dtype (Runner.weigh_dtype)
     over = f" over AR in {record['calibrated_in']}" if "calibrated_in" in record else ""
     if record["chosen"] == DRAFTING_OFF:
-        return f"drafting off{in_dtype} (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x{over})"
+        # at a fixed shape a step costs the same whatever it accepts, so speed scales with tau
+        even = best["tau"] / best["predicted_speedup"]
+        return (f"drafting off{in_dtype} (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x{over}: "
+                f"tau {best['tau']:.2f} where {even:.2f} breaks even)")
     return str({k: record["chosen"][k] for k in best["tree"]}) + in_dtype
 
 
