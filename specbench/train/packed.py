@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from specbench.data import sharegpt
+from specbench.errors import require, run_command
 from specbench.run import chat_prompt
 from specbench.train.contamination import normalize
 
@@ -84,15 +86,17 @@ def prompt_texts(keys: set[str]) -> dict[str, str]:
     return texts
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     from specbench.train.data import read_answers
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", nargs="+", required=True, help="corpus directories or answer JSONL files")
     parser.add_argument("--out", required=True, help="the pack to write (.safetensors)")
     parser.add_argument("--note", default="", help="how the answers were generated (kept in the pack's metadata)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = Path(args.out)
+    # a pack may hold answers no longer on this machine (runs/ is not committed): never rewrite one
+    require(not out.exists(), "--out", f"{out} exists; a pack is never rewritten: name a new file (its answers stay out of the new one)")
     packed = {(k, t) for other in out.parent.glob("*.safetensors") if other != out for k, t in zip(keys_of(other), temperatures_of(other))}
     rows = [r for r in read_answers(args.data) if (r["key"], round(r["temperature"], 4)) not in packed]
     pack(rows, out, args.note)
@@ -105,4 +109,4 @@ def temperatures_of(path: Path) -> list[float]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])
