@@ -31,6 +31,14 @@ def _isolate_cache() -> None:
 _isolate_cache()
 
 
+def own_cache(path: Path) -> Path:
+    """A cache of a test's own at `path` (its profiles and probes apart from the other
+    tests'), sharing the session's converted model weights; pass it as SPECBENCH_CACHE."""
+    (path / "costs").mkdir(parents=True)
+    (path / "models").symlink_to(Path(os.environ["SPECBENCH_CACHE"]) / "models")
+    return path
+
+
 def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(

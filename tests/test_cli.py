@@ -267,9 +267,9 @@ def test_where_ar_is_faster_in_another_dtype_a_drafting_run_weighs_both(tmp_path
     from specbench.costs import dtype as dtype_rule
     from specbench.costs.fingerprint import device_fingerprint
 
-    cache = tmp_path / "cache"  # its own: the other tests keep this machine's real probe
-    (cache / "costs").mkdir(parents=True)
-    (cache / "models").symlink_to(Path(os.environ["SPECBENCH_CACHE"]) / "models")
+    from conftest import own_cache
+
+    cache = own_cache(tmp_path / "cache")  # the other tests keep this machine's real probe
     zen3 = {"bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0}, "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0}}
     here = device_fingerprint("cpu", 2)
     dtype_rule.probe_path(cache / "costs", "smollm2-135m-auto", here).write_text(json.dumps({"fingerprint": here, "context": 256, "probe": zen3}))

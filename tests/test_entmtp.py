@@ -171,6 +171,7 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     import sys
     from pathlib import Path
 
+    from conftest import own_cache
     from specbench.data import questions
     from specbench.__main__ import compose_config
 
@@ -180,10 +181,7 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
                  "gen.temperature=0.7", "hardware.dtype=float32", "costs.max_n=16", "costs.repeats=1"]
     command = [sys.executable, "-m", "specbench.search", "--bank", str(bank), "--budget", "4", "--max-depth", "2",
                "--prompts", "2", "--tokens", "8", "--exclude-limit", "5", "--keep-existing", *overrides]
-    cache = tmp_path / "cache"  # its own profiles, the session's converted weights
-    cache.mkdir()
-    (cache / "models").symlink_to(Path(os.environ["SPECBENCH_CACHE"]) / "models")
-    env = {**os.environ, "SPECBENCH_CACHE": str(cache)}
+    env = {**os.environ, "SPECBENCH_CACHE": str(own_cache(tmp_path / "cache"))}
     result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(bank.read_text())
