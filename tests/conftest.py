@@ -84,13 +84,19 @@ def prompts():
     return prompts
 
 
-def train_heads_twice(module: str, tmp_path: Path, heads: int) -> Path:
-    """Run a heads trainer (`python -m module`) on the real target with 6 synthetic answers
-    for 2 steps, then resumed to 3, checkpointing every step; the export directory."""
+def synthetic_answers(tmp_path: Path) -> Path:
+    """A JSONL file of 6 greedy 'target answers' of 70 random tokens (keys k0..k5)."""
     rng = torch.Generator().manual_seed(0)
     rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()} for i in range(6)]
     data = tmp_path / "answers.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
+def train_heads_twice(module: str, tmp_path: Path, heads: int) -> Path:
+    """Run a heads trainer (`python -m module`) on the real target with 6 synthetic answers
+    for 2 steps, then resumed to 3, checkpointing every step; the export directory."""
+    data = synthetic_answers(tmp_path)
     out = tmp_path / "heads"
     args = [sys.executable, "-m", module, "--data", str(data), "--out", str(out), "--sharegpt-answers", "4", "--heads", str(heads),
             "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]

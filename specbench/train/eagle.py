@@ -21,9 +21,9 @@ import torch
 from specbench.models.eagle import Eagle1Head, feature_layers, load_head
 from specbench.models.eagle3 import head_config, read_config, trained_state
 from specbench.train import eagle3
-from specbench.train.data import TARGET, batches
-from specbench.train.loop import add_fit_arguments, fit
-from specbench.train.validation import export, prepare, save_head
+from specbench.train.loop import add_fit_arguments
+from specbench.train.shared_pass import TargetPass, Trainee, saved_states, train_heads
+from specbench.train.validation import export as export_record, prepare, save_head
 
 VALIDATION_STEPS = 3  # draft steps the learning curve unrolls (chain depth of its tau)
 
@@ -52,51 +52,47 @@ def eagle_loss(head: Eagle1Head, embeds, features, next_features, target_probs, 
     return loss, [float(top1)]
 
 
-def train(args) -> None:
-    target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
+def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | None) -> Trainee:
+    """The EAGLE-1 head of a run (resumed from `saved`, or warm-started from --init)."""
     raw_config = head_config_for(target.config)
     if args.init:  # a warm start keeps the published head's layout (LLaMA3 heads have no fc bias)
         raw_config["bias"] = read_config(Path(args.init), "--init").get("bias", True)
     head = Eagle1Head(head_config(raw_config), target.get_output_embeddings().weight.float())
-    if args.init and not checkpoint.exists():
+    if args.init and saved is None:
         head.load_state_dict(trained_state(load_head(args.init, head.lm_head_weight, torch.float32, "cpu", key="--init")))
     layer = feature_layers(target.config.num_hidden_layers)[0]
     embedding = target.get_input_embeddings()
 
-    def target_pass(ids, labels):
+    def rows_of(batch: TargetPass):
         """Row t: feature t, token t+1, the feature at t+1 and the target's distribution
         at t+1 (token t+2), and which rows have a label."""
         with torch.no_grad():
-            result = target(input_ids=ids, output_hidden_states=True)
-            features = result.hidden_states[layer].float()
-            probs = result.logits.float().softmax(-1)
-            embeds = embedding(ids).float()
-        n = ids.shape[1] - 2
-        return embeds[:, 1 : n + 1], features[:, :n], features[:, 1 : n + 1], probs[:, 1 : n + 1], labels[:, 2 : n + 2] != -100
+            features = batch.hidden_states[layer].float()
+            probs = batch.logits.softmax(-1)
+            embeds = embedding(batch.ids).float()
+        n = batch.ids.shape[1] - 2
+        return embeds[:, 1 : n + 1], features[:, :n], features[:, 1 : n + 1], probs[:, 1 : n + 1], batch.labels[:, 2 : n + 2] != -100
 
-    def loss_fn(ids, labels):
-        return eagle_loss(head, *target_pass(ids, labels), args.noise, args.w_cls)
-
-    def validation_read(ids, labels):
-        embeds, features, _, probs, mask = target_pass(ids, labels)
+    def keep(batch: TargetPass):
+        embeds, features, _, probs, mask = rows_of(batch)
         return embeds, features, probs.argmax(-1), mask
 
-    result = fit(
-        head, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
-        checkpoint, args.steps, args.minutes, args.lr, 0.0, "eagle-1 training (top-1)",
-        evaluate=eagle3.unrolled_curve(head, validation, validation_read, VALIDATION_STEPS, args, curve_path), checkpoint_every=args.checkpoint_every,
-    )
-    save_head(out, raw_config, head)
-    load_head(str(out), head.lm_head_weight, torch.float32, "cpu", key="trained head")  # the shipped files load strictly
-    export(out, curve_path, {
-        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
-        "validation_answers": len(validation),
-        **result,  # final_metrics_ema: top-1 agreement with the target (training batches)
-        "noise": args.noise, "w_cls": args.w_cls, "batch": args.batch, "length": args.length, "init": args.init, "lr": args.lr,
-        "schedule_steps": args.steps, "seed": args.seed, "feature_layer": layer, "target_dtype": args.target_dtype,
-        "parameters": sum(p.numel() for p in head.parameters()),
-    }, step_label="draft step")
-    print(f"saved {out}: {result}")
+    def export(curve_path: Path, record: dict) -> None:
+        save_head(out, raw_config, head)
+        load_head(str(out), head.lm_head_weight, torch.float32, "cpu", key="trained head")  # the shipped files load strictly
+        export_record(out, curve_path, {  # final_metrics_ema: top-1 agreement with the target (training batches)
+            **record, "noise": args.noise, "w_cls": args.w_cls, "init": args.init, "feature_layer": layer,
+            "parameters": sum(p.numel() for p in head.parameters()),
+        }, step_label="draft step")
+
+    return Trainee("eagle", out, head, lambda batch: eagle_loss(head, *rows_of(batch), args.noise, args.w_cls), keep,
+                   eagle3.eagle_hits(head, VALIDATION_STEPS), eagle3.chain_acceptance, export)
+
+
+def train(args) -> None:
+    target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
+    head = trainee(args, target, tokenizer, rows, out, saved_states(checkpoint, ["eagle"])["eagle"])
+    train_heads([head], target, (rows, n_target, validation), args, checkpoint, "eagle-1 training (top-1)")
 
 
 def main() -> None:

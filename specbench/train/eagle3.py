@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from pathlib import Path
 
 import torch
 
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head, trained_state
-from specbench.train.data import TARGET, batches, collate
-from specbench.train.loop import add_fit_arguments, add_head_arguments, fit
-from specbench.train.validation import append_point, curve_point, export, prepare, save_head
+from specbench.train.loop import add_fit_arguments, add_head_arguments
+from specbench.train.shared_pass import TargetPass, Trainee, saved_states, train_heads
+from specbench.train.validation import export as export_record, prepare, save_head
 
 
 def head_config_for(target_config, draft_vocab_size: int) -> dict:
@@ -123,33 +124,17 @@ def chain_acceptance(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int
     return int(accepted[valid].sum()), int(valid.sum())
 
 
-def unrolled_curve(head, validation: list[dict], read, steps: int, args, curve_path):
-    """fit()'s `evaluate` for any EAGLE head (None without validation rows): top-1 per
-    unrolled draft step and chain tau on the validation rows, whose target side
-    `read(ids, labels) -> (embeds, features, target top-1, mask)` is computed once."""
-    if not validation:
-        return None
-    passes = []
-
-    def evaluate(step: int, seen: int) -> None:
-        if not passes:
-            for start in range(0, len(validation), args.batch):
-                passes.append(read(*collate(validation[start : start + args.batch], args.length)))
-        with torch.no_grad():
-            point = curve_point(step, seen, (
-                step_hits(ttt_unroll(head, embeds, features, steps), target_top1, mask) for embeds, features, target_top1, mask in passes
-            ), chain_acceptance)
-        append_point(curve_path, point)
-
-    return evaluate
+def eagle_hits(head, steps: int):
+    """A Trainee's `hits` for any EAGLE head: top-1 per unrolled draft step on what
+    `keep` held of a validation batch (embeds, features, target top-1, mask)."""
+    return lambda kept: step_hits(ttt_unroll(head, kept[0], kept[1], steps), kept[2], kept[3])
 
 
-def train(args) -> None:
-    target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
-    warm = load_head(args.init, torch.float32, "cpu", key="--init") if args.init and not checkpoint.exists() else None
-    if checkpoint.exists():  # the resumed head keeps the vocabulary it was trained with
-        d2t = torch.load(checkpoint)["module"]["d2t"]
-        vocab_ids = d2t + torch.arange(len(d2t))
+def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | None) -> Trainee:
+    """The EAGLE-3 head of a run (resumed from `saved`, or warm-started from --init)."""
+    warm = load_head(args.init, torch.float32, "cpu", key="--init") if args.init and saved is None else None
+    if saved is not None:  # the resumed head keeps the vocabulary it was trained with
+        vocab_ids = saved["d2t"] + torch.arange(len(saved["d2t"]))
     elif warm is not None:  # so does a warm start
         vocab_ids = warm.d2t + torch.arange(len(warm.d2t))
     else:
@@ -164,39 +149,35 @@ def train(args) -> None:
     layers = feature_layers(target.config.num_hidden_layers)
     embedding = target.get_input_embeddings()
 
-    def target_pass(ids, labels):
+    def rows_of(batch: TargetPass):
         """Row t: feature t, token t+1, and the target's distribution at t+1 (token t+2)."""
         with torch.no_grad():
-            result = target(input_ids=ids, output_hidden_states=True)
-            features = torch.cat([result.hidden_states[i] for i in layers], dim=-1).float()
-            probs = result.logits.float().softmax(-1)[..., vocab_ids]
-            embeds = embedding(ids).float()
-        n = ids.shape[1] - 2
-        return embeds[:, 1 : n + 1], features[:, :n], probs[:, 1 : n + 1], labels[:, 2 : n + 2] != -100
+            features = torch.cat([batch.hidden_states[i] for i in layers], dim=-1).float()
+            probs = batch.logits.softmax(-1)[..., vocab_ids]
+            embeds = embedding(batch.ids).float()
+        n = batch.ids.shape[1] - 2
+        return embeds[:, 1 : n + 1], features[:, :n], probs[:, 1 : n + 1], batch.labels[:, 2 : n + 2] != -100
 
-    def loss_fn(ids, labels):
-        return ttt_loss(head, *target_pass(ids, labels), args.ttt_steps)
-
-    def validation_read(ids, labels):
-        embeds, features, probs, mask = target_pass(ids, labels)
+    def keep(batch: TargetPass):
+        embeds, features, probs, mask = rows_of(batch)
         return embeds, features, probs.argmax(-1), mask
 
-    result = fit(
-        head, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
-        checkpoint, args.steps, args.minutes, args.lr, 0.0, "eagle3 training (top-1 per TTT step)",
-        evaluate=unrolled_curve(head, validation, validation_read, args.ttt_steps, args, curve_path), checkpoint_every=args.checkpoint_every,
-    )
-    save_head(out, raw_config, head)
-    load_head(str(out), torch.float32, "cpu", key="trained head")  # the shipped files load strictly
-    export(out, curve_path, {
-        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
-        "validation_answers": len(validation),
-        **result,  # final_metrics_ema: top-1 agreement with the target per TTT step (training batches)
-        "draft_vocab": len(vocab_ids), "ttt_steps": args.ttt_steps, "batch": args.batch, "length": args.length,
-        "init": args.init, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "feature_layers": list(layers),
-        "target_dtype": args.target_dtype, "parameters": sum(p.numel() for p in head.parameters()),
-    }, step_label="TTT step")
-    print(f"saved {out}: {result}")
+    def export(curve_path: Path, record: dict) -> None:
+        save_head(out, raw_config, head)
+        load_head(str(out), torch.float32, "cpu", key="trained head")  # the shipped files load strictly
+        export_record(out, curve_path, {  # final_metrics_ema: top-1 agreement with the target per TTT step (training batches)
+            **record, "draft_vocab": len(vocab_ids), "ttt_steps": args.ttt_steps, "init": args.init,
+            "feature_layers": list(layers), "parameters": sum(p.numel() for p in head.parameters()),
+        }, step_label="TTT step")
+
+    return Trainee("eagle3", out, head, lambda batch: ttt_loss(head, *rows_of(batch), args.ttt_steps), keep,
+                   eagle_hits(head, args.ttt_steps), chain_acceptance, export)
+
+
+def train(args) -> None:
+    target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
+    head = trainee(args, target, tokenizer, rows, out, saved_states(checkpoint, ["eagle3"])["eagle3"])
+    train_heads([head], target, (rows, n_target, validation), args, checkpoint, "eagle3 training (top-1 per TTT step)")
 
 
 def main() -> None:

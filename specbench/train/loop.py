@@ -55,12 +55,16 @@ def fit(
     checkpoint_every: int = CHECKPOINT_EVERY,
 ) -> dict:
     """Train until `steps` or `minutes`; `make_batches(step)` yields (ids, labels) and
-    `loss_fn` returns the loss and metrics to show. Re-running resumes from `checkpoint`.
+    `loss_fn` returns the loss and metrics to show (a loss without a graph: loss_fn has
+    run the backward). Re-running resumes from `checkpoint`.
     `evaluate(step, tokens_seen)` runs before the first step (the curve starts at the
     initial or warm-started weights) and at every checkpoint. SIGTERM or Ctrl-C ends
     training after the current step, with a checkpoint, like the wall-time budget does,
     so a long run can be stopped at any time without losing steps."""
     parameters = [p for p in module.parameters() if p.requires_grad]
+    # a ModuleDict holds heads trained together: each is clipped on its own, as if alone
+    parts = list(module.values()) if isinstance(module, torch.nn.ModuleDict) else [module]
+    clipped = [[p for p in part.parameters() if p.requires_grad] for part in parts]
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
     step, seen = 0, 0
     if checkpoint.exists():
@@ -95,10 +99,12 @@ def fit(
             ids, labels = next(batches)
             for group in optimizer.param_groups:
                 group["lr"] = lr * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
-            loss, metrics = loss_fn(ids, labels)
             optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+            loss, metrics = loss_fn(ids, labels)
+            if loss.requires_grad:  # else loss_fn ran the backward itself (heads trained together: one at a time)
+                loss.backward()
+            for group in clipped:
+                torch.nn.utils.clip_grad_norm_(group, 1.0)
             optimizer.step()
             step += 1
             seen += int((labels != -100).sum())

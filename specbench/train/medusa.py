@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
 from specbench.models.medusa import MedusaHeads, load_heads
-from specbench.train.data import TARGET, batches, collate
+from specbench.train.data import TARGET
 from specbench.train.eagle3 import draft_vocabulary
-from specbench.train.loop import add_fit_arguments, add_head_arguments, fit
-from specbench.train.validation import append_point, curve_point, export, prepare
+from specbench.train.loop import add_fit_arguments, add_head_arguments
+from specbench.train.shared_pass import TargetPass, Trainee, saved_states, train_heads
+from specbench.train.validation import export as export_record, prepare
 
 DECAY = 0.8
 
@@ -63,76 +65,72 @@ def heads_loss(draft, probs, top1, mask, vocab_ids) -> tuple[torch.Tensor, list[
     return loss, metrics
 
 
-def train(args) -> None:
-    target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
-    if checkpoint.exists():  # the resumed heads keep the vocabulary they were trained with
-        vocab_ids = torch.load(checkpoint)["module"]["draft_vocab"]
-    else:
-        vocab_ids = draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
+def heads_vocabulary(args, target, tokenizer, rows: list[dict], saved: dict | None) -> torch.Tensor:
+    """The draft vocabulary of Medusa or Hydra heads: the checkpoint's when resumed."""
+    if saved is not None:
+        return saved["draft_vocab"]
+    return draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
+
+
+def distilled(batch: TargetPass, vocab_ids: torch.Tensor):
+    """The target's draft-vocabulary distribution for tokens t+2.. (index t+1+i: token
+    t+2+i), its top-1 ids and the label mask, as Medusa and Hydra heads learn them."""
+    probs = batch.logits[..., vocab_ids].softmax(-1)
+    return probs[:, 1:], batch.logits.argmax(-1)[:, 1:], batch.labels[:, 2:] != -100
+
+
+def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | None) -> Trainee:
+    """The Medusa heads of a run (resumed from `saved`)."""
+    vocab_ids = heads_vocabulary(args, target, tokenizer, rows, saved)
     lm_head = target.get_output_embeddings().weight.detach().float()
     heads = MedusaHeads(target.config.hidden_size, target.config.vocab_size, args.heads, args.blocks, shared=lm_head, draft_vocab=vocab_ids)
     for head in heads:  # every head starts as the target's own next-token guess: identity blocks
         for block in head:
             torch.nn.init.zeros_(block.linear.weight)
             torch.nn.init.zeros_(block.linear.bias)
-    k = args.heads
 
-    def target_pass(ids, labels):
-        """Hidden at t (for t with all K future tokens inside the window), the target's
-        draft-vocabulary distribution for tokens t+2.., its top-1 ids and label mask."""
-        with torch.no_grad():
-            result = target(input_ids=ids, output_hidden_states=True)
-            hidden = result.hidden_states[-1].float()
-            logits = result.logits.float()
-        n = ids.shape[1] - k - 1
-        probs = logits[..., vocab_ids].softmax(-1)
-        return hidden[:, :n], probs[:, 1:], logits.argmax(-1)[:, 1:], labels[:, 2:] != -100
+    def hidden_of(batch: TargetPass) -> torch.Tensor:
+        """Hidden at t, for t with all K future tokens inside the window."""
+        return batch.hidden_states[-1][:, : batch.ids.shape[1] - args.heads - 1].float()
 
-    def loss_fn(ids, labels):
-        hidden, probs, top1, mask = target_pass(ids, labels)
-        return heads_loss(heads.draft_logits(hidden), probs, top1, mask, vocab_ids)
+    def loss(batch: TargetPass):
+        return heads_loss(heads.draft_logits(hidden_of(batch)), *distilled(batch, vocab_ids), vocab_ids)
 
-    validation_passes = []
+    def keep(batch: TargetPass):
+        _, top1, mask = distilled(batch, vocab_ids)
+        return hidden_of(batch), top1, mask
 
-    def evaluate(step: int, seen: int) -> None:
-        if not validation_passes:
-            for start in range(0, len(validation), args.batch):
-                hidden, _, top1, mask = target_pass(*collate(validation[start : start + args.batch], args.length))
-                validation_passes.append((hidden, top1, mask))
-        with torch.no_grad():
-            point = curve_point(step, seen, (
-                head_hits(vocab_ids[heads.draft_logits(hidden).argmax(-1)], top1, mask) for hidden, top1, mask in validation_passes
-            ), chain_tau)
-        append_point(curve_path, point)
+    def hits(kept):
+        hidden, top1, mask = kept
+        return head_hits(vocab_ids[heads.draft_logits(hidden).argmax(-1)], top1, mask)
 
-    config = {"medusa_num_heads": k, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": TARGET["name"]}
-    fit_and_export(args, heads, (target, out, checkpoint, curve_path, validation, rows, n_target), loss_fn, evaluate, vocab_ids,
-                   "medusa", config, "medusa_lm_head.safetensors", heads.state_dict, load_heads)
+    config = {"medusa_num_heads": args.heads, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": TARGET["name"]}
+    return Trainee("medusa", out, heads, loss, keep, hits, chain_tau,
+                   heads_export(args, out, target, config, "medusa_lm_head.safetensors", heads.state_dict, load_heads, heads))
 
 
-def fit_and_export(args, heads, prepared, loss_fn, evaluate, vocab_ids, name, config, weights_file, state, load_heads) -> None:
-    """What the head trainers (Medusa, Hydra) share after building their heads: the fit
-    with checkpoints and the validation curve, then config.json, the weights (`state()`),
-    a strict reload through the method's own loader, and training.json."""
-    target, out, checkpoint, curve_path, validation, rows, n_target = prepared
-    result = fit(
-        heads, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
-        checkpoint, args.steps, args.minutes, args.lr, 0.0, f"{name} training (top-1 per head)",
-        evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    save_file({key: t.contiguous() for key, t in state().items()}, out / weights_file)
-    load_heads(str(out), target, torch.float32, key="trained heads")  # the shipped files load strictly
-    export(out, curve_path, {
-        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target, "sharegpt_answers": len(rows) - n_target,
-        "validation_answers": len(validation),
-        **result,  # final_metrics_ema: top-1 agreement with the target per head (training batches)
-        "heads": args.heads, "blocks": args.blocks, "draft_vocab": len(vocab_ids), "batch": args.batch, "length": args.length,
-        "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,
-        "parameters": sum(p.numel() for p in heads.parameters()),
-    }, step_label="head")
-    print(f"saved {out}: {result}")
+def heads_export(args, out: Path, target, config: dict, weights_file: str, state, load_heads, heads: torch.nn.Module):
+    """The export of Medusa or Hydra heads: config.json, the weights (`state()`), a strict
+    reload through the method's own loader, and training.json with the curve."""
+
+    def export(curve_path: Path, record: dict) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(config, indent=2))
+        save_file({key: t.contiguous() for key, t in state().items()}, out / weights_file)
+        load_heads(str(out), target, torch.float32, key="trained heads")  # the shipped files load strictly
+        export_record(out, curve_path, {  # final_metrics_ema: top-1 agreement with the target per head (training batches)
+            **record, "heads": args.heads, "blocks": args.blocks, "draft_vocab": config["draft_vocab_size"],
+            "parameters": sum(p.numel() for p in heads.parameters()),
+        }, step_label="head")
+
+    return export
+
+
+def train(args, name: str, trainee) -> None:
+    """A Medusa or Hydra trainer's run: its heads alone on the shared loop."""
+    target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
+    heads = trainee(args, target, tokenizer, rows, out, saved_states(checkpoint, [name])[name])
+    train_heads([heads], target, (rows, n_target, validation), args, checkpoint, f"{name} training (top-1 per head)")
 
 
 def head_arguments(doc: str, heads: int):
@@ -146,4 +144,4 @@ def head_arguments(doc: str, heads: int):
 
 
 if __name__ == "__main__":
-    train(head_arguments(__doc__, heads=4))
+    train(head_arguments(__doc__, heads=4), "medusa", trainee)

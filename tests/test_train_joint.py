@@ -1,0 +1,62 @@
+"""Heads trained on one shared target pass: the same heads as each trainer makes alone,
+resumable, and bad options refused in one line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import synthetic_answers
+from specbench.errors import ConfigError
+from specbench.train.shared_pass import saved_states
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = ["--sharegpt-answers", "4", "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_heads_trained_together_equal_heads_trained_alone(tmp_path):
+    """EAGLE-3 and Medusa heads, 2 steps each alone and together on one target pass a
+    batch: the exports hold the same weights, with a curve per head."""
+    data = str(synthetic_answers(tmp_path))
+    alone3, alone_m, joint = tmp_path / "eagle3", tmp_path / "medusa", tmp_path / "joint"
+    for result in (
+        run("specbench.train.eagle3", "--data", data, "--out", str(alone3), *COMMON, "--steps", "2"),
+        run("specbench.train.medusa", "--data", data, "--out", str(alone_m), *COMMON, "--heads", "2", "--steps", "2"),
+        run("specbench.train.joint", "--train", "eagle3", "medusa", "--data", data, "--out", str(joint), *COMMON, "--medusa-heads", "2", "--steps", "2"),
+    ):
+        assert result.returncode == 0, result.stderr[-2000:]
+    for alone, together, weights in ((alone3, joint / "eagle3", "model.safetensors"), (alone_m, joint / "medusa", "medusa_lm_head.safetensors")):
+        expected, got = load_file(alone / weights), load_file(together / weights)
+        assert expected.keys() == got.keys()
+        assert all(torch.equal(expected[k], got[k]) for k in expected), [k for k in expected if not torch.equal(expected[k], got[k])]
+        curve = [json.loads(line) for line in (together / "curve.jsonl").read_text().splitlines()]
+        assert [p["step"] for p in curve] == [0, 1, 2] and len(curve[-1]["top1"]) in (2, 3)
+        training = json.loads((together / "training.json").read_text())
+        assert training["trained_together"] == ["eagle3", "medusa"] and training["steps"] == 2
+        assert len(training["final_metrics_ema"]) == len(json.loads((alone / "training.json").read_text())["final_metrics_ema"])
+
+
+@pytest.mark.parametrize("init, message", [
+    ("eagle3", "'eagle3' is not HEAD=DIR"),
+    ("hydra=somewhere", "'hydra' is not a head this run trains"),
+])
+def test_bad_warm_starts_are_one_line(tmp_path, init, message):
+    result = run("specbench.train.joint", "--train", "eagle3", "medusa", "--data", "x", "--out", str(tmp_path / "j"), "--init", init)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_checkpoint_resumes_only_the_heads_it_holds(tmp_path):
+    checkpoint = tmp_path / "joint.ckpt.pt"
+    torch.save({"module": {"eagle3.d2t": torch.zeros(4, dtype=torch.long), "medusa.draft_vocab": torch.arange(4)}}, checkpoint)
+    states = saved_states(checkpoint, ["medusa", "eagle3"])
+    assert states["eagle3"].keys() == {"d2t"} and torch.equal(states["medusa"]["draft_vocab"], torch.arange(4))
+    with pytest.raises(ConfigError, match="holds eagle3 medusa: train those"):
+        saved_states(checkpoint, ["eagle3", "hydra"])
