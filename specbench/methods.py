@@ -3,6 +3,8 @@ parameters) into a Method. New parts plug in as a file plus a YAML, no registry.
 
 from __future__ import annotations
 
+import sys
+
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
@@ -29,11 +31,16 @@ def assemble(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method
 
 
 def check(method_cfg: dict) -> None:
-    """Raise the ConfigError a bad verifier or tree value raises, before any model is
-    loaded: bad input then costs a second, not a model load and a cost profile. An auto
-    tree is built at its first candidate shape (the keys set by hand are as given); a
-    drafter needs the target, so it is checked when it loads."""
+    """Raise the ConfigError a bad verifier, tree or drafter value raises, before any
+    model is loaded: bad input then costs a second, not a model load and a cost profile.
+    An auto tree is built at its first candidate shape (the keys set by hand are as
+    given); a drafter module's `check` takes its load() arguments but the target's."""
     instantiate_part(method_cfg["verifier"], "method.verifier")
+    if method_cfg.get("drafter"):
+        make = instantiate_part(method_cfg["drafter"], "method.drafter", partial=True)
+        drafter_check = getattr(sys.modules[make.func.__module__], "check", None)
+        if drafter_check is not None:
+            drafter_check(**make.keywords)
     tree_cfg = method_cfg["tree"]
     instantiate_part(candidates(tree_cfg)[0] if auto_keys(tree_cfg) else tree_cfg, "method.tree")
 

@@ -108,6 +108,8 @@ class Runner:
             stop_token_ids=frozenset(stop_token_ids(model, self.tokenizer, cfg["model"])),
             stop_strings=tuple(cfg["gen"].get("stop_strings") or ()),
         )
+        for sample in self.samples:  # a first turn that cannot fit fails before any cost is measured
+            self.prompt_ids([{"role": "user", "content": sample.turns[0]}], sample.id)
         self.profile, self.shape_choice, self.calibration_runs = None, None, None
         self.method = methods.assemble(cfg["method"], model, hardware, tune_tree=self.tune_tree)
         ar_dtype = (self.dtype_choice or {}).get("ar_dtype", hardware["dtype"])

@@ -78,7 +78,10 @@ def test_every_method_checks_before_a_model_loads():
         else:
             methods.check(method)
     for override, key in (("method=pld method.tree.gamma=0", "method.tree.gamma"), ("method=talon method.tree.mu=1.5", "method.tree.mu"),
-                          ("method=mars method.verifier.theta=0", "method.verifier.theta"), ("method=talon method.tree.mu=auto", r"method.tree: budget, mu, top_k cannot be auto .* supported for: \[.budget., .top_k.\]")):
+                          ("method=mars method.verifier.theta=0", "method.verifier.theta"), ("method=talon method.tree.mu=auto", r"method.tree: budget, mu, top_k cannot be auto .* supported for: \[.budget., .top_k.\]"),
+                          ("method=eagle3 method.drafter.head=null", "method.drafter.head: this target has no EAGLE-3 head configured"),
+                          ("method=medusa model.medusa.path=/nowhere", "method.drafter.heads.path: /nowhere has no config.json"),
+                          ("method=sps method.drafter.model=null", "method.drafter.model: this target has no default SpS draft")):
         with pytest.raises(ConfigError, match=f"^{key}"):
             methods.check(composed(*override.split())["method"])
 

@@ -17,9 +17,17 @@ from specbench.errors import ConfigError
 from specbench.models import eagle, registry
 
 
+WEIGHTS = ("method.drafter.head", "EAGLE-1 head")  # the key naming its weights, and what they are
+
+
+def check(head: dict | None) -> None:
+    """What load() refuses before any model loads (methods.check)."""
+    registry.check_part(head, *WEIGHTS)
+
+
 def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> "EagleDrafter":
     """The EAGLE-1 drafter named by a method config: `head` is a model entry (see registry)."""
-    directory = registry.resolve_part(head, "method.drafter.head", "EAGLE-1 head")
+    directory = registry.resolve_part(head, *WEIGHTS)
     weight = target.get_output_embeddings().weight
     loaded = eagle.load_head(directory, weight, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
     return EagleDrafter(loaded, target, eagle.feature_layers(target.config.num_hidden_layers))

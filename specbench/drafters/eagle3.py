@@ -10,8 +10,16 @@ from specbench.models import registry
 from specbench.models.eagle3 import feature_layers, load_head
 
 
+WEIGHTS = ("method.drafter.head", "EAGLE-3 head")  # the key naming its weights, and what they are
+
+
+def check(head: dict | None) -> None:
+    """What load() refuses before any model loads (methods.check)."""
+    registry.check_part(head, *WEIGHTS)
+
+
 def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> EagleDrafter:
     """The drafter named by a method config: `head` is a model entry (see registry)."""
-    directory = registry.resolve_part(head, "method.drafter.head", "EAGLE-3 head")
+    directory = registry.resolve_part(head, *WEIGHTS)
     loaded = load_head(directory, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
     return EagleDrafter(loaded, target, feature_layers(target.config.num_hidden_layers))

@@ -18,9 +18,17 @@ from specbench.models import registry
 from specbench.models.medusa import MedusaHeads, load_heads
 
 
+WEIGHTS = ("method.drafter.heads", "Medusa heads")  # the key naming its weights, and what they are
+
+
+def check(heads: dict | None) -> None:
+    """What load() refuses before any model loads (methods.check)."""
+    registry.check_part(heads, *WEIGHTS)
+
+
 def load(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "MedusaDrafter":
     """The drafter named by a method config: `heads` is a model entry (see registry)."""
-    directory = registry.resolve_part(heads, "method.drafter.heads", "Medusa heads")
+    directory = registry.resolve_part(heads, *WEIGHTS)
     model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")
     return MedusaDrafter(model, target, facts)
 

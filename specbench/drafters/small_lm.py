@@ -14,13 +14,20 @@ from specbench.errors import ConfigError
 from specbench.models import registry
 
 
-def load(target: torch.nn.Module, hardware: dict, model: dict | None) -> "SmallLMDrafter":
-    """The drafter named by a method config: `model` is a model entry (see registry)."""
+def check(model: dict | None) -> None:
+    """What load() refuses before any model loads (methods.check)."""
     if not model:
         raise ConfigError(
             "method.drafter.model: this target has no default SpS draft; "
             "set method.drafter.model={name:my-draft,path:/dir/of/a/draft/LM} (it must share the target's tokenizer)"
         )
+    if model.get("path"):
+        registry.resolve(model, "method.drafter.model")
+
+
+def load(target: torch.nn.Module, hardware: dict, model: dict | None) -> "SmallLMDrafter":
+    """The drafter named by a method config: `model` is a model entry (see registry)."""
+    check(model)
     draft = registry.load_model(model, hardware["dtype"], hardware["device"], key="method.drafter.model")
     return SmallLMDrafter(draft, target.config.vocab_size, hardware.get("forward", "auto"))
 

@@ -49,12 +49,21 @@ def load_model(entry: dict, dtype: str, device: str, key: str = "model") -> torc
 def resolve_part(entry: dict | None, key: str, what: str) -> str:
     """resolve() for a drafter's weights named in a method config; a target with none
     configured gets one line saying how to give them."""
+    check_part(entry, key, what)
+    return resolve(entry, key)
+
+
+def check_part(entry: dict | None, key: str, what: str) -> None:
+    """What resolve_part refuses without a download or a package lookup (no entry, a
+    local path without config.json, no source named), so a method is checked before
+    any model loads."""
     if not entry:
         raise ConfigError(
             f"{key}: this target has no {what} configured; "
             f"set {key}={{name:my-{key.rsplit('.', 1)[-1]},path:/dir/with/config.json}} (or {{name:...,id:<hub id>}})"
         )
-    return resolve(entry, key)
+    if entry.get("path") or not (entry.get("package") or entry.get("id")):
+        resolve(entry, key)
 
 
 def resolve(entry: dict, key: str) -> str:
