@@ -15,10 +15,9 @@ import json
 import time
 from pathlib import Path
 
-
 from specbench.costs.fingerprint import device_fingerprint
 from specbench.train.data import batches
-from specbench.train.joint import TRAINEES
+from specbench.train.joint import TRAINEES, head_args
 from specbench.train.shared_pass import read_target
 from specbench.train.validation import prepare
 
@@ -41,10 +40,9 @@ def main() -> None:
     parser.add_argument("--record-dir", default="results/bench", help="where the JSON record goes")
     cli = parser.parse_args()
     args = argparse.Namespace(**vars(cli), out="runs/bench-joint/heads", sharegpt_answers=0, seed=0, validation_rows=0,
-                              validation_after=0, draft_vocab=8192, init=None, ttt_steps=3, noise=0.1, w_cls=0.1, blocks=1)
+                              validation_after=0, draft_vocab=8192, ttt_steps=3, noise=0.1, w_cls=0.1, blocks=1, medusa_heads=4, hydra_heads=3)
     target, tokenizer, out, _, _, _, rows, _ = prepare(args)
-    trainees = [TRAINEES[name](argparse.Namespace(**vars(args), heads={"medusa": 4, "hydra": 3}.get(name, 0)), target, tokenizer, rows, out / name, None)
-                for name in cli.train]
+    trainees = [TRAINEES[name](head_args(args, name, None), target, tokenizer, rows, out / name, None) for name in cli.train]
 
     def step(heads):
         def run():

@@ -22,8 +22,8 @@ from specbench.models.eagle import Eagle1Head, feature_layers, load_head
 from specbench.models.eagle3 import head_config, read_config, trained_state
 from specbench.train import eagle3
 from specbench.train.loop import add_fit_arguments
-from specbench.train.shared_pass import TargetPass, Trainee, saved_states, train_heads
-from specbench.train.validation import export as export_record, prepare, save_head
+from specbench.train.shared_pass import TargetPass, Trainee, train_alone
+from specbench.train.validation import export as export_record, save_head
 
 VALIDATION_STEPS = 3  # draft steps the learning curve unrolls (chain depth of its tau)
 
@@ -89,12 +89,6 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
                    eagle3.eagle_hits(head, VALIDATION_STEPS), eagle3.chain_acceptance, export)
 
 
-def train(args) -> None:
-    target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
-    head = trainee(args, target, tokenizer, rows, out, saved_states(checkpoint, ["eagle"])["eagle"])
-    train_heads([head], target, (rows, n_target, validation), args, checkpoint, "eagle-1 training (top-1)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
@@ -102,7 +96,7 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform noise on input features (EAGLE: 0.1)")
     parser.add_argument("--w-cls", type=float, default=0.1, help="weight of the classification loss (EAGLE: 0.1)")
     parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors) when no checkpoint exists yet")
-    train(parser.parse_args())
+    train_alone(parser.parse_args(), "eagle", trainee, "eagle-1 training (top-1)")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import torch
 
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head, trained_state
 from specbench.train.loop import add_fit_arguments, add_head_arguments
-from specbench.train.shared_pass import TargetPass, Trainee, saved_states, train_heads
-from specbench.train.validation import export as export_record, prepare, save_head
+from specbench.train.shared_pass import TargetPass, Trainee, train_alone
+from specbench.train.validation import export as export_record, save_head
 
 
 def head_config_for(target_config, draft_vocab_size: int) -> dict:
@@ -174,19 +174,13 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
                    eagle_hits(head, args.ttt_steps), chain_acceptance, export)
 
 
-def train(args) -> None:
-    target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
-    head = trainee(args, target, tokenizer, rows, out, saved_states(checkpoint, ["eagle3"])["eagle3"])
-    train_heads([head], target, (rows, n_target, validation), args, checkpoint, "eagle3 training (top-1 per TTT step)")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     add_head_arguments(parser)
     parser.add_argument("--ttt-steps", type=int, default=3)
     parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors, e.g. the shipped one) when no checkpoint exists yet")
-    train(parser.parse_args())
+    train_alone(parser.parse_args(), "eagle3", trainee, "eagle3 training (top-1 per TTT step)")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ import torch
 
 from specbench.models.hydra import HydraHeads, load_heads
 from specbench.train.data import TARGET
-from specbench.train.medusa import chain_tau, distilled, head_arguments, head_hits, heads_export, heads_loss, heads_vocabulary, train
-from specbench.train.shared_pass import TargetPass, Trainee
+from specbench.train.medusa import chain_tau, distilled, head_arguments, head_hits, heads_export, heads_loss, heads_vocabulary
+from specbench.train.shared_pass import TargetPass, Trainee, train_alone
 
 
 def path_tokens(ids: torch.Tensor, n: int, h: int) -> torch.Tensor:
@@ -76,4 +76,4 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
 
 if __name__ == "__main__":
     # 3 heads by default: a 4th head's (5 x hidden)-wide blocks would take SmolLM2's file past 25 MB
-    train(head_arguments(__doc__, heads=3), "hydra", trainee)
+    train_alone(head_arguments(__doc__, heads=3), "hydra", trainee, "hydra training (top-1 per head)")

@@ -33,6 +33,11 @@ def warm_starts(pairs: list[str], names: list[str]) -> dict[str, str]:
     return starts
 
 
+def head_args(args: argparse.Namespace, name: str, init: str | None) -> argparse.Namespace:
+    """A joint run's arguments as head `name`'s own trainer reads them."""
+    return argparse.Namespace(**{**vars(args), "init": init, "heads": args.medusa_heads if name == "medusa" else args.hydra_heads})
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
@@ -52,10 +57,7 @@ def main(argv: list[str]) -> None:
     target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
     saved = saved_states(checkpoint, names)
     out.mkdir(parents=True, exist_ok=True)  # each head's curve lives beside its export
-    trainees = []
-    for name in names:
-        own = argparse.Namespace(**{**vars(args), "init": starts.get(name), "heads": args.medusa_heads if name == "medusa" else args.hydra_heads})
-        trainees.append(TRAINEES[name](own, target, tokenizer, rows, out / name, saved[name]))
+    trainees = [TRAINEES[name](head_args(args, name, starts.get(name)), target, tokenizer, rows, out / name, saved[name]) for name in names]
     train_heads(trainees, target, (rows, n_target, validation), args, checkpoint, f"{' + '.join(names)} training (top-1 per draft step)")
 
 

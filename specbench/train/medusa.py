@@ -23,8 +23,8 @@ from specbench.models.medusa import MedusaHeads, load_heads
 from specbench.train.data import TARGET
 from specbench.train.eagle3 import draft_vocabulary
 from specbench.train.loop import add_fit_arguments, add_head_arguments
-from specbench.train.shared_pass import TargetPass, Trainee, saved_states, train_heads
-from specbench.train.validation import export as export_record, prepare
+from specbench.train.shared_pass import TargetPass, Trainee, train_alone
+from specbench.train.validation import export as export_record
 
 DECAY = 0.8
 
@@ -126,13 +126,6 @@ def heads_export(args, out: Path, target, config: dict, weights_file: str, state
     return export
 
 
-def train(args, name: str, trainee) -> None:
-    """A Medusa or Hydra trainer's run: its heads alone on the shared loop."""
-    target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
-    heads = trainee(args, target, tokenizer, rows, out, saved_states(checkpoint, [name])[name])
-    train_heads([heads], target, (rows, n_target, validation), args, checkpoint, f"{name} training (top-1 per head)")
-
-
 def head_arguments(doc: str, heads: int):
     """The command line of a heads trainer (`heads` by default)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -144,4 +137,4 @@ def head_arguments(doc: str, heads: int):
 
 
 if __name__ == "__main__":
-    train(head_arguments(__doc__, heads=4), "medusa", trainee)
+    train_alone(head_arguments(__doc__, heads=4), "medusa", trainee, "medusa training (top-1 per head)")

@@ -16,7 +16,7 @@ import torch
 from specbench.errors import require
 from specbench.train.data import TARGET, batches, collate
 from specbench.train.loop import fit
-from specbench.train.validation import append_point, curve_point
+from specbench.train.validation import append_point, curve_point, prepare
 
 Hits = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -126,3 +126,11 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
         t.export(t.curve_path, {**common, **own, **settings})
         print(f"saved {t.out}: {own}")
     return result
+
+
+def train_alone(args, name: str, trainee, desc: str) -> None:
+    """A head trainer's own run: `trainee(args, target, tokenizer, rows, out, saved)`
+    builds its one head, trained on the shared loop."""
+    target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
+    head = trainee(args, target, tokenizer, rows, out, saved_states(checkpoint, [name])[name])
+    train_heads([head], target, (rows, n_target, validation), args, checkpoint, desc)
