@@ -36,7 +36,7 @@ from specbench.errors import ConfigError
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
 DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
-VERSION = 7  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype)
+VERSION = 8  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype; 8: tree work charged step by step, as when priced in another dtype)
 CALIBRATION_PROMPTS = 6  # 3 x 48 tokens left shapes predicted within 0.05-0.1 of each other to noise (eagle3 chose 2 nodes, 1.18x; with 6 x 96, 6 nodes, 1.29x)
 CALIBRATION_TOKENS = 96
 # drafting is turned on only for a predicted gain above this: on a noisy 2-core AVX2 CPU (AMD
@@ -113,12 +113,13 @@ def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int =
     return [chat_prompt(tokenizer, [{"role": "user", "content": t}]) for t in chosen]
 
 
-def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> list[dict]:
+def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str], profile: CostProfile, drafter: str | None) -> list[dict]:
     """Predicted speedup per candidate: the profile prices the forwards; the rest of a
     step (tree building, bookkeeping), measured in the calibration decodes, is smoothed
     by a robust plane in tree size and draft forwards (overhead_line), since single
-    timings here are noisy. `ar_ms` and `method_ms` are the predicted decode times of the
-    calibration prompts by AR and by the candidate."""
+    timings here are noisy, and charged step by step as `reprice` charges it. `ar_ms` and
+    `method_ms` are the predicted decode times of the calibration prompts by AR and by
+    the candidate."""
     stats = []
     for cfg, runs, forecast in measured:
         steps, decode_ms = forecast["steps"], forecast["measured_decode_seconds"] * 1000  # verification steps of the batches
@@ -128,22 +129,11 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str]) -> lis
             "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(row_steps, 1),
             "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(row_steps, 1),
             "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(row_steps, 1),
-            "steps": steps,
-            "forwards_ms": forecast["predicted_decode_seconds"] * 1000,
-            "ar_ms": forecast["predicted_speedup"] * forecast["predicted_decode_seconds"] * 1000,
-            "unpriced_ms_per_step": max(0.0, decode_ms - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1),
+            "unpriced_ms_per_step": round(max(0.0, decode_ms - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1), 3),
         })
     line = overhead_line(stats)
-    rows = []
-    for s in stats:
-        fitted = tree_step_ms(line, s["mean_tree_size"], s["delta"])
-        method_ms = s["forwards_ms"] + fitted * s["steps"]
-        rows.append({
-            "tree": s["tree"], "tau": s["tau"], "delta": s["delta"], "mean_tree_size": s["mean_tree_size"],
-            "unpriced_ms_per_step": round(s["unpriced_ms_per_step"], 3), "unpriced_fit_ms": round(fitted, 3),
-            "predicted_speedup": round(s["ar_ms"] / method_ms, 3), "ar_ms": round(s["ar_ms"], 2), "method_ms": round(method_ms, 2),
-        })
-    return rows
+    return [s | {"unpriced_fit_ms": round(tree_step_ms(line, s["mean_tree_size"], s["delta"]), 3)} | priced(runs, profile, drafter, line)
+            for s, (_, runs, _) in zip(stats, measured)]
 
 
 def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dict]:
@@ -152,14 +142,17 @@ def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dic
     dtype's, so the recorded calibration decodes are priced again instead of decoded again;
     the tree work per step (Python, the same in either dtype) is the recorded line's."""
     line = overhead_line(record["candidates"])
-    rows = []
-    for row, runs in zip(record["candidates"], record["runs"]):
-        forecast = predict(runs, profile, drafter, line)
-        method_ms = forecast["predicted_decode_seconds"] * 1000
-        ar_ms = forecast["predicted_speedup"] * method_ms
-        rows.append({"tree": row["tree"], "tau": row["tau"], "delta": row["delta"], "mean_tree_size": row["mean_tree_size"],
-                     "predicted_speedup": round(ar_ms / method_ms, 3), "ar_ms": round(ar_ms, 2), "method_ms": round(method_ms, 2)})
-    return rows
+    return [{k: row[k] for k in ("tree", "tau", "delta", "mean_tree_size")} | priced(runs, profile, drafter, line)
+            for row, runs in zip(record["candidates"], record["runs"])]
+
+
+def priced(runs: list[dict], profile: CostProfile, drafter: str | None, line: dict) -> dict:
+    """AR's and the method's predicted decode times of calibration `runs` under `profile`,
+    the tree work of each step on `line`, and their ratio."""
+    forecast = predict(runs, profile, drafter, line)
+    method_ms = forecast["predicted_decode_seconds"] * 1000
+    ar_ms = forecast["predicted_speedup"] * method_ms
+    return {"predicted_speedup": round(ar_ms / method_ms, 3), "ar_ms": round(ar_ms, 2), "method_ms": round(method_ms, 2)}
 
 
 def choose_dtype(priced: dict[str, list[dict]], options: list[dict], min_gain: float) -> dict:
@@ -306,7 +299,7 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     step_costs = ProfileCosts(profile, setup.drafter_name)  # for policies that price their trees (CAST)
     methods = [Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs) for tree in trees]
     measured, prompts, trusted = setup.decode(methods, target, profile)
-    rows = list(zip(options, price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg))))
+    rows = list(zip(options, price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg), profile, setup.drafter_name)))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
     record = decide({"candidates": [r for _, r in rows], "calibration": setup.record(prompts), "runs": [m[0] for m in measured]}, options, setup.min_gain)
@@ -340,7 +333,7 @@ def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, 
     setup.log(f"costs: timing tree building on calibration prompts (once; cached in {path})")
     measured, prompts, trusted = setup.decode([method], target, profile)
     keys = [k for k in tree_cfg if k != "_target_"]
-    record = {"candidates": price([(tree_cfg, *measured[0])], keys), "calibration": setup.record(prompts)}
+    record = {"candidates": price([(tree_cfg, *measured[0])], keys, profile, setup.drafter_name), "calibration": setup.record(prompts)}
     keep(record, path, trusted, setup.log)
     return overhead_line(record["candidates"])
 
