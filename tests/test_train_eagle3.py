@@ -1,7 +1,14 @@
 """EAGLE-3 training-time test: the unrolled rows see exactly what tree nodes see."""
 
+import json
+import sys
+from pathlib import Path
+
+import pytest
 import torch
 
+from conftest import synthetic_answers
+from specbench.errors import ConfigError
 from specbench.train.data import collate
 from specbench.train.eagle3 import chain_acceptance, draft_vocabulary, ttt_mask
 
@@ -167,3 +174,34 @@ def test_validation_answers_come_after_the_rows_a_warm_start_saw(tmp_path):
     # greedy rows are k00, k02, ...; after the first three (k00-k04) come k06, k08 (too short), k10, ...
     assert validation_set(path, rows, 3, after=3) == ["k06", "k10", "k12"]
     assert validation_set(path, rows, 3) == ["k06", "k10", "k12"]
+
+
+def test_a_corpus_directory_commits_the_validation_set_every_run_uses(tmp_path):
+    """A validation.json beside the packs is the held-out set of any run that reads that
+    directory (whole, whatever --validation-rows says); a run keeps its first set; a
+    committed key that is no greedy answer read is refused in one line."""
+    from specbench.train.validation import committed_set, validation_set
+
+    rows = [{"key": f"k{i:02d}", "temperature": 0.0 if i % 2 == 0 else 0.8, "answer": [1] * 64} for i in range(20)]
+    corpus, elsewhere = tmp_path / "corpus", tmp_path / "runs"
+    corpus.mkdir(), elsewhere.mkdir()
+    (corpus / "validation.json").write_text(json.dumps(["k14", "k02"]))
+    committed = committed_set([str(elsewhere), str(corpus)])
+    assert committed == (corpus / "validation.json", ["k14", "k02"]) and committed_set([str(elsewhere)]) is None
+    assert validation_set(tmp_path / "run.json", rows, 3, committed=committed) == ["k14", "k02"]
+    assert validation_set(tmp_path / "run.json", rows, 3) == ["k14", "k02"]
+    with pytest.raises(ConfigError, match=r"--data: 1 of the 2 held-out keys in .*validation.json are in no greedy answer read \(first: k03\)"):
+        validation_set(tmp_path / "other.json", rows, 3, committed=(corpus / "validation.json", ["k02", "k03"]))
+
+
+def test_a_trainer_refuses_a_committed_set_it_cannot_find_in_one_line(tmp_path):
+    import subprocess
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    synthetic_answers(tmp_path).rename(corpus / "answers-0.jsonl")
+    (corpus / "validation.json").write_text(json.dumps(["k1", "k9"]))
+    result = subprocess.run([sys.executable, "-m", "specbench.train.medusa", "--data", str(corpus), "--out", str(tmp_path / "heads"), "--threads", "1"],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --data: 1 of the 2 held-out keys"), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

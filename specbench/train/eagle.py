@@ -14,10 +14,12 @@ on its own predictions (train.eagle3.ttt_unroll), so it reports what a chain wou
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 
+from specbench.errors import run_command
 from specbench.models.eagle import Eagle1Head, feature_layers, load_head
 from specbench.models.eagle3 import head_config, read_config, trained_state
 from specbench.train import eagle3
@@ -89,15 +91,15 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
                    eagle3.eagle_hits(head, VALIDATION_STEPS), eagle3.chain_acceptance, export)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
     parser.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform noise on input features (EAGLE: 0.1)")
     parser.add_argument("--w-cls", type=float, default=0.1, help="weight of the classification loss (EAGLE: 0.1)")
     parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors) when no checkpoint exists yet")
-    train_alone(parser.parse_args(), "eagle", trainee, "eagle-1 training (top-1)")
+    train_alone(parser.parse_args(argv), "eagle", trainee, "eagle-1 training (top-1)")
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

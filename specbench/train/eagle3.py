@@ -14,11 +14,13 @@ what a depth-j tree node sees at inference.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from pathlib import Path
 
 import torch
 
+from specbench.errors import run_command
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head, trained_state
 from specbench.train.loop import add_fit_arguments, add_head_arguments
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
@@ -174,14 +176,14 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
                    eagle_hits(head, args.ttt_steps), chain_acceptance, export)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     add_head_arguments(parser)
     parser.add_argument("--ttt-steps", type=int, default=3)
     parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors, e.g. the shipped one) when no checkpoint exists yet")
-    train_alone(parser.parse_args(), "eagle3", trainee, "eagle3 training (top-1 per TTT step)")
+    train_alone(parser.parse_args(argv), "eagle3", trainee, "eagle3 training (top-1 per TTT step)")
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

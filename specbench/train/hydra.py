@@ -17,10 +17,12 @@ have proposed).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
 
+from specbench.errors import run_command
 from specbench.models.hydra import HydraHeads, load_heads
 from specbench.train.data import TARGET
 from specbench.train.medusa import chain_tau, distilled, head_arguments, head_hits, heads_export, heads_loss, heads_vocabulary
@@ -76,4 +78,4 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
 
 if __name__ == "__main__":
     # 3 heads by default: a 4th head's (5 x hidden)-wide blocks would take SmolLM2's file past 25 MB
-    train_alone(head_arguments(__doc__, heads=3), "hydra", trainee, "hydra training (top-1 per head)")
+    run_command(lambda argv: train_alone(head_arguments(__doc__, 3, argv), "hydra", trainee, "hydra training (top-1 per head)"), sys.argv[1:])

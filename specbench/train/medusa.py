@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
+from specbench.errors import run_command
 from specbench.models.medusa import MedusaHeads, load_heads
 from specbench.train.data import TARGET
 from specbench.train.eagle3 import draft_vocabulary
@@ -126,15 +128,15 @@ def heads_export(args, out: Path, target, config: dict, weights_file: str, state
     return export
 
 
-def head_arguments(doc: str, heads: int):
+def head_arguments(doc: str, heads: int, argv: list[str]):
     """The command line of a heads trainer (`heads` by default)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=600, minutes=90, lr=1e-3)
     add_head_arguments(parser)
     parser.add_argument("--heads", type=int, default=heads)
     parser.add_argument("--blocks", type=int, default=1)
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    train_alone(head_arguments(__doc__, heads=4), "medusa", trainee, "medusa training (top-1 per head)")
+    run_command(lambda argv: train_alone(head_arguments(__doc__, 4, argv), "medusa", trainee, "medusa training (top-1 per head)"), sys.argv[1:])

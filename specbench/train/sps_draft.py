@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specbench.errors import run_command
 from specbench.models import registry
 from specbench.train.data import TARGET, batches, collate, first_turns
 from specbench.train.eagle3 import chain_acceptance
@@ -182,7 +184,7 @@ def size(args) -> None:
     sps_sizing.rank(records, root, args.context, args.max_gamma)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate")
@@ -207,9 +209,9 @@ def main() -> None:
     z.add_argument("--context", type=int, default=256, help="cached context at which forwards are priced")
     z.add_argument("--max-gamma", type=int, default=8)
     z.set_defaults(init=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     {"generate": generate, "train": train, "size": size}[args.command](args)
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

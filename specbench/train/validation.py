@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.train.data import TARGET, load_rows, read_answers
 
@@ -24,7 +25,7 @@ def prepare(args):
     out.parent.mkdir(parents=True, exist_ok=True)
     checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
     answers = read_answers(args.data, tokenizer)
-    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after))
+    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after, committed_set(args.data)))
     # a held-out prompt's sampled answers stay out of training too, but only the greedy one is
     # scored: with the target's greedy text, chain tau is what greedy decoding would accept
     validation = [r for r in answers if r.get("key") in held_out and r.get("temperature") == 0.0]
@@ -32,13 +33,36 @@ def prepare(args):
     return target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target
 
 
-def validation_set(path: Path, rows: list[dict], count: int, after: int = 0) -> list[str]:
+COMMITTED_SET = "validation.json"
+
+
+def committed_set(sources: list[str]) -> tuple[Path, list[str]] | None:
+    """The held-out keys a corpus directory among `sources` commits beside its packs (its
+    validation.json), so runs started on different days score on the same answers."""
+    for source in map(Path, sources):
+        if (source / COMMITTED_SET).is_file():
+            return source / COMMITTED_SET, json.loads((source / COMMITTED_SET).read_text())
+    return None
+
+
+def validation_set(path: Path, rows: list[dict], count: int, after: int = 0, committed: tuple[Path, list[str]] | None = None) -> list[str]:
     """Keys of the held-out rows, fixed at the first run (saved to `path`) so the
-    learning curve stays comparable while the corpus grows: the `count` greedy target
-    answers of 64+ tokens with the smallest keys, among the greedy rows after the first
-    `after` (in corpus order: a warm start's head trained on those, so they would flatter it)."""
+    learning curve stays comparable while the corpus grows: a corpus directory's
+    committed set when one is read (every key must be a greedy answer read), else the
+    `count` greedy target answers of 64+ tokens with the smallest keys, among the greedy
+    rows after the first `after` (in corpus order: a warm start's head trained on those,
+    so they would flatter it)."""
     if path.exists():
         return json.loads(path.read_text())
+    if committed is not None:
+        source, keys = committed
+        greedy = {r.get("key") for r in rows if r.get("temperature") == 0.0}
+        missing = [k for k in keys if k not in greedy]
+        if missing:
+            raise ConfigError(f"--data: {len(missing)} of the {len(keys)} held-out keys in {source} are in no greedy answer read "
+                              f"(first: {missing[0]}); read the packs that hold them")
+        path.write_text(json.dumps(keys))
+        return keys
     greedy = [r for r in rows if r.get("temperature") == 0.0][after:]
     greedy = sorted((r for r in greedy if len(r["answer"]) >= 64), key=lambda r: r["key"])
     keys = [r["key"] for r in greedy[:count]]
