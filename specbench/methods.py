@@ -13,12 +13,14 @@ from specbench.engine.loop import Method
 from specbench.errors import ConfigError
 
 
-def assemble(method_cfg: dict, target, hardware: dict, tune_tree=None) -> Method:
+def assemble(method_cfg: dict, target, hardware: dict, tune_tree=None, drafter=None) -> Method:
     """`tune_tree(tree_cfg, drafter, verifier) -> tree_cfg` fills tree parameters set to
     `auto` (specbench.costs.autotune), or turns drafting off when no shape pays; without
-    it an auto parameter is an error."""
+    it an auto parameter is an error. `drafter`: this config's drafter, already loaded
+    for `target` (a method rebuilt with another tree keeps it instead of loading it again)."""
     verifier = instantiate_part(method_cfg["verifier"], "method.verifier")
-    drafter = load_drafter(method_cfg, target, hardware)
+    if drafter is None:
+        drafter = load_drafter(method_cfg, target, hardware)
     tree_cfg = method_cfg["tree"]
     if auto_keys(tree_cfg):
         if tune_tree is None:

@@ -161,7 +161,7 @@ class Runner:
             f"profile ({' vs '.join(f'{d} {ms:.0f} ms' for d, ms in ar_ms.items())} on the calibration prompts); this run's speedup is over AR in {decision['dtype']}")
         if decision["dtype"] != other:
             if chosen != self.shape_choice["chosen"]:  # the gain over the faster AR ranks the shapes
-                self.method = methods.assemble(cfg["method"], calibrated_model, self.hardware, tune_tree=lambda *_: chosen)
+                self.method = methods.assemble(cfg["method"], calibrated_model, self.hardware, tune_tree=lambda *_: chosen, drafter=self.method.drafter)
             self.shape_choice = {**self.shape_choice, "chosen": chosen}
             return calibrated_model
         calibrated_in = self.hardware["dtype"]

@@ -48,6 +48,14 @@ def test_method_parts_build(target):
         assert isinstance(methods.assemble(cfg["method"], target, cfg["hardware"]), Method)
 
 
+def test_a_rebuilt_method_keeps_the_drafter_it_was_given(target):
+    """A method rebuilt with another tree shape (the dtype weighing) reuses its loaded
+    drafter: with no head configured, loading one would fail."""
+    cfg = composed("method=eagle3", "method.drafter.head=null", "method.tree.top_k=2", "method.tree.depth=2", "method.tree.total_tokens=4")
+    loaded = object()
+    assert methods.assemble(cfg["method"], target, {"dtype": "float32", "device": "cpu"}, drafter=loaded).drafter is loaded
+
+
 @pytest.mark.parametrize("method, what, published", [
     ("medusa", "Medusa heads", "FasterDecoding/medusa-vicuna-7b-v1.3"),
     ("hydra", "Hydra heads", "ankner/hydra-vicuna-7b-v1.3"),
