@@ -129,6 +129,32 @@ def test_eagle1_loss_is_feature_regression_plus_a_tenth_of_soft_cross_entropy():
     assert not torch.equal(noisy, loss)  # the input features were perturbed
 
 
+def test_ttt_loss_scores_answer_rows_as_the_full_unroll_does():
+    """The loss and hits computed from the answer rows' logits only equal those of every
+    row's logits masked afterwards: each unrolled step's soft cross-entropy over its scored
+    rows (an anchor at t >= step), weighted 0.8 ** step."""
+    from specbench.models.eagle3 import Eagle3Head, head_config
+    from specbench.train.eagle3 import head_config_for, ttt_loss, ttt_unroll
+    from transformers import LlamaConfig
+
+    torch.manual_seed(0)
+    target_config = LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, vocab_size=40,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, max_position_embeddings=64)
+    head = Eagle3Head(head_config(head_config_for(target_config, 12)))
+    embeds, features = torch.randn(2, 7, 16), torch.randn(2, 7, 48)
+    probs = torch.randn(2, 7, 12).softmax(-1)
+    mask = torch.tensor([[False, True, True, True, False, True, True], [False, False, True, True, True, True, False]])
+    loss, top1 = ttt_loss(head, embeds, features, probs, mask, steps=3)
+    expected, expected_top1 = 0.0, []
+    for step, logits in enumerate(ttt_unroll(head, embeds, features, 3)):
+        scored = mask.clone()
+        scored[:, :step] = False
+        expected = expected + 0.8**step * (-(probs * logits.log_softmax(-1)).sum(-1))[scored].mean()
+        expected_top1.append(float((logits.argmax(-1) == probs.argmax(-1))[scored].float().mean()))
+    torch.testing.assert_close(loss, expected)
+    assert top1 == pytest.approx(expected_top1)
+
+
 def test_eagle1_warm_start_keeps_a_head_without_fc_bias(tmp_path):
     """The LLaMA3 EAGLE-1 heads ship `"bias": false`: a warm start from such a head
     trains and exports that layout with its weights, instead of refusing the checkpoint."""

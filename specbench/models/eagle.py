@@ -58,12 +58,13 @@ class Eagle1Head(nn.Module):
         """A committed row's feature is the target's last hidden state itself."""
         return target_features
 
-    def forward(self, embeds, features, positions, past, mask):
+    def forward(self, embeds, features, positions, past, mask, logits_at=None):
         """embeds, features [B, n, H]; positions [B, n]. Returns (predicted next feature
-        [B, n, H], target-vocabulary logits [B, n, V], new past)."""
+        [B, n, H], target-vocabulary logits [B, n, V], new past); with `logits_at` (bool
+        [B, n]) the logits of those rows only, [N, V] (as Eagle3Head.forward)."""
         cos, sin = self.rotary(embeds, positions)
         hidden, present = self.layers[0](self.fc(torch.cat([embeds, features], dim=-1)), cos, sin, past, mask)
-        return hidden, nn.functional.linear(hidden, self.lm_head_weight), present
+        return hidden, nn.functional.linear(hidden if logits_at is None else hidden[logits_at], self.lm_head_weight), present
 
     def target_ids(self) -> None:
         """The head scores the target's whole vocabulary."""

@@ -102,12 +102,14 @@ class Eagle3Head(nn.Module):
     def uses_reduced_vocab(self) -> bool:
         return self.config.draft_vocab_size != self.config.vocab_size
 
-    def forward(self, embeds, features, positions, past, mask):
+    def forward(self, embeds, features, positions, past, mask, logits_at=None):
         """embeds, features [B, n, H] (features already projected); positions [B, n].
-        Returns (pre-norm hidden [B, n, H], draft-vocab logits [B, n, Vd], new past)."""
+        Returns (pre-norm hidden [B, n, H], draft-vocab logits [B, n, Vd], new past);
+        with `logits_at` (bool [B, n]) the logits of those rows only, [N, Vd]: training
+        scores answer rows only, and the vocabulary projection is most of a step."""
         cos, sin = self.rotary(embeds, positions)
         hidden, present = self.midlayer(embeds, features, cos, sin, past, mask)
-        return hidden, self.lm_head(self.norm(hidden)), present
+        return hidden, self.lm_head(self.norm(hidden if logits_at is None else hidden[logits_at])), present
 
     def project(self, target_features: torch.Tensor) -> torch.Tensor:
         """The feature a committed row feeds the layer: the fused low/mid/high states."""

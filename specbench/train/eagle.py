@@ -44,13 +44,14 @@ def eagle_loss(head: Eagle1Head, embeds, features, next_features, target_probs, 
     noisy = features + (torch.rand_like(features) * 2 - 1) * noise
     positions = torch.arange(embeds.shape[1])[None].expand(embeds.shape[0], -1)
     causal = eagle3.ttt_mask(embeds.shape[1], 0)
-    predicted, logits, _ = head(embeds, head.project(noisy), positions, None, causal)
+    predicted, logits, _ = head(embeds, head.project(noisy), positions, None, causal, logits_at=loss_mask)  # logits [N, V]
     weight = loss_mask.float()
     regression = torch.nn.functional.smooth_l1_loss(predicted, next_features, reduction="none").mean(-1)
-    classification = -(target_probs * logits.float().log_softmax(-1)).sum(-1)
+    probs = target_probs[loss_mask]
+    classification = -(probs * logits.float().log_softmax(-1)).sum(-1)
     scored = weight.sum().clamp_min(1)
-    loss = ((regression + w_cls * classification) * weight).sum() / scored
-    top1 = ((logits.argmax(-1) == target_probs.argmax(-1)) & loss_mask).sum() / scored
+    loss = ((regression * weight).sum() + w_cls * classification.sum()) / scored
+    top1 = (logits.argmax(-1) == probs.argmax(-1)).sum() / scored
     return loss, [float(top1)]
 
 

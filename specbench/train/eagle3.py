@@ -69,41 +69,45 @@ def ttt_mask(n: int, step: int) -> torch.Tensor:
     return torch.cat(blocks, dim=1)  # the last block (i = step) is the row itself
 
 
-def ttt_unroll(head, embeds, features, steps: int) -> list[torch.Tensor]:
+def ttt_unroll(head, embeds, features, steps: int, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Logits [B, n, Vd] of each unrolled step (row t: target feature t, embedding of
-    token t+1), for any EAGLE head (EAGLE-1 or EAGLE-3: `project` and `forward`)."""
+    token t+1), for any EAGLE head (EAGLE-1 or EAGLE-3: `project` and `forward`); with
+    `rows` (bool [B, n]) only those rows' logits, [N, Vd]."""
     n = embeds.shape[1]
     positions = torch.arange(n)[None].expand(embeds.shape[0], n)
     feats = head.project(features)
     past, logits = None, []
     for step in range(steps):
-        hidden, step_logits, past = head(embeds, feats, positions, past, ttt_mask(n, step))
+        hidden, step_logits, past = head(embeds, feats, positions, past, ttt_mask(n, step), logits_at=rows)
         logits.append(step_logits)
         feats = torch.cat([hidden[:, :1], hidden[:, :-1]], dim=1)  # step j+1 at t reads step j at t-1
     return logits
 
 
 def step_hits(logits: list[torch.Tensor], target_top1, loss_mask) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(hits, scored) bool [B, n] per unrolled step: the draft's top-1 equals the
-    target's (`target_top1`, draft-vocabulary ids), at rows with a label and an anchor
-    (t >= step)."""
+    """(hits, scored) bool [B, n] per unrolled step: the draft's top-1 (`logits` of the
+    `loss_mask` rows, [N, Vd]) equals the target's (`target_top1` [B, n], draft-vocabulary
+    ids), at rows with a label and an anchor (t >= step)."""
     out = []
     for step, step_logits in enumerate(logits):
         scored = loss_mask.clone()
         scored[:, :step] = False
-        out.append(((step_logits.argmax(-1) == target_top1) & scored, scored))
+        hits = torch.zeros_like(loss_mask)
+        hits[loss_mask] = step_logits.argmax(-1) == target_top1[loss_mask]
+        out.append((hits & scored, scored))
     return out
 
 
 def ttt_loss(head: Eagle3Head, embeds, features, target_probs, loss_mask, steps: int, decay: float = 0.8):
     """Soft cross-entropy summed over unrolled steps (weights decay**j); also returns
     each step's top-1 agreement with the target for logging."""
-    logits = ttt_unroll(head, embeds, features, steps)
+    logits = ttt_unroll(head, embeds, features, steps, rows=loss_mask)
     hits = step_hits(logits, target_probs.argmax(-1), loss_mask)
+    probs = target_probs[loss_mask]
     total = 0.0
     for step, (step_logits, (_, scored)) in enumerate(zip(logits, hits)):
-        weight = scored.float()
-        loss = -(target_probs * step_logits.float().log_softmax(-1)).sum(-1)
+        weight = scored[loss_mask].float()
+        loss = -(probs * step_logits.float().log_softmax(-1)).sum(-1)
         total = total + decay**step * (loss * weight).sum() / weight.sum().clamp_min(1)
     return total, [float(h.sum() / s.sum().clamp_min(1)) for h, s in hits]
 
@@ -129,7 +133,7 @@ def chain_acceptance(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int
 def eagle_hits(head, steps: int):
     """A Trainee's `hits` for any EAGLE head: top-1 per unrolled draft step on what
     `keep` held of a validation batch (embeds, features, target top-1, mask)."""
-    return lambda kept: step_hits(ttt_unroll(head, kept[0], kept[1], steps), kept[2], kept[3])
+    return lambda kept: step_hits(ttt_unroll(head, kept[0], kept[1], steps, rows=kept[3]), kept[2], kept[3])
 
 
 def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | None) -> Trainee:
