@@ -60,3 +60,20 @@ def test_a_checkpoint_resumes_only_the_heads_it_holds(tmp_path):
     assert states["eagle3"].keys() == {"d2t"} and torch.equal(states["medusa"]["draft_vocab"], torch.arange(4))
     with pytest.raises(ConfigError, match="holds eagle3 medusa: train those"):
         saved_states(checkpoint, ["eagle3", "hydra"])
+
+
+def test_heads_can_train_under_bf16_autocast(tmp_path):
+    """--head-autocast runs the heads' forward and backward in bf16 (fp32 weights): the
+    first step's loss is the fp32 step's to bf16 rounding, the weights move differently,
+    and the record says how the head was trained."""
+    data = str(synthetic_answers(tmp_path))
+    runs = {}
+    for name, extra in (("fp32", []), ("bf16", ["--head-autocast"])):
+        out = tmp_path / name
+        result = run("specbench.train.eagle3", "--data", data, "--out", str(out), *COMMON, "--steps", "1", *extra)
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs[name] = (json.loads((out / "training.json").read_text()), load_file(out / "model.safetensors"))
+    (fp32, fp32_weights), (bf16, bf16_weights) = runs["fp32"], runs["bf16"]
+    assert (fp32["head_autocast"], bf16["head_autocast"]) == (False, True)
+    assert bf16["final_loss_ema"] == pytest.approx(fp32["final_loss_ema"], rel=0.02) and bf16["final_loss_ema"] != fp32["final_loss_ema"]
+    assert not torch.equal(fp32_weights["fc.weight"], bf16_weights["fc.weight"])

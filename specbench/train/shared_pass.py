@@ -1,8 +1,8 @@
 """One target forward per batch, shared by every head that trains on that batch.
 
-The target's forward with its softmax is ~70% of an EAGLE-3 training step on a CPU (bf16,
-8 x 256 tokens, AMD EPYC Zen 4), so heads that learn from the same text (EAGLE-3, EAGLE-1,
-Medusa, Hydra) train together for little more than their own work (specbench.train.joint).
+The target's forward with its softmax is ~40% of an EAGLE-3 training step on a CPU (bf16,
+8 x 256 tokens, AMD EPYC Zen 4, 2 threads), so heads that learn from the same text (EAGLE-3,
+EAGLE-1, Medusa, Hydra) train together for less than apart (specbench.train.joint: 1.53x).
 Each head trainer describes its head as a Trainee; a single-head run is a run of one."""
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
         batch = read_target(target, ids, labels)
         total, joined = 0.0, []
         for t in trainees:
-            loss, metrics = t.loss(batch)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.head_autocast):
+                loss, metrics = t.loss(batch)
             loss.backward()
             total, joined = total + loss.detach(), joined + metrics
             widths[t.name] = len(metrics)
@@ -117,7 +118,8 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
         "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation),
         **({"trained_together": [t.name for t in trainees]} if len(trainees) > 1 else {}),
     }
-    settings = {"batch": args.batch, "length": args.length, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype}
+    settings = {"batch": args.batch, "length": args.length, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,
+                "head_autocast": args.head_autocast}
     start = 0
     for t in trainees:
         joined, width = result["final_metrics_ema"], widths.get(t.name, 0)
