@@ -6,7 +6,7 @@ import json
 import torch
 
 from conftest import train_heads_twice
-from specbench.train.medusa import chain_tau, head_hits
+from specbench.train.medusa import answer_rows, chain_tau, head_hits, heads_loss
 
 
 def test_head_hits_align_each_head_with_its_offset():
@@ -19,6 +19,27 @@ def test_head_hits_align_each_head_with_its_offset():
     assert [s.tolist() for _, s in hits] == [[[True, True]], [[True, True]], [[True, False]]]
     # chains: anchor 0 accepts 2 (head 2 misses); anchor 1's head-2 token is unlabelled: not scored
     assert chain_tau(hits) == (2, 1)
+
+
+def test_heads_loss_reads_only_the_anchors_some_head_is_scored_at():
+    """Head i at anchor t is scored where token t+2+i is labelled; the loss from the
+    scored anchors' logits alone is each head's soft cross-entropy there, weighted 0.8^i."""
+    torch.manual_seed(0)
+    mask = torch.tensor([[False, False, True, True, False], [False, True, True, False, False]])  # labels of tokens t+2
+    n, heads, vocab = 3, 2, 6
+    rows = answer_rows(mask, n, heads)
+    assert rows.tolist() == [[False, True, True], [True, True, True]]  # anchor 0 of row 0: neither head's token is labelled
+    probs, logits = torch.randn(2, 5, vocab).softmax(-1), torch.randn(2, n, heads, vocab)
+    top1 = probs.argmax(-1)
+    loss, metrics = heads_loss(logits[rows], probs, top1, mask, torch.arange(vocab), rows)
+    expected, expected_top1 = 0.0, []
+    for i in range(heads):
+        scored = mask[:, i : i + n]
+        ce = -(probs[:, i : i + n] * logits[:, :, i].log_softmax(-1)).sum(-1)
+        expected = expected + 0.8**i * ce[scored].mean()
+        expected_top1.append(float((logits[:, :, i].argmax(-1) == top1[:, i : i + n])[scored].float().mean()))
+    torch.testing.assert_close(loss, expected)
+    assert metrics == expected_top1
 
 
 def test_training_resumes_and_exports_loadable_heads(tmp_path):

@@ -25,7 +25,7 @@ import torch
 from specbench.errors import run_command
 from specbench.models.hydra import HydraHeads, load_heads
 from specbench.train.data import TARGET
-from specbench.train.medusa import chain_tau, distilled, head_arguments, head_hits, heads_export, heads_loss, heads_vocabulary
+from specbench.train.medusa import answer_rows, chain_tau, distilled, head_arguments, head_hits, heads_export, heads_loss, heads_vocabulary
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
 
 
@@ -49,14 +49,20 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
             first.res_connection.bias.zero_()
     k = args.heads
 
-    def head_logits(ids, hidden):
-        """[B, n, K, V'] for the n anchors that have all K path tokens in the window."""
+    def head_logits(ids, hidden, rows=None):
+        """[B, n, K, V'] for the n anchors that have all K path tokens in the window
+        ([N, K, V'] at `rows`, bool [B, n], only)."""
         n = ids.shape[1] - k - 1
         prefix = heads.prefix_embeding_layer(inputs_embeds=hidden).last_hidden_state[:, :n]
-        return torch.stack([heads.draft_logits(h, prefix, path_tokens(ids, n, h)) for h in range(k)], dim=2)
+        paths = [path_tokens(ids, n, h) for h in range(k)]
+        if rows is not None:
+            prefix, paths = prefix[rows], [p[rows] for p in paths]
+        return torch.stack([heads.draft_logits(h, prefix, p) for h, p in enumerate(paths)], dim=-2)
 
     def loss(batch: TargetPass):
-        return heads_loss(head_logits(batch.ids, batch.hidden_states[-1].float()), *distilled(batch, vocab_ids), vocab_ids)
+        probs, top1, mask = distilled(batch, vocab_ids)
+        rows = answer_rows(mask, batch.ids.shape[1] - k - 1, k)
+        return heads_loss(head_logits(batch.ids, batch.hidden_states[-1].float(), rows), probs, top1, mask, vocab_ids, rows)
 
     def keep(batch: TargetPass):
         _, top1, mask = distilled(batch, vocab_ids)

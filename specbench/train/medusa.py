@@ -52,17 +52,24 @@ def chain_tau(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int, int]:
     return int(accepted[valid].sum()), int(valid.sum())
 
 
-def heads_loss(draft, probs, top1, mask, vocab_ids) -> tuple[torch.Tensor, list[float]]:
-    """Distillation loss of K heads and their top-1 agreement: draft [B, n, K, V'] logits
-    at n anchors, head i scored on the target's draft-vocabulary distribution `probs` and
-    top-1 `top1` at index t+i (token t+2+i), where `mask` labels it; weights 0.8^i."""
-    n = draft.shape[1]
+def answer_rows(mask: torch.Tensor, n: int, heads: int) -> torch.Tensor:
+    """bool [B, n]: the anchors some head is scored at (head i at t where `mask` labels
+    t+i), the only rows a loss reads: prompt rows skip the vocabulary projection."""
+    return torch.stack([mask[:, i : i + n] for i in range(heads)]).any(0)
+
+
+def heads_loss(draft, probs, top1, mask, vocab_ids, rows) -> tuple[torch.Tensor, list[float]]:
+    """Distillation loss of K heads and their top-1 agreement: draft [N, K, V'] logits at
+    the anchors `rows` (bool [B, n], answer_rows), head i scored on the target's
+    draft-vocabulary distribution `probs` and top-1 `top1` at index t+i (token t+2+i),
+    where `mask` labels it; weights 0.8^i."""
+    n = rows.shape[1]
     loss, metrics = 0.0, []
-    for i in range(draft.shape[2]):
-        m = mask[:, i : i + n]
-        ce = -(probs[:, i : i + n] * torch.log_softmax(draft[:, :, i], -1)).sum(-1)
+    for i in range(draft.shape[1]):
+        m = mask[:, i : i + n][rows]
+        ce = -(probs[:, i : i + n][rows] * torch.log_softmax(draft[:, i], -1)).sum(-1)
         loss = loss + DECAY**i * (ce * m).sum() / m.sum().clamp_min(1)
-        hit = vocab_ids[draft[:, :, i].argmax(-1)] == top1[:, i : i + n]
+        hit = vocab_ids[draft[:, i].argmax(-1)] == top1[:, i : i + n][rows]
         metrics.append(float((hit & m).sum() / m.sum().clamp_min(1)))
     return loss, metrics
 
@@ -96,7 +103,9 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         return batch.hidden_states[-1][:, : batch.ids.shape[1] - args.heads - 1].float()
 
     def loss(batch: TargetPass):
-        return heads_loss(heads.draft_logits(hidden_of(batch)), *distilled(batch, vocab_ids), vocab_ids)
+        hidden, (probs, top1, mask) = hidden_of(batch), distilled(batch, vocab_ids)
+        rows = answer_rows(mask, hidden.shape[1], args.heads)
+        return heads_loss(heads.draft_logits(hidden[rows]), probs, top1, mask, vocab_ids, rows)
 
     def keep(batch: TargetPass):
         _, top1, mask = distilled(batch, vocab_ids)
