@@ -86,9 +86,12 @@ corpus-pack:
 # resumes from runs/ until the schedule ends. TRAIN_DTYPE: the target's dtype for the soft labels
 # (bfloat16 only on CPUs with native bf16 matmul: see the cost profile).
 TRAIN_DTYPE ?= float32
+# HEAD_AUTOCAST=--head-autocast trains the heads under bf16 autocast (~1.5x faster a step on CPUs with
+# native bf16 matmul, slower on AVX2-only ones)
+HEAD_AUTOCAST ?=
 eagle3-head: install
 	$(PY) -m specbench.train.corpus --out runs/corpus --temperatures 0.0 --batch 16 --max-new-tokens 192 --dtype $(TRAIN_DTYPE) --threads 2 --minutes 7
-	$(PY) -m specbench.train.eagle3 --data $(CORPUS) --out runs/smollm2-135m-eagle3 --init specbench/weights/smollm2-135m-eagle3 --target-dtype $(TRAIN_DTYPE) --steps 4000 --minutes 150 --lr 6e-4 --sharegpt-answers 16000 --checkpoint-every 100
+	$(PY) -m specbench.train.eagle3 --data $(CORPUS) --out runs/smollm2-135m-eagle3 --init specbench/weights/smollm2-135m-eagle3 --target-dtype $(TRAIN_DTYPE) --steps 4000 --minutes 150 --lr 6e-4 --sharegpt-answers 16000 --checkpoint-every 100 $(HEAD_AUTOCAST)
 	cp runs/smollm2-135m-eagle3/config.json runs/smollm2-135m-eagle3/model.safetensors runs/smollm2-135m-eagle3/training.json runs/smollm2-135m-eagle3/curve.jsonl runs/smollm2-135m-eagle3/curve.png specbench/weights/smollm2-135m-eagle3/
 
 # Rebuild the shipped EAGLE-1 head (methods eagle, eagle2) from scratch on the same text as the
@@ -96,7 +99,7 @@ eagle3-head: install
 # by the target; each call trains up to 60 minutes and resumes from runs/ until the schedule ends.
 eagle-head: install
 	$(PY) -m specbench.train.corpus --out runs/corpus --temperatures 0.0 --batch 16 --max-new-tokens 192 --dtype $(TRAIN_DTYPE) --threads 2 --minutes 7
-	$(PY) -m specbench.train.eagle --data $(CORPUS) --out runs/smollm2-135m-eagle --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 60 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100
+	$(PY) -m specbench.train.eagle --data $(CORPUS) --out runs/smollm2-135m-eagle --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 60 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100 $(HEAD_AUTOCAST)
 	cp runs/smollm2-135m-eagle/config.json runs/smollm2-135m-eagle/model.safetensors runs/smollm2-135m-eagle/training.json runs/smollm2-135m-eagle/curve.jsonl runs/smollm2-135m-eagle/curve.png specbench/weights/smollm2-135m-eagle/
 
 # The EAGLE-1, Medusa and Hydra heads trained together on one target pass a batch (on the corpus
@@ -105,7 +108,7 @@ eagle-head: install
 # over specbench/weights/smollm2-135m-<head>) when its tau on the evaluation prompts (the command
 # in the shipped head's card) beats the shipped head's.
 joint-heads: install
-	$(PY) -m specbench.train.joint --train eagle medusa hydra --data $(CORPUS) --out runs/smollm2-135m-heads --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 150 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100
+	$(PY) -m specbench.train.joint --train eagle medusa hydra --data $(CORPUS) --out runs/smollm2-135m-heads --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 150 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100 $(HEAD_AUTOCAST)
 
 # A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the
 # embedded model offline (MARS, TALON: headline tables at 20 prompts x 128 tokens, the rest
