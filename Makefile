@@ -104,11 +104,12 @@ eagle-head: install
 
 # The EAGLE-1, Medusa and Hydra heads trained together on one target pass a batch (on the corpus
 # of `make eagle3-head` and the packs); each call trains up to 150 minutes and resumes from runs/
-# until the schedule ends. The exports land in runs/smollm2-135m-heads/<head>/: ship one (copy it
+# until the schedule ends; the EAGLE-1 head starts from the shipped one, Medusa and Hydra heads as the
+# target's own guess. The exports land in runs/smollm2-135m-heads/<head>/: ship one (copy it
 # over specbench/weights/smollm2-135m-<head>) when its tau on the evaluation prompts (the command
 # in the shipped head's card) beats the shipped head's.
 joint-heads: install
-	$(PY) -m specbench.train.joint --train eagle medusa hydra --data $(CORPUS) --out runs/smollm2-135m-heads --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 150 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100 $(HEAD_AUTOCAST)
+	$(PY) -m specbench.train.joint --train eagle medusa hydra --init eagle=specbench/weights/smollm2-135m-eagle --data $(CORPUS) --out runs/smollm2-135m-heads --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 150 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100 $(HEAD_AUTOCAST)
 
 # A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the
 # embedded model offline (MARS, TALON: headline tables at 20 prompts x 128 tokens, the rest
