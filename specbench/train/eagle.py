@@ -23,7 +23,7 @@ from specbench.errors import run_command
 from specbench.models.eagle import Eagle1Head, feature_layers, load_head
 from specbench.models.eagle3 import head_config, read_config, trained_state
 from specbench.train import eagle3
-from specbench.train.loop import add_fit_arguments
+from specbench.train.loop import add_autocast_argument, add_fit_arguments
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
 from specbench.train.validation import export as export_record, save_head
 
@@ -99,9 +99,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform noise on input features (EAGLE: 0.1)")
     parser.add_argument("--w-cls", type=float, default=0.1, help="weight of the classification loss (EAGLE: 0.1)")
     parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors) when no checkpoint exists yet")
-    parser.add_argument("--head-autocast", action="store_true",
-                        help="the heads' forward and backward under bf16 autocast (weights and optimizer stay fp32): ~1.5x faster "
-                             "where the CPU has native bf16 matmul (avx512_bf16, AMX), slower on AVX2-only CPUs")
+    add_autocast_argument(parser)
     train_alone(parser.parse_args(argv), "eagle", trainee, "eagle-1 training (top-1)")
 
 

@@ -39,6 +39,11 @@ def add_head_arguments(parser: ArgumentParser) -> None:
     """The options of the trainers of heads on the target's features (EAGLE-3, Medusa, Hydra)."""
     parser.add_argument("--draft-vocab", type=int, default=8192)
     parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
+    add_autocast_argument(parser)
+
+
+def add_autocast_argument(parser: ArgumentParser) -> None:
+    """--head-autocast, for every trainer of heads on the target's features."""
     parser.add_argument("--head-autocast", action="store_true",
                         help="the heads' forward and backward under bf16 autocast (weights and optimizer stay fp32): ~1.5x faster "
                              "where the CPU has native bf16 matmul (avx512_bf16, AMX), slower on AVX2-only CPUs")
