@@ -1,6 +1,8 @@
 """EAGLE-3 training-time test: the unrolled rows see exactly what tree nodes see."""
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -64,10 +66,6 @@ def test_collate_masks_prompt_and_padding():
 def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     """Two steps, then a re-run to three: the second run continues the first (same
     validation rows, curve extended) and the export loads strictly."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
 
     rng = torch.Generator().manual_seed(0)
     rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()} for i in range(6)]
@@ -158,11 +156,6 @@ def test_ttt_loss_scores_answer_rows_as_the_full_unroll_does():
 def test_eagle1_warm_start_keeps_a_head_without_fc_bias(tmp_path):
     """The LLaMA3 EAGLE-1 heads ship `"bias": false`: a warm start from such a head
     trains and exports that layout with its weights, instead of refusing the checkpoint."""
-    import json
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from safetensors.torch import load_file, save_file
 
@@ -221,7 +214,6 @@ def test_a_corpus_directory_commits_the_validation_set_every_run_uses(tmp_path):
 
 
 def test_a_trainer_refuses_a_committed_set_it_cannot_find_in_one_line(tmp_path):
-    import subprocess
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
