@@ -49,9 +49,9 @@ def target4():
     return tiny_llama(0, layers=4)
 
 
-def synthetic_checkpoint(directory, seed=0, rename=None, drop=None, fmt="safetensors"):
+def synthetic_checkpoint(directory, seed=0, rename=None, drop=None, fmt="safetensors", config=CONFIG):
     torch.manual_seed(seed)
-    head = Eagle3Head(head_config(CONFIG))
+    head = Eagle3Head(head_config(config))
     kept = torch.randperm(VOCAB)[:DRAFT_VOCAB].sort().values  # draft vocab = a subset of the target's
     state = {k: v.clone() for k, v in head.state_dict().items()}
     state["d2t"] = kept - torch.arange(DRAFT_VOCAB)
@@ -62,7 +62,7 @@ def synthetic_checkpoint(directory, seed=0, rename=None, drop=None, fmt="safeten
     if drop:
         state.pop(drop)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(CONFIG))
+    (directory / "config.json").write_text(json.dumps(config))
     if fmt == "safetensors":
         save_file(state, directory / "model.safetensors")
     else:
@@ -136,7 +136,7 @@ def drafter_for(target, tmp_path, seed=0, kind="eagle3"):
         eagle1_checkpoint(tmp_path, seed=seed)
         weight = target.get_output_embeddings().weight
         return EagleDrafter(eagle.load_head(str(tmp_path), weight, torch.float32, "cpu", "k"), target, eagle.feature_layers(layers))
-    synthetic_checkpoint(tmp_path, seed=seed)
+    synthetic_checkpoint(tmp_path, seed=seed, config={**CONFIG, "num_hidden_layers": 2} if kind == "eagle3-2layers" else CONFIG)
     return EagleDrafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target, feature_layers(layers))
 
 
@@ -177,7 +177,7 @@ def test_eagle1_wrong_checkpoints_are_refused(target4, tmp_path):
         eagle.load_head(str(tmp_path / "c"), weight, torch.float32, "cpu", "k")
 
 
-KINDS = ["eagle3", "eagle1"]
+KINDS = ["eagle3", "eagle3-2layers", "eagle1"]  # eagle3-2layers: a head trained here with a second decoder layer
 
 
 def read_from_scratch(target4, directory, text, root, kind):
@@ -271,7 +271,7 @@ TREES = {
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize("kind,policy", [("eagle3", "dynamic_tree"), ("eagle3", "chain"), ("eagle1", "static_tree"), ("eagle1", "dynamic_tree")])
+@pytest.mark.parametrize("kind,policy", [("eagle3", "dynamic_tree"), ("eagle3", "chain"), ("eagle3-2layers", "dynamic_tree"), ("eagle1", "static_tree"), ("eagle1", "dynamic_tree")])
 def test_greedy_identical_to_ar(kind, policy, batch, target4, tmp_path, prompts, ar_ids):
     """Batches of 3 (the last of 2) hold prompts of different lengths; rows stop at
     different steps and leave the batch. eagle1 + static tree is method eagle, eagle1 +

@@ -97,6 +97,15 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     assert json.loads((warm / "training.json").read_text())["init"] == str(out)
     warm_curve = [json.loads(line) for line in (warm / "curve.jsonl").read_text().splitlines()]
     assert [(p["step"], p["tokens"]) for p in warm_curve] == [(0, 0)]  # the warm start's own point
+    # --layers 2 deepens the warm start; a resumed run keeps the layers its checkpoint holds
+    deep_args = [*args[:6], str(tmp_path / "deep"), *args[7:], "--init", str(out)]
+    result = subprocess.run([*deep_args, "--layers", "2", "--steps", "1"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((tmp_path / "deep" / "config.json").read_text())["num_hidden_layers"] == 2
+    deep = load_file(tmp_path / "deep" / "model.safetensors")
+    assert deep.keys() - exported.keys() and all(k.startswith("layers.0.") for k in deep.keys() - exported.keys())
+    result = subprocess.run([*deep_args, "--layers", "3", "--steps", "2"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --layers: the run's checkpoint holds a head of 2 layers"), result.stderr[-2000:]
 
 
 def test_eagle1_loss_is_feature_regression_plus_a_tenth_of_soft_cross_entropy():
@@ -223,3 +232,26 @@ def test_a_trainer_refuses_a_committed_set_it_cannot_find_in_one_line(tmp_path):
                             cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --data: 1 of the 2 held-out keys"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def test_a_deepened_head_starts_as_its_warm_start_and_then_trains_its_new_layer():
+    """A second layer added to a trained one-layer head starts as the identity: every
+    unrolled step's logits and hidden states are exactly the warm head's. Its output
+    projections are zero but get gradients, so training moves the new layer."""
+    from specbench.models.eagle3 import Eagle3Head, head_config, trained_state
+    from specbench.train.eagle3 import deepen, head_config_for, ttt_unroll
+    from transformers import LlamaConfig
+
+    torch.manual_seed(0)
+    target_config = LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, vocab_size=40,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, max_position_embeddings=64)
+    warm = Eagle3Head(head_config(head_config_for(target_config, 12)))
+    deep = Eagle3Head(head_config(head_config_for(target_config, 12, layers=2)))
+    deepen(deep, trained_state(warm))
+    embeds, features = torch.randn(2, 7, 16), torch.randn(2, 7, 48)
+    for expected, got in zip(ttt_unroll(warm, embeds, features, 3), ttt_unroll(deep, embeds, features, 3), strict=True):
+        assert torch.equal(expected, got)
+    ttt_unroll(deep, embeds, features, 3)[-1].square().sum().backward()
+    layer = deep.layers[0]
+    assert layer.self_attn.o_proj.weight.grad.abs().sum() > 0 and layer.mlp.down_proj.weight.grad.abs().sum() > 0
+    assert torch.equal(deep.midlayer.self_attn.q_proj.weight, warm.midlayer.self_attn.q_proj.weight)

@@ -9,6 +9,11 @@ Token embeddings come from the target, unless the checkpoint ships its own
 `embed_tokens.weight`: then, as in the EAGLE release, the shipped embedding is used
 (`head.embed_tokens`). Later draft steps feed the layer's own output (before `norm`) as
 the feature, skipping `fc`.
+
+A head with `num_hidden_layers` > 1 (trained here; the published heads have one) stacks
+plain Llama decoder layers (`layers.i`, H wide) after `midlayer`. Its cache keeps every
+layer's keys side by side on the kv-head dimension, so the drafter slices rows and
+columns of a deeper head's cache as it does a one-layer head's.
 """
 
 from __future__ import annotations
@@ -85,12 +90,29 @@ class Eagle3Layer(nn.Module):
         return hidden, present
 
 
+class Eagle3DecoderLayer(nn.Module):
+    """A layer after `midlayer`: the Llama decoder layer (pre-norm attention and MLP over H)."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = HeadAttention(config, config.hidden_size)
+        self.mlp = LlamaMLP(config)
+
+    def forward(self, hidden, cos, sin, past, mask):
+        attended, present = self.self_attn(self.input_layernorm(hidden), cos, sin, past, mask)
+        hidden = hidden + attended
+        return hidden + self.mlp(self.post_attention_layernorm(hidden)), present
+
+
 class Eagle3Head(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.config = config
         self.fc = nn.Linear(3 * config.target_hidden_size, config.hidden_size, bias=False)
         self.midlayer = Eagle3Layer(config)
+        self.layers = nn.ModuleList([Eagle3DecoderLayer(config) for _ in range(config.num_hidden_layers - 1)])
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
@@ -108,7 +130,15 @@ class Eagle3Head(nn.Module):
         with `logits_at` (bool [B, n]) the logits of those rows only, [N, Vd]: training
         scores answer rows only, and the vocabulary projection is most of a step."""
         cos, sin = self.rotary(embeds, positions)
-        hidden, present = self.midlayer(embeds, features, cos, sin, past, mask)
+        depth = 1 + len(self.layers)
+        pasts = [None] * depth if past is None else list(zip(past[0].chunk(depth, dim=1), past[1].chunk(depth, dim=1)))
+        hidden, present = self.midlayer(embeds, features, cos, sin, pasts[0], mask)
+        presents = [present]
+        for layer, layer_past in zip(self.layers, pasts[1:]):
+            hidden, present = layer(hidden, cos, sin, layer_past, mask)
+            presents.append(present)
+        if self.layers:
+            present = (torch.cat([k for k, _ in presents], dim=1), torch.cat([v for _, v in presents], dim=1))
         return hidden, self.lm_head(self.norm(hidden if logits_at is None else hidden[logits_at])), present
 
     def project(self, target_features: torch.Tensor) -> torch.Tensor:

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import torch
 
-from specbench.errors import run_command
+from specbench.errors import require, run_command
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head, trained_state
 from specbench.train.loop import add_fit_arguments, add_head_arguments
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
 from specbench.train.validation import export as export_record, save_head
 
 
-def head_config_for(target_config, draft_vocab_size: int) -> dict:
-    """config.json of a head shaped like one layer of the target."""
+def head_config_for(target_config, draft_vocab_size: int, layers: int = 1) -> dict:
+    """config.json of a head whose layers are shaped like the target's."""
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
         "hidden_size": target_config.hidden_size,
@@ -36,7 +36,7 @@ def head_config_for(target_config, draft_vocab_size: int) -> dict:
         "num_attention_heads": target_config.num_attention_heads,
         "num_key_value_heads": target_config.num_key_value_heads,
         "head_dim": getattr(target_config, "head_dim", None) or target_config.hidden_size // target_config.num_attention_heads,
-        "num_hidden_layers": 1,
+        "num_hidden_layers": layers,
         "rms_norm_eps": target_config.rms_norm_eps,
         "max_position_embeddings": target_config.max_position_embeddings,
         "rope_theta": target_config.rope_parameters["rope_theta"],
@@ -136,6 +136,31 @@ def eagle_hits(head, steps: int):
     return lambda kept: step_hits(ttt_unroll(head, kept[0], kept[1], steps, rows=kept[3]), kept[2], kept[3])
 
 
+def head_layers(asked: int | None, warm: Eagle3Head | None, saved: dict | None) -> int:
+    """The head's decoder layers: a resumed run keeps its checkpoint's; otherwise --layers,
+    else the warm start's, else 1. A warm start may have fewer layers (see deepen)."""
+    if saved is not None:
+        held = 1 + len({k.split(".")[1] for k in saved if k.startswith("layers.")})
+        require(asked in (None, held), "--layers", f"the run's checkpoint holds a head of {held} layers, not {asked}: resume with --layers {held} or choose another --out")
+        return held
+    if warm is not None:
+        require(asked is None or asked >= warm.config.num_hidden_layers, "--layers", f"{asked} is fewer than the warm start's {warm.config.num_hidden_layers}")
+    return asked or (warm.config.num_hidden_layers if warm is not None else 1)
+
+
+def deepen(head: Eagle3Head, warm_state: dict) -> None:
+    """Load a warm start of the same or fewer layers. Layers it lacks start as the identity:
+    their output projections (attention o_proj, MLP down_proj) are zero, so the deeper
+    head computes exactly what the warm start did and training only adds to it."""
+    missing, unexpected = head.load_state_dict(warm_state, strict=False)
+    assert not unexpected and all(k.startswith("layers.") for k in missing), (missing, unexpected)
+    new = {int(k.split(".")[1]) for k in missing}
+    with torch.no_grad():
+        for i in new:
+            head.layers[i].self_attn.o_proj.weight.zero_()
+            head.layers[i].mlp.down_proj.weight.zero_()
+
+
 def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | None) -> Trainee:
     """The EAGLE-3 head of a run (resumed from `saved`, or warm-started from --init)."""
     warm = load_head(args.init, torch.float32, "cpu", key="--init") if args.init and saved is None else None
@@ -145,20 +170,21 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         vocab_ids = warm.d2t + torch.arange(len(warm.d2t))
     else:
         vocab_ids = draft_vocabulary(rows, args.draft_vocab, target.config.vocab_size, {tokenizer.eos_token_id})
-    raw_config = head_config_for(target.config, len(vocab_ids))
+    layers = head_layers(args.layers, warm, saved)
+    raw_config = head_config_for(target.config, len(vocab_ids), layers)
     head = Eagle3Head(head_config(raw_config))
     if warm is not None:
-        head.load_state_dict(trained_state(warm))
+        deepen(head, trained_state(warm))
     head.d2t.copy_(vocab_ids - torch.arange(len(vocab_ids)))
     head.t2d.zero_()
     head.t2d[vocab_ids] = True
-    layers = feature_layers(target.config.num_hidden_layers)
+    fused = feature_layers(target.config.num_hidden_layers)
     embedding = target.get_input_embeddings()
 
     def rows_of(batch: TargetPass):
         """Row t: feature t, token t+1, and the target's distribution at t+1 (token t+2)."""
         with torch.no_grad():
-            features = torch.cat([batch.hidden_states[i] for i in layers], dim=-1).float()
+            features = torch.cat([batch.hidden_states[i] for i in fused], dim=-1).float()
             probs = batch.logits.softmax(-1)[..., vocab_ids]
             embeds = embedding(batch.ids).float()
         n = batch.ids.shape[1] - 2
@@ -173,11 +199,17 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         load_head(str(out), torch.float32, "cpu", key="trained head")  # the shipped files load strictly
         export_record(out, curve_path, {  # final_metrics_ema: top-1 agreement with the target per TTT step (training batches)
             **record, "draft_vocab": len(vocab_ids), "ttt_steps": args.ttt_steps, "init": args.init,
-            "feature_layers": list(layers), "parameters": sum(p.numel() for p in head.parameters()),
+            "feature_layers": list(fused), "layers": layers, "parameters": sum(p.numel() for p in head.parameters()),
         }, step_label="TTT step")
 
     return Trainee("eagle3", out, head, lambda batch: ttt_loss(head, *rows_of(batch), args.ttt_steps), keep,
                    eagle_hits(head, args.ttt_steps), chain_acceptance, export)
+
+
+def add_layers_argument(parser: argparse.ArgumentParser, flag: str) -> None:
+    parser.add_argument(flag, dest="layers", type=int, choices=range(1, 9), metavar="1-8",
+                        help="decoder layers of the EAGLE-3 head (default: the warm start's or the checkpoint's, else 1); "
+                        "layers a warm start lacks start as the identity")
 
 
 def main(argv: list[str]) -> None:
@@ -185,6 +217,7 @@ def main(argv: list[str]) -> None:
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     add_head_arguments(parser)
     parser.add_argument("--ttt-steps", type=int, default=3)
+    add_layers_argument(parser, "--layers")
     parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors, e.g. the shipped one) when no checkpoint exists yet")
     train_alone(parser.parse_args(argv), "eagle3", trainee, "eagle3 training (top-1 per TTT step)")
 

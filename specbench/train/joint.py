@@ -45,6 +45,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--train", nargs="+", choices=sorted(TRAINEES), required=True, help="the heads to train together")
     parser.add_argument("--init", nargs="+", default=[], metavar="HEAD=DIR", help="warm starts (eagle3, eagle) when no checkpoint exists yet")
     parser.add_argument("--ttt-steps", type=int, default=3, help="EAGLE-3's unrolled training-time-test steps")
+    eagle3.add_layers_argument(parser, "--eagle3-layers")
     parser.add_argument("--noise", type=float, default=0.1, help="EAGLE-1's input feature noise")
     parser.add_argument("--w-cls", type=float, default=0.1, help="EAGLE-1's classification loss weight")
     parser.add_argument("--medusa-heads", type=int, default=4)
