@@ -24,7 +24,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_heads_trained_together_equal_heads_trained_alone(tmp_path):
     """EAGLE-3 and Medusa heads, 2 steps each alone and together on one target pass a
-    batch: the exports hold the same weights, with a curve per head."""
+    batch: the exports hold the same weights, with a curve and a loss record per head."""
     data = str(synthetic_answers(tmp_path))
     alone3, alone_m, joint = tmp_path / "eagle3", tmp_path / "medusa", tmp_path / "joint"
     for result in (
@@ -41,7 +41,9 @@ def test_heads_trained_together_equal_heads_trained_alone(tmp_path):
         assert [p["step"] for p in curve] == [0, 1, 2] and len(curve[-1]["top1"]) in (2, 3)
         training = json.loads((together / "training.json").read_text())
         assert training["trained_together"] == ["eagle3", "medusa"] and training["steps"] == 2
-        assert len(training["final_metrics_ema"]) == len(json.loads((alone / "training.json").read_text())["final_metrics_ema"])
+        alone_training = json.loads((alone / "training.json").read_text())
+        assert len(training["final_metrics_ema"]) == len(alone_training["final_metrics_ema"])
+        assert training["final_loss_ema"] == pytest.approx(alone_training["final_loss_ema"], rel=1e-6)  # the head's own loss, not the joint total
 
 
 @pytest.mark.parametrize("init, message", [

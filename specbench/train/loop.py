@@ -49,6 +49,11 @@ def add_autocast_argument(parser: ArgumentParser) -> None:
                              "where the CPU has native bf16 matmul (avx512_bf16, AMX), slower on AVX2-only CPUs")
 
 
+def ema(average: float | None, value: float) -> float:
+    """The running average training logs and records show (None: no value yet)."""
+    return value if average is None else 0.98 * average + 0.02 * value
+
+
 def fit(
     module: torch.nn.Module,
     make_batches: Callable[[int], Iterator[tuple[torch.Tensor, torch.Tensor]]],
@@ -116,8 +121,8 @@ def fit(
             optimizer.step()
             step += 1
             seen += int((labels != -100).sum())
-            loss_ema = loss.item() if loss_ema is None else 0.98 * loss_ema + 0.02 * loss.item()
-            metrics_ema = metrics if metrics_ema is None else [0.98 * a + 0.02 * b for a, b in zip(metrics_ema, metrics)]
+            loss_ema = ema(loss_ema, loss.item())
+            metrics_ema = metrics if metrics_ema is None else [ema(a, b) for a, b in zip(metrics_ema, metrics)]
             bar.update(1)
             bar.set_postfix(loss=f"{loss_ema:.3f}", metrics="/".join(f"{m:.2f}" for m in metrics_ema), tokens=seen)
             if step % checkpoint_every == 0:

@@ -15,7 +15,7 @@ import torch
 
 from specbench.errors import require
 from specbench.train.data import TARGET, batches, collate
-from specbench.train.loop import fit
+from specbench.train.loop import ema, fit
 from specbench.train.validation import append_point, curve_point, prepare
 
 Hits = list[tuple[torch.Tensor, torch.Tensor]]
@@ -82,6 +82,7 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
     module = trainees[0].module if len(trainees) == 1 else torch.nn.ModuleDict({t.name: t.module for t in trainees})
 
     widths = {}  # how many of the joined metrics are each head's
+    losses = {}  # each head's own loss, averaged as fit averages the total
 
     def loss_fn(ids, labels):
         """One target pass, then each head's loss and backward in turn: a head's graph is
@@ -95,6 +96,7 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
             loss.backward()
             total, joined = total + loss.detach(), joined + metrics
             widths[t.name] = len(metrics)
+            losses[t.name] = ema(losses.get(t.name), loss.item())
         return total, joined
 
     kept = []
@@ -123,7 +125,7 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
     start = 0
     for t in trainees:
         joined, width = result["final_metrics_ema"], widths.get(t.name, 0)
-        own = {**result, "final_metrics_ema": joined[start : start + width] if joined else None}
+        own = {**result, "final_loss_ema": losses.get(t.name), "final_metrics_ema": joined[start : start + width] if joined else None}
         start += width
         t.export(t.curve_path, {**common, **own, **settings})
         print(f"saved {t.out}: {own}")
