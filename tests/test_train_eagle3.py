@@ -232,6 +232,7 @@ def test_a_trainer_refuses_a_committed_set_it_cannot_find_in_one_line(tmp_path):
                             cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --data: 1 of the 2 held-out keys"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+    assert "Loading weights" not in result.stderr  # refused before the target's weights load
 
 
 def test_a_deepened_head_starts_as_its_warm_start_and_then_trains_its_new_layer():

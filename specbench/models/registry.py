@@ -29,11 +29,15 @@ def cache_dir() -> Path:
 
 def load(entry: dict, dtype: str, device: str, key: str = "model"):
     """(model, tokenizer) for a model entry; `key` names the entry in error messages."""
-    model = load_model(entry, dtype, device, key)
+    return load_model(entry, dtype, device, key), load_tokenizer(entry, key)
+
+
+def load_tokenizer(entry: dict, key: str = "model"):
+    """The entry's tokenizer (with its configured chat template), without the weights."""
     tokenizer = AutoTokenizer.from_pretrained(resolve(entry, key))
     if entry.get("chat_template"):
         tokenizer.chat_template = entry["chat_template"]
-    return model, tokenizer
+    return tokenizer
 
 
 def load_model(entry: dict, dtype: str, device: str, key: str = "model") -> torch.nn.Module:

@@ -20,12 +20,13 @@ def prepare(args):
     rows, how many of them are target answers) for a trainer's parsed arguments."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    target, tokenizer = registry.load(TARGET, args.target_dtype, "cpu")
+    tokenizer = registry.load_tokenizer(TARGET)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
     answers = read_answers(args.data, tokenizer)
     held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after, committed_set(args.data)))
+    target = registry.load_model(TARGET, args.target_dtype, "cpu")  # after the data's checks: a bad key costs no model load
     # a held-out prompt's sampled answers stay out of training too, but only the greedy one is
     # scored: with the target's greedy text, chain tau is what greedy decoding would accept
     validation = [r for r in answers if r.get("key") in held_out and r.get("temperature") == 0.0]
