@@ -24,13 +24,15 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_heads_trained_together_equal_heads_trained_alone(tmp_path):
     """EAGLE-3 and Medusa heads, 2 steps each alone and together on one target pass a
-    batch: the exports hold the same weights, with a curve and a loss record per head."""
+    batch (Medusa at its own learning rate): the exports hold the same weights, with a
+    curve and a loss record per head."""
     data = str(synthetic_answers(tmp_path))
     alone3, alone_m, joint = tmp_path / "eagle3", tmp_path / "medusa", tmp_path / "joint"
     for result in (
         run("specbench.train.eagle3", "--data", data, "--out", str(alone3), *COMMON, "--steps", "2"),
-        run("specbench.train.medusa", "--data", data, "--out", str(alone_m), *COMMON, "--heads", "2", "--steps", "2"),
-        run("specbench.train.joint", "--train", "eagle3", "medusa", "--data", data, "--out", str(joint), *COMMON, "--medusa-heads", "2", "--steps", "2"),
+        run("specbench.train.medusa", "--data", data, "--out", str(alone_m), *COMMON, "--heads", "2", "--steps", "2", "--lr", "4e-4"),
+        run("specbench.train.joint", "--train", "eagle3", "medusa", "--data", data, "--out", str(joint), *COMMON, "--medusa-heads", "2", "--steps", "2",
+            "--head-lr", "medusa=4e-4"),
     ):
         assert result.returncode == 0, result.stderr[-2000:]
     for alone, together, weights in ((alone3, joint / "eagle3", "model.safetensors"), (alone_m, joint / "medusa", "medusa_lm_head.safetensors")):
@@ -44,14 +46,18 @@ def test_heads_trained_together_equal_heads_trained_alone(tmp_path):
         alone_training = json.loads((alone / "training.json").read_text())
         assert len(training["final_metrics_ema"]) == len(alone_training["final_metrics_ema"])
         assert training["final_loss_ema"] == pytest.approx(alone_training["final_loss_ema"], rel=1e-6)  # the head's own loss, not the joint total
+        assert training["lr"] == alone_training["lr"]
 
 
-@pytest.mark.parametrize("init, message", [
-    ("eagle3", "'eagle3' is not HEAD=DIR"),
-    ("hydra=somewhere", "'hydra' is not a head this run trains"),
+@pytest.mark.parametrize("flag, value, message", [
+    ("--init", "eagle3", "--init: 'eagle3' is not HEAD=DIR"),
+    ("--init", "hydra=somewhere", "--init: 'hydra' is not a head this run trains"),
+    ("--head-lr", "medusa=fast", "--head-lr: 'medusa=fast': the learning rate must be a positive number"),
+    ("--head-lr", "eagle3=-1e-4", "--head-lr: 'eagle3=-1e-4': the learning rate must be a positive number"),
+    ("--head-lr", "hydra=1e-4", "--head-lr: 'hydra' is not a head this run trains"),
 ])
-def test_bad_warm_starts_are_one_line(tmp_path, init, message):
-    result = run("specbench.train.joint", "--train", "eagle3", "medusa", "--data", "x", "--out", str(tmp_path / "j"), "--init", init)
+def test_bad_per_head_options_are_one_line(tmp_path, flag, value, message):
+    result = run("specbench.train.joint", "--train", "eagle3", "medusa", "--data", "x", "--out", str(tmp_path / "j"), flag, value)
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 

@@ -11,6 +11,7 @@ and the run resumes from OUT.ckpt.pt like every trainer.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from specbench.errors import require, run_command
@@ -22,15 +23,27 @@ from specbench.train.validation import prepare
 TRAINEES = {"eagle3": eagle3.trainee, "eagle": eagle.trainee, "medusa": medusa.trainee, "hydra": hydra.trainee}
 
 
-def warm_starts(pairs: list[str], names: list[str]) -> dict[str, str]:
-    """--init HEAD=DIR ... as {head: directory}."""
-    starts = {}
+def per_head(pairs: list[str], names: list[str], flag: str, value: str) -> dict[str, str]:
+    """`flag` HEAD=VALUE ... as {head: value}."""
+    chosen = {}
     for pair in pairs:
-        name, _, directory = pair.partition("=")
-        require(bool(directory), "--init", f"'{pair}' is not HEAD=DIR")
-        require(name in names, "--init", f"'{name}' is not a head this run trains ({' '.join(names)})")
-        starts[name] = directory
-    return starts
+        name, _, given = pair.partition("=")
+        require(bool(given), flag, f"'{pair}' is not HEAD={value}")
+        require(name in names, flag, f"'{name}' is not a head this run trains ({' '.join(names)})")
+        chosen[name] = given
+    return chosen
+
+
+def head_lrs(pairs: list[str], names: list[str]) -> dict[str, float]:
+    """--head-lr HEAD=LR ... as {head: positive learning rate}."""
+    lrs = {}
+    for name, given in per_head(pairs, names, "--head-lr", "LR").items():
+        try:
+            lrs[name] = float(given)
+        except ValueError:
+            lrs[name] = math.nan  # refused below, with the other bad values
+        require(math.isfinite(lrs[name]) and lrs[name] > 0, "--head-lr", f"'{name}={given}': the learning rate must be a positive number")
+    return lrs
 
 
 def head_args(args: argparse.Namespace, name: str, init: str | None) -> argparse.Namespace:
@@ -44,6 +57,8 @@ def main(argv: list[str]) -> None:
     add_head_arguments(parser)
     parser.add_argument("--train", nargs="+", choices=sorted(TRAINEES), required=True, help="the heads to train together")
     parser.add_argument("--init", nargs="+", default=[], metavar="HEAD=DIR", help="warm starts (eagle3, eagle) when no checkpoint exists yet")
+    parser.add_argument("--head-lr", nargs="+", default=[], metavar="HEAD=LR",
+                        help="a head's own peak learning rate instead of --lr, e.g. a gentler one for a warm-started head")
     parser.add_argument("--ttt-steps", type=int, default=3, help="EAGLE-3's unrolled training-time-test steps")
     eagle3.add_layers_argument(parser, "--eagle3-layers")
     parser.add_argument("--noise", type=float, default=0.1, help="EAGLE-1's input feature noise")
@@ -53,13 +68,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--blocks", type=int, default=1, help="residual blocks of each Medusa and Hydra head")
     args = parser.parse_args(argv)
     names = list(dict.fromkeys(args.train))
-    starts = warm_starts(args.init, names)
+    starts, lrs = per_head(args.init, names, "--init", "DIR"), head_lrs(args.head_lr, names)
     require(not (set(starts) & {"medusa", "hydra"}), "--init", "Medusa and Hydra heads start as the target's own guess, not from a directory")
     target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
     saved = saved_states(checkpoint, names)
     out.mkdir(parents=True, exist_ok=True)  # each head's curve lives beside its export
     trainees = [TRAINEES[name](head_args(args, name, starts.get(name)), target, tokenizer, rows, out / name, saved[name]) for name in names]
-    train_heads(trainees, target, (rows, n_target, validation), args, checkpoint, f"{' + '.join(names)} training (top-1 per draft step)")
+    train_heads(trainees, target, (rows, n_target, validation), args, checkpoint, f"{' + '.join(names)} training (top-1 per draft step)", lrs)
 
 
 if __name__ == "__main__":

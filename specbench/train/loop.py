@@ -54,6 +54,20 @@ def ema(average: float | None, value: float) -> float:
     return value if average is None else 0.98 * average + 0.02 * value
 
 
+def grouped(optimizer_state: dict, sizes: list[int]) -> dict:
+    """A saved optimizer state with one parameter group per head (`sizes`: parameters in
+    each). Checkpoints of joint runs from before heads had their own groups hold one group
+    of all parameters, in the same order: it is split, the moments unchanged."""
+    groups = optimizer_state["param_groups"]
+    if len(groups) == len(sizes) or len(groups) != 1:
+        return optimizer_state
+    indices, start, split = groups[0]["params"], 0, []
+    for size in sizes:
+        split.append({**groups[0], "params": indices[start : start + size]})
+        start += size
+    return {**optimizer_state, "param_groups": split}
+
+
 def fit(
     module: torch.nn.Module,
     make_batches: Callable[[int], Iterator[tuple[torch.Tensor, torch.Tensor]]],
@@ -61,7 +75,7 @@ def fit(
     checkpoint: Path,
     steps: int,
     minutes: float,
-    lr: float,
+    lr: float | list[float],
     weight_decay: float,
     desc: str,
     evaluate: Callable[[int, int], None] | None = None,
@@ -69,21 +83,24 @@ def fit(
 ) -> dict:
     """Train until `steps` or `minutes`; `make_batches(step)` yields (ids, labels) and
     `loss_fn` returns the loss and metrics to show (a loss without a graph: loss_fn has
-    run the backward). Re-running resumes from `checkpoint`.
+    run the backward). Re-running resumes from `checkpoint`. `lr` is the peak of the
+    schedule; a list gives each head of a ModuleDict its own.
     `evaluate(step, tokens_seen)` runs before the first step (the curve starts at the
     initial or warm-started weights) and at every checkpoint. SIGTERM or Ctrl-C ends
     training after the current step, with a checkpoint, like the wall-time budget does,
     so a long run can be stopped at any time without losing steps."""
-    parameters = [p for p in module.parameters() if p.requires_grad]
-    # a ModuleDict holds heads trained together: each is clipped on its own, as if alone
+    # a ModuleDict holds heads trained together: each is clipped on its own, as if alone, and
+    # is its own parameter group, so that it can have its own learning rate
     parts = list(module.values()) if isinstance(module, torch.nn.ModuleDict) else [module]
     clipped = [[p for p in part.parameters() if p.requires_grad] for part in parts]
-    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
+    peaks = lr if isinstance(lr, list) else [lr] * len(parts)
+    assert len(peaks) == len(parts), (len(peaks), len(parts))
+    optimizer = torch.optim.AdamW([{"params": group} for group in clipped], lr=peaks[0], weight_decay=weight_decay)
     step, seen = 0, 0
     if checkpoint.exists():
         state = torch.load(checkpoint)
         module.load_state_dict(state["module"])
-        optimizer.load_state_dict(state["optimizer"])
+        optimizer.load_state_dict(grouped(state["optimizer"], [len(group) for group in clipped]))
         step, seen = state["step"], state["tokens"]
     batches = make_batches(step)
     if step == 0 and evaluate is not None:
@@ -110,8 +127,8 @@ def fit(
     try:
         while step < steps and time.time() < deadline and not stop_requests:
             ids, labels = next(batches)
-            for group in optimizer.param_groups:
-                group["lr"] = lr * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
+            for group, peak in zip(optimizer.param_groups, peaks):
+                group["lr"] = peak * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
             optimizer.zero_grad()
             loss, metrics = loss_fn(ids, labels)
             if loss.requires_grad:  # else loss_fn ran the backward itself (heads trained together: one at a time)

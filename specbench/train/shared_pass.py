@@ -73,11 +73,13 @@ def saved_states(checkpoint: Path, names: list[str]) -> dict[str, dict | None]:
     return {name: {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")} for name in names}
 
 
-def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, list[dict]], args, checkpoint: Path, desc: str) -> dict:
+def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, list[dict]], args, checkpoint: Path, desc: str,
+                lrs: dict[str, float] | None = None) -> dict:
     """Fit every trainee on the same batches of `data` (training rows, how many of them
     are the target's answers, validation rows), one target forward a batch, then export
     each with its training record. Heads are clipped apart under one schedule, so training
-    them together equals training each alone on the same rows."""
+    them together equals training each alone on the same rows. `lrs`: a head's own peak
+    learning rate instead of --lr (a warm-started head may need a gentler one)."""
     rows, n_target, validation = data
     module = trainees[0].module if len(trainees) == 1 else torch.nn.ModuleDict({t.name: t.module for t in trainees})
 
@@ -110,9 +112,10 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
             for i, t in enumerate(trainees):
                 append_point(t.curve_path, curve_point(step, seen, (t.hits(k[i]) for k in kept), t.chain))
 
+    peaks = {t.name: (lrs or {}).get(t.name, args.lr) for t in trainees}
     result = fit(
         module, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
-        checkpoint, args.steps, args.minutes, args.lr, 0.0, desc,
+        checkpoint, args.steps, args.minutes, [peaks[t.name] for t in trainees], 0.0, desc,
         evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
     )
     common = {
@@ -120,14 +123,14 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
         "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation),
         **({"trained_together": [t.name for t in trainees]} if len(trainees) > 1 else {}),
     }
-    settings = {"batch": args.batch, "length": args.length, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,
+    settings = {"batch": args.batch, "length": args.length, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,
                 "head_autocast": args.head_autocast}
     start = 0
     for t in trainees:
         joined, width = result["final_metrics_ema"], widths.get(t.name, 0)
         own = {**result, "final_loss_ema": losses.get(t.name), "final_metrics_ema": joined[start : start + width] if joined else None}
         start += width
-        t.export(t.curve_path, {**common, **own, **settings})
+        t.export(t.curve_path, {**common, **own, **settings, "lr": peaks[t.name]})
         print(f"saved {t.out}: {own}")
     return result
 
