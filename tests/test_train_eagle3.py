@@ -256,3 +256,42 @@ def test_a_deepened_head_starts_as_its_warm_start_and_then_trains_its_new_layer(
     layer = deep.layers[0]
     assert layer.self_attn.o_proj.weight.grad.abs().sum() > 0 and layer.mlp.down_proj.weight.grad.abs().sum() > 0
     assert torch.equal(deep.midlayer.self_attn.q_proj.weight, warm.midlayer.self_attn.q_proj.weight)
+
+
+def test_a_shrunk_draft_vocabulary_keeps_eos_and_the_most_frequent_tokens_scored_as_before():
+    """Shrinking keeps EOS and the most used tokens (ties: smaller id); the kept tokens'
+    logits are exactly the full head's, mapped to the same target ids."""
+    from collections import Counter
+
+    from specbench.models.eagle3 import Eagle3Head, head_config
+    from specbench.train.eagle3 import head_config_for
+    from specbench.train.shrink_vocab import kept_tokens, shrink
+    from transformers import LlamaConfig
+
+    torch.manual_seed(0)
+    target_config = LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, vocab_size=40,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, max_position_embeddings=64)
+    raw = head_config_for(target_config, 8, layers=2)
+    head = Eagle3Head(head_config(raw))
+    ids = torch.tensor([2, 5, 7, 11, 19, 23, 31, 37])
+    head.d2t.copy_(ids - torch.arange(8))
+    head.t2d.zero_()
+    head.t2d[ids] = True
+    counts = Counter({5: 9, 7: 1, 11: 9, 19: 4, 23: 9, 31: 0, 37: 30})
+    keep = kept_tokens(ids.tolist(), counts, 4, always={31})
+    assert keep == [5, 11, 31, 37]  # EOS (31) always; 37, then 5 and 11 before 23 on the tie
+    small, config = shrink(head, raw, keep)
+    assert config["draft_vocab_size"] == 4 and small.target_ids().tolist() == keep and small.t2d.nonzero().flatten().tolist() == keep
+    embeds, features = torch.randn(1, 5, 16), torch.randn(1, 5, 16)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    with torch.no_grad():
+        _, full, _ = head(embeds, features, torch.arange(5)[None], None, mask)
+        _, kept, _ = small(embeds, features, torch.arange(5)[None], None, mask)
+    assert torch.equal(kept, full[..., [1, 3, 6, 7]])
+
+
+def test_shrinking_to_a_size_the_head_cannot_give_is_one_line():
+    head = Path(__file__).resolve().parents[1] / "specbench" / "weights" / "smollm2-135m-eagle3"
+    result = subprocess.run([sys.executable, "-m", "specbench.train.shrink_vocab", "--head", str(head), "--data", "x", "--size", "9000", "--out", "y"],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and result.stderr.strip() == "error: --size: 9000: must be at least 1 and fewer than the head's 8192 draft tokens", result.stderr[-2000:]
