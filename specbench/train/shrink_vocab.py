@@ -26,7 +26,7 @@ from specbench.errors import require, run_command
 from specbench.models import registry
 from specbench.models.eagle3 import Eagle3Head, head_config, load_head, read_config, trained_state
 from specbench.train.data import TARGET, read_answers
-from specbench.train.validation import committed_set, save_head
+from specbench.train.validation import committed_set, save_head, split_held_out
 
 
 def kept_tokens(head_ids: list[int], counts: Counter, size: int, always: set[int]) -> list[int]:
@@ -71,9 +71,8 @@ def main(argv: list[str]) -> None:
     answers = read_answers(args.data, tokenizer)
     committed = committed_set(args.data)
     held_out = set(committed[1]) if committed else set()
-    training = [r for r in answers if r.get("key") not in held_out]
+    training, validation = split_held_out(answers, held_out)
     require(bool(training), "--data", f"no target answers in {' '.join(args.data)}")
-    validation = [r for r in answers if r.get("key") in held_out and r.get("temperature") == 0.0]
     keep = kept_tokens(old, Counter(t for r in training for t in r["answer"]), args.size, {tokenizer.eos_token_id})
     small, config = shrink(head, read_config(Path(args.head), "--head"), keep)
     out = Path(args.out)

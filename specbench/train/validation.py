@@ -27,11 +27,17 @@ def prepare(args):
     answers = read_answers(args.data, tokenizer)
     held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after, committed_set(args.data)))
     target = registry.load_model(TARGET, args.target_dtype, "cpu")  # after the data's checks: a bad key costs no model load
-    # a held-out prompt's sampled answers stay out of training too, but only the greedy one is
-    # scored: with the target's greedy text, chain tau is what greedy decoding would accept
-    validation = [r for r in answers if r.get("key") in held_out and r.get("temperature") == 0.0]
-    rows, n_target = load_rows([r for r in answers if r.get("key") not in held_out], tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
+    training, validation = split_held_out(answers, held_out)
+    rows, n_target = load_rows(training, tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
     return target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target
+
+
+def split_held_out(answers: list[dict], held_out: set[str]) -> tuple[list[dict], list[dict]]:
+    """(training answers, scored validation answers). A held-out prompt's sampled answers
+    stay out of training too, but only the greedy one is scored: with the target's greedy
+    text, chain tau is what greedy decoding would accept."""
+    training = [r for r in answers if r.get("key") not in held_out]
+    return training, [r for r in answers if r.get("key") in held_out and r.get("temperature") == 0.0]
 
 
 COMMITTED_SET = "validation.json"
