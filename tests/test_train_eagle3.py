@@ -265,7 +265,7 @@ def test_a_shrunk_draft_vocabulary_keeps_eos_and_the_most_frequent_tokens_scored
 
     from specbench.models.eagle3 import Eagle3Head, head_config
     from specbench.train.eagle3 import head_config_for
-    from specbench.train.shrink_vocab import kept_tokens, shrink
+    from specbench.train.resize_vocab import kept_tokens, shrink
     from transformers import LlamaConfig
 
     torch.manual_seed(0)
@@ -290,9 +290,59 @@ def test_a_shrunk_draft_vocabulary_keeps_eos_and_the_most_frequent_tokens_scored
     assert torch.equal(kept, full[..., [1, 3, 6, 7]])
 
 
-def test_shrinking_to_a_size_the_head_cannot_give_is_one_line():
+def test_a_grown_draft_vocabulary_adds_the_most_used_missing_tokens_mapped_from_the_target():
+    """Growing keeps every old row (old tokens score exactly as before) and adds the most
+    used tokens the head lacks (ties: smaller id; unseen ones never), each row its target
+    embedding row through the least-squares map of the old tokens' rows: exact when the
+    head's rows are a linear image of the target's."""
+    from collections import Counter
+
+    from specbench.models.eagle3 import Eagle3Head, head_config
+    from specbench.train.eagle3 import head_config_for
+    from specbench.train.resize_vocab import added_tokens, grow, held_out_r2
+    from transformers import LlamaConfig
+
+    torch.manual_seed(0)
+    target_config = LlamaConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, vocab_size=40,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, max_position_embeddings=64)
+    old = list(range(0, 40, 2))  # 20 even ids: more tokens than the map has unknowns per column
+    raw = head_config_for(target_config, len(old))
+    head = Eagle3Head(head_config(raw))
+    head.d2t.copy_(torch.tensor(old) - torch.arange(len(old)))
+    head.t2d.zero_()
+    head.t2d[old] = True
+    target_rows, true_map = torch.randn(40, 16), torch.randn(16, 16)
+    with torch.no_grad():
+        head.lm_head.weight.copy_(target_rows[old] @ true_map)
+    counts = Counter({3: 5, 7: 9, 9: 5, 11: 1, 4: 50, 13: 0})
+    added = added_tokens(old, counts, 3)
+    assert added == [3, 7, 9]  # 7, then 3 before 9 on the tie; 4 is already drafted
+    assert added_tokens(old, counts, 10) == [3, 7, 9, 11]  # 13 never occurs
+    big, config = grow(head, raw, added, target_rows)
+    ids = sorted(old + added)
+    assert config["draft_vocab_size"] == 23 and big.target_ids().tolist() == ids and big.t2d.nonzero().flatten().tolist() == ids
+    assert torch.allclose(big.lm_head.weight[[ids.index(t) for t in added]], target_rows[added] @ true_map, atol=1e-4)
+    assert held_out_r2(target_rows[old], head.lm_head.weight.detach(), every=5) > 0.999
+    embeds, features = torch.randn(1, 5, 16), torch.randn(1, 5, 16)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    with torch.no_grad():
+        _, before, _ = head(embeds, features, torch.arange(5)[None], None, mask)
+        _, after, _ = big(embeds, features, torch.arange(5)[None], None, mask)
+    assert torch.allclose(after[..., [ids.index(t) for t in old]], before, rtol=0, atol=1e-5)  # the same rows; a wider matmul may round differently
+
+
+def _resize(head: Path, size: int, data: str = "x"):
+    return subprocess.run([sys.executable, "-m", "specbench.train.resize_vocab", "--head", str(head), "--data", data, "--size", str(size), "--out", "y"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+
+
+def test_resizing_to_a_size_the_head_cannot_give_is_one_line():
     head = Path(__file__).resolve().parents[1] / "specbench" / "weights" / "smollm2-135m-eagle3"
-    size = json.loads((head / "config.json").read_text())["draft_vocab_size"]  # as many as it has: nothing to shrink
-    result = subprocess.run([sys.executable, "-m", "specbench.train.shrink_vocab", "--head", str(head), "--data", "x", "--size", str(size), "--out", "y"],
-                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 2 and result.stderr.strip() == f"error: --size: {size}: must be at least 1 and fewer than the head's {size} draft tokens", result.stderr[-2000:]
+    size = json.loads((head / "config.json").read_text())["draft_vocab_size"]  # as many as it has: nothing to resize
+    result = _resize(head, size)
+    assert result.returncode == 2 and result.stderr.strip() == f"error: --size: {size}: must be at least 1 and not the head's {size} draft tokens", result.stderr[-2000:]
+    result = _resize(head, 50000)
+    assert result.returncode == 2 and result.stderr.strip() == "error: --size: 50000: more than the target's 49152 tokens", result.stderr[-2000:]
+    result = _resize(head, 49152, data="corpus/smollm2-135m")  # the committed answers do not use every token
+    assert result.returncode == 2 and result.stderr.startswith("error: --size: 49152: only ") and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+    assert "Loading weights" not in result.stderr  # refused before loading the target
