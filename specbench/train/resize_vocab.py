@@ -92,10 +92,8 @@ def grow(head: Eagle3Head, raw_config: dict, added: list[int], target_rows: torc
     old = head.target_ids().tolist()
     old_rows = head.lm_head.weight.detach()
     new_rows = target_rows[added] @ embedding_map(target_rows[old], old_rows)
-    ids = sorted(old + added)
-    row = {t: r for r, t in enumerate(old)} | {t: len(old) + r for r, t in enumerate(added)}
-    rows = torch.cat([old_rows, new_rows])[[row[t] for t in ids]]
-    return with_vocabulary(head, raw_config, ids, rows)
+    by_id = torch.tensor(old + added).argsort()  # a draft vocabulary is sorted by target id
+    return with_vocabulary(head, raw_config, sorted(old + added), torch.cat([old_rows, new_rows])[by_id])
 
 
 def coverage(rows: list[dict], vocabulary: set[int]) -> float:
