@@ -32,8 +32,36 @@ def test_no_evaluation_prompt_is_in_the_training_prompts():
     from specbench.train.packed import keys_of
 
     packs = sorted((Path(__file__).resolve().parents[1] / "corpus").glob("*/*.safetensors"))
-    allowed = {prompt_key(p) for p in prompts}
+    code = training_prompts(index, seed=0, source="python-stdlib")
+    assert len(code) > 3000 and not any(index.overlaps(p) for p in code)
+    allowed = {prompt_key(p) for p in prompts + code}
     assert all(set(keys_of(pack)) <= allowed for pack in packs)
+
+
+def test_code_prompts_are_documented_public_functions_cut_after_their_docstring(tmp_path):
+    """A method comes dedented; private, undocumented, body-less or barely documented
+    functions and test folders give no prompt; each prompt asks as HumanEval does."""
+    from specbench.data.benchmarks import HUMANEVAL_INSTRUCTION
+    from specbench.train.code_prompts import stdlib_prompts
+
+    doc = "Return the running total of the items, starting from the given value."
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(f'def checked(a):\n    """{doc}"""\n    return a\n')
+    (tmp_path / "broken.py").write_text("def (:\n")
+    (tmp_path / "mod.py").write_text(
+        "import itertools\n\n"
+        f'def total(items, start=0):\n    """{doc}\n\n    Second paragraph.\n    """\n    out = start\n    return out\n\n'
+        f'def _private(items):\n    """{doc}"""\n    return 1\n\n'
+        'def terse(items):\n    """Sum."""\n    return 1\n\n'
+        f'def only_doc(items):\n    """{doc}"""\n\n'
+        "def undocumented(items):\n    x = 1\n    return x\n\n"
+        f'class Box:\n    @property\n    def size(self):\n        """{doc}"""\n        value = 1\n        return value\n'
+    )
+    prompts = list(stdlib_prompts(tmp_path))
+    assert prompts == [
+        f'{HUMANEVAL_INSTRUCTION}\n\ndef total(items, start=0):\n    """{doc}\n\n    Second paragraph.\n    """\n',
+        f'{HUMANEVAL_INSTRUCTION}\n\ndef size(self):\n    """{doc}"""\n',
+    ]
 
 
 def test_sharegpt_training_answers_overlap_no_evaluation_prompt():
@@ -43,14 +71,23 @@ def test_sharegpt_training_answers_overlap_no_evaluation_prompt():
     assert not any(index.overlaps(question) for question, _ in pairs[:2000] + pairs[-2000:])
 
 
+def test_no_sharegpt_answers_asked_gives_none():
+    """--sharegpt-answers 0 means none (it used to mean all of them)."""
+    from specbench.train.data import sharegpt_answers
+
+    assert sharegpt_answers(None, 0, seed=0, max_tokens=64) == []
+
+
 def test_a_pack_gives_back_the_corpus_rows_and_read_answers_keeps_each_once(tmp_path):
     """Packed answers come back with the prompt ids the corpus generated them from
-    (rebuilt from the ShareGPT package by key), in order, with their temperatures."""
+    (rebuilt by key from the ShareGPT package and the standard library), in order, with
+    their temperatures."""
     import json
 
     from specbench.data import sharegpt
     from specbench.models import registry
     from specbench.run import chat_prompt
+    from specbench.train.code_prompts import stdlib_prompts
     from specbench.train.corpus import prompt_key
     from specbench.train.data import TARGET, read_answers
     from specbench.train.packed import pack, unpack
@@ -61,10 +98,11 @@ def test_a_pack_gives_back_the_corpus_rows_and_read_answers_keeps_each_once(tmp_
         texts += [t["value"].strip() for t in conversation["conversations"] if t.get("from") == "human" and len(t.get("value") or "") > 20]
         if len(texts) >= 3:
             break
+    texts = texts[:3] + [next(iter(stdlib_prompts()))]
     rows = [
         {"key": prompt_key(text), "temperature": temperature, "prompt": chat_prompt(tokenizer, [{"role": "user", "content": text}]),
          "answer": [7, 49151, i, 2]}
-        for i, text in enumerate(texts[:3]) for temperature in (0.0, 0.8)
+        for i, text in enumerate(texts) for temperature in (0.0, 0.8)
     ]
     path = tmp_path / "corpus" / "answers.safetensors"
     pack(rows, path)

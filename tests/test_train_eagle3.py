@@ -222,6 +222,56 @@ def test_a_corpus_directory_commits_the_validation_set_every_run_uses(tmp_path):
         validation_set(tmp_path / "other.json", rows, 3, committed=(corpus / "validation.json", ["k02", "k03"]))
 
 
+def test_a_committed_domain_set_is_held_out_and_scored_apart_on_the_curve(tmp_path):
+    """A validation-code.json beside the packs: its answers are not trained on, each curve
+    point scores them under sets.code, and the main set's point is as without it."""
+    rng = torch.Generator().manual_seed(0)
+    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()} for i in range(8)]
+    root = Path(__file__).resolve().parents[1]
+    curves = {}
+    for name, domain in (("plain", None), ("code", ["k5", "k2"])):
+        corpus = tmp_path / name / "corpus"
+        corpus.mkdir(parents=True)
+        (corpus / "answers-t0-0of1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (corpus / "validation.json").write_text(json.dumps(["k0", "k1"]))
+        if domain:
+            (corpus / "validation-code.json").write_text(json.dumps(domain))
+        out = tmp_path / name / "head"
+        result = subprocess.run(
+            [sys.executable, "-m", "specbench.train.eagle3", "--data", str(corpus), "--out", str(out), "--sharegpt-answers", "0", "--batch", "2",
+             "--length", "48", "--draft-vocab", "512", "--checkpoint-every", "1", "--threads", "1", "--steps", "1"],
+            cwd=root, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        curves[name] = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
+        training = json.loads((out / "training.json").read_text())
+        assert training["target_answers"] == (6 if domain is None else 4)
+    assert [p["step"] for p in curves["code"]] == [0, 1]
+    assert all(p["sets"].keys() == {"code"} and len(p["sets"]["code"]["top1"]) == 3 and 1.0 <= p["sets"]["code"]["chain_tau"] <= 4.0 for p in curves["code"])
+    assert "sets" not in curves["plain"][0] and training["domain_validation_answers"] == {"code": 2}
+    assert {k: v for k, v in curves["code"][0].items() if k != "sets"} == curves["plain"][0]
+    assert json.loads((tmp_path / "code" / "head.validation-sets.json").read_text()) == {"code": ["k5", "k2"]}
+
+
+def test_a_run_keeps_the_domain_sets_it_started_with(tmp_path):
+    """Fixed at the first step: later runs read the saved sets; a run resumed from before
+    domain sets existed keeps none (its training rows stay the same); an unknown key is
+    refused in one line."""
+    from specbench.train.validation import domain_sets, run_domain_sets
+
+    rows = [{"key": f"k{i}", "temperature": 0.0 if i % 2 == 0 else 0.8} for i in range(6)]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "validation-code.json").write_text(json.dumps(["k2"]))
+    (corpus / "validation-math.json").write_text(json.dumps(["k4", "k0"]))
+    committed = domain_sets([str(tmp_path / "elsewhere"), str(corpus)])
+    assert committed == {"code": ["k2"], "math": ["k4", "k0"]}
+    assert run_domain_sets(tmp_path / "run.json", False, committed, rows) == committed
+    assert run_domain_sets(tmp_path / "run.json", True, {}, rows) == committed  # saved at the first step
+    assert run_domain_sets(tmp_path / "old.json", True, committed, rows) == {}
+    with pytest.raises(ConfigError, match=r"--data: 1 of the 1 keys of validation set 'code' are in no greedy answer read \(first: k3\)"):
+        run_domain_sets(tmp_path / "new.json", False, {"code": ["k3"]}, rows)
+
+
 def test_a_trainer_refuses_a_committed_set_it_cannot_find_in_one_line(tmp_path):
 
     corpus = tmp_path / "corpus"

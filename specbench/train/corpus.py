@@ -1,16 +1,19 @@
 """Training text that teaches a drafter the target's own behaviour: the target's answers
 (greedy and sampled) to prompts that are not in any evaluation set.
 
-Prompts are every human turn of the ShareGPT conversations the pip package ships (as a
-single-turn chat), deduplicated by normalized text, minus any prompt that shares a
-13-word span with (or equals) a prompt of an evaluation set: MT-Bench, HumanEval, GSM8K
-test and the question files in ../shared/data. Answers are generated in shards, one
-JSONL file per (shard, temperature), appended and flushed per batch, so an interrupted
-run resumes where it stopped and several processes can share the work. Answers outlive
-the machine as packs (specbench/train/packed.py, `make corpus-pack`).
+Prompts come from a source (--source, each asked as a single-turn chat): `sharegpt`, every
+human turn of the ShareGPT conversations the pip package ships; `python-stdlib`,
+HumanEval-style completion requests for the documented functions of the standard library
+(specbench/train/code_prompts.py). They are deduplicated by normalized text, minus any
+prompt that shares a 13-word span with (or equals) a prompt of an evaluation set:
+MT-Bench, HumanEval, GSM8K test and the question files in ../shared/data. Answers are
+generated in shards, one JSONL file per (source, shard, temperature), appended and flushed
+per batch, so an interrupted run resumes where it stopped and several processes can share
+the work. Answers outlive the machine as packs (specbench/train/packed.py, `make corpus-pack`).
 
     python -m specbench.train.corpus --out runs/corpus --shards 2 --shard 0 &
     python -m specbench.train.corpus --out runs/corpus --shards 2 --shard 1 &
+    python -m specbench.train.corpus --out runs/corpus --source python-stdlib --temperatures 0
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import hashlib
 import json
 import random
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -31,26 +35,45 @@ from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
 from specbench.run import chat_prompt, read_records
+from specbench.train.code_prompts import stdlib_prompts
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
 from specbench.train.contamination import EvalIndex, evaluation_index, normalize
 from specbench.train.data import TARGET
 
 
-def training_prompts(eval_index: EvalIndex, seed: int) -> list[str]:
-    """Deduplicated ShareGPT human turns with no evaluation overlap, shuffled by `seed`."""
-    seen, prompts = set(), []
+def sharegpt_turns() -> Iterator[str]:
+    """Every human turn of the ShareGPT package's conversations, in file order."""
     for conversation in sharegpt.conversations():
         for turn in conversation.get("conversations", []):
-            text = (turn.get("value") or "").strip()
-            key = " ".join(normalize(text))
-            if turn.get("from") != "human" or len(key) < 8 or key in seen:
-                continue
+            if turn.get("from") == "human":
+                yield (turn.get("value") or "").strip()
+
+
+SOURCES: dict[str, Callable[[], Iterable[str]]] = {"sharegpt": sharegpt_turns, "python-stdlib": stdlib_prompts}
+
+
+def source_texts(source: str) -> Iterator[str]:
+    """A source's prompts in its own order, each normalized text once (its first)."""
+    seen = set()
+    for text in SOURCES[source]():
+        key = " ".join(normalize(text))
+        if len(key) >= 8 and key not in seen:
             seen.add(key)
-            if not eval_index.overlaps(text):
-                prompts.append(text)
+            yield text
+
+
+def training_prompts(eval_index: EvalIndex, seed: int, source: str = "sharegpt") -> list[str]:
+    """A source's deduplicated prompts with no evaluation overlap, shuffled by `seed`."""
+    prompts = [text for text in source_texts(source) if not eval_index.overlaps(text)]
     random.Random(seed).shuffle(prompts)
     return prompts
+
+
+def shard_path(out_dir: Path, source: str, temperature: float, shard: int, shards: int) -> Path:
+    """The JSONL file of one (source, temperature, shard); ShareGPT's keep their first name."""
+    name = "answers" if source == "sharegpt" else f"answers-{source}"
+    return out_dir / f"{name}-t{temperature:g}-{shard}of{shards}.jsonl"
 
 
 def prompt_key(text: str) -> str:
@@ -65,7 +88,7 @@ def generate(args) -> None:
     torch.set_num_threads(args.threads)
     model, tokenizer = registry.load(TARGET, args.dtype, "cpu")
     target, _ = costs.target_lm(model, {"model": TARGET}, {"device": "cpu", "threads": args.threads})
-    texts = training_prompts(evaluation_index(), args.seed)[: args.prompts][args.shard :: args.shards]
+    texts = training_prompts(evaluation_index(), args.seed, args.source)[: args.prompts][args.shard :: args.shards]
     encoded = ((t, chat_prompt(tokenizer, [{"role": "user", "content": t}])) for t in texts)
     prompts = [(t, ids) for t, ids in encoded if len(ids) <= args.max_prompt_tokens]
     out_dir = Path(args.out)
@@ -74,10 +97,10 @@ def generate(args) -> None:
     limits = Limits(max_new_tokens=args.max_new_tokens, stop_token_ids=frozenset({tokenizer.eos_token_id}))
     deadline = time.time() + args.minutes * 60
     for temperature in args.temperatures:
-        path = out_dir / f"answers-t{temperature:g}-{args.shard}of{args.shards}.jsonl"
+        path = shard_path(out_dir, args.source, temperature, args.shard, args.shards)
         done = {row["key"] for row in read_records(path)}  # a torn last line is cut, so appends stay valid
         todo = [(t, ids) for t, ids in prompts if prompt_key(t) not in done]
-        bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=f"target answers T={temperature:g} shard {args.shard}", unit="prompt")
+        bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=f"target answers {args.source} T={temperature:g} shard {args.shard}", unit="prompt")
         tokens, seconds = 0, 0.0
         with open(path, "a") as f:
             for batch in length_sorted_batches(todo, args.batch, window=args.batch * 32):
@@ -107,6 +130,7 @@ def length_sorted_batches(prompts: list, batch: int, window: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="directory of answer shards")
+    parser.add_argument("--source", choices=sorted(SOURCES), default="sharegpt", help="where the prompts come from")
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--shard", type=int, default=0)
     parser.add_argument("--prompts", type=int, help="answer only the first this many prompts of the shuffled order (default: all)")

@@ -49,6 +49,8 @@ def sharegpt_answers(tokenizer, count: int, seed: int, max_tokens: int) -> list[
     """ShareGPT's own answers, taken from the end of the shuffled list so they never
     share a prompt with the target-answered ones."""
     rows = []
+    if count <= 0:  # none asked: not the whole list
+        return rows
     for question, answer in reversed(exchanges(seed)):
         prompt = chat_prompt(tokenizer, [{"role": "user", "content": question}])[-max_tokens:]
         rows.append({"prompt": prompt, "answer": tokenizer(answer + tokenizer.eos_token).input_ids[:max_tokens]})

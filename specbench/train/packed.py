@@ -4,9 +4,10 @@ sessions).
 
 A pack is one safetensors file: every answer's token ids end to end (uint16: the
 embedded target's vocabulary is 49,152), their offsets and temperatures; the prompt
-keys go in its metadata. Prompts are not stored: they are ShareGPT human turns, which
-`unpack` finds again by key in the pip package's conversations and formats with the
-tokenizer's chat template, as `specbench.train.corpus` did when it generated them.
+keys go in its metadata. Prompts are not stored: they come from the corpus's sources
+(ShareGPT human turns from the pip package, the standard library's documented functions),
+where `unpack` finds them again by key and formats them with the tokenizer's chat template,
+as `specbench.train.corpus` did when it generated them.
 
     python -m specbench.train.packed --data runs/corpus --out corpus/smollm2-135m/answers-2026-11-25.safetensors
 
@@ -24,10 +25,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specbench.data import sharegpt
 from specbench.errors import require, run_command
 from specbench.run import chat_prompt
-from specbench.train.contamination import normalize
 
 
 def pack(rows: list[dict], path: Path, note: str = "") -> None:
@@ -61,7 +60,8 @@ def unpack(path: Path, tokenizer) -> list[dict]:
     texts = prompt_texts(set(keys))
     missing = [k for k in keys if k not in texts]
     if missing:
-        raise ValueError(f"{path}: {len(missing)} prompt keys are not in the installed ShareGPT package (first: {missing[0]})")
+        raise ValueError(f"{path}: {len(missing)} prompt keys are in no prompt source here (the ShareGPT package, this Python's "
+                         f"standard library; first: {missing[0]})")
     prompts = {key: chat_prompt(tokenizer, [{"role": "user", "content": texts[key]}]) for key in set(keys)}
     return [
         {"key": key, "temperature": round(t, 4), "prompt": prompts[key], "answer": ids[offsets[i] : offsets[i + 1]]}
@@ -70,19 +70,18 @@ def unpack(path: Path, tokenizer) -> list[dict]:
 
 
 def prompt_texts(keys: set[str]) -> dict[str, str]:
-    """Key -> the ShareGPT human turn it was made from: the first turn (in the package's
-    order) with that normalized text, as the corpus's deduplication kept it."""
-    from specbench.train.corpus import prompt_key
+    """Key -> the prompt it was made from, searched source by source (ShareGPT first) as the
+    corpus's deduplication kept it: the first with that normalized text."""
+    from specbench.train.corpus import SOURCES, prompt_key, source_texts
 
     texts = {}
-    for conversation in sharegpt.conversations():
-        for turn in conversation.get("conversations", []):
-            text = (turn.get("value") or "").strip()
-            if turn.get("from") != "human" or len(" ".join(normalize(text))) < 8:
-                continue
+    for source in SOURCES:
+        for text in source_texts(source):
             key = prompt_key(text)
             if key in keys and key not in texts:
                 texts[key] = text
+        if len(texts) == len(keys):
+            break
     return texts
 
 

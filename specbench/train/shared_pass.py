@@ -16,7 +16,7 @@ import torch
 from specbench.errors import require
 from specbench.train.data import TARGET, batches, collate
 from specbench.train.loop import ema, fit
-from specbench.train.validation import append_point, curve_point, prepare
+from specbench.train.validation import MAIN_SET, append_point, prepare, set_points
 
 Hits = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -101,26 +101,28 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
             losses[t.name] = ema(losses.get(t.name), loss.item())
         return total, joined
 
-    kept = []
+    kept = {}  # per validation set, per batch, what each trainee keeps of the target's pass
 
     def evaluate(step: int, seen: int) -> None:
-        if not kept:
-            for start in range(0, len(validation), args.batch):
-                batch = read_target(target, *collate(validation[start : start + args.batch], args.length))
-                kept.append([t.keep(batch) for t in trainees])
+        for name, held in validation.items():
+            if name not in kept:
+                passes = (read_target(target, *collate(held[start : start + args.batch], args.length)) for start in range(0, len(held), args.batch))
+                kept[name] = [[t.keep(batch) for t in trainees] for batch in passes]
         with torch.no_grad():
             for i, t in enumerate(trainees):
-                append_point(t.curve_path, curve_point(step, seen, (t.hits(k[i]) for k in kept), t.chain))
+                by_set = {name: (t.hits(k[i]) for k in batches_kept) for name, batches_kept in kept.items()}
+                append_point(t.curve_path, set_points(step, seen, by_set, t.chain))
 
     peaks = {t.name: (lrs or {}).get(t.name, args.lr) for t in trainees}
     result = fit(
         module, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
         checkpoint, args.steps, args.minutes, [peaks[t.name] for t in trainees], 0.0, desc,
-        evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
+        evaluate=evaluate if validation[MAIN_SET] else None, checkpoint_every=args.checkpoint_every,
     )
     common = {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
-        "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation),
+        "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation[MAIN_SET]),
+        **({"domain_validation_answers": {n: len(v) for n, v in validation.items() if n != MAIN_SET}} if len(validation) > 1 else {}),
         **({"trained_together": [t.name for t in trainees]} if len(trainees) > 1 else {}),
     }
     settings = {"batch": args.batch, "length": args.length, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,

@@ -36,7 +36,7 @@ from specbench.train.data import TARGET, batches, collate, first_turns
 from specbench.train.eagle3 import chain_acceptance
 from specbench.train import sps_sizing
 from specbench.train.loop import add_fit_arguments, fit
-from specbench.train.validation import append_point, curve_point, export, prepare
+from specbench.train.validation import MAIN_SET, append_point, export, prepare, set_points
 
 CURVE_GAMMA = 4  # the chain length of the learning curve's tau (issue 17's SpS goal is set at gamma 4)
 
@@ -138,25 +138,25 @@ def train(args) -> dict:
         del target
 
     def evaluate(step: int, seen: int) -> None:
-        point = curve_point(step, seen, ([pair] for pair in validation_hits(model, validation, args.batch, args.length)),
-                            lambda hits: chain_acceptance(hits * CURVE_GAMMA))
-        append_point(curve_path, point)
+        by_set = {name: ([pair] for pair in validation_hits(model, held, args.batch, args.length)) for name, held in validation.items()}
+        append_point(curve_path, set_points(step, seen, by_set, lambda hits: chain_acceptance(hits * CURVE_GAMMA)))
 
     result = fit(
         model,
         lambda step: batches(rows, args.batch, args.length, args.seed + step),
         lambda ids, labels: (answer_loss(model, ids, labels, teacher), []),
         checkpoint, args.steps, args.minutes, args.lr, 0.01, "draft training",
-        evaluate=evaluate if validation else None, checkpoint_every=args.checkpoint_every,
+        evaluate=evaluate if validation[MAIN_SET] else None, checkpoint_every=args.checkpoint_every,
     )
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
     weights = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     save_file(weights, out / "model.safetensors")
-    taus = chain_taus(list(validation_hits(model, validation, args.batch, args.length)), 8) if validation else []
+    taus = chain_taus(list(validation_hits(model, validation[MAIN_SET], args.batch, args.length)), 8) if validation[MAIN_SET] else []
     record = {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
-        "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation), **result,
+        "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation[MAIN_SET]), **result,
+        **({"domain_validation_answers": {n: len(v) for n, v in validation.items() if n != MAIN_SET}} if len(validation) > 1 else {}),
         "hidden": config.hidden_size, "layers": config.num_hidden_layers,
         "batch": args.batch, "length": args.length, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed,
         "init": args.init, "distill": args.distill, "target_dtype": args.target_dtype,

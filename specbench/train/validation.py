@@ -16,8 +16,9 @@ from specbench.train.data import TARGET, load_rows, read_answers
 
 
 def prepare(args):
-    """(target, tokenizer, out dir, checkpoint path, curve path, validation rows, training
-    rows, how many of them are target answers) for a trainer's parsed arguments."""
+    """(target, tokenizer, out dir, checkpoint path, curve path, validation rows by set
+    (MAIN_SET first, then each domain set), training rows, how many of them are target
+    answers) for a trainer's parsed arguments."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tokenizer = registry.load_tokenizer(TARGET)
@@ -25,9 +26,12 @@ def prepare(args):
     out.parent.mkdir(parents=True, exist_ok=True)
     checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
     answers = read_answers(args.data, tokenizer)
-    held_out = set(validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after, committed_set(args.data)))
+    main_keys = validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after, committed_set(args.data))
+    domains = run_domain_sets(out.with_name(out.name + ".validation-sets.json"), checkpoint.exists(), domain_sets(args.data), answers)
     target = registry.load_model(TARGET, args.target_dtype, "cpu")  # after the data's checks: a bad key costs no model load
-    training, validation = split_held_out(answers, held_out)
+    sets = {MAIN_SET: set(main_keys)} | {name: set(keys) for name, keys in domains.items()}
+    training, held = split_held_out(answers, set().union(*sets.values()))
+    validation = {name: [r for r in held if r["key"] in keys] for name, keys in sets.items()}
     rows, n_target = load_rows(training, tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
     return target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target
 
@@ -41,6 +45,40 @@ def split_held_out(answers: list[dict], held_out: set[str]) -> tuple[list[dict],
 
 
 COMMITTED_SET = "validation.json"
+MAIN_SET = "main"  # the set a curve point's own top1 and chain_tau are scored on
+DOMAIN_SET_GLOB = "validation-*.json"  # e.g. validation-code.json: a set named "code"
+
+
+def domain_sets(sources: list[str]) -> dict[str, list[str]]:
+    """Held-out keys of the further sets corpus directories among `sources` commit
+    (validation-<name>.json), each scored apart: the main set's text is ShareGPT answers,
+    which predict τ on other kinds of prompts (code, math) poorly."""
+    sets = {}
+    for source in map(Path, sources):
+        for path in sorted(source.glob(DOMAIN_SET_GLOB)) if source.is_dir() else []:
+            sets.setdefault(path.stem.removeprefix("validation-"), json.loads(path.read_text()))
+    return sets
+
+
+def run_domain_sets(path: Path, resumed: bool, committed: dict[str, list[str]], rows: list[dict]) -> dict[str, list[str]]:
+    """A run's domain sets, fixed at its first step (saved to `path`) like its main set: a
+    run resumed from before it had any keeps none, so its training rows do not change."""
+    if path.exists():
+        return json.loads(path.read_text())
+    sets = {} if resumed else committed
+    for name, keys in sets.items():
+        require_greedy(keys, rows, f"keys of validation set {name!r}")
+    path.write_text(json.dumps(sets))
+    return sets
+
+
+def require_greedy(keys: list[str], rows: list[dict], what: str) -> None:
+    """Refuse, in one line, held-out keys that are no greedy answer among `rows`."""
+    greedy = {r.get("key") for r in rows if r.get("temperature") == 0.0}
+    missing = [k for k in keys if k not in greedy]
+    if missing:
+        raise ConfigError(f"--data: {len(missing)} of the {len(keys)} {what} are in no greedy answer read "
+                          f"(first: {missing[0]}); read the packs that hold them")
 
 
 def committed_set(sources: list[str]) -> tuple[Path, list[str]] | None:
@@ -63,11 +101,7 @@ def validation_set(path: Path, rows: list[dict], count: int, after: int = 0, com
         return json.loads(path.read_text())
     if committed is not None:
         source, keys = committed
-        greedy = {r.get("key") for r in rows if r.get("temperature") == 0.0}
-        missing = [k for k in keys if k not in greedy]
-        if missing:
-            raise ConfigError(f"--data: {len(missing)} of the {len(keys)} held-out keys in {source} are in no greedy answer read "
-                              f"(first: {missing[0]}); read the packs that hold them")
+        require_greedy(keys, rows, f"held-out keys in {source}")
         path.write_text(json.dumps(keys))
         return keys
     greedy = [r for r in rows if r.get("temperature") == 0.0][after:]
@@ -92,6 +126,15 @@ def curve_point(step: int, seen: int, batch_hits, chain) -> dict:
         accepted, anchors = accepted + a, anchors + n
     return {"step": step, "tokens": seen, "top1": [h / max(s, 1) for h, s in zip(hits_total or [], scored_total or [])],
             "chain_tau": 1 + accepted / max(anchors, 1)}
+
+
+def set_points(step: int, seen: int, hits_by_set: dict, chain) -> dict:
+    """curve_point on the main set, with each domain set's top1 and chain_tau under "sets"."""
+    point = curve_point(step, seen, hits_by_set[MAIN_SET], chain)
+    others = {name: curve_point(step, seen, hits, chain) for name, hits in hits_by_set.items() if name != MAIN_SET}
+    if others:
+        point["sets"] = {name: {"top1": p["top1"], "chain_tau": p["chain_tau"]} for name, p in others.items()}
+    return point
 
 
 def append_point(curve_path: Path, point: dict) -> None:
@@ -130,8 +173,12 @@ def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> 
         left.plot(tokens, [p["top1"][j] for p in points], label=f"{step_label} {j}")
     left.set(xlabel="answer tokens seen (M)", ylabel="top-1 agreement with the target", title="validation top-1")
     left.legend()
-    right.plot(tokens, [p["chain_tau"] for p in points])
+    right.plot(tokens, [p["chain_tau"] for p in points], label="main set")
+    for name in dict.fromkeys(name for p in points for name in p.get("sets", {})):
+        scored = [(t, p["sets"][name]["chain_tau"]) for t, p in zip(tokens, points) if name in p.get("sets", {})]
+        right.plot(*zip(*scored), linestyle="--", label=f"{name} set")
     right.set(xlabel="answer tokens seen (M)", ylabel="tau", title=f"validation chain tau (depth {len(points[0]['top1'])})")
+    right.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
