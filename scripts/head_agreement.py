@@ -25,9 +25,9 @@ from specbench.errors import require, run_command
 from specbench.models import registry
 from specbench.run import chat_prompt, read_records
 from specbench.train import eagle3
-from specbench.train.data import TARGET, collate, read_answers
-from specbench.train.shared_pass import read_target
-from specbench.train.validation import COMMITTED_SET, committed_set, curve_point, domain_sets
+from specbench.train.data import TARGET, read_answers
+from specbench.train.shared_pass import target_passes
+from specbench.train.validation import COMMITTED_SET, committed_set, curve_point, domain_sets, require_greedy
 
 
 def run_rows(run: Path, tokenizer) -> tuple[str, list[dict]]:
@@ -60,8 +60,10 @@ def main(argv: list[str]) -> None:
     committed = committed_set(args.data)
     extra = domain_sets(args.data)
     if committed or extra:
-        greedy = {r["key"]: r for r in read_answers(args.data, tokenizer) if r.get("temperature") == 0.0}
+        answers = read_answers(args.data, tokenizer)
+        greedy = {r["key"]: r for r in answers if r.get("temperature") == 0.0}
         for name, keys in (({COMMITTED_SET: committed[1]} if committed else {}) | extra).items():
+            require_greedy(keys, answers, f"keys of validation set {name!r}")
             sets[name] = [greedy[k] for k in keys]
     for run in map(Path, args.runs):
         name, rows = run_rows(run, tokenizer)
@@ -75,7 +77,7 @@ def main(argv: list[str]) -> None:
     print(f"| set | answers | tokens | top-1 per draft step | chain τ (depth {args.ttt_steps}) |\n| --- | --- | --- | --- | --- |")
     for name, rows in sets.items():
         with torch.no_grad():
-            kept = [head.keep(read_target(target, *collate(rows[i : i + 8], args.length))) for i in range(0, len(rows), 8)]
+            kept = [head.keep(batch) for batch in target_passes(target, rows, 8, args.length)]
             point = curve_point(0, 0, (head.hits(k) for k in kept), head.chain)
         top1 = " / ".join(f"{x:.3f}" for x in point["top1"])
         print(f"| {name} | {len(rows)} | {sum(len(r['answer']) for r in rows)} | {top1} | {point['chain_tau']:.3f} |", flush=True)

@@ -24,6 +24,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -61,6 +62,13 @@ def source_texts(source: str) -> Iterator[str]:
         if len(key) >= 8 and key not in seen:
             seen.add(key)
             yield text
+
+
+@cache
+def prompt_table(source: str) -> dict[str, str]:
+    """Key -> prompt of a whole source, built once per process: every pack a trainer reads
+    looks its prompts up here instead of parsing the source again."""
+    return {prompt_key(text): text for text in source_texts(source)}
 
 
 def training_prompts(eval_index: EvalIndex, seed: int, source: str = "sharegpt") -> list[str]:

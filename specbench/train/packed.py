@@ -72,14 +72,12 @@ def unpack(path: Path, tokenizer) -> list[dict]:
 def prompt_texts(keys: set[str]) -> dict[str, str]:
     """Key -> the prompt it was made from, searched source by source (ShareGPT first) as the
     corpus's deduplication kept it: the first with that normalized text."""
-    from specbench.train.corpus import SOURCES, prompt_key, source_texts
+    from specbench.train.corpus import SOURCES, prompt_table
 
     texts = {}
     for source in SOURCES:
-        for text in source_texts(source):
-            key = prompt_key(text)
-            if key in keys and key not in texts:
-                texts[key] = text
+        table = prompt_table(source)
+        texts |= {key: table[key] for key in keys - texts.keys() if key in table}
         if len(texts) == len(keys):
             break
     return texts

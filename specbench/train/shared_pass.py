@@ -7,7 +7,7 @@ Each head trainer describes its head as a Trainee; a single-head run is a run of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +16,7 @@ import torch
 from specbench.errors import require
 from specbench.train.data import TARGET, batches, collate
 from specbench.train.loop import ema, fit
-from specbench.train.validation import MAIN_SET, append_point, prepare, set_points
+from specbench.train.validation import MAIN_SET, append_point, held_out_counts, prepare, set_points
 
 Hits = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -57,6 +57,12 @@ class Trainee:
     @property
     def curve_path(self) -> Path:
         return self.out.with_name(self.out.name + ".curve.jsonl")
+
+
+def target_passes(target, rows: list[dict], batch: int, length: int) -> Iterator[TargetPass]:
+    """The target's pass over `rows`, `batch` rows at a time (collated to `length`)."""
+    for start in range(0, len(rows), batch):
+        yield read_target(target, *collate(rows[start : start + batch], length))
 
 
 def saved_states(checkpoint: Path, names: list[str]) -> dict[str, dict | None]:
@@ -106,8 +112,7 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
     def evaluate(step: int, seen: int) -> None:
         for name, held in validation.items():
             if name not in kept:
-                passes = (read_target(target, *collate(held[start : start + args.batch], args.length)) for start in range(0, len(held), args.batch))
-                kept[name] = [[t.keep(batch) for t in trainees] for batch in passes]
+                kept[name] = [[t.keep(batch) for t in trainees] for batch in target_passes(target, held, args.batch, args.length)]
         with torch.no_grad():
             for i, t in enumerate(trainees):
                 by_set = {name: (t.hits(k[i]) for k in batches_kept) for name, batches_kept in kept.items()}
@@ -121,8 +126,7 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
     )
     common = {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
-        "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation[MAIN_SET]),
-        **({"domain_validation_answers": {n: len(v) for n, v in validation.items() if n != MAIN_SET}} if len(validation) > 1 else {}),
+        "sharegpt_answers": len(rows) - n_target, **held_out_counts(validation),
         **({"trained_together": [t.name for t in trainees]} if len(trainees) > 1 else {}),
     }
     settings = {"batch": args.batch, "length": args.length, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,

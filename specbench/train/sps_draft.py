@@ -36,7 +36,7 @@ from specbench.train.data import TARGET, batches, collate, first_turns
 from specbench.train.eagle3 import chain_acceptance
 from specbench.train import sps_sizing
 from specbench.train.loop import add_fit_arguments, fit
-from specbench.train.validation import MAIN_SET, append_point, export, prepare, set_points
+from specbench.train.validation import MAIN_SET, append_point, export, held_out_counts, prepare, set_points
 
 CURVE_GAMMA = 4  # the chain length of the learning curve's tau (issue 17's SpS goal is set at gamma 4)
 
@@ -155,8 +155,7 @@ def train(args) -> dict:
     taus = chain_taus(list(validation_hits(model, validation[MAIN_SET], args.batch, args.length)), 8) if validation[MAIN_SET] else []
     record = {
         "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
-        "sharegpt_answers": len(rows) - n_target, "validation_answers": len(validation[MAIN_SET]), **result,
-        **({"domain_validation_answers": {n: len(v) for n, v in validation.items() if n != MAIN_SET}} if len(validation) > 1 else {}),
+        "sharegpt_answers": len(rows) - n_target, **held_out_counts(validation), **result,
         "hidden": config.hidden_size, "layers": config.num_hidden_layers,
         "batch": args.batch, "length": args.length, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed,
         "init": args.init, "distill": args.distill, "target_dtype": args.target_dtype,

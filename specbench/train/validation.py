@@ -137,6 +137,12 @@ def set_points(step: int, seen: int, hits_by_set: dict, chain) -> dict:
     return point
 
 
+def held_out_counts(validation: dict[str, list[dict]]) -> dict:
+    """A training record's counts of held-out answers: the main set's, and each domain set's."""
+    domains = {name: len(rows) for name, rows in validation.items() if name != MAIN_SET}
+    return {"validation_answers": len(validation[MAIN_SET]), **({"domain_validation_answers": domains} if domains else {})}
+
+
 def append_point(curve_path: Path, point: dict) -> None:
     with curve_path.open("a") as f:
         f.write(json.dumps(point) + "\n")
