@@ -18,30 +18,13 @@ from argparse import Namespace
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
-from specbench.data import questions
 from specbench.errors import require, run_command
 from specbench.models import registry
-from specbench.run import chat_prompt, read_records
 from specbench.train import eagle3
 from specbench.train.data import TARGET, read_answers
 from specbench.train.shared_pass import target_passes
-from specbench.train.validation import COMMITTED_SET, committed_set, curve_point, domain_sets, require_greedy
-
-
-def run_rows(run: Path, tokenizer) -> tuple[str, list[dict]]:
-    """(dataset name, first-turn rows of prompt and output ids) of one run directory."""
-    cfg = OmegaConf.to_container(OmegaConf.load(run / ".hydra" / "config.yaml"), resolve=True)
-    require(float(cfg["gen"]["temperature"]) == 0.0, "--runs", f"{run}: a T={cfg['gen']['temperature']} run; its outputs are not the target's greedy text")
-    samples = {s.id: s for s in questions.load(cfg["dataset"])}
-    rows = []
-    for record in read_records(run / "samples.jsonl"):
-        method = record["method"]
-        prompt = chat_prompt(tokenizer, [{"role": "user", "content": samples[record["id"]].turns[0]}])
-        require(len(prompt) == method["prompt_tokens"][0], "--runs", f"{run}: sample {record['id']}'s prompt does not rebuild as the run asked it")
-        rows.append({"prompt": prompt, "answer": method["turn_ids"][0]})
-    return cfg["dataset"]["name"], rows
+from specbench.train.validation import COMMITTED_SET, committed_set, curve_point, domain_sets, require_greedy, run_rows
 
 
 def main(argv: list[str]) -> None:

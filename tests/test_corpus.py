@@ -127,3 +127,20 @@ def test_a_pack_is_never_rewritten(tmp_path):
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith("error: --out:") and "never rewritten" in result.stderr
     assert existing.read_bytes() == b"the old pack"
+
+
+def test_committed_held_out_sets_are_greedy_answers_of_their_folders_packs():
+    """Every trainer reading a corpus folder holds out its validation*.json sets and refuses
+    a key no greedy answer holds: each set must be found in the folder's own packs."""
+    import json
+    from pathlib import Path
+
+    from specbench.train.packed import keys_of, temperatures_of
+
+    folders = sorted(p for p in (Path(__file__).resolve().parents[1] / "corpus").iterdir() if p.is_dir())
+    assert folders
+    for folder in folders:
+        greedy = {k for pack in folder.glob("*.safetensors") for k, t in zip(keys_of(pack), temperatures_of(pack)) if t == 0.0}
+        sets = [json.loads(path.read_text()) for path in sorted(folder.glob("validation*.json"))]
+        assert all(len(keys) == len(set(keys)) and set(keys) <= greedy for keys in sets)
+        assert len(set().union(*map(set, sets))) == sum(map(len, sets))  # no answer is in two sets

@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
-from specbench.errors import ConfigError
+from specbench.data import questions
+from specbench.errors import ConfigError, require
 from specbench.models import registry
+from specbench.run import chat_prompt, read_records
 from specbench.train.data import TARGET, load_rows, read_answers
 
 
@@ -188,3 +191,19 @@ def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> 
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def run_rows(run: Path, tokenizer) -> tuple[str, list[dict]]:
+    """(dataset name, first-turn rows of prompt and output ids) of a T=0 benchmark run
+    directory (python -m specbench): every method is lossless at T=0, so its outputs are the
+    target's own greedy text on that benchmark."""
+    cfg = OmegaConf.to_container(OmegaConf.load(run / ".hydra" / "config.yaml"), resolve=True)
+    require(float(cfg["gen"]["temperature"]) == 0.0, "--runs", f"{run}: a T={cfg['gen']['temperature']} run; its outputs are not the target's greedy text")
+    samples = {s.id: s for s in questions.load(cfg["dataset"])}
+    rows = []
+    for record in read_records(run / "samples.jsonl"):
+        method = record["method"]
+        prompt = chat_prompt(tokenizer, [{"role": "user", "content": samples[record["id"]].turns[0]}])
+        require(len(prompt) == method["prompt_tokens"][0], "--runs", f"{run}: sample {record['id']}'s prompt does not rebuild as the run asked it")
+        rows.append({"prompt": prompt, "answer": method["turn_ids"][0]})
+    return cfg["dataset"]["name"], rows

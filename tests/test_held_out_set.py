@@ -1,0 +1,39 @@
+"""scripts/held_out_set.py picks held-out answers by how new their text is to the training
+answers: a span shared with a training answer counts, one shared with an answer already held
+out does not, and a request it cannot meet is refused in one line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def write_rows(path: Path, rows: list[tuple[str, list[int]]]) -> None:
+    path.write_text("".join(json.dumps({"key": k, "temperature": 0.0, "prompt": [1, 2], "answer": a}) + "\n" for k, a in rows))
+
+
+def pick(tmp_path: Path, count: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/held_out_set.py", "--candidates", str(tmp_path / "new.jsonl"),
+                           "--data", str(tmp_path / "corpus"), "--count", str(count), "--min-tokens", "20",
+                           "--max-overlap", "0.5", "--out", str(tmp_path / "validation-chat.json")],
+                          capture_output=True, text=True)
+
+
+def test_picks_answers_new_to_training_text_and_refuses_what_it_cannot_meet(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    trained, held = list(range(100, 140)), list(range(200, 240))
+    write_rows(corpus / "answers-t0-0of1.jsonl", [("t1", trained), ("h1", held)])
+    (corpus / "validation-code.json").write_text(json.dumps(["h1"]))
+    write_rows(tmp_path / "new.jsonl", [
+        ("a-copied", trained[:30]),           # all spans in a training answer
+        ("b-short", list(range(300, 310))),   # under --min-tokens
+        ("c-new", list(range(400, 430))),
+        ("d-like-held-out", held[:30]),       # shares spans only with a held-out answer
+    ])
+    done = pick(tmp_path, 2)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "validation-chat.json").read_text()) == ["c-new", "d-like-held-out"]
+    refused = pick(tmp_path, 3)
+    assert refused.returncode != 0
+    assert refused.stderr.strip().count("\n") == 0 and "--max-overlap" in refused.stderr and "only 2" in refused.stderr
