@@ -61,10 +61,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--min-tokens", type=int, default=64)
     parser.add_argument("--max-overlap", type=float, required=True, help="largest share of an answer's 8-token spans found in training answers")
     parser.add_argument("--out", required=True, help="validation-<name>.json to write")
+    parser.add_argument("--replace", action="store_true", help="overwrite an existing set (the curves scored on it stop comparing)")
     args = parser.parse_args(argv)
     name = Path(args.out).stem.removeprefix("validation-")
     require(Path(args.out).name.startswith("validation-") and Path(args.out).suffix == ".json" and name != MAIN_SET, "--out",
             f"{args.out}: a domain set is a file validation-<name>.json, and <name> may not be {MAIN_SET!r}")
+    require(args.replace or not Path(args.out).exists(), "--out", f"{args.out} exists; runs that read it score their curves on it (--replace to pick anew)")
     require(0.0 <= args.max_overlap <= 1.0, "--max-overlap", f"{args.max_overlap} is no share (allowed: 0 to 1)")
     tokenizer = registry.load_tokenizer(TARGET)
     candidates = [r for r in read_answers(args.candidates, tokenizer) if r.get("temperature") == 0.0]

@@ -1,6 +1,7 @@
 """scripts/held_out_set.py picks held-out answers by how new their text is to the training
 answers: a span shared with a training answer counts, one shared with an answer already held
-out does not, and a request it cannot meet is refused in one line."""
+out does not; an existing set is kept unless --replace, and a request it cannot meet is refused
+in one line."""
 
 import json
 import subprocess
@@ -12,10 +13,10 @@ def write_rows(path: Path, rows: list[tuple[str, list[int]]]) -> None:
     path.write_text("".join(json.dumps({"key": k, "temperature": 0.0, "prompt": [1, 2], "answer": a}) + "\n" for k, a in rows))
 
 
-def pick(tmp_path: Path, count: int) -> subprocess.CompletedProcess:
+def pick(tmp_path: Path, count: int, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "scripts/held_out_set.py", "--candidates", str(tmp_path / "new.jsonl"),
                            "--data", str(tmp_path / "corpus"), "--count", str(count), "--min-tokens", "20",
-                           "--max-overlap", "0.5", "--out", str(tmp_path / "validation-chat.json")],
+                           "--max-overlap", "0.5", "--out", str(tmp_path / "validation-chat.json"), *extra],
                           capture_output=True, text=True)
 
 
@@ -34,6 +35,9 @@ def test_picks_answers_new_to_training_text_and_refuses_what_it_cannot_meet(tmp_
     done = pick(tmp_path, 2)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "validation-chat.json").read_text()) == ["c-new", "d-like-held-out"]
-    refused = pick(tmp_path, 3)
+    kept = pick(tmp_path, 1)  # an existing set is never overwritten unasked
+    assert kept.returncode != 0 and kept.stderr.strip().count("\n") == 0 and "--replace" in kept.stderr
+    refused = pick(tmp_path, 3, "--replace")
     assert refused.returncode != 0
     assert refused.stderr.strip().count("\n") == 0 and "--max-overlap" in refused.stderr and "only 2" in refused.stderr
+    assert json.loads((tmp_path / "validation-chat.json").read_text()) == ["c-new", "d-like-held-out"]
