@@ -27,29 +27,26 @@ from pathlib import Path
 from specbench.errors import require, run_command
 from specbench.models import registry
 from specbench.train.data import TARGET, read_answers
-from specbench.train.validation import COMMITTED_SET, DOMAIN_SET_GLOB, MAIN_SET, run_rows
+from specbench.train.validation import MAIN_SET, committed_set, domain_sets, run_rows
 
 SPAN = 8  # tokens: long enough that a shared span is shared phrasing, not shared grammar
 
 
-def spans(ids: list[int]) -> set[tuple[int, ...]]:
-    return {tuple(ids[i : i + SPAN]) for i in range(len(ids) - SPAN + 1)}
+def windows(ids: list[int]) -> list[tuple[int, ...]]:
+    """The answer's 8-token spans, in order, with repeats."""
+    return [tuple(ids[i : i + SPAN]) for i in range(len(ids) - SPAN + 1)]
 
 
 def overlap(ids: list[int], seen: set[tuple[int, ...]]) -> float:
     """Share of the answer's 8-token spans (with repeats) that occur in `seen`."""
-    windows = [tuple(ids[i : i + SPAN]) for i in range(len(ids) - SPAN + 1)]
-    return sum(w in seen for w in windows) / len(windows) if windows else 0.0
+    spans = windows(ids)
+    return sum(w in seen for w in spans) / len(spans) if spans else 0.0
 
 
 def held_out_keys(sources: list[str]) -> set[str]:
-    """Keys of the held-out sets the corpus folders among `sources` already commit."""
-    keys = set()
-    for folder in map(Path, sources):
-        for path in [folder / COMMITTED_SET, *sorted(folder.glob(DOMAIN_SET_GLOB))] if folder.is_dir() else []:
-            if path.is_file():
-                keys.update(json.loads(path.read_text()))
-    return keys
+    """Keys of the held-out sets the trainers reading `sources` keep out of training."""
+    committed = committed_set(sources)
+    return set(committed[1] if committed else []).union(*domain_sets(sources).values())
 
 
 def main(argv: list[str]) -> None:
@@ -75,7 +72,7 @@ def main(argv: list[str]) -> None:
     seen = set()
     for row in read_answers(args.data, tokenizer):
         if row.get("key") not in excluded:
-            seen |= spans(row["answer"])
+            seen.update(windows(row["answer"]))
     print(f"training answers: {len(seen):,} distinct {SPAN}-token spans\n")
     print(f"| text | answers | share of {SPAN}-token spans in training answers: median | mean |\n| --- | --- | --- | --- |")
     for run in map(Path, args.runs):
@@ -88,7 +85,8 @@ def main(argv: list[str]) -> None:
     require(len(picked) == args.count, "--max-overlap",
             f"only {len(picked)} candidates of {args.min_tokens}+ tokens share at most {args.max_overlap} of their spans; generate more or allow more")
     kept = [shares[k] for k in picked]
-    tokens = sum(len(r["answer"]) for r in candidates if r["key"] in set(picked))
+    picked_keys = set(picked)
+    tokens = sum(len(r["answer"]) for r in candidates if r["key"] in picked_keys)
     print(f"| picked ({name}) | {len(picked)} | {statistics.median(kept):.3f} | {statistics.mean(kept):.3f} |\n\n{tokens:,} answer tokens -> {args.out}")
     Path(args.out).write_text(json.dumps(picked))
 
