@@ -57,6 +57,7 @@ class MethodRun:
     verifier_notes: dict
     batch_size: int = 1  # sequences decoded together (gen.batch_size, fewer in a last batch)
     batch_seconds: float = 0.0  # the whole batch's decoding time, the same in each of its samples
+    verify_seconds: float = 0.0  # the whole batch's time in the target's verification forwards
     batch_id: str = ""  # the first sample of its batch: throughput counts each batch's time once
 
 
@@ -297,7 +298,7 @@ class Runner:
         messages = [[] for _ in samples]
         results: list[list[tuple[int, object, str]]] = [[] for _ in samples]
         generators = [self.generator(s.id) for s in samples]
-        batch_seconds = 0.0
+        batch_seconds = verify_seconds = 0.0
         for turn in range(max(len(s.turns) for s in samples)):
             rows = [i for i, s in enumerate(samples) if turn < len(s.turns)]
             for i in rows:
@@ -309,14 +310,15 @@ class Runner:
                 decode=self.tokenizer.decode, on_step=progress,
             )
             batch_seconds += generations[0].batch_seconds
+            verify_seconds += generations[0].verify_seconds
             for i, prompt, result in zip(rows, prompts, generations):
                 text = self.tokenizer.decode(result.ids, skip_special_tokens=True)
                 messages[i].append({"role": "assistant", "content": text})
                 results[i].append((len(prompt), result, text))
-        return [self.method_run(runs, len(samples), batch_seconds, samples[0].id) for runs in results]
+        return [self.method_run(runs, len(samples), batch_seconds, samples[0].id, verify_seconds) for runs in results]
 
     @staticmethod
-    def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str) -> MethodRun:
+    def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str, verify_seconds: float = 0.0) -> MethodRun:
         """One sample's turns, summed."""
         return MethodRun(
             new_tokens=sum(len(r.ids) for _, r, _ in runs),
@@ -336,6 +338,7 @@ class Runner:
             verifier_notes=notes_of([r for _, r, _ in runs]),
             batch_size=batch_size,
             batch_seconds=batch_seconds,
+            verify_seconds=verify_seconds,
             batch_id=batch_id,
         )
 

@@ -479,3 +479,28 @@ def test_a_calibration_is_priced_again_under_another_profile(target, draft, prom
     steep = autotune.reprice(record, synthetic_profile(per_token=300.0, drafter_ms=0.01, base=1000.0), "d")
     assert all(s["predicted_speedup"] < f["predicted_speedup"] for s, f in zip(steep, again))
     assert [s["ar_ms"] for s in steep] == pytest.approx([f["ar_ms"] for f in again])
+
+
+def test_unpriced_work_is_read_at_the_profiles_pace():
+    """A 4-node chain, 3 steps: priced 10 ms a verification + 3 x 1 ms of drafts; at the
+    profile's pace the decode took 1 ms more a step (tree work). Timed while the machine ran
+    1.5x slower, the same decode is 63 ms with 45 ms of verification: the tree work stays
+    1 ms a step, where reading the decode as timed charged the slowdown to it (8 ms)."""
+    profile = synthetic_profile(per_token=0.0, drafter_ms=1.0)
+    run = {"prompt_tokens": [50], "turn_ids": [list(range(10))], "accept_lengths": [3, 2, 4],
+           "tree_widths": [[1, 1, 1]] * 3, "step_draft_forwards": [3] * 3, "prefill_seconds": 0.01}
+    slow = run | {"seconds": 0.01 + 1.5 * 0.042, "verify_seconds": 1.5 * 0.030}
+
+    def unpriced(r):
+        return autotune.price([({"gamma": 3}, [r], predict_mod.predict([r], profile, "d"))], ["gamma"], profile, "d")[0]["unpriced_ms_per_step"]
+
+    assert unpriced(slow) == pytest.approx(1.0)
+    assert unpriced({k: v for k, v in slow.items() if k != "verify_seconds"}) == pytest.approx(8.0)  # a record that did not time them
+    wild = run | {"seconds": 0.01 + 0.150, "verify_seconds": 10 * 0.030}  # 10x the profile's price: not this machine's profile
+    assert unpriced(wild) == pytest.approx((150 / autotune.MAX_PACE - 39) / 3)
+
+
+def test_the_loop_times_its_verification_forwards(target, draft, prompts):
+    method = Method(Chain(2), StandardVerifier(), SmallLMDrafter(draft, VOCAB))
+    out = generate(TreeLM(target), method, prompts[0], Sampling(), Limits(max_new_tokens=8))
+    assert 0 < out.verify_seconds < out.batch_seconds - out.prefill_seconds

@@ -42,7 +42,7 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
     the profiled forwards do not explain. `tree_overhead` ({"ms", "ms_per_node", "ms_per_draft"}) prices
     each drafting step's tree work; without it that work is left out."""
     priced_drafts = drafter is not None and profile.draft_ms(drafter, 1, 0, 1) is not None
-    method_ms = ar_ms = forward_ms = decode_ms = tree_ms = 0.0
+    method_ms = ar_ms = forward_ms = decode_ms = tree_ms = verify_ms = measured_verify_ms = 0.0
     steps = 0
     drafted = False
     for batch in ([runs[i] for i in group] for group in batch_groups(runs)):
@@ -58,6 +58,7 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
                 drafted = drafted or drafts > 0
                 tree = tree_step_ms(tree_overhead, fmean(n for _, n, _ in active), drafts) if n > 1 else 0.0
                 forward_ms += verify + draft
+                verify_ms += verify
                 tree_ms += tree
                 method_ms += verify + draft + tree + profile.step_overhead(width) + (profile.commit_ms if n > 1 else 0.0)
                 steps += 1
@@ -65,12 +66,19 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
         # every row holds the batch's time over all turns, but only its own turns' prefills:
         # the row with the most turns was in every prefill
         decode_ms += min((r.get("batch_seconds", r["seconds"]) - r.get("prefill_seconds", 0.0)) * 1000 for r in batch)
+        if measured_verify_ms is not None and all(r.get("verify_seconds") for r in batch):
+            measured_verify_ms += min(r["verify_seconds"] for r in batch) * 1000
+        else:
+            measured_verify_ms = None
     if not method_ms:
         return {}
     result = {
         "predicted_speedup": ar_ms / method_ms,
         "predicted_decode_seconds": method_ms / 1000,
         "measured_decode_seconds": decode_ms / 1000,
+        "predicted_verify_seconds": verify_ms / 1000,
+        # the verification forwards as timed in the decode (None for records that did not time them)
+        "measured_verify_seconds": measured_verify_ms / 1000 if measured_verify_ms is not None else None,
         "steps": steps,
         "engine_overhead_share": max(0.0, 1 - forward_ms / decode_ms) if decode_ms else None,
         "tree_overhead_ms_per_step": tree_ms / steps if tree_overhead else None,

@@ -48,6 +48,9 @@ class Generation:
     prefill_seconds: float = 0.0
     batch_seconds: float = 0.0  # the whole batch's decoding time (= seconds at batch size 1)
     batch_size: int = 1
+    # the whole batch's time in the target's verification forwards: against the profile's price
+    # of the same forwards it tells how much slower or faster the machine ran than when profiled
+    verify_seconds: float = 0.0
     nll: float = 0.0  # the target's negative log-likelihood (T=1, raw logits) of `ids`, summed
     step_draft_forwards: list[int] = field(default_factory=list)  # draft forwards per verification
     tree_widths: list[list[int]] = field(default_factory=list)  # per verification: drafted nodes at depth 1, 2, ...
@@ -127,6 +130,7 @@ def generate_batch(
     to the last token, around decoding work only."""
     rows = [_Row(list(p), g) for p, g in zip(prompts, generators or [None] * len(prompts))]
     clock = Clock()
+    verify_seconds = 0.0
     clock.start()
     drafter, tree = method.drafter, method.tree
     target.reset(len(rows))
@@ -150,7 +154,9 @@ def generate_batch(
             forwards_before = drafter.forwards if drafter is not None else 0
             drafts = tree.grow(drafter, [r.prompt + r.new[:-1] for r in active], [r.new[-1] for r in active], sampling, [r.generator for r in active])
             drafted = (drafter.forwards if drafter is not None else 0) - forwards_before
+            verify_start = time.perf_counter()
             logits = target.forward(trees=drafts, nodes=[range(len(t)) for t in drafts])
+            verify_seconds += time.perf_counter() - verify_start
             accepted = [method.verifier.accept(t, z, sampling, r.generator) for t, z, r in zip(drafts, logits, active)]
             paths = [a.path for a in accepted]
             target.commit(paths)
@@ -188,6 +194,7 @@ def generate_batch(
             prefill_seconds=prefill_seconds,
             batch_seconds=seconds,
             batch_size=len(rows),
+            verify_seconds=verify_seconds,
             nll=sum(row.nll[: len(new)]),
             step_draft_forwards=row.step_draft_forwards,
             tree_widths=row.tree_widths,
