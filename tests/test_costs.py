@@ -504,3 +504,37 @@ def test_the_loop_times_its_verification_forwards(target, draft, prompts):
     method = Method(Chain(2), StandardVerifier(), SmallLMDrafter(draft, VOCAB))
     out = generate(TreeLM(target), method, prompts[0], Sampling(), Limits(max_new_tokens=8))
     assert 0 < out.verify_seconds < out.batch_seconds - out.prefill_seconds
+
+
+def test_a_slow_spell_of_the_machine_does_not_price_a_point(monkeypatch):
+    """8 points of 1 ms each, 5 timed passes after a warm-up; for 6 calls in a row the
+    machine runs 5x slower. Timed back to back, one point's repeats would all fall in the
+    spell; in shuffled passes each point gets at most two slow timings, so every median is 1 ms."""
+    from specbench.costs import profile as profile_mod
+
+    clock = {"now": 0.0, "calls": 0}
+
+    def call():
+        clock["calls"] += 1
+        clock["now"] += 0.005 if 20 <= clock["calls"] < 26 else 0.001
+
+    monkeypatch.setattr(profile_mod.time, "perf_counter", lambda: clock["now"])
+    timings = profile_mod.interleaved({n: (call, None) for n in range(8)}, repeats=5)
+    assert clock["calls"] == 8 * 6
+    assert all(mid == pytest.approx(1.0) for mid, _ in timings.values())
+    assert max(spread for _, spread in timings.values()) == pytest.approx(4.0)  # the spell shows in the spread
+
+
+def test_calibration_prompts_are_english_chat(monkeypatch):
+    import specbench.run
+    from specbench.data import sharegpt
+    from specbench.train import contamination
+
+    english = ["Can you coach me through each of these points?", "Tell me about the negatives of farming meat"]
+    other = ["estoy en 6to semestre de mecatronica, necesito un nombre para mi equipo, asi que quiero",
+             "我需要建立一個powerpoint你幫我摘要一篇內容分配每一頁的標題和應該要有的內容，可以嗎？謝謝你的幫忙",
+             "SELECT id, name, email FROM users WHERE active ORDER BY name"]  # no English function words
+    monkeypatch.setattr(sharegpt, "conversations", lambda: [{"conversations": [{"from": "human", "value": t}]} for t in other + english])
+    monkeypatch.setattr(contamination, "evaluation_index", lambda: type("Index", (), {"overlaps": lambda self, text: False})())
+    monkeypatch.setattr(specbench.run, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
+    assert sorted(autotune.calibration_prompts(None, count=2)) == sorted(english)

@@ -4,7 +4,8 @@ f(B, c, n) is the wall time of one forward that feeds n new tree rows to each of
 sequences after c cached rows. At B = 1 it is measured for every n from 1 to `max_n`
 (real curves have steps where a kernel changes); at B > 1 (a forward over B * n rows,
 seconds each on a CPU) on a grid of n, interpolated between. Each point is the
-median of repeated timings after a warm-up, with the spread beside it. A profile is
+median of repeated timings after a warm-up, taken in shuffled passes over the points
+(see `interleaved`), with the spread beside it. A profile is
 keyed by model, dtype and the device fingerprint, cached as versioned JSON, and reused
 until the key changes.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
@@ -27,7 +29,7 @@ from specbench.costs.contention import contended
 from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
-VERSION = 2  # 2: attention reads grouped KV heads in place (forwards got faster): older curves are re-measured
+VERSION = 3  # 2: attention reads grouped KV heads in place (forwards got faster); 3: points timed in shuffled passes. Older curves are re-measured
 
 
 @dataclass
@@ -208,28 +210,54 @@ def wide_tree(n: int) -> DraftTree:
 def timed(fn, repeats: int, setup=None) -> tuple[float, float]:
     """(median ms, spread) of `repeats` calls after one warm-up call; `setup()`, when
     given, runs untimed before every call."""
-    times = []
-    for _ in range(repeats + 1):
-        if setup is not None:
-            setup()
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    times = times[1:]  # the warm-up
-    mid = median(times)
-    return mid, (max(times) - min(times)) / mid if mid else 0.0
+    return interleaved({0: (fn, setup)}, repeats)[0]
 
 
-def tree_forward_ms(lm: TreeLM, n: int, repeats: int) -> tuple[float, float]:
-    """timed() of one forward over a wide_tree(n) in every row, cut back to the same
-    context after each."""
+def interleaved(points: dict, repeats: int, seed: int = 0) -> dict:
+    """(median ms, spread) of each point of `points` ({key: (fn, setup or None)}): one
+    warm-up call of each, then `repeats` passes that time every point once, each pass in a
+    new shuffled order. A slow spell of the machine (a VM here slows for seconds at a
+    time) then lands on scattered points of different passes, where the median drops it;
+    timed back to back, a point's repeats all fell in it (a profile on AMD EPYC Zen 5
+    priced a one-token forward after 512 rows at 21.6 ms, beside 18.5 ms for two tokens,
+    where decoding took ~15 ms a token). Same CPU, bf16, n = 1..16 at 128 and 512 rows, 6
+    profiles each way alternated in one process: a point's medians spread 11.8% (worst
+    22.6%) back to back, 6.3% (worst 13.1%) in shuffled passes."""
+    times = {key: [] for key in points}
+    order = list(points)
+    shuffle = random.Random(seed).shuffle
+    for timed_pass in range(repeats + 1):  # pass 0 warms up
+        if timed_pass:
+            shuffle(order)
+        for key in order:
+            fn, setup = points[key]
+            if setup is not None:
+                setup()
+            start = time.perf_counter()
+            fn()
+            if timed_pass:
+                times[key].append((time.perf_counter() - start) * 1000)
+    result = {}
+    for key, point in times.items():
+        mid = median(point)
+        result[key] = (mid, (max(point) - min(point)) / mid if mid else 0.0)
+    return result
+
+
+def tree_forward(lm: TreeLM, n: int):
+    """One forward over a wide_tree(n) in every row, cut back to the same context after."""
     trees = [wide_tree(n)] * lm.batch_size
 
     def forward():
         lm.forward(trees=trees, nodes=[range(n)] * len(trees))
         lm.commit([[]] * len(trees))
 
-    return timed(forward, repeats)
+    return forward
+
+
+def tree_forward_ms(lm: TreeLM, n: int, repeats: int) -> tuple[float, float]:
+    """timed() of tree_forward(lm, n)."""
+    return timed(tree_forward(lm, n), repeats)
 
 
 def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1) -> Curve:
@@ -244,15 +272,11 @@ def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, ba
         for context in contexts:
             lm.reset(batch)
             lm.forward(contexts=[torch.randint(3, vocab, (context,)).tolist()] * batch)
-            row, row_spread = [], []
-            for n in ns:
-                mid, sp = tree_forward_ms(lm, n, repeats)
-                row.append(round(mid, 3))
-                row_spread.append(round(sp, 3))
-                bar.set_postfix(c=context, n=n, ms=f"{mid:.1f}", refresh=False)
-                bar.update(1)
-            ms.append(row)
-            spread.append(row_spread)
+            timings = interleaved({n: (tree_forward(lm, n), None) for n in ns}, repeats, seed=context)
+            ms.append([round(timings[n][0], 3) for n in ns])
+            spread.append([round(timings[n][1], 3) for n in ns])
+            bar.set_postfix(c=context, ms_at_1=f"{timings[ns[0]][0]:.1f}", refresh=False)
+            bar.update(len(ns))
     bar.close()
     return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread, ns=None if batch == 1 else ns)
 
@@ -274,13 +298,14 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
             target.forward(contexts=[prompt[:-1]] * batch)
             drafter.begin([prompt[:-1]] * batch, target.features)
             contexts_b = [prompt[:-1]] * batch
-            row, row_spread = [], []
-            for n in ns:
+            features = [f[-1:] for f in target.features] if target.features is not None else None
+
+            def draft_forward(n: int):
+                """(forward over n children of the root, reset to the root read alone)"""
                 tree = DraftTree.root(prompt[-1])
                 for i in range(n):
                     tree.add(0, 3 + i)
                 trees = [tree] * batch
-                features = [f[-1:] for f in target.features] if target.features is not None else None
 
                 def forward():
                     drafter.logits(contexts_b, trees, [list(range(1, n + 1))] * batch)
@@ -289,12 +314,12 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
                     drafter.commit(trees, [[]] * batch, features)
                     drafter.logits(contexts_b, trees, [[0]] * batch)
 
-                mid, sp = timed(forward, repeats, setup=reset)
-                row.append(round(mid, 3))
-                row_spread.append(round(sp, 3))
-                bar.update(1)
-            ms.append(row)
-            spread.append(row_spread)
+                return forward, reset
+
+            timings = interleaved({n: draft_forward(n) for n in ns}, repeats, seed=context)
+            ms.append([round(timings[n][0], 3) for n in ns])
+            spread.append([round(timings[n][1], 3) for n in ns])
+            bar.update(len(ns))
     bar.close()
     target.feature_layers = ()
     return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread, ns=None if batch == 1 else ns)
