@@ -318,7 +318,7 @@ class Runner:
         return [self.method_run(runs, len(samples), batch_seconds, samples[0].id, verify_seconds) for runs in results]
 
     @staticmethod
-    def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str, verify_seconds: float = 0.0) -> MethodRun:
+    def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str, verify_seconds: float) -> MethodRun:
         """One sample's turns, summed."""
         return MethodRun(
             new_tokens=sum(len(r.ids) for _, r, _ in runs),
