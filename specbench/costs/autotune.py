@@ -140,14 +140,15 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str], profil
     stats = []
     for cfg, runs, forecast in measured:
         steps, decode_ms = forecast["steps"], forecast["measured_decode_seconds"] * 1000  # verification steps of the batches
+        machine_pace = pace(forecast)
         row_steps = sum(len(r["accept_lengths"]) for r in runs)  # per-row steps: tau and delta are per row
         stats.append({
             "tree": {k: cfg[k] for k in keys},
             "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(row_steps, 1),
             "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(row_steps, 1),
             "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(row_steps, 1),
-            "unpriced_ms_per_step": round(max(0.0, decode_ms / pace(forecast) - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1), 3),
-            "pace": round(pace(forecast), 3),
+            "unpriced_ms_per_step": round(max(0.0, decode_ms / machine_pace - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1), 3),
+            "pace": round(machine_pace, 3),
         })
     line = overhead_line(stats)
     return [s | {"unpriced_fit_ms": round(tree_step_ms(line, s["mean_tree_size"], s["delta"]), 3)} | priced(runs, profile, drafter, line)
