@@ -27,7 +27,7 @@ from pathlib import Path
 from specbench.errors import require, run_command
 from specbench.models import registry
 from specbench.train.data import TARGET, read_answers
-from specbench.train.validation import MAIN_SET, committed_set, domain_sets, run_rows
+from specbench.train.validation import MAIN_SET, held_out_keys, run_rows
 
 SPAN = 8  # tokens: long enough that a shared span is shared phrasing, not shared grammar
 
@@ -41,12 +41,6 @@ def overlap(ids: list[int], seen: set[tuple[int, ...]]) -> float:
     """Share of the answer's 8-token spans (with repeats) that occur in `seen`."""
     spans = windows(ids)
     return sum(w in seen for w in spans) / len(spans) if spans else 0.0
-
-
-def held_out_keys(sources: list[str]) -> set[str]:
-    """Keys of the held-out sets the trainers reading `sources` keep out of training."""
-    committed = committed_set(sources)
-    return set(committed[1] if committed else []).union(*domain_sets(sources).values())
 
 
 def main(argv: list[str]) -> None:

@@ -23,6 +23,7 @@ from specbench.costs.predict import predict
 from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.data import questions
 from specbench.config import config_hash, run_name
+from specbench.engine.lean import record_compiled
 from specbench.engine.loop import Limits, Method, generate_batch, merge_notes
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError, require
@@ -103,6 +104,7 @@ class Runner:
         hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"], method_cfg=cfg["method"])
         model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
         self.target, self.compile_choice = costs.target_lm(model, cfg, hardware)
+        record_compiled(hardware, self.target)  # drafters pack their weights as the target does
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
         self.limits = Limits(
             max_new_tokens=cfg["gen"]["max_new_tokens"],
@@ -141,6 +143,7 @@ class Runner:
         cfg, hardware = self.cfg, {**self.hardware, "dtype": other}
         model, _ = load_target(cfg["model"], other, hardware["device"])
         target, compile_choice = costs.target_lm(model, cfg, hardware)
+        record_compiled(hardware, target)
         options = autotune.candidates(cfg["method"]["tree"])
         calibrated = {"candidates": self.shape_choice["candidates"], "runs": self.calibration_runs}
         decision = {}

@@ -497,7 +497,9 @@ def test_unpriced_work_is_read_at_the_profiles_pace():
     assert unpriced(slow) == pytest.approx(1.0)
     assert unpriced({k: v for k, v in slow.items() if k != "verify_seconds"}) == pytest.approx(8.0)  # a record that did not time them
     wild = run | {"seconds": 0.01 + 0.150, "verify_seconds": 10 * 0.030}  # 10x the profile's price: not this machine's profile
-    assert unpriced(wild) == pytest.approx((150 / autotune.MAX_PACE - 39) / 3)
+    assert unpriced(wild) == pytest.approx((150 / predict_mod.MAX_PACE - 39) / 3)
+    # the summary's engine share reads the forwards at the same pace: 1 ms a step of 21, not 8
+    assert predict_mod.predict([slow], profile, "d")["engine_overhead_share"] == pytest.approx(1 - 1.5 * 39 / 63)
 
 
 def test_the_loop_times_its_verification_forwards(target, draft, prompts):

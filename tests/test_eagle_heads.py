@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from specbench.drafters.eagle import EagleDrafter
+from specbench.engine.lean import pack_linears
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
@@ -136,8 +137,11 @@ def drafter_for(target, tmp_path, seed=0, kind="eagle3"):
         eagle1_checkpoint(tmp_path, seed=seed)
         weight = target.get_output_embeddings().weight
         return EagleDrafter(eagle.load_head(str(tmp_path), weight, torch.float32, "cpu", "k"), target, eagle.feature_layers(layers))
-    synthetic_checkpoint(tmp_path, seed=seed, config={**CONFIG, "num_hidden_layers": 2} if kind == "eagle3-2layers" else CONFIG)
-    return EagleDrafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target, feature_layers(layers))
+    synthetic_checkpoint(tmp_path, seed=seed, config={**CONFIG, "num_hidden_layers": 2} if kind.startswith("eagle3-2layers") else CONFIG)
+    head = load_head(str(tmp_path), torch.float32, "cpu", "k")
+    if kind.endswith("-packed"):  # projections over 2+ rows on oneDNN-packed weights, as a run packing its target's does
+        head = pack_linears(head, 2)
+    return EagleDrafter(head, target, feature_layers(layers))
 
 
 def test_features_come_from_layers_2_mid_and_l_minus_3(target4, tmp_path):
@@ -271,7 +275,7 @@ TREES = {
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize("kind,policy", [("eagle3", "dynamic_tree"), ("eagle3", "chain"), ("eagle3-2layers", "dynamic_tree"), ("eagle1", "static_tree"), ("eagle1", "dynamic_tree")])
+@pytest.mark.parametrize("kind,policy", [("eagle3", "dynamic_tree"), ("eagle3", "chain"), ("eagle3-2layers", "dynamic_tree"), ("eagle3-2layers-packed", "dynamic_tree"), ("eagle1", "static_tree"), ("eagle1", "dynamic_tree")])
 def test_greedy_identical_to_ar(kind, policy, batch, target4, tmp_path, prompts, ar_ids):
     """Batches of 3 (the last of 2) hold prompts of different lengths; rows stop at
     different steps and leave the batch. eagle1 + static tree is method eagle, eagle1 +

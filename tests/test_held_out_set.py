@@ -41,3 +41,19 @@ def test_picks_answers_new_to_training_text_and_refuses_what_it_cannot_meet(tmp_
     assert refused.returncode != 0
     assert refused.stderr.strip().count("\n") == 0 and "--max-overlap" in refused.stderr and "only 2" in refused.stderr
     assert json.loads((tmp_path / "validation-chat.json").read_text()) == ["c-new", "d-like-held-out"]
+
+
+def test_every_committed_set_is_held_out(tmp_path):
+    """What trainers and the vocabulary resize keep out of training: the main set and every
+    domain set of each corpus directory read, nothing from a directory not read."""
+    from specbench.train.validation import held_out_keys
+
+    corpus, other = tmp_path / "corpus", tmp_path / "other"
+    for directory, sets in ((corpus, {"validation.json": ["a", "b"], "validation-code.json": ["c"], "validation-chat.json": ["d"]}),
+                            (other, {"validation-math.json": ["e"]})):
+        directory.mkdir()
+        for name, keys in sets.items():
+            (directory / name).write_text(json.dumps(keys))
+    assert held_out_keys([str(corpus)]) == {"a", "b", "c", "d"}
+    assert held_out_keys([str(corpus), str(other)]) == {"a", "b", "c", "d", "e"}
+    assert held_out_keys([str(tmp_path / "answers.jsonl")]) == set()

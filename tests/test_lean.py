@@ -8,7 +8,7 @@ import torch
 
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.costs import compile as compile_rule
-from specbench.engine.lean import Compiled, LeanTreeLM, make_lm, supports
+from specbench.engine.lean import INITIAL_ROWS, Compiled, LeanTreeLM, PackedLinear, RopeTable, compiled_for, make_lm, pack_linears, record_compiled, supports
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
@@ -129,6 +129,51 @@ def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree
     for start in range(0, 8, batch):
         lean += [out.ids for out in generate_batch(lm, method, prompts[start : min(start + batch, 8)], Sampling(), LIMITS)]
     assert lean == reference_ids
+
+
+def test_packed_linears_compute_what_the_plain_ones_do():
+    """A drafter's projections on packed weights: every nn.Linear swapped (nested, with
+    and without bias), the same state_dict keys, the plain kernel below `packed_from` rows
+    (bit for bit) and the same values from it on; None packs nothing."""
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Sequential(torch.nn.Linear(40, 16, bias=False), torch.nn.SiLU()))
+    packed = pack_linears(copy.deepcopy(plain), 4)
+    assert [type(m) for m in packed.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))] == [PackedLinear, PackedLinear]
+    assert packed.state_dict().keys() == plain.state_dict().keys()
+    with torch.inference_mode():
+        small, large = torch.randn(1, 3, 24), torch.randn(2, 5, 24)
+        assert torch.equal(packed(small), plain(small))
+        torch.testing.assert_close(packed(large), plain(large), rtol=1e-5, atol=1e-5)
+    untouched = pack_linears(plain, None)
+    assert untouched is plain and type(plain[0]) is torch.nn.Linear
+
+
+@pytest.mark.parametrize("rope_type", ["default", "llama3"])
+def test_rope_table_gives_the_rotary_embeddings_values(rope_type):
+    """Bit for bit, in fp32 and bf16, at positions in its first table and past it (the
+    table grows), for rows of different positions; llama3 scaling changes inv_freq only."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    config = LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=8192, rope_scaling=scaling if rope_type == "llama3" else None)
+    rotary = LlamaRotaryEmbedding(config)
+    table = RopeTable(rotary)
+    for positions in (torch.tensor([[0, 1, 2, 7]]), torch.tensor([[5, 6, 7], [300, 301, 302]]), torch.tensor([[INITIAL_ROWS + 10, 3 * INITIAL_ROWS]])):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.zeros(positions.shape[0], positions.shape[1], 64, dtype=dtype)
+            for ours, theirs in zip(table(x, positions), rotary(x, positions)):
+                assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
+def test_drafters_follow_the_targets_compile_choice(target, draft):
+    """A run records its target's choice in `hardware`; an SpS draft LM runs the same way,
+    and without a recorded choice (tests, scripts) runs plain."""
+    chosen = Compiled(packed_from=4, float_attention=True)
+    hardware = {}
+    record_compiled(hardware, LeanTreeLM(target, chosen))
+    assert compiled_for(hardware) == chosen and compiled_for({}) == Compiled()
+    assert SmallLMDrafter(draft, VOCAB, "lean", compiled_for(hardware)).lm.compiled == chosen
 
 
 def test_a_row_stopping_before_any_draft_leaves(target, draft):

@@ -29,7 +29,7 @@ from scipy.stats import theilslopes
 from tqdm import tqdm
 
 from specbench.costs import contention
-from specbench.costs.predict import predict, tree_step_ms
+from specbench.costs.predict import pace, predict, tree_step_ms
 from specbench.costs.profile import CostProfile, ProfileCosts, write_whole
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.errors import ConfigError
@@ -37,7 +37,7 @@ from specbench.errors import ConfigError
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
 DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
-VERSION = 9  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype; 8: tree work charged step by step, as when priced in another dtype; 9: unpriced work at the profile's pace)
+VERSION = 10  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype; 8: tree work charged step by step, as when priced in another dtype; 9: unpriced work at the profile's pace; 10: drafters on packed weights where the target is)
 CALIBRATION_PROMPTS = 6  # 3 x 48 tokens left shapes predicted within 0.05-0.1 of each other to noise (eagle3 chose 2 nodes, 1.18x; with 6 x 96, 6 nodes, 1.29x)
 CALIBRATION_TOKENS = 96
 # drafting is turned on only for a predicted gain above this: on a noisy 2-core AVX2 CPU (AMD
@@ -45,9 +45,6 @@ CALIBRATION_TOKENS = 96
 # 0.92-0.97x on MT-Bench, HumanEval and GSM8K (10 prompts each), slower than AR by more than
 # the prediction's margin over it
 MIN_GAIN = 0.05
-# the widest drift of a decode's pace from its profile's that pace() corrects: absolute times
-# on these VMs drift up to 1.5x between runs
-MAX_PACE = 2.0
 
 
 def auto_keys(tree_cfg: dict) -> list[str]:
@@ -153,20 +150,6 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str], profil
     line = overhead_line(stats)
     return [s | {"unpriced_fit_ms": round(tree_step_ms(line, s["mean_tree_size"], s["delta"]), 3)} | priced(runs, profile, drafter, line)
             for s, (_, runs, _) in zip(stats, measured)]
-
-
-def pace(forecast: dict) -> float:
-    """How much slower (> 1) or faster than when profiled the machine ran during a decode:
-    its verification forwards as timed over their profiled price. Unpriced work is the decode
-    time at the profile's pace minus the priced forwards; without this, a calibration decode
-    timed while the VM ran slow charges the whole slowdown to tree work (a fixed SpS chain on
-    AMD EPYC Zen 5 was charged 23.8 ms a step once and 0 when calibrated again, and its runs'
-    summaries predicted 0.55-0.60x where they measured 1.02-1.07x). Bounded by MAX_PACE: past
-    it the profile is not of this machine (or is synthetic), and the bound is used."""
-    measured, priced = forecast.get("measured_verify_seconds"), forecast.get("predicted_verify_seconds")
-    if not measured or not priced:
-        return 1.0
-    return min(MAX_PACE, max(1 / MAX_PACE, measured / priced))
 
 
 def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dict]:

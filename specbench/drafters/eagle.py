@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from specbench.engine.columns import ColumnCache
+from specbench.engine.lean import compiled_for, pack_linears
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import eagle, registry
@@ -30,7 +31,7 @@ def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> "EagleDr
     directory = registry.resolve_part(head, *WEIGHTS)
     weight = target.get_output_embeddings().weight
     loaded = eagle.load_head(directory, weight, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
-    return EagleDrafter(loaded, target, eagle.feature_layers(target.config.num_hidden_layers))
+    return EagleDrafter(pack_linears(loaded, compiled_for(hardware).packed_from), target, eagle.feature_layers(target.config.num_hidden_layers))
 
 
 class EagleDrafter:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from specbench.drafters.eagle import EagleDrafter
+from specbench.engine.lean import compiled_for, pack_linears
 from specbench.models import registry
 from specbench.models.eagle3 import feature_layers, load_head
 
@@ -22,4 +23,4 @@ def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> EagleDra
     """The drafter named by a method config: `head` is a model entry (see registry)."""
     directory = registry.resolve_part(head, *WEIGHTS)
     loaded = load_head(directory, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
-    return EagleDrafter(loaded, target, feature_layers(target.config.num_hidden_layers))
+    return EagleDrafter(pack_linears(loaded, compiled_for(hardware).packed_from), target, feature_layers(target.config.num_hidden_layers))

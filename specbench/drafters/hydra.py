@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from specbench.engine.tree import DraftTree
+from specbench.engine.lean import compiled_for, pack_linears
 from specbench.models import registry
 from specbench.models.hydra import HydraHeads, load_heads
 
@@ -32,7 +33,7 @@ def load(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "HydraD
     """The drafter named by a method config: `heads` is a model entry (see registry)."""
     directory = registry.resolve_part(heads, *WEIGHTS)
     model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")
-    return HydraDrafter(model, target, facts)
+    return HydraDrafter(pack_linears(model, compiled_for(hardware).packed_from), target, facts)
 
 
 class HydraDrafter:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from specbench.engine.tree import DraftTree
+from specbench.engine.lean import compiled_for, pack_linears
 from specbench.models import registry
 from specbench.models.medusa import MedusaHeads, load_heads
 
@@ -30,7 +31,7 @@ def load(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "Medusa
     """The drafter named by a method config: `heads` is a model entry (see registry)."""
     directory = registry.resolve_part(heads, *WEIGHTS)
     model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")
-    return MedusaDrafter(model, target, facts)
+    return MedusaDrafter(pack_linears(model, compiled_for(hardware).packed_from), target, facts)
 
 
 class MedusaDrafter:

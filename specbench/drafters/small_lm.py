@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.lean import make_lm
+from specbench.engine.lean import Compiled, compiled_for, make_lm
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
@@ -29,14 +29,15 @@ def load(target: torch.nn.Module, hardware: dict, model: dict | None) -> "SmallL
     """The drafter named by a method config: `model` is a model entry (see registry)."""
     check(model)
     draft = registry.load_model(model, hardware["dtype"], hardware["device"], key="method.drafter.model")
-    return SmallLMDrafter(draft, target.config.vocab_size, hardware.get("forward", "auto"))
+    return SmallLMDrafter(draft, target.config.vocab_size, hardware.get("forward", "auto"), compiled_for(hardware))
 
 
 class SmallLMDrafter:
     feature_layers = ()
 
-    def __init__(self, model: torch.nn.Module, target_vocab_size: int, forward: str = "hf"):
-        self.lm = make_lm(model, forward)
+    def __init__(self, model: torch.nn.Module, target_vocab_size: int, forward: str = "hf", compiled: Compiled = Compiled()):
+        """`compiled`: the target's choice (packed weights, fp32 attention), run the same way."""
+        self.lm = make_lm(model, forward, compiled)
         self.target_vocab_size = target_vocab_size
         self._node_logits: dict[int, torch.Tensor] = {}
 

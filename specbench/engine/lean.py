@@ -18,7 +18,7 @@ and/or the decoder layer through torch.compile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -64,8 +64,38 @@ def packs(dtype: torch.dtype) -> bool:
     return True
 
 
-def packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class PackedLinear(torch.nn.Module):
+    """An nn.Linear whose weight is also kept packed (`pack`), used for inputs of at least
+    `packed_from` rows: a drafter's projections then skip the per-call reorder as the
+    target's do (AMD EPYC Zen 5, bf16, 2 threads: an EAGLE-3 head forward 1.8 -> 1.45 ms).
+    `weight` and `bias` stay the plain tensors, for smaller inputs and for readers."""
+
+    def __init__(self, linear: torch.nn.Linear, packed_from: int):
+        super().__init__()
+        self.weight, self.bias, self.packed_from = linear.weight, linear.bias, packed_from
+        self.packed = pack(linear.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() >= self.packed_from * x.shape[-1]:
+            return packed_linear(x, self.packed, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+
+def pack_linears(module: torch.nn.Module, packed_from: int | None) -> torch.nn.Module:
+    """`module` (an inference copy: packed weights take no gradient) with every nn.Linear
+    a PackedLinear from `packed_from` rows; unchanged when None (packing does not pay on
+    this machine, or this dtype cannot be packed)."""
+    if packed_from is None:
+        return module
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, name, PackedLinear(child, packed_from))
+    return module
 
 
 @dataclass(frozen=True)
@@ -87,6 +117,46 @@ class Compiled:
     def __str__(self) -> str:
         parts = ([f"packed>={self.packed_from}"] if self.packed_from else []) + (["torch"] if self.torch else [])
         return "+".join(parts + (["fp32-attention"] if self.float_attention else [])) or "eager"
+
+
+class RopeTable(torch.nn.Module):
+    """A rotary embedding's cos and sin per position, computed once into a table and indexed
+    per forward: the values `rotary` (a transformers rotary embedding with fixed inv_freq)
+    computes, an fp32 product of position and inverse frequency, then cos and sin, scaled and
+    cast, without its per-call work (AMD EPYC Zen 5, bf16: 77 vs 5 us a call, a twentieth of
+    an EAGLE-3 head forward). Called as the embedding is: (x, positions) -> (cos, sin) in
+    x's dtype on x's device."""
+
+    def __init__(self, rotary: torch.nn.Module):
+        super().__init__()
+        self.register_buffer("inv_freq", rotary.inv_freq.detach().float().clone(), persistent=False)
+        self.scale = rotary.attention_scaling
+        self.rows = 0
+        self.tables: dict = {}  # (dtype, device) -> (cos, sin) [rows, head_dim]
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        needed = int(positions.max()) + 1
+        if needed > self.rows:
+            self.rows, self.tables = max(needed, 2 * self.rows, INITIAL_ROWS), {}
+        key = (x.dtype, x.device)
+        if key not in self.tables:
+            freqs = torch.arange(self.rows, dtype=torch.float, device=self.inv_freq.device)[:, None] * self.inv_freq.float()[None]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.tables[key] = tuple((f(emb) * self.scale).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin))
+        cos, sin = self.tables[key]
+        return cos[positions], sin[positions]
+
+
+def record_compiled(hardware: dict, target: TreeLM) -> None:
+    """Note in `hardware` how `target` runs, for its drafters' loaders (compiled_for). A
+    dict, since Hydra turns a dataclass passed to a loader into one."""
+    hardware["compiled"] = asdict(getattr(target, "compiled", Compiled()))
+
+
+def compiled_for(hardware: dict) -> Compiled:
+    """How the run's target forward runs (record_compiled), for its drafters to run the same
+    way; plain where no target was noted (tests, scripts)."""
+    return Compiled(**hardware.get("compiled") or {})
 
 
 class LeanTreeLM(TreeLM):
@@ -117,10 +187,7 @@ class LeanTreeLM(TreeLM):
                     self.layers = self.packed_layers
         if compiled.torch:
             self._layer = torch.compile(self._layer, dynamic=True)
-        rotary = inner.rotary_emb
-        self._inv_freq = rotary.inv_freq.float()
-        self._rope_scale = rotary.attention_scaling
-        self._rope_rows = 0
+        self._rope = RopeTable(inner.rotary_emb)
         self._rows = 0
         self._k = self._v = None
         self._batch = 1
@@ -136,17 +203,6 @@ class LeanTreeLM(TreeLM):
         self._batch = batch_size
         self._rows = 0
         return None
-
-    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        needed = int(positions.max()) + 1
-        if needed > self._rope_rows:
-            self._rope_rows = max(needed, 2 * self._rope_rows, INITIAL_ROWS)
-            freqs = torch.arange(self._rope_rows, dtype=torch.float)[:, None] * self._inv_freq[None]
-            emb = torch.cat((freqs, freqs), dim=-1)
-            dtype = self.embed.dtype
-            self._cos = (emb.cos() * self._rope_scale).to(dtype)
-            self._sin = (emb.sin() * self._rope_scale).to(dtype)
-        return self._cos[positions], self._sin[positions]
 
     def _reserve(self, rows: int) -> None:
         if self._k is not None and rows <= self._k.shape[3]:
@@ -177,7 +233,7 @@ class LeanTreeLM(TreeLM):
         batch, n = tokens.shape
         start = self._rows
         self._reserve(start + n)
-        cos, sin = self._rope(plan.positions)
+        cos, sin = self._rope(self.embed, plan.positions)
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, n, d]: broadcast over heads
         if plan.mask is not None:
             attn_mask = plan.mask[:, None]  # [B, 1, n, kv]

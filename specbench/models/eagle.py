@@ -19,6 +19,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
+from specbench.engine.lean import RopeTable
 from specbench.errors import ConfigError
 from specbench.models.eagle3 import HeadAttention, head_config, load_checked, placed, read_config, read_weights
 
@@ -50,7 +51,7 @@ class Eagle1Head(nn.Module):
         self.config = config
         self.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=bool(getattr(config, "bias", True)))
         self.layers = nn.ModuleList([Eagle1Layer(config)])
-        self.rotary = LlamaRotaryEmbedding(config)
+        self.rotary = RopeTable(LlamaRotaryEmbedding(config))
         self.register_buffer("lm_head_weight", lm_head_weight.detach(), persistent=False)
         self.embed_tokens: nn.Embedding | None = None  # set by load_head when the checkpoint ships one
 

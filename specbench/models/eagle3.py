@@ -27,6 +27,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from specbench.engine.lean import RopeTable
 from specbench.errors import ConfigError
 
 # present in some checkpoints; when it is, it replaces the target's embedding for the head
@@ -117,7 +118,7 @@ class Eagle3Head(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(config.vocab_size, dtype=torch.bool))
-        self.rotary = LlamaRotaryEmbedding(config)
+        self.rotary = RopeTable(LlamaRotaryEmbedding(config))
         self.embed_tokens: nn.Embedding | None = None  # set by load_head when the checkpoint ships one
 
     @property
@@ -162,7 +163,7 @@ def placed(head: nn.Module, device: str, dtype: torch.dtype) -> nn.Module:
     """The head on `device` in `dtype` for inference, its RoPE frequencies kept in fp32 as
     the target's are (`.to(bf16)` would round them, shifting every position's phase)."""
     head = head.to(device=device, dtype=dtype).eval()
-    head.rotary = LlamaRotaryEmbedding(head.config).to(device)
+    head.rotary = RopeTable(LlamaRotaryEmbedding(head.config)).to(device)
     return head
 
 

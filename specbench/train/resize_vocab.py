@@ -35,7 +35,7 @@ from specbench.errors import require, run_command
 from specbench.models import registry
 from specbench.models.eagle3 import Eagle3Head, head_config, load_head, read_config, trained_state
 from specbench.train.data import TARGET, read_answers
-from specbench.train.validation import committed_set, save_head, split_held_out
+from specbench.train.validation import held_out_keys, save_head, split_held_out
 
 
 def kept_tokens(head_ids: list[int], counts: Counter, size: int, always: set[int]) -> list[int]:
@@ -115,13 +115,12 @@ def main(argv: list[str]) -> None:
     require(args.size <= head.config.vocab_size, "--size", f"{args.size}: more than the target's {head.config.vocab_size} tokens")
     tokenizer = registry.load_tokenizer(TARGET)
     answers = read_answers(args.data, tokenizer)
-    committed = committed_set(args.data)
-    training, validation = split_held_out(answers, set(committed[1]) if committed else set())
+    training, validation = split_held_out(answers, held_out_keys(args.data))
     require(bool(training), "--data", f"no target answers in {' '.join(args.data)}")
     counts = Counter(t for r in training for t in r["answer"])
     raw_config = read_config(Path(args.head), "--head")
     record = {"from": args.head, "data": args.data, "draft_vocab": args.size, "draft_vocab_before": len(old),
-              "ranked_by": f"token counts of {len(training)} target answers (held-out keys excluded)"}
+              "ranked_by": f"token counts of {len(training)} target answers (every held-out set's keys excluded)"}
     if args.size < len(old):
         ids = kept_tokens(old, counts, args.size, {tokenizer.eos_token_id})
         resized, config = shrink(head, raw_config, ids)

@@ -56,6 +56,7 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int) -> 
     from specbench.costs.fingerprint import fingerprint_id
     from specbench.costs.profile import measure_drafter
     from specbench.drafters.small_lm import SmallLMDrafter
+    from specbench.engine.lean import compiled_for, record_compiled
     from specbench.models import registry
 
     cfg = compose_config(["method=sps"])
@@ -65,12 +66,13 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int) -> 
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
     target, _ = costs.target_lm(model, cfg, hardware)
+    record_compiled(hardware, target)
     key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
     profile = costs.ensure_profile(key, target, context + 64)
     rows = []
     for shape, record in records.items():
         draft = registry.load_model({"name": f"sps-draft-{shape}", "path": str(root / shape)}, hardware["dtype"], hardware["device"])
-        drafter = SmallLMDrafter(draft, model.config.vocab_size, hardware.get("forward", "auto"))
+        drafter = SmallLMDrafter(draft, model.config.vocab_size, hardware.get("forward", "auto"), compiled_for(hardware))
         curve = measure_drafter(drafter, target, [context], max_gamma + 1, costs.REPEATS)
         taus = record["validation_chain_tau_by_gamma"][:max_gamma]
         speedups = predicted_speedups(taus, lambda n: profile.target_ms(1, context, n), lambda n: curve.at(context, n),

@@ -93,6 +93,13 @@ def committed_set(sources: list[str]) -> tuple[Path, list[str]] | None:
     return None
 
 
+def held_out_keys(sources: list[str]) -> set[str]:
+    """Keys of every held-out set the corpus directories among `sources` commit (the main
+    set and each domain set): what the trainers keep out of training."""
+    committed = committed_set(sources)
+    return set(committed[1] if committed else []).union(*domain_sets(sources).values())
+
+
 def validation_set(path: Path, rows: list[dict], count: int, after: int = 0, committed: tuple[Path, list[str]] | None = None) -> list[str]:
     """Keys of the held-out rows, fixed at the first run (saved to `path`) so the
     learning curve stays comparable while the corpus grows: a corpus directory's
