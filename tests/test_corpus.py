@@ -144,3 +144,34 @@ def test_committed_held_out_sets_are_greedy_answers_of_their_folders_packs():
         sets = [json.loads(path.read_text()) for path in sorted(folder.glob("validation*.json"))]
         assert all(len(keys) == len(set(keys)) and set(keys) <= greedy for keys in sets)
         assert len(set().union(*map(set, sets))) == sum(map(len, sets))  # no answer is in two sets
+
+
+def test_a_pass_skips_prompts_a_pack_holds(tmp_path):
+    """A fresh machine resuming a pass answers only what no pack holds at that temperature:
+    with the first 3 prompts packed at T=0 it answers none (and loads no model); with 2 of
+    them packed, it answers the third."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from specbench.train.contamination import evaluation_index
+    from specbench.train.corpus import prompt_key
+    from specbench.train.packed import pack
+
+    keys = [prompt_key(t) for t in training_prompts(evaluation_index(), 0)[:3]]
+
+    def run(packed_keys: list[str], name: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+        packs, out = tmp_path / f"packs-{name}", tmp_path / f"out-{name}"
+        pack([{"key": k, "temperature": t, "answer": [5, 2]} for k in packed_keys for t in (0.0, 0.8)], packs / "answers.safetensors")
+        pack([{"key": keys[2], "temperature": 0.8, "answer": [5, 2]}], packs / "answers-sampled.safetensors")  # another temperature counts for nothing
+        result = subprocess.run([sys.executable, "-m", "specbench.train.corpus", "--out", str(out), "--prompts", "3", "--temperatures", "0.0",
+                                 "--max-new-tokens", "2", "--packs", str(packs)],
+                                cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+        shard = out / "answers-t0-0of1.jsonl"
+        return result, [json.loads(line)["key"] for line in shard.read_text().splitlines()] if shard.exists() else []
+
+    result, answered = run(keys, "all")
+    assert result.returncode == 0 and answered == [] and "Loading weights" not in result.stderr, result.stderr[-2000:]
+    result, answered = run(keys[:2], "two")
+    assert result.returncode == 0 and answered == [keys[2]], result.stderr[-2000:]

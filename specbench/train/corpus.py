@@ -41,6 +41,7 @@ from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
 from specbench.train.contamination import EvalIndex, evaluation_index, normalize
 from specbench.train.data import TARGET
+from specbench.train.packed import packed_pairs
 
 
 def sharegpt_turns() -> Iterator[str]:
@@ -52,6 +53,8 @@ def sharegpt_turns() -> Iterator[str]:
 
 
 SOURCES: dict[str, Callable[[], Iterable[str]]] = {"sharegpt": sharegpt_turns, "python-stdlib": stdlib_prompts}
+# the committed packs of a checkout: a fresh machine resuming a pass skips what they hold
+COMMITTED_PACKS = Path(__file__).resolve().parents[2] / "corpus" / "smollm2-135m"
 
 
 def source_texts(source: str) -> Iterator[str]:
@@ -92,23 +95,29 @@ def generate(args) -> None:
     """Answer the prompts through the decoding engine's batched AR (its lean forward and
     the compile choices measured for this CPU: 256 tokens/s against transformers' generate's
     177 at batch size 16 in bf16 on an AMD EPYC Zen 4, 2 threads), each row seeded by its
-    prompt key."""
+    prompt key. Prompts answered already, in the shard or in a pack, are skipped; the
+    target loads only when some are left."""
     torch.set_num_threads(args.threads)
-    model, tokenizer = registry.load(TARGET, args.dtype, "cpu")
-    target, _ = costs.target_lm(model, {"model": TARGET}, {"device": "cpu", "threads": args.threads})
+    tokenizer = registry.load_tokenizer(TARGET)
     texts = training_prompts(evaluation_index(), args.seed, args.source)[: args.prompts][args.shard :: args.shards]
     encoded = ((t, chat_prompt(tokenizer, [{"role": "user", "content": t}])) for t in texts)
     prompts = [(t, ids) for t, ids in encoded if len(ids) <= args.max_prompt_tokens]
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    packed = set().union(*(packed_pairs(Path(d)) for d in args.packs))
+    target = None
     method = Method(Autoregressive(), StandardVerifier())
     limits = Limits(max_new_tokens=args.max_new_tokens, stop_token_ids=frozenset({tokenizer.eos_token_id}))
     deadline = time.time() + args.minutes * 60
     for temperature in args.temperatures:
         path = shard_path(out_dir, args.source, temperature, args.shard, args.shards)
         done = {row["key"] for row in read_records(path)}  # a torn last line is cut, so appends stay valid
+        done |= {key for key, t in packed if t == round(temperature, 4)}
         todo = [(t, ids) for t, ids in prompts if prompt_key(t) not in done]
         bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=f"target answers {args.source} T={temperature:g} shard {args.shard}", unit="prompt")
+        if todo and target is None:
+            model = registry.load_model(TARGET, args.dtype, "cpu")
+            target, _ = costs.target_lm(model, {"model": TARGET}, {"device": "cpu", "threads": args.threads})
         tokens, seconds = 0, 0.0
         with open(path, "a") as f:
             for batch in length_sorted_batches(todo, args.batch, window=args.batch * 32):
@@ -150,6 +159,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=600, help="stop after this long (re-run to continue)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--packs", nargs="*", default=[str(COMMITTED_PACKS)],
+                        help="directories of answer packs: prompts answered there (at the same temperature) are not answered again")
     generate(parser.parse_args())
 
 

@@ -94,10 +94,15 @@ def main(argv: list[str]) -> None:
     out = Path(args.out)
     # a pack may hold answers no longer on this machine (runs/ is not committed): never rewrite one
     require(not out.exists(), "--out", f"{out} exists; a pack is never rewritten: name a new file (its answers stay out of the new one)")
-    packed = {(k, t) for other in out.parent.glob("*.safetensors") if other != out for k, t in zip(keys_of(other), temperatures_of(other))}
+    packed = packed_pairs(out.parent)
     rows = [r for r in read_answers(args.data) if (r["key"], round(r["temperature"], 4)) not in packed]
     pack(rows, out, args.note)
     print(f"{len(rows)} answers, {sum(len(r['answer']) for r in rows)} tokens -> {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+
+
+def packed_pairs(directory: Path) -> set[tuple[str, float]]:
+    """(prompt key, temperature) of every answer the packs in `directory` hold."""
+    return {(k, t) for path in Path(directory).glob("*.safetensors") for k, t in zip(keys_of(path), temperatures_of(path))}
 
 
 def temperatures_of(path: Path) -> list[float]:
