@@ -123,8 +123,8 @@ class RopeTable(torch.nn.Module):
     """A rotary embedding's cos and sin per position, computed once into a table and indexed
     per forward: the values `rotary` (a transformers rotary embedding with fixed inv_freq)
     computes, an fp32 product of position and inverse frequency, then cos and sin, scaled and
-    cast, without its per-call work (AMD EPYC Zen 5, bf16: 77 vs 5 us a call, a twentieth of
-    an EAGLE-3 head forward). Called as the embedding is: (x, positions) -> (cos, sin) in
+    cast, without its per-call work (AMD EPYC Zen 5, bf16: 77 vs 5 us a call, timed while a
+    training job shared the CPU; the head forward's gain from it was inside the noise). Called as the embedding is: (x, positions) -> (cos, sin) in
     x's dtype on x's device."""
 
     def __init__(self, rotary: torch.nn.Module):
