@@ -63,14 +63,13 @@ bench-theta:
 bench-figures:
 	$(PY) scripts/bench_figures.py --methods results/bench/methods_t0 results/bench/methods_t1 --theta $(THETA_OUT) --out results/bench/figures
 
-# Rebuild the shipped SpS draft for the embedded model (v2, its card says how): the 2x192 shape
-# `make sps-size` picked, trained on from its sizing run (v1), then 2,000 steps more on every target
-# answer of the corpus, code included (v2); about 85 minutes on 2 cores after sps-size, resumable
-# (re-run to continue a stage its time limit stopped).
-sps-draft: sps-size
-	$(PY) -m specbench.train.sps_draft train --data $(CORPUS) --out runs/sps-2x192 --init runs/sps-size/2x192 --layers 2 --hidden 192 --sharegpt-answers 2000 --steps 2800 --lr 1e-3 --minutes 70
-	$(PY) -m specbench.train.sps_draft train --data $(CORPUS) --out runs/sps-v2 --init runs/sps-2x192 --layers 2 --hidden 192 --sharegpt-answers 0 --steps 2000 --lr 1e-3 --checkpoint-every 250 --minutes 40
-	cp runs/sps-v2/config.json runs/sps-v2/model.safetensors runs/sps-v2/training.json runs/sps-v2/curve.jsonl runs/sps-v2/curve.png specbench/weights/smollm2-135m-sps-draft/
+# Rebuild the shipped SpS draft for the embedded model (v3, its card says how): the target's own
+# layers 0 and 1 and final norm, with its own 6,144-token output vocabulary (the target's rows) and
+# the target's input embedding, trained 6,000 steps on every target answer of the corpus; about 80
+# minutes on 2 cores, resumable (re-run to continue if the time limit stopped it).
+sps-draft: install
+	$(PY) -m specbench.train.sps_draft train --data $(CORPUS) --out runs/sps-v3 --from-target 0,1 --draft-vocab 6144 --sharegpt-answers 0 --steps 6000 --lr 1e-3 --checkpoint-every 500 --minutes 90
+	cp runs/sps-v3/config.json runs/sps-v3/model.safetensors runs/sps-v3/training.json runs/sps-v3/curve.jsonl runs/sps-v3/curve.png specbench/weights/smollm2-135m-sps-draft/
 
 # Choose the SpS draft's depth and width on this machine: each shape trained 600 steps on the
 # corpus of `make eagle3-head`, ranked by predicted speedup over AR (runs/sps-size/sizing.md);

@@ -7,7 +7,11 @@ drift on this machine hits both alike; the ratios are what to quote.
   sps vs  model.generate(assistant_model=<the same draft model object>), the assistant set to
           the same fixed draft length gamma (constant schedule, no confidence early stop)
 Draft lengths are fixed (pld 10, sps 5) so both sides run the same shape; the dtype is the
-hardware's (auto: measured).
+hardware's (auto: measured). transformers' assistant must score the target's whole
+vocabulary: a draft with its own (drafters.small_lm.DraftVocab) is handed to it as the same
+layers with a full-vocabulary output layer that gives every other token -inf
+(`transformers_assistant`), so both sides draft the same tokens, but its forward reads
+the full output layer where ours reads only the draft's rows.
 """
 
 from __future__ import annotations
@@ -41,6 +45,29 @@ def hf_generate(model, prompt, max_new_tokens, eos, **kwargs):
     return out[0, len(prompt):].tolist(), time.perf_counter() - start
 
 
+def transformers_assistant(drafter) -> torch.nn.Module:
+    """The SpS drafter's model as transformers' assisted generation can use it: itself, or
+    for a draft with its own vocabulary the same layers and input embedding (shared) under
+    an output layer over the target's vocabulary, the draft's rows where they are and
+    -inf (a bias) for every other token."""
+    model, vocab = drafter.lm.model, drafter.vocab
+    if vocab is None:
+        return model
+    config = model.config.__class__.from_dict({**model.config.to_dict(), "vocab_size": vocab.target_vocab_size})
+    expanded = type(model)(config).to(model.dtype).eval()
+    own = {k: v for k, v in model.state_dict().items() if not k.startswith(("lm_head.", "model.embed_tokens."))}
+    expanded.load_state_dict(own, strict=False)
+    expanded.model.embed_tokens = model.get_input_embeddings()
+    output = torch.nn.Linear(config.hidden_size, vocab.target_vocab_size, bias=True, dtype=model.dtype)
+    with torch.no_grad():
+        output.weight.zero_()
+        output.weight[vocab.ids] = model.get_output_embeddings().weight
+        output.bias.fill_(float("-inf"))
+        output.bias[vocab.ids] = 0.0
+    expanded.lm_head = output
+    return expanded
+
+
 def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     """tok/s of ours and transformers' for ar, pld and sps on the config's prompts, side by
     side per prompt; {name: {"ours", "hf", "ratio", "identical", "prompts"}}."""
@@ -54,7 +81,7 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     # fixed draft lengths, the same on both sides (transformers' prompt lookup default is 10)
     pld_cfg, sps_cfg = config("method=pld", "method.tree.gamma=10")["method"], config("method=sps", "method.tree.gamma=5")["method"]
     ours = {name: methods.assemble(c, model, hardware) for name, c in (("ar", cfg["baseline"]["method"]), ("pld", pld_cfg), ("sps", sps_cfg))}
-    assistant = ours["sps"].drafter.lm.model
+    assistant = transformers_assistant(ours["sps"].drafter)
     assistant.generation_config.num_assistant_tokens = sps_cfg["tree"]["gamma"]
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
     assistant.generation_config.assistant_confidence_threshold = 0.0

@@ -63,6 +63,19 @@ def noisy_copy(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaForCaus
     return draft
 
 
+def own_vocabulary_copy(model: LlamaForCausalLM, ids: list[int]):
+    """(`model` as a draft with its own output vocabulary `ids`: the same layers, only those
+    output rows, and its input embedding, the DraftVocab) as the SpS trainer makes one."""
+    from specbench.drafters.small_lm import DraftVocab
+
+    vocab = DraftVocab(torch.tensor(sorted(ids)), model.config.vocab_size)
+    own = LlamaForCausalLM(LlamaConfig.from_dict({**model.config.to_dict(), "vocab_size": len(ids)})).eval()
+    state = model.state_dict()
+    own.load_state_dict({**state, "lm_head.weight": state["lm_head.weight"][vocab.ids], "model.embed_tokens.weight": own.model.embed_tokens.weight})
+    own.model.embed_tokens = model.get_input_embeddings()
+    return own, vocab
+
+
 @pytest.fixture(scope="session")
 def target():
     return tiny_llama(0)

@@ -30,3 +30,23 @@ def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
     again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-2000:]
     assert {p: p.read_text() for p in runs.glob("*/*/samples.jsonl")} == before
+
+
+def test_transformers_gets_an_own_vocabulary_draft_over_the_full_vocabulary(target, draft):
+    """transformers' assistant must score the target's vocabulary: a draft with its own gets
+    the same layers under a full output layer, equal on its rows and -inf elsewhere."""
+    import torch
+
+    from specbench.drafters.small_lm import SmallLMDrafter
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_vs_transformers import transformers_assistant
+
+    from conftest import VOCAB, own_vocabulary_copy
+
+    own, vocab = own_vocabulary_copy(draft, list(range(16, 94)) + [1, 2])
+    assert transformers_assistant(SmallLMDrafter(draft, VOCAB)) is draft
+    expanded = transformers_assistant(SmallLMDrafter(own, VOCAB, vocab=vocab))
+    ids = torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(expanded(input_ids=ids).logits, vocab.to_target(own(input_ids=ids).logits), atol=1e-5)

@@ -66,6 +66,7 @@ def test_unknown_choice(group, choice, tmp_path):
         ("seed=xyz", "seed"),
         ("method.tree.mu=1.5", "method.tree.mu"),
         ("method.tree.budget=1", "method.tree.budget"),
+        ("dataset.calibration=math", "dataset.calibration"),
     ],
 )
 def test_bad_values(override, key, tmp_path):

@@ -540,3 +540,26 @@ def test_calibration_prompts_are_english_chat(monkeypatch):
     monkeypatch.setattr(contamination, "evaluation_index", lambda: type("Index", (), {"overlaps": lambda self, text: False})())
     monkeypatch.setattr(specbench.run, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
     assert sorted(autotune.calibration_prompts(None, count=2)) == sorted(english)
+
+
+def test_code_calibration_prompts_are_held_out_completions(monkeypatch):
+    """Code datasets calibrate on the standard-library completions the committed corpus holds
+    out of every drafter's training text, asked as HumanEval asks; a batch bigger than the set
+    repeats prompts; the cache key names the kind."""
+    import json
+
+    import specbench.run
+    from specbench.data.benchmarks import HUMANEVAL_INSTRUCTION
+    from specbench.train.corpus import COMMITTED_PACKS, prompt_key
+
+    from specbench.train.code_prompts import stdlib_prompts
+
+    monkeypatch.setattr(specbench.run, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
+    held_out = set(json.loads((COMMITTED_PACKS / "validation-code.json").read_text()))
+    prompts = autotune.calibration_prompts(None, count=6, kind="code")
+    assert len(set(prompts)) == 6 and all(prompt_key(p) in held_out and p.startswith(HUMANEVAL_INSTRUCTION) for p in prompts)
+    assert autotune.calibration_prompts(None, count=6, kind="code") == prompts  # seeded
+    every = autotune.calibration_prompts(None, count=len(held_out) + 3, kind="code")
+    assert len(every) == len(held_out) + 3 and len(set(every)) == len(held_out)
+    assert {prompt_key(p) for p in stdlib_prompts()} >= held_out
+    assert autotune.calibration_id(6, kind="code") != autotune.calibration_id(6)

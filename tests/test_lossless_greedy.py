@@ -18,7 +18,7 @@ from specbench.trees.talon import TalonTree
 from specbench.verify.mars import MarsVerifier
 from specbench.verify.standard import StandardVerifier
 
-from conftest import VOCAB
+from conftest import VOCAB, own_vocabulary_copy
 from random_tree import RandomTree
 
 GREEDY = Sampling()
@@ -121,3 +121,35 @@ def test_max_new_tokens_cuts_the_last_step(target, prompts):
         out = generate(TreeLM(target), method, prompts[1], GREEDY, Limits(max_new_tokens=n))
         ar = generate(TreeLM(target), Method(Autoregressive(), StandardVerifier()), prompts[1], GREEDY, Limits(max_new_tokens=n))
         assert out.ids == ar.ids and len(out.ids) == n and out.stop_reason == "length"
+
+
+@pytest.fixture(scope="module")
+def own_vocab_draft_dir(tmp_path_factory, draft):
+    """The noisy draft as an own-vocabulary draft on disk, as the SpS trainer ships one:
+    80 of the 96 output rows (the stop token among them), no input embedding."""
+    from safetensors.torch import save_file
+
+    from specbench.train.sps_draft import shipped_weights
+
+    own, vocab = own_vocabulary_copy(draft, list(range(16, 94)) + [1, 2])
+    out = tmp_path_factory.mktemp("own-vocab-draft")
+    own.config.save_pretrained(out)
+    save_file(shipped_weights(own, vocab), out / "model.safetensors")
+    return out
+
+
+@pytest.mark.parametrize("forward,batch", [("hf", 1), ("hf", 3), ("lean", 3)])
+def test_own_vocabulary_draft_identical_to_ar(forward, batch, target, own_vocab_draft_dir, prompts, ar_outputs):
+    """A draft with its own output vocabulary (the target's input embedding, 80 output
+    rows) drafts only its tokens and still yields AR's ids."""
+    from specbench.drafters.small_lm import own_vocab_draft
+
+    model, vocab = own_vocab_draft(own_vocab_draft_dir, target, "test draft")
+    assert model.get_input_embeddings() is target.get_input_embeddings()
+    drafter = SmallLMDrafter(model, VOCAB, forward, vocab=vocab)
+    method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), StandardVerifier(), drafter)
+    outputs = []
+    for start in range(0, len(prompts), batch):
+        outputs += generate_batch(TreeLM(target), method, prompts[start : start + batch], GREEDY, LIMITS)
+    assert [o.ids for o in outputs] == [a.ids for a in ar_outputs]
+    assert sum(n - 1 for out in outputs for n in out.accept_lengths) > len(prompts)

@@ -72,8 +72,8 @@ def target_logits(tree, world):
     return torch.stack(rows)
 
 
-def p_value(shape, skew, sampling, verify) -> float:
-    world = Synthetic(seed=7, skew=skew)
+def p_value(shape, skew, sampling, verify, world: Synthetic | None = None) -> float:
+    world = world or Synthetic(seed=7, skew=skew)
     generator = torch.Generator().manual_seed(11)
     counts = torch.zeros(V, V)
     for _ in range(DRAWS):
@@ -98,6 +98,25 @@ def test_distribution_preserved(shape, skew):
 def test_distribution_preserved_with_temperature_top_k_top_p():
     sampling = Sampling(temperature=0.7, top_k=4, top_p=0.9)
     assert p_value("tree", 3.0, sampling, StandardVerifier().accept) > 1e-3
+
+
+def test_a_draft_with_its_own_vocabulary_keeps_the_distribution():
+    """A draft that can only draft tokens 0, 2 and 3 (a draft vocabulary, mapped back to the
+    target's with -inf elsewhere) still leaves p unchanged."""
+    from specbench.drafters.small_lm import DraftVocab
+
+    vocab = DraftVocab(torch.tensor([0, 2, 3]), V)
+
+    class OwnVocabulary(Synthetic):
+        def logits(self, prefix, role):
+            scores = super().logits(prefix, role)
+            return vocab.to_target(scores[vocab.ids]) if role == "draft" else scores
+
+    def verify(tree, logits, sampling, generator):
+        assert set(tree.tokens[1:]) <= {0, 2, 3}
+        return StandardVerifier().accept(tree, logits, sampling, generator)
+
+    assert p_value("tree", 0.0, Sampling(temperature=1.0), verify, OwnVocabulary(seed=7, skew=0.0)) > 1e-3
 
 
 def test_a_verifier_that_ignores_the_target_is_caught():

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from specbench.train.sps_draft import chain_taus
+from specbench.drafters.small_lm import DraftVocab
+from specbench.train.sps_draft import chain_taus, draft_labels
 from specbench.train.sps_sizing import parse_shape, predicted_speedups
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,3 +66,80 @@ def test_training_resumes_and_records_tau_per_gamma(tmp_path):
 
     model = LlamaForCausalLM.from_pretrained(out)
     assert model.config.hidden_size == 64 and model.config.num_hidden_layers == 1
+
+
+def test_a_draft_vocabulary_maps_labels_to_rows_and_logits_back():
+    """Rows 0..2 are target ids 3, 7, 9 of 12: labels outside them are ignored (-100) in
+    training, and in decoding the other ids get -inf."""
+    vocab = DraftVocab(torch.tensor([3, 7, 9]), 12)
+    assert draft_labels(vocab, torch.tensor([7, 3, 5, -100, 9])).tolist() == [1, 0, -100, -100, 2]
+    full = vocab.to_target(torch.tensor([[0.5, -1.0, 2.0]]))
+    assert full.shape == (1, 12) and full[0, [3, 7, 9]].tolist() == [0.5, -1.0, 2.0]
+    assert bool(torch.isinf(full[0, [0, 1, 2, 4, 5, 6, 8, 10, 11]]).all())
+
+
+@pytest.mark.parametrize("flags,key", [(["--draft-vocab", "500"], "--draft-vocab"), (["--init", "x", "--from-target", "0"], "--init"),
+                                       (["--from-target", "0,x"], "--from-target")])
+def test_bad_draft_options_are_one_line(flags, key):
+    result = subprocess.run([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", "x", "--out", "y", *flags],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert key in result.stderr.strip().splitlines()[-1]  # the error line (argparse prints its usage above it)
+
+
+def test_a_draft_cut_from_the_target_ships_its_own_vocabulary(tmp_path):
+    """--from-target 0,29 --draft-vocab 300: the target's layers 0 and 29 and norm, 300 output
+    rows (the target's own rows of those ids at step 0), no input embedding in the file;
+    decoding loads it onto the target's embedding."""
+    from safetensors.torch import load_file
+
+    from specbench.drafters.small_lm import own_vocab_draft
+    from specbench.models import registry
+    from specbench.train.data import TARGET
+
+    rng = torch.Generator().manual_seed(0)
+    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()}
+            for i in range(6)]
+    data = tmp_path / "answers.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "draft"
+    result = subprocess.run([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", str(data), "--out", str(out),
+                             "--sharegpt-answers", "0", "--batch", "2", "--length", "48", "--from-target", "0,29", "--draft-vocab", "300",
+                             "--validation-rows", "2", "--steps", "1", "--lr", "0", "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    weights = load_file(out / "model.safetensors")
+    assert "model.embed_tokens.weight" not in weights and weights["lm_head.weight"].shape == (300, 576)
+    training = json.loads((out / "training.json").read_text())
+    assert training["draft_vocab"] == 300 and training["from_target"] == [0, 29]
+    assert training["parameters"] == sum(v.numel() for k, v in weights.items() if k != "draft_vocab")  # not the target's embedding
+    target = registry.load_model(TARGET, "float32", "cpu")
+    draft, vocab = own_vocab_draft(out, target, "test")
+    assert draft.get_input_embeddings() is target.get_input_embeddings() and draft.config.num_hidden_layers == 2
+    assert len(vocab.ids) == 300 and set(vocab.ids.tolist()) >= {target.config.eos_token_id}
+    expected = target.get_output_embeddings().weight[vocab.ids].to(torch.bfloat16).float()
+    assert torch.equal(draft.get_output_embeddings().weight, expected)  # lr 0: the rows it started from
+    assert torch.equal(draft.model.layers[1].mlp.down_proj.weight, target.model.layers[29].mlp.down_proj.weight.to(torch.bfloat16).float())
+
+
+@pytest.mark.parametrize("spoil,message", [
+    (lambda w: {**w, "draft_vocab": w["draft_vocab"].flip(0)}, "sorted, distinct target ids below 96"),
+    (lambda w: {**w, "draft_vocab": w["draft_vocab"][:-1]}, "one per output row (80)"),
+    (lambda w: {**w, "draft_vocab": w["draft_vocab"].int()}, "int64 target ids"),
+    (lambda w: {k: v for k, v in w.items() if k != "model.norm.weight"}, "weights do not fit its config.json"),
+])
+def test_a_bad_own_vocabulary_draft_is_one_line(spoil, message, target, draft, tmp_path):
+    """A shipped draft whose draft_vocab or weights do not fit is refused with the file and what is wrong."""
+    from safetensors.torch import save_file
+
+    from specbench.drafters.small_lm import own_vocab_draft
+    from specbench.errors import ConfigError
+    from specbench.train.sps_draft import shipped_weights
+
+    from conftest import own_vocabulary_copy
+
+    own, vocab = own_vocabulary_copy(draft, list(range(16, 94)) + [1, 2])
+    own.config.save_pretrained(tmp_path)
+    save_file(spoil(shipped_weights(own, vocab)), tmp_path / "model.safetensors")
+    with pytest.raises(ConfigError, match="model.safetensors") as error:
+        own_vocab_draft(tmp_path, target, "method.drafter.model")
+    assert message in str(error.value) and "\n" not in str(error.value)

@@ -32,7 +32,7 @@ from specbench.costs import contention
 from specbench.costs.predict import pace, predict, tree_step_ms
 from specbench.costs.profile import CostProfile, ProfileCosts, write_whole
 from specbench.engine.loop import Limits, Method, generate_batch
-from specbench.errors import ConfigError
+from specbench.errors import ConfigError, require
 
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
@@ -90,8 +90,14 @@ CALIBRATION_SEED = 7
 ENGLISH_WORDS = frozenset("the a an to of and in is are was be do does i you your my me we it this that what how why can for with on".split())
 
 
-def calibration_id(count: int, seed: int = CALIBRATION_SEED) -> str:
-    """Names the prompts calibration_prompts(count, seed) picks (cache key without reading them)."""
+# which prompts calibrate a dataset's shapes (dataset.calibration): chat turns, or code completions
+CALIBRATION_KINDS = ("chat", "code")
+
+
+def calibration_id(count: int, seed: int = CALIBRATION_SEED, kind: str = "chat") -> str:
+    """Names the prompts calibration_prompts(count, seed, kind) picks (cache key without reading them)."""
+    if kind == "code":
+        return f"stdlib-completions-held-out:{count}:{seed}"
     return f"sharegpt-english-first-turns-no-eval-overlap:{count}:{seed}"
 
 
@@ -106,12 +112,19 @@ def is_english(text: str) -> bool:
             and sum(w in ENGLISH_WORDS for w in words) >= 0.1 * len(words))
 
 
-def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int = CALIBRATION_SEED) -> list[list[int]]:
-    """English chat prompts from ShareGPT first turns that overlap no evaluation set."""
+def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int = CALIBRATION_SEED, kind: str = "chat") -> list[list[int]]:
+    """English chat prompts from ShareGPT first turns that overlap no evaluation set, or
+    for `kind` "code" code-completion prompts (code_calibration_texts)."""
     import random
 
-    from specbench.data import sharegpt
     from specbench.run import chat_prompt
+
+    if kind == "code":
+        texts = code_calibration_texts()
+        random.Random(seed).shuffle(texts)
+        chosen = (texts * -(-count // len(texts)))[:count]  # a batch bigger than the set repeats prompts
+        return [chat_prompt(tokenizer, [{"role": "user", "content": t}]) for t in chosen]
+    from specbench.data import sharegpt
     from specbench.train.contamination import evaluation_index
 
     index = evaluation_index()
@@ -125,6 +138,26 @@ def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int =
             break
     chosen = random.Random(seed).sample(texts, count)
     return [chat_prompt(tokenizer, [{"role": "user", "content": t}]) for t in chosen]
+
+
+def code_calibration_texts() -> list[str]:
+    """HumanEval-style completions of standard-library functions (specbench.train.code_prompts)
+    that the committed corpus holds out (its validation-code.json): every other such prompt is
+    in the embedded drafters' training text, and would flatter their calibrated τ. Code's τ
+    differs from chat's (HumanEval's more than MT-Bench's), so code datasets calibrate on these."""
+    from specbench.train.code_prompts import stdlib_prompts
+    from specbench.train.corpus import COMMITTED_PACKS, prompt_key
+
+    held_out = COMMITTED_PACKS / "validation-code.json"
+    require(held_out.is_file(), "dataset.calibration", f"code needs the checkout's {held_out}; set dataset.calibration=chat")
+    keys = set(json.loads(held_out.read_text()))
+    texts = {}
+    for text in stdlib_prompts():  # a function found twice (one key) is one prompt
+        if prompt_key(text) in keys:
+            texts.setdefault(prompt_key(text), text)
+    texts = list(texts.values())
+    require(bool(texts), "dataset.calibration", f"code: none of {held_out}'s prompts is in this Python's standard library; set dataset.calibration=chat")
+    return texts
 
 
 def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str], profile: CostProfile, drafter: str | None) -> list[dict]:

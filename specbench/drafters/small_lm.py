@@ -2,16 +2,87 @@
 
 It keeps its own KV cache of committed context plus the draft nodes it has read, so
 each expansion costs one draft forward over only the new nodes.
+
+A draft may have its own smaller output vocabulary (`draft_vocab` in its weights; see
+DraftVocab): a CPU draft's cost is mostly its output layer, so the rows for tokens the
+target rarely writes are better spent on width or layers. Such a draft reads every token
+through the target's own input embedding, shared in memory and not shipped.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from specbench.engine.lean import Compiled, compiled_for, make_lm
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
+
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+class DraftVocab:
+    """A draft's own output vocabulary: its output rows are the target ids `ids` (sorted).
+    It never drafts another token, so at T > 0 its distribution over the target's
+    vocabulary is zero outside `ids`, and verification stays lossless."""
+
+    def __init__(self, ids: torch.Tensor, target_vocab_size: int):
+        self.ids, self.target_vocab_size = ids, target_vocab_size
+
+    def to_target(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits [..., len(ids)] -> target logits [..., V], -inf outside `ids`."""
+        full = logits.new_full((*logits.shape[:-1], self.target_vocab_size), float("-inf"))
+        full[..., self.ids] = logits
+        return full
+
+
+def check_draft_vocab(ids: torch.Tensor, draft_config, target_config, where: str) -> None:
+    """Refuse, in one line, a draft vocabulary that does not fit the draft or the target."""
+    if ids.dtype != torch.int64 or ids.dim() != 1 or len(ids) != draft_config.vocab_size:
+        raise ConfigError(f"{where}: draft_vocab must be int64 target ids, one per output row ({draft_config.vocab_size})")
+    if int(ids.min()) < 0 or int(ids.max()) >= target_config.vocab_size or bool((ids[1:] <= ids[:-1]).any()):
+        raise ConfigError(f"{where}: draft_vocab must be sorted, distinct target ids below {target_config.vocab_size}")
+    if draft_config.hidden_size != target_config.hidden_size:
+        raise ConfigError(f"{where}: a draft with its own vocabulary reads the target's input embedding, so needs its width "
+                          f"{target_config.hidden_size} (it has {draft_config.hidden_size})")
+
+
+def own_vocab_draft(directory: Path, target: torch.nn.Module, key: str) -> tuple[torch.nn.Module, DraftVocab] | None:
+    """(draft, its vocabulary) for a draft whose weights hold `draft_vocab`, its input
+    embedding the target's own; None for a plain draft LM."""
+    weights = directory / WEIGHTS_FILE
+    if not weights.is_file():
+        return None
+    try:
+        with safe_open(weights, "pt") as f:
+            if "draft_vocab" not in f.keys():
+                return None
+        state = load_file(weights)
+    except (SafetensorError, OSError) as error:
+        raise ConfigError(f"{key}: {weights}: not a readable safetensors file ({error})") from None
+    ids = state.pop("draft_vocab")
+    config = AutoConfig.from_pretrained(directory)
+    check_draft_vocab(ids, config, target.config, f"{key}: {weights}")
+    draft = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    missing, unexpected = draft.load_state_dict(state, strict=False)
+    if unexpected or set(missing) != {"model.embed_tokens.weight"}:
+        raise ConfigError(f"{key}: {weights}: weights do not fit its config.json "
+                          f"(missing {sorted(set(missing) - {'model.embed_tokens.weight'})[:3]}, unexpected {unexpected[:3]})")
+    draft.to(dtype=target.dtype, device=target.device)
+    draft.model.embed_tokens = target.get_input_embeddings()
+    return draft.eval(), DraftVocab(ids.to(target.device), target.config.vocab_size)
+
+
+def load_draft(entry: dict, target: torch.nn.Module, dtype: str, device: str, key: str) -> tuple[torch.nn.Module, DraftVocab | None]:
+    """The draft LM a model entry names, with its own vocabulary when it has one."""
+    own = own_vocab_draft(Path(registry.resolve(entry, key)), target, key)
+    return own if own is not None else (registry.load_model(entry, dtype, device, key=key), None)
 
 
 def check(model: dict | None) -> None:
@@ -28,17 +99,20 @@ def check(model: dict | None) -> None:
 def load(target: torch.nn.Module, hardware: dict, model: dict | None) -> "SmallLMDrafter":
     """The drafter named by a method config: `model` is a model entry (see registry)."""
     check(model)
-    draft = registry.load_model(model, hardware["dtype"], hardware["device"], key="method.drafter.model")
-    return SmallLMDrafter(draft, target.config.vocab_size, hardware.get("forward", "auto"), compiled_for(hardware))
+    draft, vocab = load_draft(model, target, hardware["dtype"], hardware["device"], "method.drafter.model")
+    return SmallLMDrafter(draft, target.config.vocab_size, hardware.get("forward", "auto"), compiled_for(hardware), vocab)
 
 
 class SmallLMDrafter:
     feature_layers = ()
 
-    def __init__(self, model: torch.nn.Module, target_vocab_size: int, forward: str = "hf", compiled: Compiled = Compiled()):
-        """`compiled`: the target's choice (packed weights, fp32 attention), run the same way."""
+    def __init__(self, model: torch.nn.Module, target_vocab_size: int, forward: str = "hf", compiled: Compiled = Compiled(),
+                 vocab: DraftVocab | None = None):
+        """`compiled`: the target's choice (packed weights, fp32 attention), run the same way;
+        `vocab`: the draft's own vocabulary, when it has one."""
         self.lm = make_lm(model, forward, compiled)
         self.target_vocab_size = target_vocab_size
+        self.vocab = vocab
         self._node_logits: dict[int, torch.Tensor] = {}
 
     @property
@@ -75,7 +149,9 @@ class SmallLMDrafter:
         self.lm.keep(rows)
 
     def _in_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
-        """Drafts may pad their vocabulary differently from the target: align the ids."""
+        """Drafts may pad their vocabulary differently from the target, or have their own: align the ids."""
+        if self.vocab is not None:
+            return self.vocab.to_target(logits)
         extra = self.target_vocab_size - logits.shape[-1]
         if extra <= 0:
             return logits[:, : self.target_vocab_size]

@@ -55,7 +55,7 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int) -> 
     from specbench.__main__ import compose_config
     from specbench.costs.fingerprint import fingerprint_id
     from specbench.costs.profile import measure_drafter
-    from specbench.drafters.small_lm import SmallLMDrafter
+    from specbench.drafters.small_lm import SmallLMDrafter, load_draft
     from specbench.engine.lean import compiled_for, record_compiled
     from specbench.models import registry
 
@@ -71,8 +71,8 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int) -> 
     profile = costs.ensure_profile(key, target, context + 64)
     rows = []
     for shape, record in records.items():
-        draft = registry.load_model({"name": f"sps-draft-{shape}", "path": str(root / shape)}, hardware["dtype"], hardware["device"])
-        drafter = SmallLMDrafter(draft, model.config.vocab_size, hardware.get("forward", "auto"), compiled_for(hardware))
+        draft, vocab = load_draft({"name": f"sps-draft-{shape}", "path": str(root / shape)}, model, hardware["dtype"], hardware["device"], "sizing candidate")
+        drafter = SmallLMDrafter(draft, model.config.vocab_size, hardware.get("forward", "auto"), compiled_for(hardware), vocab)
         curve = measure_drafter(drafter, target, [context], max_gamma + 1, costs.REPEATS)
         taus = record["validation_chain_tau_by_gamma"][:max_gamma]
         speedups = predicted_speedups(taus, lambda n: profile.target_ms(1, context, n), lambda n: curve.at(context, n),
