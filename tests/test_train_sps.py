@@ -88,9 +88,10 @@ def test_bad_draft_options_are_one_line(flags, key):
 
 
 def test_a_draft_cut_from_the_target_ships_its_own_vocabulary(tmp_path):
-    """--from-target 0,29 --draft-vocab 300: the target's layers 0 and 29 and norm, 300 output
-    rows (the target's own rows of those ids at step 0), no input embedding in the file;
-    decoding loads it onto the target's embedding."""
+    """--from-target 0,29 --draft-vocab 300, distilled (the teacher renormalised over those
+    rows): the target's layers 0 and 29 and norm, 300 output rows (the target's own rows of
+    those ids at step 0), no input embedding in the file; decoding loads it onto the
+    target's embedding."""
     from safetensors.torch import load_file
 
     from specbench.drafters.small_lm import own_vocab_draft
@@ -105,12 +106,12 @@ def test_a_draft_cut_from_the_target_ships_its_own_vocabulary(tmp_path):
     out = tmp_path / "draft"
     result = subprocess.run([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", str(data), "--out", str(out),
                              "--sharegpt-answers", "0", "--batch", "2", "--length", "48", "--from-target", "0,29", "--draft-vocab", "300",
-                             "--validation-rows", "2", "--steps", "1", "--lr", "0", "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                             "--validation-rows", "2", "--steps", "1", "--lr", "0", "--distill", "--threads", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     weights = load_file(out / "model.safetensors")
     assert "model.embed_tokens.weight" not in weights and weights["lm_head.weight"].shape == (300, 576)
     training = json.loads((out / "training.json").read_text())
-    assert training["draft_vocab"] == 300 and training["from_target"] == [0, 29]
+    assert training["draft_vocab"] == 300 and training["from_target"] == [0, 29] and training["distill"] is True
     assert training["parameters"] == sum(v.numel() for k, v in weights.items() if k != "draft_vocab")  # not the target's embedding
     target = registry.load_model(TARGET, "float32", "cpu")
     draft, vocab = own_vocab_draft(out, target, "test")
