@@ -22,6 +22,7 @@ from specbench.engine.lean import Compiled, compiled_for, make_lm
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
+from specbench.models.medusa import check_draft_vocab, scattered
 
 
 WEIGHTS_FILE = "model.safetensors"
@@ -37,14 +38,15 @@ class DraftVocab:
 
     def to_target(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits [..., len(ids)] -> target logits [..., V], -inf outside `ids`."""
-        full = logits.new_full((*logits.shape[:-1], self.target_vocab_size), float("-inf"))
-        full[..., self.ids] = logits
-        return full
+        return scattered(logits, self.ids, self.target_vocab_size)
 
 
-def check_draft_vocab(ids: torch.Tensor, draft_config, target_config, where: str) -> None:
-    """Refuse, in one line, a draft vocabulary that does not fit the draft or the target."""
-    if ids.dtype != torch.int64 or ids.dim() != 1 or len(ids) != draft_config.vocab_size:
+def check_own_vocab(ids: torch.Tensor, draft_config, target_config, weights: Path, key: str) -> None:
+    """Refuse, in one line, a draft vocabulary that does not fit the draft or the target
+    (beyond what heads' draft vocabularies must meet: check_draft_vocab)."""
+    check_draft_vocab(ids, target_config.vocab_size, weights, key)
+    where = f"{key}: {weights}"
+    if ids.dim() != 1 or len(ids) != draft_config.vocab_size:
         raise ConfigError(f"{where}: draft_vocab must be int64 target ids, one per output row ({draft_config.vocab_size})")
     if int(ids.min()) < 0 or int(ids.max()) >= target_config.vocab_size or bool((ids[1:] <= ids[:-1]).any()):
         raise ConfigError(f"{where}: draft_vocab must be sorted, distinct target ids below {target_config.vocab_size}")
@@ -68,7 +70,7 @@ def own_vocab_draft(directory: Path, target: torch.nn.Module, key: str) -> tuple
         raise ConfigError(f"{key}: {weights}: not a readable safetensors file ({error})") from None
     ids = state.pop("draft_vocab")
     config = AutoConfig.from_pretrained(directory)
-    check_draft_vocab(ids, config, target.config, f"{key}: {weights}")
+    check_own_vocab(ids, config, target.config, weights, key)
     draft = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     missing, unexpected = draft.load_state_dict(state, strict=False)
     if unexpected or set(missing) != {"model.embed_tokens.weight"}:

@@ -176,10 +176,9 @@ def validation_hits(model: LlamaForCausalLM, validation: list[dict], batch: int,
     with torch.no_grad():
         for start in range(0, len(validation), batch):
             ids, labels = collate(validation[start : start + batch], length)
-            if vocab is None:
-                top1 = model(input_ids=ids).logits[:, :-1].argmax(-1)
-            else:
-                top1 = vocab.ids[model(input_ids=ids).logits[:, :-1].argmax(-1)]
+            top1 = model(input_ids=ids).logits[:, :-1].argmax(-1)
+            if vocab is not None:  # draft rows -> target ids
+                top1 = vocab.ids[top1]
             targets = labels[:, 1:]
             yield top1 == targets, targets != -100
 
