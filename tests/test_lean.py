@@ -2,6 +2,7 @@
 features over context, trees and after commits, and identical ids when decoding."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -46,6 +47,7 @@ PACKED = [Compiled(), Compiled(packed_from=1), Compiled(packed_from=4)]
 @pytest.mark.parametrize("compiled", PACKED, ids=str)
 def test_logits_and_features_match_the_model_forward(target, compiled):
     ours, theirs = LeanTreeLM(target, compiled), TreeLM(target)
+    assert isinstance(ours.lm_head, PackedLinear) == (compiled.packed_from is not None)  # the output layer too
     ours.feature_layers = theirs.feature_layers = (0, 1, 2)
     prompt = random_ids(30, 0)
     tree = binary_tree(5, 12)
@@ -241,6 +243,11 @@ def test_compile_choice_and_bad_values(tmp_path):
     assert chosen == Compiled(packed_from=compile_rule.packed_from(record["probe"]))
     assert list(tmp_path.glob("compile-tiny-float32-*.json"))  # measured once, then cached
     assert compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=pytest.fail)[0] == chosen
+    cached = next(tmp_path.glob("compile-tiny-float32-*.json"))
+    cached.write_text(json.dumps({**json.loads(cached.read_text()), "version": compile_rule.PROBE_VERSION - 1}))
+    timed = []
+    compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=timed.append)
+    assert timed  # a probe of an older forward (before packed output layers) is timed again
     with pytest.raises(ConfigError, match="engine.compile: unknown 'fast'"):
         compile_rule.resolve("fast", llama, "tiny", cpu, tmp_path)
     with pytest.raises(ConfigError, match="engine.compile: packed needs the lean forward"):

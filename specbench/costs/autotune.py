@@ -37,7 +37,7 @@ from specbench.errors import ConfigError, require
 AUTO = "auto"
 # the tree config chosen when no shape pays: AR through the same loop, the drafter unused
 DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
-VERSION = 10  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype; 8: tree work charged step by step, as when priced in another dtype; 9: unpriced work at the profile's pace; 10: drafters on packed weights where the target is)
+VERSION = 11  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype; 8: tree work charged step by step, as when priced in another dtype; 9: unpriced work at the profile's pace; 10: drafters on packed weights where the target is; 11: packed output layers)
 CALIBRATION_PROMPTS = 6  # 3 x 48 tokens left shapes predicted within 0.05-0.1 of each other to noise (eagle3 chose 2 nodes, 1.18x; with 6 x 96, 6 nodes, 1.29x)
 CALIBRATION_TOKENS = 96
 # drafting is turned on only for a predicted gain above this: on a noisy 2-core AVX2 CPU (AMD

@@ -1,7 +1,7 @@
 """`engine.compile`: how the lean forward runs its decoder layers, `auto` decided by
 timing on this machine.
 
-- `packed`: the projections' weights are reordered once into oneDNN's blocked layout
+- `packed`: the projections' and the output layer's weights are reordered once into oneDNN's blocked layout
   (what inductor's freezing does for CPU linears) instead of on every call. Measured on
   an AMX CPU (2 threads, SmolLM2-135M): bf16 1.2x faster per decoding step and 1.1x over
   64 tree rows; fp32 0.88x at one token but 1.05-1.14x from 4 tokens on.
@@ -34,6 +34,7 @@ PROBE_SIZES = (1, 2, 4, 8, 16, 64)
 PROBE_CONTEXT = 256
 PROBE_REPEATS = 5
 ATTENTION_BATCHES = (1, 8)
+PROBE_VERSION = 2  # 2: packed forwards pack the output layer too. Older records are re-measured
 
 
 def packed_from(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> int | None:
@@ -119,7 +120,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     def timed_probe() -> dict:
         log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU (once; cached in {path})")
         forward = hardware.get("forward", "auto")
-        record = {"dtype": dtype, "context": PROBE_CONTEXT, "probe": measure(model, forward, packed=packs(weight_dtype)),
+        record = {"version": PROBE_VERSION, "dtype": dtype, "context": PROBE_CONTEXT, "probe": measure(model, forward, packed=packs(weight_dtype)),
                   "rule": "packed weights from the smallest n where they are faster at every larger n; "
                           "fp32 attention for one-token forwards where it is faster at every probed batch size"}
         if dtype != "float32":
@@ -127,7 +128,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
         return record
 
     record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
-    if dtype != "float32" and "attention" not in record:  # cached before attention was probed
+    if record.get("version") != PROBE_VERSION:
         record, seconds = cached_probe(path, fingerprint, timed_probe, refresh=True)
     probe = record["probe"]
     chosen = Compiled(packed_from=packed_from(probe), float_attention="attention" in record and float_attention_wins(record["attention"]))

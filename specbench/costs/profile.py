@@ -29,7 +29,7 @@ from specbench.costs.contention import contended
 from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
-VERSION = 4  # 2: attention reads grouped KV heads in place (forwards got faster); 3: points timed in shuffled passes; 4: drafters run on packed weights where the target does. Older curves are re-measured
+VERSION = 5  # 2: attention reads grouped KV heads in place (forwards got faster); 3: points timed in shuffled passes; 4: drafters run on packed weights where the target does; 5: packed forwards pack the output layer too. Older curves are re-measured
 
 
 @dataclass
