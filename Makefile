@@ -71,11 +71,12 @@ sps-draft: install
 	$(PY) -m specbench.train.sps_draft train --data $(CORPUS) --out runs/sps-v3 --from-target 0,1 --draft-vocab 6144 --sharegpt-answers 0 --steps 6000 --lr 1e-3 --checkpoint-every 500 --minutes 90
 	cp runs/sps-v3/config.json runs/sps-v3/model.safetensors runs/sps-v3/training.json runs/sps-v3/curve.jsonl runs/sps-v3/curve.png specbench/weights/smollm2-135m-sps-draft/
 
-# Choose the SpS draft's depth and width on this machine: each shape trained 600 steps on the
-# corpus of `make eagle3-head`, ranked by predicted speedup over AR (runs/sps-size/sizing.md);
-# about 70 minutes on 2 cores, resumable (each shape stops after 40 minutes; re-run to continue).
+# Choose the SpS draft's shape on this machine: cuts of the target (its layers 0 / 0-1 / 0-2 under
+# their own output vocabularies; fresh shapes such as 4x192 can join), each trained 300 steps on
+# the committed corpus, ranked by predicted speedup over AR among files that fit 25 MB
+# (runs/sps-size/sizing.md); about 30 minutes on 2 idle cores, resumable (re-run to continue).
 sps-size: install
-	$(PY) -m specbench.train.sps_draft size --data $(CORPUS) --out runs/sps-size --shapes 2x192 4x192 6x320 --steps 600 --sharegpt-answers 2000 --minutes 40
+	$(PY) -m specbench.train.sps_draft size --data $(CORPUS) --out runs/sps-size --shapes cut0v8192 cut0,1v4096 cut0,1v6144 cut0,1,2v2048 --steps 300 --lr 1e-3 --sharegpt-answers 0 --checkpoint-every 100
 
 # Pack the answers of runs/corpus that no committed pack holds yet (commit the file it writes)
 corpus-pack:

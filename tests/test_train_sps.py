@@ -1,5 +1,6 @@
 """The SpS draft trainer: held-out chain tau per gamma, sizing by predicted speedup."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import torch
 
 from specbench.drafters.small_lm import DraftVocab
 from specbench.train.sps_draft import chain_taus, draft_labels
-from specbench.train.sps_sizing import parse_shape, predicted_speedups
+from specbench.train.sps_sizing import fits, parse_shape, predicted_speedups
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,8 +33,21 @@ def test_sizing_prices_gamma_drafts_and_the_tail_read_against_ar():
     assert all(d < s for d, s in zip(dearer, speedups))  # the same tau from a dearer draft pays less
 
 
+def test_shapes_are_fresh_drafts_or_cuts_of_the_target():
+    assert parse_shape("4x192") == {"layers": 4, "hidden": 192, "from_target": None, "draft_vocab": 0}
+    assert parse_shape("cut0,1v6144") == {"from_target": [0, 1], "draft_vocab": 6144}
+    assert parse_shape("cut29") == {"from_target": [29], "draft_vocab": 0}  # the target's vocabulary
+    for bad in ("4x190", "0x192", "cut", "cut0,1v0", "cut0,,1", "cut0,1v", "cutv6144"):
+        with pytest.raises(argparse.ArgumentTypeError, match="cutL1,L2"):
+            parse_shape(bad)
+
+
+def test_sizing_chooses_only_files_that_fit():
+    ranked = [{"file_mb": 70.9}, {"file_mb": 21.3}]
+    assert [fits(r, 25) for r in ranked] == [False, True] and all(fits(r, 0) for r in ranked)  # 0: no limit
+
+
 def test_a_bad_shape_is_one_line_naming_the_option():
-    assert parse_shape("4x192") == (4, 192)
     result = subprocess.run([sys.executable, "-m", "specbench.train.sps_draft", "size", "--data", "x", "--out", "y", "--shapes", "4by192"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--shapes" in result.stderr and "LAYERSxHIDDEN" in result.stderr

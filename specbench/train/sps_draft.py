@@ -7,9 +7,10 @@ Step 2 (`train`): a small Llama sharing the target's tokenizer learns those answ
 (`--sharegpt-answers`) where the target's answers are too few. Its tied embedding starts as a PCA projection of the
 target's. Both steps checkpoint as they go and resume when re-run. A fixed set of held-out
 greedy target answers gives the learning curve: top-1 agreement and chain tau at gamma 4.
-`size` picks depth and width by measurement: it trains each candidate shape for the same
-steps, reads its chain tau per gamma on the held-out answers, times its forward on this
-machine, and ranks shapes by the speedup the target's cost profile predicts.
+`size` picks the shape by measurement: it trains each candidate (a fresh depth and width,
+or a cut of the target's layers with or without its own vocabulary) for the same steps,
+reads its chain tau per gamma on the held-out answers, times its forward on this machine,
+and ranks candidates by the speedup the target's cost profile predicts.
 `--from-target 0,1` starts the draft as the target's own layers 0 and 1 and final norm
 (the target's width), so training refines pretrained layers instead of building an LM
 from a few million tokens. With it, `--draft-vocab N` gives the draft its own output
@@ -20,7 +21,7 @@ the target, and the file would not fit 25 MB.
 
     python -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 3000
     python -m specbench.train.sps_draft train --data runs/corpus --out specbench/weights/smollm2-135m-sps-draft
-    python -m specbench.train.sps_draft size --data runs/corpus --out runs/sps-size --shapes 2x192 4x192 6x320 --steps 600
+    python -m specbench.train.sps_draft size --data runs/corpus --out runs/sps-size --shapes 2x192 4x192 cut0,1v6144 --steps 600
     python -m specbench.train.sps_draft train --data corpus/smollm2-135m --out runs/sps-v3 --from-target 0,1 --draft-vocab 6144
 """
 
@@ -262,14 +263,13 @@ def size(args) -> None:
     root = Path(args.out)
     records = {}
     for shape in args.shapes:
-        layers, hidden = sps_sizing.parse_shape(shape)
-        shape_args = argparse.Namespace(**{**vars(args), "layers": layers, "hidden": hidden, "out": str(root / shape)})
+        shape_args = argparse.Namespace(**{**vars(args), **sps_sizing.parse_shape(shape), "out": str(root / shape)})
         records[shape] = train(shape_args)  # a shape already trained to --steps is only re-scored
     short = [shape for shape, record in records.items() if record["steps"] < args.steps]
     if short:  # shapes are compared on the same training only
         print(f"{', '.join(short)} stopped short of {args.steps} steps (--minutes): re-run the same command to continue, then rank")
         return
-    sps_sizing.rank(records, root, args.context, args.max_gamma)
+    sps_sizing.rank(records, root, args.context, args.max_gamma, args.max_file_mb)
 
 
 def main(argv: list[str]) -> None:
@@ -295,10 +295,12 @@ def main(argv: list[str]) -> None:
     t.add_argument("--draft-vocab", type=int, default=0, help="with --from-target, the draft's own output vocabulary: the N tokens the target's answers use most (0: the target's)")
     t.add_argument("--hidden", type=int, default=192)
     t.add_argument("--layers", type=int, default=4)
-    z.add_argument("--shapes", nargs="+", required=True, type=sps_sizing.shape_argument, help="candidates as LAYERSxHIDDEN, e.g. 2x192 4x192 6x320")
+    z.add_argument("--shapes", nargs="+", required=True, type=sps_sizing.shape_argument,
+                   help="candidates: fresh LAYERSxHIDDEN (e.g. 2x192 4x192) or target cuts cutL1,L2,...[vN] (e.g. cut0,1v6144 cut0v8192)")
+    z.add_argument("--max-file-mb", type=float, default=25, help="choose only drafts whose file fits (what the package ships); 0: no limit")
     z.add_argument("--context", type=int, default=256, help="cached context at which forwards are priced")
     z.add_argument("--max-gamma", type=int, default=8)
-    z.set_defaults(init=None, from_target=None, draft_vocab=0)
+    z.set_defaults(init=None)
     args = parser.parse_args(argv)
     {"generate": generate, "train": train, "size": size}[args.command](args)
 
