@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -30,6 +31,7 @@ from specbench import costs  # noqa: E402
 from specbench.costs import autotune  # noqa: E402
 from specbench.config import run_name  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
+from specbench.errors import require, run_command  # noqa: E402
 from specbench.run import Runner  # noqa: E402
 
 from bench_dtype import compare_dtypes  # noqa: E402
@@ -75,13 +77,14 @@ def interval(ci95) -> str:
     return f"[{ci95[0]:.2f}-{ci95[1]:.2f}] " if ci95 and None not in ci95 else ""
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["pld", "lookahead", "sps", "sps_tree", "eagle", "eagle2", "eagle3", "opt_tree", "talon", "mars", "cast"])
     parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
     parser.add_argument("--hf-prompts", type=int, default=5, help="prompts of the side-by-side comparisons (kept under --runs, so a re-run resumes)")
     add_run_arguments(parser, prompts=10)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    require(args.hf_prompts >= 1 and args.prompts >= 1, "--hf-prompts/--prompts", f"must be at least 1 (got {args.hf_prompts} and {args.prompts})")
     base = config(*args.overrides)
     fingerprint = device_fingerprint(base["hardware"]["device"], base["hardware"]["threads"])
     settings_id = hashlib.sha256(json.dumps([args.hf_prompts, args.max_new_tokens, args.overrides]).encode()).hexdigest()[:8]
@@ -157,4 +160,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

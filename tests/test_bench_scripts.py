@@ -32,6 +32,13 @@ def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
     assert {p: p.read_text() for p in runs.glob("*/*/samples.jsonl")} == before
 
 
+def test_bench_speed_refuses_an_empty_comparison_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "scripts/bench_speed.py", "--hf-prompts", "0", "--runs", str(tmp_path), "--out", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "error: --hf-prompts/--prompts: must be at least 1 (got 0 and 10)"
+
+
 def test_transformers_gets_an_own_vocabulary_draft_over_the_full_vocabulary(target, draft):
     """transformers' assistant must score the target's vocabulary: a draft with its own gets
     the same layers under a full output layer, equal on its rows and -inf elsewhere."""
