@@ -86,9 +86,9 @@ class Runner:
         if threads is not None:
             require(isinstance(threads, int) and threads >= 1, "hardware.threads", f"must be an integer >= 1, got {threads!r}")
             torch.set_num_threads(threads)
-        calibration = cfg["dataset"].get("calibration", "chat")
-        require(calibration in autotune.CALIBRATION_KINDS, "dataset.calibration",
-                f"unknown {calibration!r}; choose one of {', '.join(autotune.CALIBRATION_KINDS)} (the prompts `auto` shapes are calibrated on)")
+        self.calibration_kind = cfg["dataset"].get("calibration", "chat")
+        require(self.calibration_kind in autotune.CALIBRATION_KINDS, "dataset.calibration",
+                f"unknown {self.calibration_kind!r}; choose one of {', '.join(autotune.CALIBRATION_KINDS)} (the prompts `auto` shapes are calibrated on)")
         self.samples = questions.load(cfg["dataset"])
         self.quality_metrics = list(cfg["dataset"].get("metrics") or [])
         unknown = [m for m in self.quality_metrics if m not in quality.METRICS]
@@ -210,7 +210,7 @@ class Runner:
         """The calibration decodes' shared settings: at least one full batch of prompts."""
         drafter_cfg = self.cfg["method"].get("drafter")
         count = max(self.costs_cfg.get("calibration_prompts", autotune.CALIBRATION_PROMPTS), self.batch_size)
-        kind = self.cfg["dataset"].get("calibration", "chat")
+        kind = self.calibration_kind
         return autotune.Calibration(
             lambda: autotune.calibration_prompts(self.tokenizer, count, kind=kind), autotune.calibration_id(count, kind=kind), self.sampling,
             self.limits.stop_token_ids, costs.cache_root(), costs.drafter_id(drafter_cfg), weights=registry.weights_id(drafter_cfg),

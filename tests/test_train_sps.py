@@ -140,6 +140,7 @@ def test_a_draft_cut_from_the_target_ships_its_own_vocabulary(tmp_path):
     (lambda w: {**w, "draft_vocab": w["draft_vocab"].flip(0)}, "sorted, distinct target ids below 96"),
     (lambda w: {**w, "draft_vocab": w["draft_vocab"][:-1]}, "one per output row (80)"),
     (lambda w: {**w, "draft_vocab": w["draft_vocab"].int()}, "int64 target ids"),
+    (lambda w: {**w, "draft_vocab": w["draft_vocab"] - 2}, "int64 target ids below 96"),  # still sorted, but the first id is -1
     (lambda w: {k: v for k, v in w.items() if k != "model.norm.weight"}, "weights do not fit its config.json"),
 ])
 def test_a_bad_own_vocabulary_draft_is_one_line(spoil, message, target, draft, tmp_path):

@@ -153,8 +153,9 @@ def code_calibration_texts() -> list[str]:
     keys = set(json.loads(held_out.read_text()))
     texts = {}
     for text in stdlib_prompts():  # a function found twice (one key) is one prompt
-        if prompt_key(text) in keys:
-            texts.setdefault(prompt_key(text), text)
+        key = prompt_key(text)
+        if key in keys:
+            texts.setdefault(key, text)
     texts = list(texts.values())
     require(bool(texts), "dataset.calibration", f"code: none of {held_out}'s prompts is in this Python's standard library; set dataset.calibration=chat")
     return texts

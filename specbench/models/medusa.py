@@ -87,7 +87,8 @@ def scattered(logits: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tens
 
 
 def check_draft_vocab(draft_vocab: torch.Tensor | None, vocab: int, path: Path, key: str) -> None:
-    if draft_vocab is not None and (draft_vocab.dtype != torch.int64 or draft_vocab.numel() == 0 or int(draft_vocab.max()) >= vocab):
+    if draft_vocab is not None and (draft_vocab.dtype != torch.int64 or draft_vocab.numel() == 0
+                                    or int(draft_vocab.min()) < 0 or int(draft_vocab.max()) >= vocab):
         raise ConfigError(f"{key}: {path}: draft_vocab must hold int64 target ids below {vocab}")
 
 
