@@ -8,6 +8,7 @@ so drift hits both alike; the ratio is what to quote. Both use the packing the p
 
 from __future__ import annotations
 
+import sys
 import dataclasses
 
 import torch
@@ -21,14 +22,15 @@ from specbench.models import registry
 from specbench.run import chat_prompt, stop_token_ids
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
+from specbench.errors import run_command
 
 from bench_vs_transformers import prompt_config, prompt_parser
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = prompt_parser(__doc__, prompts=32)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cfg = prompt_config(args)
     hardware = dict(cfg["hardware"])
     hardware["dtype"], _ = costs.resolve_dtype(hardware, cfg["model"])
@@ -63,4 +65,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

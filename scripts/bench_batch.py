@@ -14,6 +14,7 @@ drawn from. Written to results/bench/batch-<fingerprint>.{md,json,png}.
 
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 from pathlib import Path
@@ -27,6 +28,7 @@ from specbench.costs import autotune  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.metrics.speed import MIN_GROUPS  # noqa: E402
 from specbench.trees.cast import appendix_e_overrides  # noqa: E402
+from specbench.errors import run_command  # noqa: E402
 
 from bench_speed import add_run_arguments, run_method  # noqa: E402
 from bench_vs_transformers import config  # noqa: E402
@@ -97,13 +99,13 @@ def write(rows: list[dict], args, base: dict, fingerprint: dict) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--datasets", nargs="+", default=["humaneval", "mt_bench"])
     add_run_arguments(parser, prompts=10)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     base = config(*args.overrides)
     fingerprint = device_fingerprint(base["hardware"]["device"], base["hardware"]["threads"])
     rows, lines = [], []
@@ -129,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

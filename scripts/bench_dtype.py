@@ -10,6 +10,7 @@ so plain decoding can be fastest in bf16 where every drafting method is fastest 
 
 from __future__ import annotations
 
+import sys
 import torch
 
 from specbench import costs
@@ -21,6 +22,7 @@ from specbench.models import registry
 from specbench.run import chat_prompt, stop_token_ids
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
+from specbench.errors import run_command
 
 from bench_vs_transformers import prompt_config, prompt_parser
 
@@ -51,8 +53,8 @@ def compare_dtypes(cfg: dict, max_new_tokens: int, log=print) -> dict:
     return {**{d: tokens[d] / seconds[d] for d in lms}, "identical": identical, "prompts": len(prompts)}
 
 
-def main() -> None:
-    args = prompt_parser(__doc__, prompts=5).parse_args()
+def main(argv: list[str]) -> None:
+    args = prompt_parser(__doc__, prompts=5).parse_args(argv)
     cfg = prompt_config(args)
     rows = compare_dtypes(cfg, args.max_new_tokens)
     print(f"{cfg['model']['name']} AR, threads={torch.get_num_threads()} prompts={rows['prompts']} max_new_tokens={args.max_new_tokens} T=0 "
@@ -61,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

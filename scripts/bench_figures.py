@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 from pathlib import Path
@@ -22,6 +23,7 @@ import pandas as pd
 from specbench.replicate.paper import slope
 from specbench.replicate.report import delta_vs_tau_figure, save
 from specbench.run import read_records
+from specbench.errors import run_command
 
 ACCURACY_KEYS = ("gsm8k_accuracy", "humaneval_pass@1")
 
@@ -94,12 +96,12 @@ def theta_figure(table: pd.DataFrame, out_dir: Path) -> list[Path]:
     return save(fig, out_dir, "mars_figure3_theta")
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="*", type=Path, default=[], help="--out of bench_methods.py runs (without suffix)")
     parser.add_argument("--theta", type=Path, help="summary JSON of the θ sweep")
     parser.add_argument("--out", type=Path, default=Path("results/bench/figures"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     missing = [str(p) for p in [*(s.with_suffix(".samples.jsonl") for s in args.methods), *([args.theta] if args.theta else [])] if not p.exists()]
     if missing:
         raise SystemExit(f"error: no such results: {', '.join(missing)} (make bench-methods / make bench-theta write them)")
@@ -116,4 +118,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

@@ -10,6 +10,7 @@ the same work either way.
 
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 import time
@@ -20,6 +21,7 @@ from specbench.train.data import batches
 from specbench.train.joint import TRAINEES, head_args
 from specbench.train.shared_pass import read_target
 from specbench.train.validation import prepare
+from specbench.errors import run_command
 
 
 def timed(fn) -> float:
@@ -28,7 +30,7 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", nargs="+", required=True)
     parser.add_argument("--train", nargs="+", choices=sorted(TRAINEES), default=sorted(TRAINEES))
@@ -38,7 +40,7 @@ def main() -> None:
     parser.add_argument("--target-dtype", default="float32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--record-dir", default="results/bench", help="where the JSON record goes")
-    cli = parser.parse_args()
+    cli = parser.parse_args(argv)
     args = argparse.Namespace(**vars(cli), out="runs/bench-joint/heads", sharegpt_answers=0, seed=0, validation_rows=0,
                               validation_after=0, draft_vocab=8192, ttt_steps=3, noise=0.1, w_cls=0.1, blocks=1, medusa_heads=4, hydra_heads=3)
     target, tokenizer, out, _, _, _, rows, _ = prepare(args)
@@ -78,4 +80,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

@@ -14,12 +14,14 @@ method and one for AR) and --out with suffix .samples.jsonl (a row per prompt an
 
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 from pathlib import Path
 
 from specbench.config import run_name
 from specbench.run import Runner, read_records
+from specbench.errors import run_command
 
 from bench_vs_transformers import config
 
@@ -94,7 +96,7 @@ def print_table(results: list[dict], header: str) -> None:
                   f"{row['speedup']:.2f}x ({row['speedup_median_per_prompt']:.2f}x) | {predicted} | {same} | {nll} | {score} |")
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["sps", "pld", "eagle3"], help="method names; LABEL=METHOD runs a method under another label")
     parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
@@ -106,7 +108,7 @@ def main() -> None:
     parser.add_argument("--runs", default="outputs/bench-methods", help="where the runs go (resumed by config hash)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run, e.g. hardware=cpu-fp32")
     parser.add_argument("--set", nargs="*", default=[], metavar="LABEL:KEY=VALUE", help="per-method override, e.g. eagle3:method.tree.top_k=4")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     specs = [(spec.partition("=")[0], spec.partition("=")[2] or spec) for spec in args.methods]
     settings = {**vars(args), "out": str(args.out)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,4 +128,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

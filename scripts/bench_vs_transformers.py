@@ -16,6 +16,7 @@ the full output layer where ours reads only the draft's rows.
 
 from __future__ import annotations
 
+import sys
 import argparse
 import time
 
@@ -30,6 +31,7 @@ from specbench.engine.sampling import Sampling
 from specbench.models import registry
 from specbench.run import chat_prompt, stop_token_ids
 from specbench.config import CONF_DIR
+from specbench.errors import run_command
 
 
 def config(*overrides: str) -> dict:
@@ -150,8 +152,8 @@ def prompt_config(args: argparse.Namespace) -> dict:
     return config(f"dataset.limit={args.prompts}", "dataset.max_turns=1", *args.overrides)
 
 
-def main() -> None:
-    args = prompt_parser(__doc__, prompts=10).parse_args()
+def main(argv: list[str]) -> None:
+    args = prompt_parser(__doc__, prompts=10).parse_args(argv)
     cfg = prompt_config(args)
     rows = compare(cfg, args.max_new_tokens)
     settings = rows.pop("settings")
@@ -168,4 +170,4 @@ def floor_line(ar_tok_s: float, settings: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from specbench.tracking import read_offline_run
+from specbench.errors import run_command
 
 METRICS = {"speedup": "speedup", "tau": "results/tau", "delta": "results/delta", "tok_per_s": "results/tok_per_s"}
 
@@ -66,14 +67,14 @@ def save_report(entity: str | None, project: str, title: str) -> str:
     return report.url
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--offline", type=Path, help="directory holding offline W&B runs (logger=wandb writes <output_root>/wandb)")
     source.add_argument("--project", help="W&B project to read through the API")
     parser.add_argument("--entity", help="W&B entity (default: the API key's)")
     parser.add_argument("--save-report", metavar="TITLE", help="also save a W&B report with the comparison panels (online only)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.offline and args.save_report:
         sys.exit(print("error: --save-report needs --project (reports live on the W&B server; `wandb sync` the offline runs first)", file=sys.stderr) or 2)
     try:
@@ -89,4 +90,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, sys.argv[1:])

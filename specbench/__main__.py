@@ -15,7 +15,7 @@ GROUPS = ("model", "dataset", "method", "hardware", "logger")
 
 
 def _run_name(*, _root_: DictConfig) -> str:
-    parts = {k: OmegaConf.to_container(_root_[k], resolve=True) for k in ("model", "dataset", "method", "gen", "hardware", "baseline")}
+    parts = {k: OmegaConf.to_container(_root_[k], resolve=True) for k in ("model", "dataset", "method", "gen", "hardware", "engine", "baseline")}
     return run_name(dict(parts, seed=_root_.seed))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from specbench.costs.fingerprint import isa_limits
 from specbench.models.registry import weights_id
 
-HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "seed")
+HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "engine", "seed")  # engine: how forwards run changes speed (and bf16 rounding)
 # bumped when a key keeps its name but changes meaning, so an old run is not resumed as a new
 # one (2: method.tree.depth counts as EAGLE's release does, the layers after the first)
 CONVENTIONS = 2
@@ -22,7 +22,7 @@ EMPTY_WEIGHTS = weights_id(None)  # a method with no local drafter weights (AR, 
 
 def config_hash(cfg: dict) -> str:
     """Everything that changes a run's results, nothing that doesn't (paths, logging)."""
-    keys = {k: cfg[k] for k in HASHED_KEYS}
+    keys = {k: cfg[k] if k != "engine" else cfg.get(k) for k in HASHED_KEYS}
     keys["model"] = {k: v for k, v in cfg["model"].items() if k not in DRAFTER_ENTRIES}
     keys["conventions"] = CONVENTIONS
     weights = weights_id(cfg["method"].get("drafter"))

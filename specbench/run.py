@@ -104,7 +104,7 @@ class Runner:
         dtype and any `auto` tree shape are decided here, from measured costs."""
         cfg = self.cfg
         hardware = self.hardware = dict(cfg["hardware"])
-        hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"], method_cfg=cfg["method"])
+        hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"], method_cfg=cfg["method"], engine=cfg.get("engine"))
         model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
         self.target, self.compile_choice = costs.target_lm(model, cfg, hardware)
         record_compiled(hardware, self.target)  # drafters pack their weights as the target does

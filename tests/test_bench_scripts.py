@@ -39,6 +39,15 @@ def test_bench_speed_refuses_an_empty_comparison_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == "error: --hf-prompts/--prompts: must be at least 1 (got 0 and 10)"
 
 
+def test_bench_methods_refuses_a_bad_override_in_one_line(tmp_path):
+    """The runner's one-line errors reach a benchmark script's user as they reach the CLI's."""
+    result = subprocess.run([sys.executable, "scripts/bench_methods.py", "--methods", "pld", "--datasets", "mt_bench", "--prompts", "1",
+                             "--temperatures", "0", "--out", str(tmp_path / "m.json"), "--runs", str(tmp_path / "runs"), "hardware.threads=0"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: hardware.threads: must be an integer >= 1")
+
+
 def test_transformers_gets_an_own_vocabulary_draft_over_the_full_vocabulary(target, draft):
     """transformers' assistant must score the target's vocabulary: a draft with its own gets
     the same layers under a full output layer, equal on its rows and -inf elsewhere."""

@@ -14,6 +14,17 @@ def test_overlap_rule():
     assert not index.overlaps("Write a Python function that returns the product of two numbers.")
 
 
+def test_overlap_rule_leaves_out_the_instructions_this_tool_asks_with():
+    """A made problem asked as GSM8K asks shares GSM8K's instruction, not its question."""
+    from specbench.data.benchmarks import GSM8K_INSTRUCTION
+
+    question = "Darrell and Allen have seven apples and eleven pears and they want to share them fairly among four friends."
+    index = EvalIndex([f"{GSM8K_INSTRUCTION}\n\n{question}"])
+    assert not index.overlaps(f"{GSM8K_INSTRUCTION}\n\nWendy has $90 saved and adds $9 every week.")
+    assert index.overlaps(f"{GSM8K_INSTRUCTION}\n\n{question}")
+    assert index.overlaps(question)
+
+
 def test_no_evaluation_prompt_is_in_the_training_prompts():
     evaluation = evaluation_prompts()
     assert len(evaluation) > 1500  # MT-Bench turns, HumanEval, GSM8K test (+ the shared question files)
@@ -34,8 +45,27 @@ def test_no_evaluation_prompt_is_in_the_training_prompts():
     packs = sorted((Path(__file__).resolve().parents[1] / "corpus").glob("*/*.safetensors"))
     code = training_prompts(index, seed=0, source="python-stdlib")
     assert len(code) > 3000 and not any(index.overlaps(p) for p in code)
-    allowed = {prompt_key(p) for p in prompts + code}
+    math = training_prompts(index, seed=0, source="math-word-problems")
+    assert len(math) > 19000 and not any(index.overlaps(p) for p in math)
+    allowed = {prompt_key(p) for p in prompts + code + math}
     assert all(set(keys_of(pack)) <= allowed for pack in packs)
+
+
+def test_math_prompts_are_seeded_word_problems_asked_as_gsm8k_asks():
+    """Every machine makes the same problems (a pack finds its prompts by key), every template
+    is used, and each problem names whole numbers only."""
+    import re
+
+    from specbench.data.benchmarks import GSM8K_INSTRUCTION
+    from specbench.train.math_prompts import TEMPLATES, word_problems
+
+    problems = list(word_problems(count=3 * len(TEMPLATES)))
+    assert problems == list(word_problems(count=3 * len(TEMPLATES)))
+    assert problems != list(word_problems(count=3 * len(TEMPLATES), seed=1))
+    assert all(p.startswith(GSM8K_INSTRUCTION + "\n\n") for p in problems)
+    bodies = [p.removeprefix(GSM8K_INSTRUCTION) for p in problems]
+    assert len({b.split("?")[0][-12:] for b in bodies[: len(TEMPLATES)]}) == len(TEMPLATES)
+    assert all(not re.search(r"\d\.\d", b.replace("1.5 times", "")) for b in bodies)
 
 
 def test_code_prompts_are_documented_public_functions_cut_after_their_docstring(tmp_path):

@@ -156,12 +156,35 @@ def test_dtype_rule():
     assert dtype_rule.resolve({"dtype": "float32"}, "m", None, None) == ("float32", None)
 
 
+def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch, tmp_path):
+    """Packing can help one dtype much more than the other, so each dtype's forward is timed
+    packed or not as engine.compile chooses for that dtype's model; the cached probe names the
+    compile mode it was timed under."""
+    from specbench.engine.lean import Compiled
+
+    from conftest import tiny_llama
+
+    built = []
+
+    def make_lm(model, forward, compiled):
+        built.append((next(model.parameters()).dtype, compiled))
+        return TreeLM(model)
+
+    monkeypatch.setattr(dtype_rule, "make_lm", make_lm)
+    choice = {torch.bfloat16: Compiled(packed_from=1), torch.float32: Compiled(packed_from=4)}
+    _, record = dtype_rule.resolve({"dtype": "auto", "device": "cpu", "threads": 2}, "m", lambda d: tiny_llama(3).to(getattr(torch, d)),
+                                   tmp_path, log=lambda *_: None, compile_choice=lambda m: choice[next(m.parameters()).dtype], compile_mode="auto")
+    assert built == [(torch.bfloat16, Compiled(packed_from=1)), (torch.float32, Compiled(packed_from=4))]
+    assert record["compile"] == "auto" and set(record["probe"]) == {"bfloat16", "float32"}
+    assert [p.name.split("-")[1:5] for p in tmp_path.glob("dtype-*.json")] == [["m", "auto", "compile", "auto"]]
+
+
 def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monkeypatch):
     """AMD EPYC Zen 3 (AVX2 only), measured: bf16 halves a one-token forward and loses from
     16 tokens on. AR (one token a step) decodes in bf16; a drafting method in fp32, with a
     note that plain AR would be faster in bf16; where bf16 wins everywhere, no note."""
     zen3 = {"bfloat16": {"1": 37, "4": 90, "16": 317, "64": 1180}, "float32": {"1": 67, "4": 129, "16": 151, "64": 315}}
-    monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto": zen3)
+    monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto", **_: zen3)
     ar = {"drafter": None, "tree": autotune.DRAFTING_OFF}
     eagle3 = {"drafter": {"_target_": "specbench.drafters.eagle.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}}
     assert dtype_rule.verified_sizes(ar) == (1,) and dtype_rule.verified_sizes(eagle3) == dtype_rule.PROBE_SIZES
@@ -173,7 +196,7 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
     dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.verified_sizes(eagle3), **quiet)
     assert dtype == "float32" and record["note"].startswith("plain AR would run in bfloat16 here (one-token forward 37 vs 67 ms)")
     native = tmp_path / "native"
-    monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto": {"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57},
+    monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto", **_: {"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57},
                                                                                    "float32": {"1": 40, "4": 44, "16": 60, "64": 120}})
     dtype, record = dtype_rule.resolve(cpu, "m", None, native, sizes=dtype_rule.PROBE_SIZES, **quiet)
     assert dtype == "bfloat16" and "note" not in record
@@ -542,24 +565,25 @@ def test_calibration_prompts_are_english_chat(monkeypatch):
     assert sorted(autotune.calibration_prompts(None, count=2)) == sorted(english)
 
 
-def test_code_calibration_prompts_are_held_out_completions(monkeypatch):
-    """Code datasets calibrate on the standard-library completions the committed corpus holds
-    out of every drafter's training text, asked as HumanEval asks; a batch bigger than the set
-    repeats prompts; the cache key names the kind."""
+@pytest.mark.parametrize("kind", ["code", "math"])
+def test_code_and_math_calibration_prompts_are_the_held_out_ones(monkeypatch, kind):
+    """Code and math datasets calibrate on the prompts of their corpus source whose answers the
+    committed corpus holds out of every drafter's training text, asked as HumanEval and GSM8K
+    ask; a batch bigger than the set repeats prompts; the cache key names the kind."""
     import json
 
     import specbench.run
-    from specbench.data.benchmarks import HUMANEVAL_INSTRUCTION
-    from specbench.train.corpus import COMMITTED_PACKS, prompt_key
+    from specbench.data.benchmarks import GSM8K_INSTRUCTION, HUMANEVAL_INSTRUCTION
+    from specbench.train.corpus import COMMITTED_PACKS, prompt_key, source_texts
 
-    from specbench.train.code_prompts import stdlib_prompts
-
+    source, name = autotune.HELD_OUT_SOURCES[kind]
     monkeypatch.setattr(specbench.run, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
-    held_out = set(json.loads((COMMITTED_PACKS / "validation-code.json").read_text()))
-    prompts = autotune.calibration_prompts(None, count=6, kind="code")
-    assert len(set(prompts)) == 6 and all(prompt_key(p) in held_out and p.startswith(HUMANEVAL_INSTRUCTION) for p in prompts)
-    assert autotune.calibration_prompts(None, count=6, kind="code") == prompts  # seeded
-    every = autotune.calibration_prompts(None, count=len(held_out) + 3, kind="code")
+    held_out = set(json.loads((COMMITTED_PACKS / name).read_text()))
+    prompts = autotune.calibration_prompts(None, count=6, kind=kind)
+    instruction = HUMANEVAL_INSTRUCTION if kind == "code" else GSM8K_INSTRUCTION
+    assert len(set(prompts)) == 6 and all(prompt_key(p) in held_out and p.startswith(instruction) for p in prompts)
+    assert autotune.calibration_prompts(None, count=6, kind=kind) == prompts  # seeded
+    every = autotune.calibration_prompts(None, count=len(held_out) + 3, kind=kind)
     assert len(every) == len(held_out) + 3 and len(set(every)) == len(held_out)
-    assert {prompt_key(p) for p in stdlib_prompts()} >= held_out
-    assert autotune.calibration_id(6, kind="code") != autotune.calibration_id(6)
+    assert {prompt_key(p) for p in source_texts(source)} >= held_out
+    assert autotune.calibration_id(6, kind=kind) != autotune.calibration_id(6)

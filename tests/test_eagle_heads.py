@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from specbench.drafters.eagle import EagleDrafter
-from specbench.engine.lean import pack_linears
+from specbench.engine.lean import Compiled, pack_linears
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
@@ -140,7 +140,9 @@ def drafter_for(target, tmp_path, seed=0, kind="eagle3"):
     synthetic_checkpoint(tmp_path, seed=seed, config={**CONFIG, "num_hidden_layers": 2} if kind.startswith("eagle3-2layers") else CONFIG)
     head = load_head(str(tmp_path), torch.float32, "cpu", "k")
     if kind.endswith("-packed"):  # projections over 2+ rows on oneDNN-packed weights, as a run packing its target's does
-        head = pack_linears(head, 2)
+        head = pack_linears(head, Compiled(packed_from=2))
+    if kind.endswith("-int8"):  # projections over 1-2 rows on int8 weights, from 4 rows packed
+        head = pack_linears(head, Compiled(packed_from=4, int8_drafts_below=3))
     return EagleDrafter(head, target, feature_layers(layers))
 
 
@@ -275,7 +277,7 @@ TREES = {
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize("kind,policy", [("eagle3", "dynamic_tree"), ("eagle3", "chain"), ("eagle3-2layers", "dynamic_tree"), ("eagle3-2layers-packed", "dynamic_tree"), ("eagle1", "static_tree"), ("eagle1", "dynamic_tree")])
+@pytest.mark.parametrize("kind,policy", [("eagle3", "dynamic_tree"), ("eagle3", "chain"), ("eagle3-2layers", "dynamic_tree"), ("eagle3-2layers-packed", "dynamic_tree"), ("eagle3-2layers-int8", "dynamic_tree"), ("eagle3-int8", "chain"), ("eagle1", "static_tree"), ("eagle1", "dynamic_tree")])
 def test_greedy_identical_to_ar(kind, policy, batch, target4, tmp_path, prompts, ar_ids):
     """Batches of 3 (the last of 2) hold prompts of different lengths; rows stop at
     different steps and leave the batch. eagle1 + static tree is method eagle, eagle1 +

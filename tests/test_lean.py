@@ -133,21 +133,57 @@ def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree
     assert lean == reference_ids
 
 
+@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+def test_a_draft_model_on_int8_weights_keeps_decoding_lossless(target, draft, prompts, reference_ids, tree):
+    """The draft model's projections and output layer on int8 weights below 3 rows (its
+    one-token steps; a dynamic tree's levels of 3 rows stay float), the target's never."""
+    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=3, total_tokens=10)
+    compiled = Compiled(packed_from=4, int8_drafts_below=3)
+    drafter = SmallLMDrafter(draft, VOCAB, "lean", compiled)
+    assert drafter.lm.int8_layers is not None and drafter.lm.lm_head.int8 is not None
+    lm = LeanTreeLM(target, compiled)
+    assert lm.int8_layers is None and lm.lm_head.int8 is None
+    method = Method(policy, StandardVerifier(), drafter)
+    assert [generate(lm, method, p, Sampling(), LIMITS).ids for p in prompts[:4]] == reference_ids[:4]
+
+
 def test_packed_linears_compute_what_the_plain_ones_do():
     """A drafter's projections on packed weights: every nn.Linear swapped (nested, with
     and without bias), the same state_dict keys, the plain kernel below `packed_from` rows
     (bit for bit) and the same values from it on; None packs nothing."""
     torch.manual_seed(0)
     plain = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Sequential(torch.nn.Linear(40, 16, bias=False), torch.nn.SiLU()))
-    packed = pack_linears(copy.deepcopy(plain), 4)
+    packed = pack_linears(copy.deepcopy(plain), Compiled(packed_from=4))
     assert [type(m) for m in packed.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))] == [PackedLinear, PackedLinear]
     assert packed.state_dict().keys() == plain.state_dict().keys()
     with torch.inference_mode():
         small, large = torch.randn(1, 3, 24), torch.randn(2, 5, 24)
         assert torch.equal(packed(small), plain(small))
         torch.testing.assert_close(packed(large), plain(large), rtol=1e-5, atol=1e-5)
-    untouched = pack_linears(plain, None)
+    untouched = pack_linears(plain, Compiled())
     assert untouched is plain and type(plain[0]) is torch.nn.Linear
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8_drafter_linears_quantize_per_row_below_their_threshold(dtype):
+    """Below `int8_drafts_below` rows a drafter's projection computes with its int8 weight
+    (each row scaled so its largest magnitude is 127): exactly the dequantized weight's
+    product, within a rounding step of the plain one; from the threshold on, the packed or
+    plain weight as before; int8 alone (packing off) swaps the layers too."""
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.Linear(48, 16, bias=False)).to(dtype)
+    quantized = pack_linears(copy.deepcopy(plain), Compiled(int8_drafts_below=3))
+    layer = quantized[0]
+    weight, scales = layer.int8
+    assert weight.dtype == torch.int8 and scales.dtype == dtype and weight.abs().amax(dim=1).eq(127).all()
+    dequantized = weight.float() * scales.float()[:, None]
+    assert (dequantized - plain[0].weight.float()).abs().le(scales.float()[:, None]).all()
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
+    with torch.inference_mode():
+        few, many = torch.randn(1, 2, 32, dtype=dtype), torch.randn(1, 3, 32, dtype=dtype)
+        torch.testing.assert_close(layer(few).float(), few.float() @ dequantized.T + layer.bias.float(), **tol)
+        assert not torch.equal(layer(few), plain[0](few))
+        assert torch.equal(layer(many), plain[0](many))
 
 
 @pytest.mark.parametrize("rope_type", ["default", "llama3"])
@@ -234,13 +270,23 @@ def test_auto_packs_from_where_packing_wins_at_every_larger_size():
     assert compile_rule.packed_from({"plain": plain, "packed": {**faster_from_4, "8": 36.0}}) == 16  # ties are not wins
 
 
+def test_drafters_use_int8_weights_below_where_int8_stops_winning():
+    float_us = {"1": 400.0, "2": 450.0, "4": 440.0, "8": 490.0, "16": 530.0, "32": 600.0}
+    assert compile_rule.int8_below({"float": float_us, "int8": {**float_us, "1": 200.0, "2": 240.0, "4": 230.0, "8": 320.0}}) == 16
+    assert compile_rule.int8_below({"float": float_us, "int8": {k: v + 1 for k, v in float_us.items()}}) == 0  # fp32 here: never
+    assert compile_rule.int8_below({"float": float_us, "int8": {k: v / 2 for k, v in float_us.items()}}) == 64
+    assert compile_rule.int8_below({"float": float_us, "int8": {**float_us, "1": 100.0, "2": 450.0}}) == 2  # a tie is no win
+
+
 def test_compile_choice_and_bad_values(tmp_path):
     llama = tiny_llama(3)
     cpu = {"device": "cpu", "forward": "auto"}
     assert compile_rule.resolve("off", llama, "tiny", cpu, tmp_path)[0] == Compiled()
     assert compile_rule.resolve("packed", llama, "tiny", cpu, tmp_path)[0] == Compiled(packed_from=1)
     chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None)
-    assert chosen == Compiled(packed_from=compile_rule.packed_from(record["probe"]))
+    assert chosen == Compiled(packed_from=compile_rule.packed_from(record["probe"]), int8_drafts_below=compile_rule.int8_below(record["int8"]))
+    assert set(record["int8"]["int8"]) == set(record["int8"]["float"]) == {str(n) for n in compile_rule.INT8_ROWS}
+    assert compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, int8_mode="off")[0].int8_drafts_below == 0
     assert list(tmp_path.glob("compile-tiny-float32-*.json"))  # measured once, then cached
     assert compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=pytest.fail)[0] == chosen
     cached = next(tmp_path.glob("compile-tiny-float32-*.json"))
@@ -248,6 +294,8 @@ def test_compile_choice_and_bad_values(tmp_path):
     timed = []
     compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=timed.append)
     assert timed  # a probe of an older forward (before packed output layers) is timed again
+    with pytest.raises(ConfigError, match="engine.int8_drafts: unknown 'always'; choose one of auto, off"):
+        compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, int8_mode="always")
     with pytest.raises(ConfigError, match="engine.compile: unknown 'fast'"):
         compile_rule.resolve("fast", llama, "tiny", cpu, tmp_path)
     with pytest.raises(ConfigError, match="engine.compile: packed needs the lean forward"):

@@ -27,22 +27,31 @@ def cache_root() -> Path:
     return registry.cache_dir() / "costs"
 
 
-def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method_cfg: dict | None = None) -> tuple[str, dict | None]:
+def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method_cfg: dict | None = None,
+                  engine: dict | None = None) -> tuple[str, dict | None]:
     """(dtype, the probe behind it) for `hardware.dtype`, `auto` decided for this model on
     this machine (specbench.costs.dtype) at the forward sizes `method_cfg` verifies (all
-    probed sizes without one); explicit dtypes pass through."""
+    probed sizes without one), each dtype run as `engine.compile` would run it; explicit
+    dtypes pass through."""
     def load_model(dtype: str):
         return registry.load_model(model_cfg, dtype, hardware["device"])
 
+    mode = (engine or {}).get("compile", "auto")
+
+    def compile_choice(model):
+        return compile_rule.resolve(mode, model, model_cfg["name"], hardware, cache_root())[0]
+
     sizes = dtype_rule.verified_sizes(method_cfg) if method_cfg is not None else dtype_rule.PROBE_SIZES
-    return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh, sizes=sizes)
+    return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh, sizes=sizes,
+                              compile_choice=compile_choice, compile_mode=mode)
 
 
 def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False) -> tuple[TreeLM, dict | None]:
     """(the target's KV-cached LM as hardware.forward and engine.compile ask, the probe
     behind an `auto` compile choice or None)."""
-    mode = (cfg.get("engine") or {}).get("compile", "auto")
-    compiled, record = compile_rule.resolve(mode, model, cfg["model"]["name"], hardware, cache_root(), refresh=refresh)
+    engine = cfg.get("engine") or {}
+    compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, cfg["model"]["name"], hardware, cache_root(), refresh=refresh,
+                                            int8_mode=engine.get("int8_drafts", "auto"))
     return make_lm(model, hardware.get("forward", "auto"), compiled), record
 
 

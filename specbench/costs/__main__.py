@@ -21,7 +21,7 @@ def main(argv: list[str]) -> None:
     refresh = "costs.refresh=true" in argv
     cfg = compose_config([a for a in argv if not a.startswith("costs.refresh=")])
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
-    hardware["dtype"], dtype_choice = costs.resolve_dtype(hardware, model_cfg, refresh=refresh, method_cfg=cfg["method"])
+    hardware["dtype"], dtype_choice = costs.resolve_dtype(hardware, model_cfg, refresh=refresh, method_cfg=cfg["method"], engine=cfg.get("engine"))
     if hardware.get("threads"):
         import torch
 

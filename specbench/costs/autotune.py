@@ -90,14 +90,17 @@ CALIBRATION_SEED = 7
 ENGLISH_WORDS = frozenset("the a an to of and in is are was be do does i you your my me we it this that what how why can for with on".split())
 
 
-# which prompts calibrate a dataset's shapes (dataset.calibration): chat turns, or code completions
-CALIBRATION_KINDS = ("chat", "code")
+# which prompts calibrate a dataset's shapes (dataset.calibration): chat turns, or the held-out
+# prompts of a corpus source (HELD_OUT_SOURCES): code completions, math word problems
+CALIBRATION_KINDS = ("chat", "code", "math")
+# kind -> (corpus source, the committed held-out set of its greedy answers)
+HELD_OUT_SOURCES = {"code": ("python-stdlib", "validation-code.json"), "math": ("math-word-problems", "validation-math.json")}
 
 
 def calibration_id(count: int, seed: int = CALIBRATION_SEED, kind: str = "chat") -> str:
     """Names the prompts calibration_prompts(count, seed, kind) picks (cache key without reading them)."""
-    if kind == "code":
-        return f"stdlib-completions-held-out:{count}:{seed}"
+    if kind in HELD_OUT_SOURCES:
+        return f"{HELD_OUT_SOURCES[kind][0]}-held-out:{count}:{seed}"
     return f"sharegpt-english-first-turns-no-eval-overlap:{count}:{seed}"
 
 
@@ -113,14 +116,14 @@ def is_english(text: str) -> bool:
 
 
 def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int = CALIBRATION_SEED, kind: str = "chat") -> list[list[int]]:
-    """English chat prompts from ShareGPT first turns that overlap no evaluation set, or
-    for `kind` "code" code-completion prompts (code_calibration_texts)."""
+    """English chat prompts from ShareGPT first turns that overlap no evaluation set, or for
+    `kind` "code" / "math" a corpus source's held-out prompts (held_out_calibration_texts)."""
     import random
 
     from specbench.run import chat_prompt
 
-    if kind == "code":
-        texts = code_calibration_texts()
+    if kind in HELD_OUT_SOURCES:
+        texts = held_out_calibration_texts(kind)
         random.Random(seed).shuffle(texts)
         chosen = (texts * -(-count // len(texts)))[:count]  # a batch bigger than the set repeats prompts
         return [chat_prompt(tokenizer, [{"role": "user", "content": t}]) for t in chosen]
@@ -140,24 +143,20 @@ def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int =
     return [chat_prompt(tokenizer, [{"role": "user", "content": t}]) for t in chosen]
 
 
-def code_calibration_texts() -> list[str]:
-    """HumanEval-style completions of standard-library functions (specbench.train.code_prompts)
-    that the committed corpus holds out (its validation-code.json): every other such prompt is
-    in the embedded drafters' training text, and would flatter their calibrated τ. Code's τ
-    differs from chat's (HumanEval's more than MT-Bench's), so code datasets calibrate on these."""
-    from specbench.train.code_prompts import stdlib_prompts
-    from specbench.train.corpus import COMMITTED_PACKS, prompt_key
+def held_out_calibration_texts(kind: str) -> list[str]:
+    """The prompts of a corpus source (HELD_OUT_SOURCES: HumanEval-style completions of
+    standard-library functions, GSM8K-style word problems) whose greedy answers the committed
+    corpus holds out (its validation-<kind>.json): every other such prompt is in the embedded
+    drafters' training text, and would flatter their calibrated τ. Code's and math's τ differ
+    from chat's, so such datasets calibrate on their own kind."""
+    from specbench.train.corpus import COMMITTED_PACKS, prompt_key, source_texts
 
-    held_out = COMMITTED_PACKS / "validation-code.json"
-    require(held_out.is_file(), "dataset.calibration", f"code needs the checkout's {held_out}; set dataset.calibration=chat")
+    source, name = HELD_OUT_SOURCES[kind]
+    held_out = COMMITTED_PACKS / name
+    require(held_out.is_file(), "dataset.calibration", f"{kind} needs the checkout's {held_out}; set dataset.calibration=chat")
     keys = set(json.loads(held_out.read_text()))
-    texts = {}
-    for text in stdlib_prompts():  # a function found twice (one key) is one prompt
-        key = prompt_key(text)
-        if key in keys:
-            texts.setdefault(key, text)
-    texts = list(texts.values())
-    require(bool(texts), "dataset.calibration", f"code: none of {held_out}'s prompts is in this Python's standard library; set dataset.calibration=chat")
+    texts = [text for text in source_texts(source) if prompt_key(text) in keys]
+    require(bool(texts), "dataset.calibration", f"{kind}: none of {held_out}'s prompts is among this machine's {source} prompts; set dataset.calibration=chat")
     return texts
 
 

@@ -14,19 +14,24 @@ timing on this machine.
   probe sizes, and packing is used from the smallest n where it wins at that size and
   every larger one (the plain weights stay for smaller forwards); in a dtype other than
   fp32, one-token forwards are also timed with fp32 attention at batch sizes 1 and 8,
-  which is used where it wins at both (see `Compiled.float_attention`); off elsewhere.
-  Cached per model, dtype and device fingerprint.
+  which is used where it wins at both (see `Compiled.float_attention`); and drafter-sized
+  projections are timed on int8 and on float weights, each call after the cache is flushed
+  as a target forward flushes it, and drafters' projections run on int8 weights below the
+  smallest probed row count where int8 stops winning (`Compiled.int8_drafts_below`;
+  `engine.int8_drafts=off` never); off elsewhere. Cached per model, dtype and device
+  fingerprint.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
 
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
-from specbench.engine.lean import Compiled, make_lm, packs, supports
+from specbench.engine.lean import Compiled, int8_linear, make_lm, pack, packed_linear, packs, quantize_int8, supports
 from specbench.errors import require
 
 MODES = ("auto", "packed", "torch", "off")
@@ -34,7 +39,10 @@ PROBE_SIZES = (1, 2, 4, 8, 16, 64)
 PROBE_CONTEXT = 256
 PROBE_REPEATS = 5
 ATTENTION_BATCHES = (1, 8)
-PROBE_VERSION = 2  # 2: packed forwards pack the output layer too. Older records are re-measured
+PROBE_VERSION = 3  # 2: packed forwards pack the output layer too; 3: int8 drafter weights. Older records are re-measured
+INT8_MODES = ("auto", "off")
+INT8_ROWS = (1, 2, 4, 8, 16, 32)
+CACHE_FLUSH_BYTES = 256 * 2**20  # written between timed calls: more than any CPU's last-level cache here
 
 
 def packed_from(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> int | None:
@@ -90,14 +98,62 @@ def measure_attention(model: torch.nn.Module, forward: str, repeats: int = PROBE
     return probe
 
 
+def measure_int8(model: torch.nn.Module, packed: bool, repeats: int = PROBE_REPEATS) -> dict[str, dict[str, float]]:
+    """Microseconds of the target's first-layer q, up and down projections (a drafter's
+    projections have these shapes) over n rows, on int8 weights and on float weights
+    (packed where `packed`, from whichever is faster at n), each call after a write over
+    CACHE_FLUSH_BYTES, since a draft forward starts with the drafter's weights evicted by
+    the target forward before it; timed alternately."""
+    layer = model.model.layers[0]
+    weights = [layer.self_attn.q_proj.weight, layer.mlp.up_proj.weight, layer.mlp.down_proj.weight]
+    float_kernels = [[lambda x, w=w: torch.nn.functional.linear(x, w)] + ([lambda x, p=pack(w): packed_linear(x, p)] if packed else []) for w in weights]
+    int8_kernels = [lambda x, q=quantize_int8(w): int8_linear(x, *q) for w in weights]
+    flush = torch.empty(CACHE_FLUSH_BYTES // 4)
+
+    def cold_us(kernels, n: int) -> float:
+        total = 0.0
+        for kernel, w in zip(kernels, weights):
+            x = torch.randn(n, w.shape[1], dtype=w.dtype)
+            flush.add_(1.0)
+            start = time.perf_counter()
+            kernel(x)
+            total += time.perf_counter() - start
+        return total * 1e6
+
+    probe = {"float": {}, "int8": {}}
+    with torch.inference_mode():
+        for n in INT8_ROWS:
+            runs = {"int8": [], **{i: [] for i in range(len(float_kernels[0]))}}
+            for _ in range(repeats + 1):  # the first pass warms the kernels up
+                for i in range(len(float_kernels[0])):
+                    runs[i].append(cold_us([k[i] for k in float_kernels], n))
+                runs["int8"].append(cold_us(int8_kernels, n))
+            medians = {k: sorted(v[1:])[len(v[1:]) // 2] for k, v in runs.items()}
+            probe["int8"][str(n)] = round(medians.pop("int8"), 1)
+            probe["float"][str(n)] = round(min(medians.values()), 1)
+    return probe
+
+
+def int8_below(probe: dict[str, dict[str, float]], rows: tuple[int, ...] = INT8_ROWS) -> int:
+    """Drafters use int8 weights below the smallest probed row count where int8 is not
+    faster (0: not even at one row; past the largest probed when it always wins)."""
+    for n in rows:
+        if probe["int8"][str(n)] >= probe["float"][str(n)]:
+            return n if n > rows[0] else 0
+    return 2 * rows[-1]
+
+
 def float_attention_wins(probe: dict[str, dict[str, float]]) -> bool:
     """fp32 attention for one-token forwards: faster at every probed batch size."""
     return all(probe["float32"][b] < probe["model dtype"][b] for b in probe["model dtype"])
 
 
-def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, cache: Path, log=print, refresh: bool = False) -> tuple[Compiled, dict | None]:
-    """(how to run the lean forward, the probe behind an `auto` choice or None)."""
+def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, cache: Path, log=print, refresh: bool = False,
+            int8_mode: str = "auto") -> tuple[Compiled, dict | None]:
+    """(how to run the lean forward, the probe behind an `auto` choice or None); `int8_mode`
+    is engine.int8_drafts."""
     require(mode in MODES, "engine.compile", f"unknown {mode!r}; choose one of {', '.join(MODES)}")
+    require(int8_mode in INT8_MODES, "engine.int8_drafts", f"unknown {int8_mode!r}; choose one of {', '.join(INT8_MODES)}")
     lean = hardware.get("forward", "auto") != "hf" and supports(model)
     device = hardware.get("device", "cpu")
     if mode == "off" or not lean:
@@ -125,13 +181,15 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
                           "fp32 attention for one-token forwards where it is faster at every probed batch size"}
         if dtype != "float32":
             record["attention"] = measure_attention(model, forward)
+        record["int8"] = measure_int8(model, packs(weight_dtype))
         return record
 
     record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
     if record.get("version") != PROBE_VERSION:
         record, seconds = cached_probe(path, fingerprint, timed_probe, refresh=True)
     probe = record["probe"]
-    chosen = Compiled(packed_from=packed_from(probe), float_attention="attention" in record and float_attention_wins(record["attention"]))
+    chosen = Compiled(packed_from=packed_from(probe), float_attention="attention" in record and float_attention_wins(record["attention"]),
+                      int8_drafts_below=int8_below(record["int8"]) if int8_mode == "auto" else 0)
     if seconds is not None:
         shown = ", ".join(f"n={n}: {probe['plain'][str(n)]:.1f} / {probe['packed'][str(n)]:.1f} ms" if "packed" in probe
                           else f"n={n}: {probe['plain'][str(n)]:.1f} / - ms" for n in PROBE_SIZES)
@@ -139,5 +197,8 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
             attention = record["attention"]
             shown += "; one token, " + dtype + " / fp32 attention: " + ", ".join(
                 f"B={b}: {attention['model dtype'][b]:.1f} / {attention['float32'][b]:.1f} ms" for b in attention["model dtype"])
+        int8 = record["int8"]
+        shown += "; drafter projections after a cache flush, float / int8: " + ", ".join(
+            f"n={n}: {int8['float'][str(n)]:.0f} / {int8['int8'][str(n)]:.0f} us" for n in INT8_ROWS)
         log(f"  {chosen} (plain / packed: {shown}; {seconds:.0f} s)")
     return chosen, record

@@ -5,7 +5,9 @@ On GPUs bf16 is the answer without measuring. On a CPU the answer depends on its
 with native bf16 matmul (avx512_bf16, AMX) a bf16 forward over 16 tokens costs little
 more than over one; on AVX2-only CPUs torch runs a bf16 linear layer as one GEMV per
 token, so a 64-token bf16 forward costs many times the fp32 one. So we measure: one
-forward at a few sizes in both dtypes, cached per model and device fingerprint.
+forward at a few sizes in both dtypes, each run as `engine.compile` runs it in that dtype
+(packed weights where they win for it: packing can help one dtype much more than the
+other), cached per model, compile mode and device fingerprint.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from specbench.costs.autotune import DRAFTING_OFF
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
-from specbench.engine.lean import make_lm
+from specbench.engine.lean import Compiled, make_lm
 
 PROBE_SIZES = (1, 4, 16, 64)
 ONE_TOKEN = (1,)
@@ -43,36 +45,42 @@ def probe_path(cache: Path, model_name: str, fingerprint: dict) -> Path:
     return cache / f"dtype-{model_name}-{fingerprint_id(fingerprint)}.json"
 
 
-def measure(load_model, repeats: int = 3, forward: str = "auto") -> dict[str, dict[str, float]]:
+def measure(load_model, repeats: int = 3, forward: str = "auto", compile_choice=lambda model: Compiled()) -> dict[str, dict[str, float]]:
     """Forward ms over n tree rows after PROBE_CONTEXT rows, per candidate dtype;
-    `load_model(dtype)` returns the model in that dtype; `forward` as hardware.forward."""
+    `load_model(dtype)` returns the model in that dtype; `forward` as hardware.forward;
+    `compile_choice(model)` how a run would compile that model (engine.compile)."""
     probe = {}
     for dtype in CANDIDATES:
-        lm = make_lm(load_model(dtype), forward)
+        model = load_model(dtype)
+        lm = make_lm(model, forward, compile_choice(model))
         with torch.inference_mode():
             lm.forward(contexts=[torch.randint(3, lm.vocab_size, (PROBE_CONTEXT,)).tolist()])
             timings = {str(n): round(tree_forward_ms(lm, n, repeats)[0], 3) for n in PROBE_SIZES}
         probe[dtype] = timings
-        del lm
+        del lm, model
     return probe
 
 
 def resolve(
     hardware: dict, model_name: str, load_model, cache: Path, log=print, refresh: bool = False, sizes: tuple[int, ...] = PROBE_SIZES,
+    compile_choice=lambda model: Compiled(), compile_mode: str = "off",
 ) -> tuple[str, dict | None]:
     """(dtype, the probe it came from or None) for a hardware config; `auto` is decided
-    here at the forward sizes `sizes` (`refresh`: timed again), explicit dtypes pass through."""
+    here at the forward sizes `sizes` (`refresh`: timed again), each dtype's model run as
+    `compile_choice(model)` says (the choice of engine.compile=`compile_mode`); explicit
+    dtypes pass through."""
     dtype = hardware.get("dtype")
     if dtype != "auto":
         return dtype, None
     fingerprint = device_fingerprint(hardware.get("device", "cpu"), hardware.get("threads"))
     if fingerprint["device"] == "cuda":
         return "bfloat16", {"rule": "bf16 on GPUs"}
-    path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}", fingerprint)
+    path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}-compile-{compile_mode}", fingerprint)
 
     def timed_probe() -> dict:
         log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU (once; cached in {path})")
-        return {"context": PROBE_CONTEXT, "probe": measure(load_model, forward=hardware.get("forward", "auto"))}
+        return {"context": PROBE_CONTEXT, "compile": compile_mode,
+                "probe": measure(load_model, forward=hardware.get("forward", "auto"), compile_choice=compile_choice)}
 
     record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
     probe = record["probe"]

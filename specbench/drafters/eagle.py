@@ -32,7 +32,7 @@ def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> "EagleDr
     directory = registry.resolve_part(head, *WEIGHTS)
     weight = target.get_output_embeddings().weight
     loaded = eagle.load_head(directory, weight, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
-    return EagleDrafter(pack_linears(loaded, compiled_for(hardware).packed_from), target, eagle.feature_layers(target.config.num_hidden_layers))
+    return EagleDrafter(pack_linears(loaded, compiled_for(hardware)), target, eagle.feature_layers(target.config.num_hidden_layers))
 
 
 class EagleDrafter:

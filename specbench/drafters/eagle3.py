@@ -23,4 +23,4 @@ def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> EagleDra
     """The drafter named by a method config: `head` is a model entry (see registry)."""
     directory = registry.resolve_part(head, *WEIGHTS)
     loaded = load_head(directory, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
-    return EagleDrafter(pack_linears(loaded, compiled_for(hardware).packed_from), target, feature_layers(target.config.num_hidden_layers))
+    return EagleDrafter(pack_linears(loaded, compiled_for(hardware)), target, feature_layers(target.config.num_hidden_layers))

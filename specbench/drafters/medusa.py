@@ -31,7 +31,7 @@ def load(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "Medusa
     """The drafter named by a method config: `heads` is a model entry (see registry)."""
     directory = registry.resolve_part(heads, *WEIGHTS)
     model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")
-    return MedusaDrafter(pack_linears(model, compiled_for(hardware).packed_from), target, facts)
+    return MedusaDrafter(pack_linears(model, compiled_for(hardware)), target, facts)
 
 
 class MedusaDrafter:

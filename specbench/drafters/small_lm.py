@@ -110,9 +110,9 @@ class SmallLMDrafter:
 
     def __init__(self, model: torch.nn.Module, target_vocab_size: int, forward: str = "hf", compiled: Compiled = Compiled(),
                  vocab: DraftVocab | None = None):
-        """`compiled`: the target's choice (packed weights, fp32 attention), run the same way;
-        `vocab`: the draft's own vocabulary, when it has one."""
-        self.lm = make_lm(model, forward, compiled)
+        """`compiled`: the target's choice (packed weights, fp32 attention, int8 drafter
+        weights), run the same way; `vocab`: the draft's own vocabulary, when it has one."""
+        self.lm = make_lm(model, forward, compiled, draft=True)
         self.target_vocab_size = target_vocab_size
         self.vocab = vocab
         self._node_logits: dict[int, torch.Tensor] = {}

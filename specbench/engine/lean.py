@@ -68,33 +68,58 @@ def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 weight, one scale per output row in the weight's dtype): symmetric, each row's
+    largest magnitude at 127, for torch's weight-only int8 matmul."""
+    w = weight.detach().float()
+    scales = w.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+    return (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8).contiguous(), scales.to(weight.dtype)
+
+
+def int8_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    out = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), weight, scales).reshape(*x.shape[:-1], weight.shape[0])
+    return out if bias is None else out + bias
+
+
+def paired_int8_linear(x: torch.Tensor, weight: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """int8_linear with the (int8 weight, scales) pair quantize_int8 gives, as the lean layer calls its kernel."""
+    return int8_linear(x, *weight)
+
+
 class PackedLinear(torch.nn.Module):
     """An nn.Linear whose weight is also kept packed (`pack`), used for inputs of at least
     `packed_from` rows: a drafter's projections then skip the per-call reorder as the
     target's do (AMD EPYC Zen 5, bf16, 2 threads: an EAGLE-3 head forward 1.8 -> 1.45 ms).
-    `weight` and `bias` stay the plain tensors, for smaller inputs and for readers."""
+    A drafter's copy may also keep int8 weights (quantize_int8) for inputs of fewer than
+    `int8_below` rows (see Compiled.int8_drafts_below). `weight` and `bias` stay the plain
+    tensors, for other inputs and for readers."""
 
-    def __init__(self, linear: torch.nn.Linear, packed_from: int):
+    def __init__(self, linear: torch.nn.Linear, packed_from: int | None, int8_below: int = 0):
         super().__init__()
-        self.weight, self.bias, self.packed_from = linear.weight, linear.bias, packed_from
-        self.packed = pack(linear.weight)
+        self.weight, self.bias, self.packed_from, self.int8_below = linear.weight, linear.bias, packed_from, int8_below
+        self.packed = pack(linear.weight) if packed_from is not None else None
+        self.int8 = quantize_int8(linear.weight) if int8_below > 0 else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() >= self.packed_from * x.shape[-1]:
+        rows = x.numel() // x.shape[-1]
+        if rows < self.int8_below:
+            return int8_linear(x, *self.int8, self.bias)
+        if self.packed is not None and rows >= self.packed_from:
             return packed_linear(x, self.packed, self.bias)
         return F.linear(x, self.weight, self.bias)
 
 
-def pack_linears(module: torch.nn.Module, packed_from: int | None) -> torch.nn.Module:
-    """`module` (an inference copy: packed weights take no gradient) with every nn.Linear
-    a PackedLinear from `packed_from` rows; unchanged when None (packing does not pay on
-    this machine, or this dtype cannot be packed)."""
-    if packed_from is None:
+def pack_linears(module: torch.nn.Module, compiled: Compiled) -> torch.nn.Module:
+    """A drafter `module` (an inference copy: packed weights take no gradient) with every
+    nn.Linear a PackedLinear, packed and/or int8 as `compiled` says for drafters; unchanged
+    when it says neither (packing does not pay on this machine, or this dtype cannot be
+    packed, and int8 weights are not faster)."""
+    if compiled.packed_from is None and not compiled.int8_drafts_below:
         return module
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(parent, name, PackedLinear(child, packed_from))
+                setattr(parent, name, PackedLinear(child, compiled.packed_from, compiled.int8_drafts_below))
     return module
 
 
@@ -108,15 +133,25 @@ class Compiled:
     float_attention: forwards of one token per row (AR steps, batched or not) attend in
     fp32 over a cast of the cache: torch's bf16 SDPA kernel for a single query ran 3-5x
     slower than the cast plus fp32 SDPA (AMD EPYC Zen 4, 2 threads: 0.19 vs 0.06 ms a layer
-    at B=1, 2.7 vs 0.5 ms at B=16), while from 4 queries on bf16 wins; no-op in fp32."""
+    at B=1, 2.7 vs 0.5 ms at B=16), while from 4 queries on bf16 wins; no-op in fp32.
+    int8_drafts_below: drafters' linear layers (EAGLE, EAGLE-3, Medusa and Hydra heads, and
+    draft models' projections and output layer) run on int8 weights for inputs of fewer
+    than this many rows (0: never); the target's never do. A draft forward
+    follows a target forward that has evicted the drafter's weights from cache, so at few
+    rows reading half the bytes wins (AMD EPYC Zen 5, bf16, 2 threads: the EAGLE-3 head's
+    6,144-row output layer 243 -> 140 us at one row), while torch's int8 kernel is slower
+    than packed bf16 from ~16 rows, and in fp32 always. Drafts stay lossless: the target
+    verifies every token."""
 
     packed_from: int | None = None
     torch: bool = False
     float_attention: bool = False
+    int8_drafts_below: int = 0
 
     def __str__(self) -> str:
         parts = ([f"packed>={self.packed_from}"] if self.packed_from else []) + (["torch"] if self.torch else [])
-        return "+".join(parts + (["fp32-attention"] if self.float_attention else [])) or "eager"
+        parts += (["fp32-attention"] if self.float_attention else []) + ([f"int8-drafts<{self.int8_drafts_below}"] if self.int8_drafts_below else [])
+        return "+".join(parts) or "eager"
 
 
 class RopeTable(torch.nn.Module):
@@ -162,7 +197,8 @@ def compiled_for(hardware: dict) -> Compiled:
 class LeanTreeLM(TreeLM):
     """TreeLM with the lean forward and a preallocated cache (see module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, compiled: Compiled = Compiled()):
+    def __init__(self, model: torch.nn.Module, compiled: Compiled = Compiled(), draft: bool = False):
+        """`draft`: a drafter's forward, on int8 weights below compiled.int8_drafts_below rows."""
         config = model.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -180,6 +216,10 @@ class LeanTreeLM(TreeLM):
                 ))
             self.final_norm = (inner.norm.weight, inner.norm.variance_epsilon)
             self.compiled = compiled
+            self.int8_below = compiled.int8_drafts_below if draft else 0
+            self.int8_layers = None
+            if self.int8_below:
+                self.int8_layers = [tuple(quantize_int8(w) if i in PROJECTIONS else w for i, w in enumerate(layer)) for layer in self.layers]
             self.packed_layers = None
             if compiled.packed_from is not None:
                 self.packed_layers = [tuple(pack(w) if i in PROJECTIONS else w for i, w in enumerate(layer)) for layer in self.layers]
@@ -192,8 +232,8 @@ class LeanTreeLM(TreeLM):
         self._k = self._v = None
         self._batch = 1
         super().__init__(model)
-        if compiled.packed_from is not None:  # the output layer: a fifth of a 135M model's weights
-            self.lm_head = PackedLinear(self.lm_head, compiled.packed_from)
+        if compiled.packed_from is not None or self.int8_below:  # the output layer: a fifth of a 135M model's weights
+            self.lm_head = PackedLinear(self.lm_head, compiled.packed_from, self.int8_below)
 
     @property
     def kind(self) -> str:
@@ -251,8 +291,11 @@ class LeanTreeLM(TreeLM):
         """The decoder layers and the final norm over embedded `x` [B, n, H] whose KV rows
         go to cache columns start..start+n."""
         hidden = [] if self.feature_layers else None
-        packed = self.packed_layers is not None and x.shape[0] * x.shape[1] >= self.compiled.packed_from
+        rows = x.shape[0] * x.shape[1]
+        packed = self.packed_layers is not None and rows >= self.compiled.packed_from
         layers, linear = (self.packed_layers, packed_linear) if packed else (self.layers, F.linear)
+        if rows < self.int8_below:
+            layers, linear = self.int8_layers, paired_int8_linear
         for index, layer in enumerate(layers):
             if hidden is not None:
                 hidden.append(x)
@@ -302,11 +345,11 @@ class LeanTreeLM(TreeLM):
 FORWARDS = ("auto", "lean", "hf")
 
 
-def make_lm(model: torch.nn.Module, forward: str = "auto", compiled: Compiled = Compiled()) -> TreeLM:
+def make_lm(model: torch.nn.Module, forward: str = "auto", compiled: Compiled = Compiled(), draft: bool = False) -> TreeLM:
     """The KV-cached LM over `model`: the lean forward where it supports the architecture
-    (`auto` or `lean`), run as `compiled` says; the model's own forward otherwise or when
-    asked (`hf`)."""
+    (`auto` or `lean`), run as `compiled` says (a `draft` model with int8 weights where it
+    says drafters run so); the model's own forward otherwise or when asked (`hf`)."""
     require(forward in FORWARDS, "hardware.forward", f"unknown {forward!r}; choose one of {', '.join(FORWARDS)}")
     if forward == "lean":
         require(supports(model), "hardware.forward", f"lean supports Llama-architecture models; {type(model).__name__} needs hardware.forward=hf or auto")
-    return LeanTreeLM(model, compiled) if forward != "hf" and supports(model) else TreeLM(model)
+    return LeanTreeLM(model, compiled, draft) if forward != "hf" and supports(model) else TreeLM(model)

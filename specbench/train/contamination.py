@@ -1,7 +1,10 @@
 """Which texts count as evaluation prompts, so no drafter ever trains on one.
 
 A training text overlaps when it equals an evaluation prompt after normalisation or
-shares a 13-word span with one (GPT-3's contamination rule). The evaluation prompts are
+shares a 13-word span with one (GPT-3's contamination rule). The instructions this tool itself
+puts before a benchmark's question (GSM8K's "Solve the following math problem step by
+step...") are left out of both sides: that text is ours, and training prompts asked the same
+way share it. The evaluation prompts are
 every turn of MT-Bench, HumanEval and GSM8K test, plus the question files in
 ../shared/data when they are beside the checkout.
 """
@@ -15,14 +18,22 @@ from functools import cache
 
 from specbench import ROOT
 from specbench.data import questions
+from specbench.data.benchmarks import GSM8K_INSTRUCTION, HUMANEVAL_INSTRUCTION, WMT19_INSTRUCTION
 
 SPAN = 13  # words: a shared span this long counts as overlap
 EVAL_DATASETS = ("mt_bench", "humaneval", "gsm8k")
+INSTRUCTIONS = (GSM8K_INSTRUCTION, HUMANEVAL_INSTRUCTION, WMT19_INSTRUCTION)
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 def normalize(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def without_instructions(text: str) -> str:
+    for instruction in INSTRUCTIONS:
+        text = text.replace(instruction, " ")
+    return text
 
 
 def spans(words: list[str]) -> set[tuple[str, ...]]:
@@ -36,12 +47,12 @@ class EvalIndex:
         self.exact: set[tuple[str, ...]] = set()
         self.spans: set[tuple[str, ...]] = set()
         for text in texts:
-            words = normalize(text)
+            words = normalize(without_instructions(text))
             self.exact.add(tuple(words))
             self.spans |= spans(words)
 
     def overlaps(self, text: str) -> bool:
-        words = normalize(text)
+        words = normalize(without_instructions(text))
         return tuple(words) in self.exact or not spans(words).isdisjoint(self.spans)
 
 

@@ -5,8 +5,8 @@ sessions).
 A pack is one safetensors file: every answer's token ids end to end (uint16: the
 embedded target's vocabulary is 49,152), their offsets and temperatures; the prompt
 keys go in its metadata. Prompts are not stored: they come from the corpus's sources
-(ShareGPT human turns from the pip package, the standard library's documented functions),
-where `unpack` finds them again by key and formats them with the tokenizer's chat template,
+(ShareGPT human turns from the pip package, the standard library's documented functions, the
+made math word problems), where `unpack` finds them again by key and formats them with the tokenizer's chat template,
 as `specbench.train.corpus` did when it generated them.
 
     python -m specbench.train.packed --data runs/corpus --out corpus/smollm2-135m/answers-2026-11-25.safetensors
@@ -61,7 +61,7 @@ def unpack(path: Path, tokenizer) -> list[dict]:
     missing = [k for k in keys if k not in texts]
     if missing:
         raise ValueError(f"{path}: {len(missing)} prompt keys are in no prompt source here (the ShareGPT package, this Python's "
-                         f"standard library; first: {missing[0]})")
+                         f"standard library, the math word problems; first: {missing[0]})")
     prompts = {key: chat_prompt(tokenizer, [{"role": "user", "content": texts[key]}]) for key in set(keys)}
     return [
         {"key": key, "temperature": round(t, 4), "prompt": prompts[key], "answer": ids[offsets[i] : offsets[i + 1]]}
