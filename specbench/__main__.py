@@ -9,14 +9,18 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.config import CONF_DIR, run_name
+from specbench.config import CONF_DIR, HASHED_KEYS, run_name
 
 GROUPS = ("model", "dataset", "method", "hardware", "logger")
 
 
 def _run_name(*, _root_: DictConfig) -> str:
-    parts = {k: OmegaConf.to_container(_root_[k], resolve=True) for k in ("model", "dataset", "method", "gen", "hardware", "engine", "baseline")}
-    return run_name(dict(parts, seed=_root_.seed))
+    """The run's directory name, hashed from the same keys as config_hash (plus baseline)."""
+    parts = {}
+    for key in (*HASHED_KEYS, "baseline"):
+        value = _root_[key]
+        parts[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return run_name(parts)
 
 
 OmegaConf.register_new_resolver("run_name", _run_name, replace=True)

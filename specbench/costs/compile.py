@@ -106,13 +106,15 @@ def measure_int8(model: torch.nn.Module, packed: bool, repeats: int = PROBE_REPE
     the target forward before it; timed alternately."""
     layer = model.model.layers[0]
     weights = [layer.self_attn.q_proj.weight, layer.mlp.up_proj.weight, layer.mlp.down_proj.weight]
-    float_kernels = [[lambda x, w=w: torch.nn.functional.linear(x, w)] + ([lambda x, p=pack(w): packed_linear(x, p)] if packed else []) for w in weights]
-    int8_kernels = [lambda x, q=quantize_int8(w): int8_linear(x, *q) for w in weights]
+    kernels = {"plain": [lambda x, w=w: torch.nn.functional.linear(x, w) for w in weights],
+               "int8": [lambda x, q=quantize_int8(w): int8_linear(x, *q) for w in weights]}
+    if packed:
+        kernels["packed"] = [lambda x, p=pack(w): packed_linear(x, p) for w in weights]
     flush = torch.empty(CACHE_FLUSH_BYTES // 4)
 
-    def cold_us(kernels, n: int) -> float:
+    def cold_us(kind: str, n: int) -> float:
         total = 0.0
-        for kernel, w in zip(kernels, weights):
+        for kernel, w in zip(kernels[kind], weights):
             x = torch.randn(n, w.shape[1], dtype=w.dtype)
             flush.add_(1.0)
             start = time.perf_counter()
@@ -123,12 +125,11 @@ def measure_int8(model: torch.nn.Module, packed: bool, repeats: int = PROBE_REPE
     probe = {"float": {}, "int8": {}}
     with torch.inference_mode():
         for n in INT8_ROWS:
-            runs = {"int8": [], **{i: [] for i in range(len(float_kernels[0]))}}
+            runs = {kind: [] for kind in kernels}
             for _ in range(repeats + 1):  # the first pass warms the kernels up
-                for i in range(len(float_kernels[0])):
-                    runs[i].append(cold_us([k[i] for k in float_kernels], n))
-                runs["int8"].append(cold_us(int8_kernels, n))
-            medians = {k: sorted(v[1:])[len(v[1:]) // 2] for k, v in runs.items()}
+                for kind in kernels:
+                    runs[kind].append(cold_us(kind, n))
+            medians = {kind: sorted(times[1:])[len(times[1:]) // 2] for kind, times in runs.items()}
             probe["int8"][str(n)] = round(medians.pop("int8"), 1)
             probe["float"][str(n)] = round(min(medians.values()), 1)
     return probe
