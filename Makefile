@@ -63,13 +63,16 @@ bench-theta:
 bench-figures:
 	$(PY) scripts/bench_figures.py --methods results/bench/methods_t0 results/bench/methods_t1 --theta $(THETA_OUT) --out results/bench/figures
 
-# Rebuild the shipped SpS draft for the embedded model (v3, its card says how): the target's own
+# Rebuild the shipped SpS draft for the embedded model (v4, its card says how): the target's own
 # layers 0 and 1 and final norm, with its own 6,144-token output vocabulary (the target's rows) and
-# the target's input embedding, trained 6,000 steps on every target answer of the corpus; about 80
-# minutes on 2 cores, resumable (re-run to continue if the time limit stopped it).
+# the target's input embedding, trained 6,000 steps on every target answer of the corpus (v3), then
+# 1,200 more at a lower rate (v4); about 100 minutes on 2 cores, resumable (re-run to continue if a
+# time limit stopped it).
 sps-draft: install
 	$(PY) -m specbench.train.sps_draft train --data $(CORPUS) --out runs/sps-v3 --from-target 0,1 --draft-vocab 6144 --sharegpt-answers 0 --steps 6000 --lr 1e-3 --checkpoint-every 500 --minutes 90
-	cp runs/sps-v3/config.json runs/sps-v3/model.safetensors runs/sps-v3/training.json runs/sps-v3/curve.jsonl runs/sps-v3/curve.png specbench/weights/smollm2-135m-sps-draft/
+	@$(PY) -c "import json, sys; r = json.load(open('runs/sps-v3/training.json')); sys.exit(0 if r['steps'] >= r['schedule_steps'] else f\"runs/sps-v3 stopped at step {r['steps']} of {r['schedule_steps']}: run make sps-draft again to finish it before v4 starts from it\")"
+	$(PY) -m specbench.train.sps_draft train --data $(CORPUS) --out runs/sps-v4 --init runs/sps-v3 --sharegpt-answers 0 --steps 1200 --lr 3e-4 --checkpoint-every 200 --minutes 30
+	cp runs/sps-v4/config.json runs/sps-v4/model.safetensors runs/sps-v4/training.json runs/sps-v4/curve.jsonl runs/sps-v4/curve.png specbench/weights/smollm2-135m-sps-draft/
 
 # Choose the SpS draft's shape on this machine: cuts of the target (its layers 0 / 0-1 / 0-2 under
 # their own output vocabularies; fresh shapes such as 4x192 can join), each trained 300 steps on

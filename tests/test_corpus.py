@@ -47,7 +47,11 @@ def test_no_evaluation_prompt_is_in_the_training_prompts():
     assert len(code) > 3000 and not any(index.overlaps(p) for p in code)
     math = training_prompts(index, seed=0, source="math-word-problems")
     assert len(math) > 19000 and not any(index.overlaps(p) for p in math)
-    allowed = {prompt_key(p) for p in prompts + code + math}
+    functions = training_prompts(index, seed=0, source="function-problems")
+    assert len(functions) > 11000 and not any(index.overlaps(p) for p in functions)
+    requests = training_prompts(index, seed=0, source="chat-requests")
+    assert len(requests) > 9000 and not any(index.overlaps(p) for p in requests)
+    allowed = {prompt_key(p) for p in prompts + code + math + functions + requests}
     assert all(set(keys_of(pack)) <= allowed for pack in packs)
 
 
@@ -66,6 +70,42 @@ def test_math_prompts_are_seeded_word_problems_asked_as_gsm8k_asks():
     bodies = [p.removeprefix(GSM8K_INSTRUCTION) for p in problems]
     assert len({b.split("?")[0][-12:] for b in bodies[: len(TEMPLATES)]}) == len(TEMPLATES)
     assert all(not re.search(r"\d\.\d", b.replace("1.5 times", "")) for b in bodies)
+
+
+def test_function_problems_are_seeded_stubs_whose_examples_their_reference_solutions_pass():
+    """Every machine makes the same stubs, every task is used, each asks as HumanEval does, is
+    valid Python, and its docstring examples are what the reference solution returns."""
+    import ast
+    import doctest
+    import random
+
+    from specbench.data.benchmarks import HUMANEVAL_INSTRUCTION
+    from specbench.train.function_prompts import TASKS, function_problems, problem
+
+    stubs = list(function_problems(count=2 * len(TASKS)))
+    assert stubs == list(function_problems(count=2 * len(TASKS)))
+    assert stubs != list(function_problems(count=2 * len(TASKS), seed=1))
+    assert all(s.startswith(HUMANEVAL_INSTRUCTION + "\n\n") for s in stubs)
+    r = random.Random(3)
+    for task in TASKS:
+        stub = problem(task, r)
+        function = ast.parse(stub).body[-1]
+        assert isinstance(function, ast.FunctionDef) and function.name in task.names
+        runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+        test = doctest.DocTestParser().get_doctest(ast.get_docstring(function), {function.name: task.solve}, function.name, None, 0)
+        assert test.examples and runner.run(test).failed == 0, stub
+
+
+def test_chat_requests_are_seeded_and_use_every_template():
+    """Every machine makes the same requests (a pack finds its prompts by key); each template
+    gives a filled-in request of its own."""
+    from specbench.train.chat_prompts import TEMPLATES, chat_requests
+
+    requests = list(chat_requests(count=2 * len(TEMPLATES)))
+    assert requests == list(chat_requests(count=2 * len(TEMPLATES)))
+    assert requests != list(chat_requests(count=2 * len(TEMPLATES), seed=1))
+    assert len(set(requests[: len(TEMPLATES)])) == len(TEMPLATES)
+    assert all(len(q.split()) >= 8 and "{" not in q for q in requests)
 
 
 def test_code_prompts_are_documented_public_functions_cut_after_their_docstring(tmp_path):

@@ -5,7 +5,10 @@ Prompts come from a source (--source, each asked as a single-turn chat): `shareg
 human turn of the ShareGPT conversations the pip package ships; `python-stdlib`,
 HumanEval-style completion requests for the documented functions of the standard library
 (specbench/train/code_prompts.py); `math-word-problems`, grade-school problems made from
-templates and asked as GSM8K asks (specbench/train/math_prompts.py). They are deduplicated by normalized text, minus any
+templates and asked as GSM8K asks (specbench/train/math_prompts.py); `function-problems`,
+short programming exercises made from task templates and asked as HumanEval asks
+(specbench/train/function_prompts.py); `chat-requests`, writing, role-play, reasoning,
+extraction and explanation requests made from templates (specbench/train/chat_prompts.py). They are deduplicated by normalized text, minus any
 prompt that shares a 13-word span with (or equals) a prompt of an evaluation set:
 MT-Bench, HumanEval, GSM8K test and the question files in ../shared/data. Answers are
 generated in shards, one JSONL file per (source, shard, temperature), appended and flushed
@@ -37,7 +40,9 @@ from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
 from specbench.run import chat_prompt, read_records
+from specbench.train.chat_prompts import chat_requests
 from specbench.train.code_prompts import stdlib_prompts
+from specbench.train.function_prompts import function_problems
 from specbench.train.math_prompts import word_problems
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
@@ -54,7 +59,13 @@ def sharegpt_turns() -> Iterator[str]:
                 yield (turn.get("value") or "").strip()
 
 
-SOURCES: dict[str, Callable[[], Iterable[str]]] = {"sharegpt": sharegpt_turns, "python-stdlib": stdlib_prompts, "math-word-problems": word_problems}
+SOURCES: dict[str, Callable[[], Iterable[str]]] = {
+    "sharegpt": sharegpt_turns,
+    "python-stdlib": stdlib_prompts,
+    "math-word-problems": word_problems,
+    "function-problems": function_problems,
+    "chat-requests": chat_requests,
+}
 # the committed packs of a checkout: a fresh machine resuming a pass skips what they hold
 COMMITTED_PACKS = Path(__file__).resolve().parents[2] / "corpus" / "smollm2-135m"
 
