@@ -14,13 +14,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
+from specbench.train.math_prompts import NAMES as WORD_PROBLEM_NAMES
+
 REQUESTS = 20_000
 SEED = 0
 
-NAMES = (
-    "Aisha Ben Carmen Diego Elena Farid Grace Hiro Ines Jamal Kira Liam Maya Noah Olga Pedro Quinn Rosa "
-    "Sami Tara Uma Victor Wendy Xavier Yara Zane"
-).split()
+NAMES = WORD_PROBLEM_NAMES[:26]  # the word problems' first 26 names: the committed packs' prompts were drawn from these
 TOPICS = (
     "remote work", "urban gardening", "electric cars", "learning a second language", "public libraries",
     "volunteering", "social media and teenagers", "four-day work weeks", "recycling plastics", "space tourism",
@@ -51,7 +50,7 @@ PROFESSIONS = (
     "interior designer", "nutritionist", "software architect", "marriage counselor", "real estate agent",
     "startup mentor", "history teacher", "gardening expert", "veterinarian",
 )
-PROBLEMS = (
+CLIENT_PROBLEMS = (
     "I keep putting off important tasks until the last minute.", "I want to switch careers but I am afraid.",
     "My neighbour plays loud music every night.", "I have a job interview tomorrow and feel nervous.",
     "I cannot decide whether to rent or buy a home.", "My team at work does not communicate well.",
@@ -139,7 +138,7 @@ def _roleplay(r: random.Random) -> str:
 
 
 def _advisor(r: random.Random) -> str:
-    return f"Act as an experienced {r.choice(PROFESSIONS)}. A client tells you: \"{r.choice(PROBLEMS)}\" What would you advise, step by step?"
+    return f"Act as an experienced {r.choice(PROFESSIONS)}. A client tells you: \"{r.choice(CLIENT_PROBLEMS)}\" What would you advise, step by step?"
 
 
 def _ordering_puzzle(r: random.Random) -> str:
