@@ -487,6 +487,9 @@ def test_dtype_and_shape_are_chosen_together_by_throughput():
     assert native["dtype"] == "bfloat16" and native["chosen"] == {"gamma": 2} and native["predicted_gain"] == pytest.approx(1.6)
     fp32_wins = autotune.choose_dtype({"float32": zen3_rows([450.0, 800.0, 900.0], 1000.0), "bfloat16": bf16_never}, options, autotune.MIN_GAIN)
     assert fp32_wins["dtype"] == "float32" and fp32_wins["chosen"] == {"gamma": 1} and fp32_wins["predicted_gain"] == pytest.approx(600 / 450, abs=1e-3)
+    # at the threshold the rule reads the gain the record shows: 1.0502x is shown as 1.05, not more than 5% faster
+    edge = autotune.choose_dtype({"bfloat16": zen3_rows([600.0 / 1.0502, 700.0, 1400.0], ar_ms=600.0)}, options, autotune.MIN_GAIN)
+    assert edge["chosen"] == autotune.DRAFTING_OFF and edge["best_gain"] == {"bfloat16": 1.05}
 
 
 def test_a_calibration_is_priced_again_under_another_profile(target, draft, prompts, tmp_path):

@@ -221,11 +221,12 @@ def choose_dtype(priced: dict[str, list[dict]], options: list[dict], min_gain: f
         "best_gain": {d: round(max(g for (o, _), g in gains.items() if o == d), 3) for d in dtypes},
         "ar_ms": {d: round(ms, 2) for d, ms in ar_ms.items()},
     }
-    if gains[dtype, best] <= 1.0 + min_gain:
+    gain = round(gains[dtype, best], 3)  # the rule compares the number the record shows
+    if gain <= 1.0 + min_gain:
         return decided | {"dtype": ar_dtype, "chosen": DRAFTING_OFF, "predicted_gain": 1.0,
                           "note": f"no shape in any dtype is predicted more than {min_gain:.0%} faster than AR in {ar_dtype} "
-                                  f"(best {gains[dtype, best]:.2f}x: {priced[dtype][best]['tree']} in {dtype}); decoding without drafting in {ar_dtype}"}
-    return decided | {"dtype": dtype, "chosen": options[best], "predicted_gain": round(gains[dtype, best], 3)}
+                                  f"(best {gain:.2f}x: {priced[dtype][best]['tree']} in {dtype}); decoding without drafting in {ar_dtype}"}
+    return decided | {"dtype": dtype, "chosen": options[best], "predicted_gain": gain}
 
 
 def overhead_line(candidates: list[dict]) -> dict:
