@@ -78,6 +78,8 @@ def test_curve_interpolates_context_and_extrapolates_n():
     assert curve.at(100, 5) == 5.0  # past max_n along the last slope
     falling = Curve(contexts=[100], max_n=2, ms=[[3.0, 2.0]], spread=[[0, 0]])
     assert falling.at(100, 9) == 2.0  # never cheaper than the last measured point
+    bumpy = Curve(contexts=[100], max_n=8, ms=[[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 7.0]], spread=[[0] * 8])
+    assert bumpy.at(100, 12) == 10.0  # along the secant from n 4 to 8, not flat after one noisy point
     assert context_grid(300) == [128, 512] and context_grid(512) == [128, 512] and context_grid(40) == [128]
 
 
@@ -223,12 +225,15 @@ def test_predicted_speedup_from_counters():
     run = {"prompt_tokens": [50], "turn_ids": [list(range(10))], "accept_lengths": [3, 2, 4],
            "tree_widths": [[1, 1, 1]] * 3, "step_draft_forwards": [3] * 3, "seconds": 1.0, "prefill_seconds": 0.1}
     flat = predict_mod.predict([run], synthetic_profile(0.0), None)
-    assert flat["predicted_speedup"] == pytest.approx(9 / 3)  # AR: 9 steps of 10 ms; method: 3
+    assert flat["predicted_decode_speedup"] == pytest.approx(9 / 3)  # AR: 9 steps of 10 ms; method: 3
+    # the 50-token prefill (10 ms here) is in both, as the measured speedup counts it
+    assert flat["predicted_prefill_seconds"] == pytest.approx(0.010) and flat["predicted_speedup"] == pytest.approx(100 / 40)
     costly = predict_mod.predict([run], synthetic_profile(10.0, drafter_ms=2.0), "d")
-    assert costly["predicted_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2)))
+    assert costly["predicted_decode_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2)))
+    assert costly["predicted_prefill_seconds"] == pytest.approx(0.500) and costly["predicted_speedup"] == pytest.approx(590 / 638)
     # tree work calibrated at 2 ms + 1 ms a node: 6 ms more on each 4-node step
     with_tree = predict_mod.predict([run], synthetic_profile(10.0, drafter_ms=2.0), "d", {"ms": 2.0, "ms_per_node": 1.0})
-    assert with_tree["predicted_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2 + 6)))
+    assert with_tree["predicted_decode_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2 + 6)))
     assert with_tree["tree_overhead_ms_per_step"] == pytest.approx(6.0) and costly["tree_overhead_ms_per_step"] is None
 
 
@@ -320,7 +325,8 @@ def test_batched_prediction_prices_the_rows_still_decoding():
     context 15), step 1 only row a (4 rows). Target: alone 10 + (n - 1) ms; for two rows
     15 + 2 (n - 1) ms at context 0, 30 ms more at context 30. Drafting: 1 ms alone, 1.5 for two.
     Method: (38 + 2 x 1.5) + (13 + 3 x 1) = 57 ms. AR, one token per step: rows a and b together
-    at contexts 15, 16, 17 (30 + 31 + 32), then row a alone 3 x 10: 123 ms."""
+    at contexts 15, 16, 17 (30 + 31 + 32), then row a alone 3 x 10: 123 ms. Both prefill the
+    two prompts together, 20 tokens wide at context 0: 15 + 2 x 19 = 53 ms."""
     profile = synthetic_profile(per_token=1.0, drafter_ms=1.0)
     pair = [[15.0 + 2 * (n - 1) for n in range(1, 65)], [45.0 + 2 * (n - 1) for n in range(1, 65)]]
     profile.target_batches = {"2": Curve(contexts=[0, 30], max_n=64, ms=pair, spread=[[0.0] * 64] * 2)}
@@ -331,7 +337,8 @@ def test_batched_prediction_prices_the_rows_still_decoding():
     row_b = {**common, "prompt_tokens": [20], "turn_ids": [list(range(4))], "accept_lengths": [3],
              "tree_widths": [[2, 2]], "step_draft_forwards": [2], "seconds": 0.4}
     forecast = predict_mod.predict([row_a, row_b], profile, "d")
-    assert forecast["steps"] == 2 and forecast["predicted_speedup"] == pytest.approx(123 / 57)
+    assert forecast["steps"] == 2 and forecast["predicted_decode_speedup"] == pytest.approx(123 / 57)
+    assert forecast["predicted_speedup"] == pytest.approx((123 + 53) / (57 + 53))
     assert forecast["measured_decode_seconds"] == pytest.approx(1.0)  # the batch's time, once
 
 

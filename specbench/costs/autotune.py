@@ -197,10 +197,11 @@ def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dic
 
 def priced(runs: list[dict], profile: CostProfile, drafter: str | None, line: dict) -> dict:
     """AR's and the method's predicted decode times of calibration `runs` under `profile`,
-    the tree work of each step on `line`, and their ratio."""
+    the tree work of each step on `line`, and their ratio (prefill left out: it is the same
+    for every shape, and its share depends on the run's answer length, not the calibration's)."""
     forecast = predict(runs, profile, drafter, line)
     method_ms = forecast["predicted_decode_seconds"] * 1000
-    ar_ms = forecast["predicted_speedup"] * method_ms
+    ar_ms = forecast["predicted_ar_decode_seconds"] * 1000
     return {"predicted_speedup": round(ar_ms / method_ms, 3), "ar_ms": round(ar_ms, 2), "method_ms": round(method_ms, 2)}
 
 

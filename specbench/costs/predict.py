@@ -7,9 +7,11 @@ context c_s, the widest row's tree n_s (rows pad to it) and d_s draft forwards o
     method ms = sum_s f_T(B_s, c_s, n_s) + d_s * f_D(B_s, c_s, (n_s - 1) / d_s) + overhead + commit + tree(n_s)
     AR ms     = sum over AR's steps on the same rows and tokens of f_T(B, c, 1) + overhead
 
-so predicted speedup = AR ms / method ms (throughput at the same batch size); at batch
-size 1 with constant context this is TALON's tau * f_T(1) / (mean f_T(n) + delta * f_D +
-overhead). Prefill is left out of both (it is the same forward for both). tree(n) is
+so the predicted decode speedup is AR ms / method ms (throughput at the same batch size);
+at batch size 1 with constant context this is TALON's tau * f_T(1) / (mean f_T(n) + delta *
+f_D + overhead). The predicted speedup adds each turn's prefill, f_T(B, 0, prompt tokens),
+to both, as the measured one counts it (on 128-token answers it was 3-6% of AR's time on
+AMD EPYC Zen 5, and left out, every prediction read that much high). tree(n) is
 the per-step work of building and checking a tree beyond AR's step (a plane in the rows'
 mean tree size and the step's draft forwards, calibrated on other prompts: autotune.overhead_line). What the measured
 decode time holds beyond the predicted forwards is the engine's own overhead.
@@ -46,7 +48,7 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
     the profiled forwards do not explain. `tree_overhead` ({"ms", "ms_per_node", "ms_per_draft"}) prices
     each drafting step's tree work; without it that work is left out."""
     priced_drafts = drafter is not None and profile.draft_ms(drafter, 1, 0, 1) is not None
-    method_ms = ar_ms = forward_ms = decode_ms = tree_ms = verify_ms = measured_verify_ms = 0.0
+    method_ms = ar_ms = prefill_ms = forward_ms = decode_ms = tree_ms = verify_ms = measured_verify_ms = 0.0
     steps = 0
     drafted = False
     for batch in ([runs[i] for i in group] for group in batch_groups(runs)):
@@ -67,6 +69,7 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
                 method_ms += verify + draft + tree + profile.step_overhead(width) + (profile.commit_ms if n > 1 else 0.0)
                 steps += 1
             ar_ms += ar_turn_ms([(r["prompt_tokens"][turn], len(r["turn_ids"][turn])) for r, _ in rows], profile)
+            prefill_ms += profile.target_ms(len(rows), 0, max(r["prompt_tokens"][turn] for r, _ in rows))
         # every row holds the batch's time over all turns, but only its own turns' prefills:
         # the row with the most turns was in every prefill
         decode_ms += min((r.get("batch_seconds", r["seconds"]) - r.get("prefill_seconds", 0.0)) * 1000 for r in batch)
@@ -77,8 +80,11 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
     if not method_ms:
         return {}
     result = {
-        "predicted_speedup": ar_ms / method_ms,
+        "predicted_speedup": (ar_ms + prefill_ms) / (method_ms + prefill_ms),
+        "predicted_decode_speedup": ar_ms / method_ms,
         "predicted_decode_seconds": method_ms / 1000,
+        "predicted_ar_decode_seconds": ar_ms / 1000,
+        "predicted_prefill_seconds": prefill_ms / 1000,
         "measured_decode_seconds": decode_ms / 1000,
         "predicted_verify_seconds": verify_ms / 1000,
         # the verification forwards as timed in the decode (None for records that did not time them)

@@ -45,8 +45,9 @@ class Curve:
 
     def at(self, context: float, n: int) -> float:
         """Linear in context between grid points (clamped to the grid); n is clamped to
-        [1, max_n] and extrapolated linearly past max_n from the last two points (flat
-        if they fall). Tree policies call this a hundred times a step (CAST), so it reads
+        [1, max_n] and extrapolated linearly past max_n along the secant over the upper half
+        of the measured n (flat if it falls): prefills reach hundreds of tokens, and the last
+        two points alone are noise (AMD EPYC Zen 5, bf16: n 63 cost more than n 64). Tree policies call this a hundred times a step (CAST), so it reads
         only the two bracketing rows."""
         n = max(int(round(n)), 1)
         i = bisect_left(self.contexts, context)
@@ -65,7 +66,10 @@ class Curve:
         if j < len(ns):
             (n0, n1), (r0, r1) = (ns[j - 1], ns[j]), (row[j - 1], row[j])
             return r0 + (r1 - r0) * (n - n0) / (n1 - n0)
-        slope = max((row[-1] - row[-2]) / (ns[-1] - ns[-2]), 0.0) if len(ns) >= 2 else 0.0  # never cheaper past the data
+        if len(ns) < 2:
+            return row[-1]
+        half = min(bisect_left(ns, ns[-1] / 2), len(ns) - 2)
+        slope = max((row[-1] - row[half]) / (ns[-1] - ns[half]), 0.0)  # never cheaper past the data
         return row[-1] + slope * (n - ns[-1])
 
 

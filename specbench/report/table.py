@@ -43,8 +43,9 @@ def print_summary(summary: dict) -> None:
     elif model:
         measured = f"measured {_fmt(summary.get('speedup'))}x, " if summary.get("speedup") is not None else ""
         console.print(
-            f"cost model ({model['profile']['dtype']} profile of this machine): predicted {_fmt(model['predicted_speedup'])}x, "
-            f"{measured}engine overhead {_fmt(100 * (model.get('engine_overhead_share') or 0), 0)}% of decode time"
+            f"cost model ({model['profile']['dtype']} profile of this machine): predicted {_fmt(model['predicted_speedup'])}x"
+            + (f" (decoding alone {_fmt(model['predicted_decode_speedup'])}x; prefill is in both)" if "predicted_decode_speedup" in model else "")
+            + f", {measured}engine overhead {_fmt(100 * (model.get('engine_overhead_share') or 0), 0)}% of decode time"
             + (f" (tree building {_fmt(model['tree_overhead_ms_per_step'])} ms a step, timed on calibration prompts, is in the prediction)"
                if model.get("tree_overhead_ms_per_step") is not None else "")
         )
