@@ -47,8 +47,9 @@ class Curve:
         """Linear in context between grid points (clamped to the grid); n is clamped to
         [1, max_n] and extrapolated linearly past max_n along the secant over the upper half
         of the measured n (flat if it falls): prefills reach hundreds of tokens, and the last
-        two points alone are noise (AMD EPYC Zen 5, bf16: n 63 cost more than n 64). Tree policies call this a hundred times a step (CAST), so it reads
-        only the two bracketing rows."""
+        two points alone are noise (AMD EPYC Zen 5, bf16: n 63 cost more than n 64). Tree
+        policies call this a hundred times a step (CAST), so it reads only the two
+        bracketing rows."""
         n = max(int(round(n)), 1)
         i = bisect_left(self.contexts, context)
         if i == 0 or len(self.contexts) == 1:
