@@ -29,7 +29,8 @@ from bench_vs_transformers import prompt_config, prompt_parser
 
 def compare_dtypes(cfg: dict, max_new_tokens: int, log=print) -> dict:
     """{dtype: tok/s} of plain AR for each candidate dtype, plus "identical" (prompts whose
-    ids agree across dtypes) and "prompts"."""
+    ids agree across dtypes), "prompts" and "forwards" (each dtype's forward as a run would
+    choose it, e.g. fp32 on fp16 weights)."""
     hardware = dict(cfg["hardware"])
     torch.set_num_threads(hardware["threads"])
     lms, tokenizer, eos = {}, None, set()
@@ -50,7 +51,7 @@ def compare_dtypes(cfg: dict, max_new_tokens: int, log=print) -> dict:
             seconds[dtype] += out.seconds
         identical += len({tuple(out.ids) for out in outs.values()}) == 1
         log(f"prompt {i}: AR " + ", ".join(f"{d} {len(outs[d].ids) / outs[d].seconds:.1f}" for d in lms) + " tok/s")
-    return {**{d: tokens[d] / seconds[d] for d in lms}, "identical": identical, "prompts": len(prompts)}
+    return {**{d: tokens[d] / seconds[d] for d in lms}, "identical": identical, "prompts": len(prompts), "forwards": {d: lm.kind for d, lm in lms.items()}}
 
 
 def main(argv: list[str]) -> None:

@@ -100,6 +100,7 @@ def test_hash_changes_with_what_changes_results():
     assert config_hash(base) != config_hash(composed("gen.temperature=1.0"))
     assert config_hash(base) != config_hash(composed("method=pld"))
     assert config_hash(base) != config_hash(composed("engine.int8_drafts=off"))  # same ids, other speed: not a resume
+    assert config_hash(base) != config_hash(composed("engine.fp16_weights=off"))  # other numbers where auto rounds weights
     assert config_hash(base) == config_hash(composed("output_root=elsewhere"))
     # the model's drafter entries the method does not use are not part of the run
     assert config_hash(base) == config_hash(composed("model.eagle=null", "model.medusa.path=/x"))

@@ -544,20 +544,44 @@ def test_the_loop_times_its_verification_forwards(target, draft, prompts):
 def test_a_slow_spell_of_the_machine_does_not_price_a_point(monkeypatch):
     """8 points of 1 ms each, 5 timed passes after a warm-up; for 6 calls in a row the
     machine runs 5x slower. Timed back to back, one point's repeats would all fall in the
-    spell; in shuffled passes each point gets at most two slow timings, so every median is 1 ms."""
+    spell; in shuffled passes each point gets at most two slow timings, so every median is
+    1 ms, and the points the spell hit are timed 10 more times (they spread past NOISY_SPREAD)."""
     from specbench.costs import profile as profile_mod
 
     clock = {"now": 0.0, "calls": 0}
+    calls = {n: 0 for n in range(8)}
 
-    def call():
+    def call(n):
+        calls[n] += 1
         clock["calls"] += 1
         clock["now"] += 0.005 if 20 <= clock["calls"] < 26 else 0.001
 
     monkeypatch.setattr(profile_mod.time, "perf_counter", lambda: clock["now"])
-    timings = profile_mod.interleaved({n: (call, None) for n in range(8)}, repeats=5)
-    assert clock["calls"] == 8 * 6
+    timings = profile_mod.interleaved({n: (lambda n=n: call(n), None) for n in range(8)}, repeats=5)
     assert all(mid == pytest.approx(1.0) for mid, _ in timings.values())
     assert max(spread for _, spread in timings.values()) == pytest.approx(4.0)  # the spell shows in the spread
+    hit = {n for n, (_, spread) in timings.items() if spread > 0}
+    assert 3 <= len(hit) <= 6 and all(calls[n] == (16 if n in hit else 6) for n in range(8))
+
+
+def test_a_point_timed_mostly_in_a_fast_spell_is_timed_again(monkeypatch):
+    """Three timings, two of them in a spell where the machine ran 20% fast (a profile
+    priced a two-token bf16 forward 20% under what decoding then took): the median of three
+    is the fast one; the point spreads past NOISY_SPREAD, is timed 6 more times, and its
+    median is the machine's usual time. A steady point is timed 3 times only."""
+    from specbench.costs import profile as profile_mod
+
+    clock = {"now": 0.0}
+    durations = {"steady": iter([1.0] * 20), "noisy": iter([1.0, 0.8, 0.8] + [1.0] * 20)}
+
+    def call(name):
+        clock["now"] += next(durations[name]) / 1000
+
+    monkeypatch.setattr(profile_mod.time, "perf_counter", lambda: clock["now"])
+    timings = profile_mod.interleaved({name: (lambda name=name: call(name), None) for name in durations}, repeats=3)
+    assert timings["noisy"][0] == pytest.approx(1.0) and timings["steady"][0] == pytest.approx(1.0)
+    assert timings["steady"][1] == pytest.approx(0.0, abs=1e-9)
+    assert len(list(durations["steady"])) == 20 - 4 and len(list(durations["noisy"])) == 23 - 10
 
 
 def test_calibration_prompts_are_english_chat(monkeypatch):

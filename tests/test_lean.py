@@ -355,3 +355,85 @@ def test_a_dtype_this_cpu_cannot_pack_is_never_packed(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="engine.compile: oneDNN cannot pack bfloat16"):
         compile_rule.resolve("packed", llama, "tiny", cpu, tmp_path)
     assert compile_rule.resolve("packed", tiny_llama(3), "tiny", cpu, tmp_path)[0] == Compiled(packed_from=1)
+
+
+def fp16_rounded(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy whose linear layers (the output layer too, untied) hold their weights
+    rounded to fp16 and back: what Compiled(fp16_weights=True) computes with."""
+    rounded = copy.deepcopy(model)
+    for module in rounded.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight = torch.nn.Parameter(module.weight.detach().half().float().clone())
+    return rounded
+
+
+def test_fp16_weights_compute_the_model_forward_on_fp16_rounded_weights(target):
+    """Projections and output layer on FBGEMM's fp16 weights with fp32 activations: the
+    model's own forward over fp16-rounded linear weights (embeddings and norms untouched),
+    over context, a tree and after a commit; the rounding changes the logits."""
+    ours, theirs, exact = LeanTreeLM(target, Compiled(fp16_weights=True)), TreeLM(fp16_rounded(target)), TreeLM(target)
+    assert ours.kind == "LeanTreeLM-fp16-weights" and ours.lm_head.fp16 is not None
+    prompt, tree = random_ids(30, 1), binary_tree(5, 12)
+    with torch.inference_mode():
+        for run in (lambda lm: lm.forward(contexts=[prompt]), lambda lm: lm.forward(trees=[tree], nodes=[range(len(tree))])):
+            got, want, unrounded = run(ours), run(theirs), run(exact)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            assert not torch.equal(got[0], unrounded[0])
+        for lm in (ours, theirs):
+            lm.commit([[0, 2, 5]])
+        torch.testing.assert_close(ours.forward(contexts=[[7, 8]]), theirs.forward(contexts=[[7, 8]]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+def test_fp16_weights_decode_the_ids_ar_gives_on_them(target, draft, prompts, tree, batch):
+    """Target and draft model on fp16 weights (as a run with them decodes): AR's ids on the
+    same forward, one prompt at a time, for every row of a batch."""
+    compiled = Compiled(fp16_weights=True)
+    lm = LeanTreeLM(target, compiled)
+    ar = [generate(lm, Method(Autoregressive(), StandardVerifier()), p, Sampling(), LIMITS).ids for p in prompts[:6]]
+    policy = Chain(4) if tree == "chain" else EagleDynamicTree(top_k=3, depth=3, total_tokens=10)
+    drafter = SmallLMDrafter(draft, VOCAB, "lean", compiled)
+    assert drafter.lm.compiled.fp16_weights and drafter.lm.int8_layers is None
+    method = Method(policy, StandardVerifier(), drafter)
+    drafted = []
+    for start in range(0, 6, batch):
+        drafted += [out.ids for out in generate_batch(lm, method, prompts[start : start + batch], Sampling(), LIMITS)]
+    assert drafted == ar
+
+
+def test_drafter_linears_on_fp16_weights():
+    """pack_linears with fp16 weights: every input size on the fp16-rounded weight, bias kept."""
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Linear(40, 16, bias=False))
+    half = pack_linears(copy.deepcopy(plain), Compiled(fp16_weights=True, packed_from=1))
+    with torch.inference_mode():
+        for x in (torch.randn(1, 1, 24), torch.randn(2, 5, 24)):
+            torch.testing.assert_close(half(x), fp16_rounded(plain)(x), rtol=1e-5, atol=1e-5)
+
+
+def test_fp16_weights_only_where_auto_dtype_leaves_numbers_to_the_tool_and_they_win(tmp_path):
+    """fp16 weights round the model, so engine.fp16_weights=auto applies only under
+    hardware.dtype=auto, and there only where its forward is at most the plain or packed
+    one at every probed size; on forces it; bad values and impossible cases get one line."""
+    assert compile_rule.fp16_mode({}, "auto") == "auto"
+    assert compile_rule.fp16_mode({}, "float32") == compile_rule.fp16_mode({"fp16_weights": "off"}, "auto") == "off"
+    assert compile_rule.fp16_mode({"fp16_weights": "on"}, "float32") == "on"
+    with pytest.raises(ConfigError, match="engine.fp16_weights: unknown 'yes'; choose one of auto, on, off"):
+        compile_rule.fp16_mode({"fp16_weights": "yes"}, "auto")
+    plain = {"1": 60.0, "2": 115.0, "4": 93.0, "8": 124.0, "16": 125.0, "64": 304.0}
+    packed = {"1": 55.0, "2": 105.0, "4": 73.0, "8": 107.0, "16": 120.0, "64": 268.0}
+    fp16 = {"1": 35.0, "2": 41.0, "4": 51.0, "8": 65.0, "16": 104.0, "64": 304.0}
+    assert compile_rule.fp16_wins({"plain": plain, "packed": packed, "fp16": fp16})  # slower at 64 (prefill) only
+    assert compile_rule.fp16_wins({"plain": plain, "fp16": {**fp16, "4": 93.0}})  # a tie with plain counts
+    assert not compile_rule.fp16_wins({"plain": plain, "packed": packed, "fp16": {**fp16, "16": 121.0}})
+    assert not compile_rule.fp16_wins({"plain": plain, "packed": packed})
+
+    llama, cpu = tiny_llama(3), {"device": "cpu", "forward": "auto"}
+    chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None, fp16="auto")
+    assert set(record["probe"]) == {"plain", "packed", "fp16"}
+    assert chosen.fp16_weights == compile_rule.fp16_wins(record["probe"])
+    assert not compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, fp16="off")[0].fp16_weights
+    assert compile_rule.resolve("off", llama, "tiny", cpu, tmp_path, fp16="on")[0] == Compiled(fp16_weights=True)
+    with pytest.raises(ConfigError, match="engine.fp16_weights: on needs the lean forward of a float32 model"):
+        compile_rule.resolve("auto", llama.to(torch.bfloat16), "tiny", cpu, tmp_path, fp16="on")

@@ -37,21 +37,23 @@ def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method
         return registry.load_model(model_cfg, dtype, hardware["device"])
 
     mode = (engine or {}).get("compile", "auto")
+    fp16 = compile_rule.fp16_mode(engine or {}, hardware.get("dtype"))
 
     def compile_choice(model):
-        return compile_rule.resolve(mode, model, model_cfg["name"], hardware, cache_root())[0]
+        return compile_rule.resolve(mode, model, model_cfg["name"], hardware, cache_root(), fp16=fp16)[0]
 
     sizes = dtype_rule.verified_sizes(method_cfg) if method_cfg is not None else dtype_rule.PROBE_SIZES
     return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh, sizes=sizes,
-                              compile_choice=compile_choice, compile_mode=mode)
+                              compile_choice=compile_choice, compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}")
 
 
 def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False) -> tuple[TreeLM, dict | None]:
     """(the target's KV-cached LM as hardware.forward and engine.compile ask, the probe
     behind an `auto` compile choice or None)."""
     engine = cfg.get("engine") or {}
+    requested_dtype = (cfg.get("hardware") or {}).get("dtype")
     compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, cfg["model"]["name"], hardware, cache_root(), refresh=refresh,
-                                            int8_mode=engine.get("int8_drafts", "auto"))
+                                            int8_mode=engine.get("int8_drafts", "auto"), fp16=compile_rule.fp16_mode(engine, requested_dtype))
     return make_lm(model, hardware.get("forward", "auto"), compiled), record
 
 

@@ -20,6 +20,12 @@ timing on this machine.
   smallest probed row count where int8 stops winning (`Compiled.int8_drafts_below`;
   `engine.int8_drafts=off` never); off elsewhere. Cached per model, dtype and device
   fingerprint.
+- fp16 weights (`engine.fp16_weights`; Compiled.fp16_weights): an fp32 model's linear
+  layers on FBGEMM's fp16-weight matmul. It rounds the weights, so `auto` considers it
+  only where hardware.dtype is `auto` (the run left the numbers to the tool, as it does
+  when auto picks bf16): timed with the probe above and used where it is at least as fast
+  as the plain or packed forward at every probed size up to 16 (`fp16_wins`); `on` uses it,
+  `off` never.
 """
 
 from __future__ import annotations
@@ -31,16 +37,18 @@ import torch
 
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
-from specbench.engine.lean import Compiled, int8_linear, make_lm, pack, packed_linear, packs, quantize_int8, supports
+from specbench.engine.lean import Compiled, has_fp16_weights, int8_linear, make_lm, pack, packed_linear, packs, quantize_int8, supports
 from specbench.errors import require
 
 MODES = ("auto", "packed", "torch", "off")
 PROBE_SIZES = (1, 2, 4, 8, 16, 64)
+FP16_SIZES = (1, 2, 4, 8, 16)  # decoding steps on a CPU: trees auto picks there verify at most 16 tokens
 PROBE_CONTEXT = 256
 PROBE_REPEATS = 5
 ATTENTION_BATCHES = (1, 8)
-PROBE_VERSION = 3  # 2: packed forwards pack the output layer too; 3: int8 drafter weights. Older records are re-measured
+PROBE_VERSION = 4  # 2: packed forwards pack the output layer too; 3: int8 drafter weights; 4: fp16 weights. Older records are re-measured
 INT8_MODES = ("auto", "off")
+FP16_MODES = ("auto", "on", "off")
 INT8_ROWS = (1, 2, 4, 8, 16, 32)
 CACHE_FLUSH_BYTES = 256 * 2**20  # written between timed calls: more than any CPU's last-level cache here
 
@@ -59,10 +67,11 @@ def packed_from(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PRO
     return chosen
 
 
-def measure(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS, packed: bool = True) -> dict[str, dict[str, float]]:
-    """Forward ms over n tree rows after PROBE_CONTEXT rows, plain and (where `packed`)
-    packed weights timed alternately at each n (so drift hits both alike)."""
+def measure(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS, packed: bool = True, fp16: bool = False) -> dict[str, dict[str, float]]:
+    """Forward ms over n tree rows after PROBE_CONTEXT rows, plain, (where `packed`)
+    packed and (where `fp16`) fp16 weights timed alternately at each n (so drift hits all alike)."""
     lms = {"plain": make_lm(model, forward)} | ({"packed": make_lm(model, forward, Compiled(packed_from=1))} if packed else {})
+    lms |= {"fp16": make_lm(model, forward, Compiled(fp16_weights=True))} if fp16 else {}
     context = torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist()
     probe = {name: {} for name in lms}
     with torch.inference_mode():
@@ -144,26 +153,50 @@ def int8_below(probe: dict[str, dict[str, float]], rows: tuple[int, ...] = INT8_
     return 2 * rows[-1]
 
 
+def fp16_wins(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = FP16_SIZES) -> bool:
+    """fp16 weights: at most the plain (or packed) forward's time at every probed size in
+    `sizes`. They hold the same weights at every size (AR and verification must compute
+    alike), so unlike packing they cannot be switched on from some n; wider forwards are
+    prefill, a few percent of a run's time (AMD EPYC Zen 3, AVX2: fp16 35 / 51 / 104 ms at
+    n = 1 / 4 / 16 against packed fp32's 55 / 98 / 134, and 304 against 268 at n = 64)."""
+    if "fp16" not in probe:
+        return False
+    return all(probe["fp16"][str(n)] <= min(probe[kind][str(n)] for kind in ("plain", "packed") if kind in probe) for n in sizes)
+
+
+def fp16_mode(engine: dict, requested_dtype: str | None) -> str:
+    """engine.fp16_weights as it applies to a run that asked for `requested_dtype`
+    (hardware.dtype before `auto` is resolved): `auto` rounds weights only for auto."""
+    mode = engine.get("fp16_weights", "auto")
+    require(mode in FP16_MODES, "engine.fp16_weights", f"unknown {mode!r}; choose one of {', '.join(FP16_MODES)}")
+    return mode if mode != "auto" or requested_dtype == "auto" else "off"
+
+
 def float_attention_wins(probe: dict[str, dict[str, float]]) -> bool:
     """fp32 attention for one-token forwards: faster at every probed batch size."""
     return all(probe["float32"][b] < probe["model dtype"][b] for b in probe["model dtype"])
 
 
 def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, cache: Path, log=print, refresh: bool = False,
-            int8_mode: str = "auto") -> tuple[Compiled, dict | None]:
+            int8_mode: str = "auto", fp16: str = "off") -> tuple[Compiled, dict | None]:
     """(how to run the lean forward, the probe behind an `auto` choice or None); `int8_mode`
-    is engine.int8_drafts."""
+    is engine.int8_drafts, `fp16` engine.fp16_weights as it applies (fp16_mode)."""
     require(mode in MODES, "engine.compile", f"unknown {mode!r}; choose one of {', '.join(MODES)}")
     require(int8_mode in INT8_MODES, "engine.int8_drafts", f"unknown {int8_mode!r}; choose one of {', '.join(INT8_MODES)}")
     lean = hardware.get("forward", "auto") != "hf" and supports(model)
     device = hardware.get("device", "cpu")
+    weight_dtype = next(model.parameters()).dtype
+    fp16_possible = lean and device == "cpu" and weight_dtype == torch.float32 and has_fp16_weights()
+    if fp16 == "on":
+        require(fp16_possible, "engine.fp16_weights", "on needs the lean forward of a float32 model on a CPU whose torch has FBGEMM "
+                                                       f"(here: {device}, {str(weight_dtype).removeprefix('torch.')}); use auto or off")
+        return Compiled(fp16_weights=True), None
     if mode == "off" or not lean:
         require(mode in ("off", "auto"), "engine.compile", f"{mode} needs the lean forward (hardware.forward auto or lean on a Llama-architecture model)")
         return Compiled(), None
     if mode == "torch":
         return Compiled(torch=True), None
     on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
-    weight_dtype = next(model.parameters()).dtype
     dtype = str(weight_dtype).removeprefix("torch.")
     if mode == "packed":
         require(on_cpu, "engine.compile", f"packed weights are oneDNN's CPU layout; hardware.device is {device!r} (use auto, torch or off)")
@@ -177,9 +210,11 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     def timed_probe() -> dict:
         log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU (once; cached in {path})")
         forward = hardware.get("forward", "auto")
-        record = {"version": PROBE_VERSION, "dtype": dtype, "context": PROBE_CONTEXT, "probe": measure(model, forward, packed=packs(weight_dtype)),
+        record = {"version": PROBE_VERSION, "dtype": dtype, "context": PROBE_CONTEXT,
+                  "probe": measure(model, forward, packed=packs(weight_dtype), fp16=fp16_possible),
                   "rule": "packed weights from the smallest n where they are faster at every larger n; "
-                          "fp32 attention for one-token forwards where it is faster at every probed batch size"}
+                          "fp32 attention for one-token forwards where it is faster at every probed batch size; "
+                          "fp16 weights (where hardware.dtype=auto) where they are at least as fast as plain or packed at every probed size up to 16"}
         if dtype != "float32":
             record["attention"] = measure_attention(model, forward)
         record["int8"] = measure_int8(model, packs(weight_dtype))
@@ -189,11 +224,14 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     if record.get("version") != PROBE_VERSION:
         record, seconds = cached_probe(path, fingerprint, timed_probe, refresh=True)
     probe = record["probe"]
-    chosen = Compiled(packed_from=packed_from(probe), float_attention="attention" in record and float_attention_wins(record["attention"]),
-                      int8_drafts_below=int8_below(record["int8"]) if int8_mode == "auto" else 0)
+    if fp16 == "auto" and fp16_wins(probe):
+        chosen = Compiled(fp16_weights=True)
+    else:
+        chosen = Compiled(packed_from=packed_from(probe), float_attention="attention" in record and float_attention_wins(record["attention"]),
+                          int8_drafts_below=int8_below(record["int8"]) if int8_mode == "auto" else 0)
     if seconds is not None:
-        shown = ", ".join(f"n={n}: {probe['plain'][str(n)]:.1f} / {probe['packed'][str(n)]:.1f} ms" if "packed" in probe
-                          else f"n={n}: {probe['plain'][str(n)]:.1f} / - ms" for n in PROBE_SIZES)
+        kinds = [kind for kind in ("plain", "packed", "fp16") if kind in probe]
+        shown = ", ".join(f"n={n}: " + " / ".join(f"{probe[kind][str(n)]:.1f}" for kind in kinds) + " ms" for n in PROBE_SIZES)
         if "attention" in record:
             attention = record["attention"]
             shown += "; one token, " + dtype + " / fp32 attention: " + ", ".join(
@@ -201,5 +239,5 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
         int8 = record["int8"]
         shown += "; drafter projections after a cache flush, float / int8: " + ", ".join(
             f"n={n}: {int8['float'][str(n)]:.0f} / {int8['int8'][str(n)]:.0f} us" for n in INT8_ROWS)
-        log(f"  {chosen} (plain / packed: {shown}; {seconds:.0f} s)")
+        log(f"  {chosen} ({' / '.join(kinds)}: {shown}; {seconds:.0f} s)")
     return chosen, record
