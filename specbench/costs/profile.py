@@ -237,29 +237,34 @@ def interleaved(points: dict, repeats: int, seed: int = 0) -> dict:
     times = {key: [] for key in points}
     shuffle = random.Random(seed).shuffle
 
-    def timed_passes(keys: list, passes: int, warm_up: bool) -> None:
-        order = list(keys)
-        for timed_pass in range(passes + warm_up):
-            if timed_pass or not warm_up:
-                shuffle(order)
-            for key in order:
-                fn, setup = points[key]
-                if setup is not None:
-                    setup()
-                start = time.perf_counter()
-                fn()
-                if timed_pass or not warm_up:
-                    times[key].append((time.perf_counter() - start) * 1000)
+    def call(key) -> float:
+        fn, setup = points[key]
+        if setup is not None:
+            setup()
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1000
 
-    timed_passes(list(points), repeats, warm_up=True)  # pass 0 warms up
-    noisy = [key for key, point in times.items() if (max(point) - min(point)) > NOISY_SPREAD * median(point)]
+    def timed_passes(keys: list, passes: int) -> None:
+        order = list(keys)
+        for _ in range(passes):
+            shuffle(order)
+            for key in order:
+                times[key].append(call(key))
+
+    for key in points:  # the warm-up pass, untimed
+        call(key)
+    timed_passes(list(points), repeats)
+    noisy = [key for key, point in times.items() if spread(point) > NOISY_SPREAD]
     if noisy:
-        timed_passes(noisy, 2 * repeats, warm_up=False)
-    result = {}
-    for key, point in times.items():
-        mid = median(point)
-        result[key] = (mid, (max(point) - min(point)) / mid if mid else 0.0)
-    return result
+        timed_passes(noisy, 2 * repeats)
+    return {key: (median(point), spread(point)) for key, point in times.items()}
+
+
+def spread(timings: list[float]) -> float:
+    """(max - min) / median of a point's timings (0 for a zero median)."""
+    mid = median(timings)
+    return (max(timings) - min(timings)) / mid if mid else 0.0
 
 
 def tree_forward(lm: TreeLM, n: int):
