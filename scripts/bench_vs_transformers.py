@@ -72,9 +72,12 @@ def transformers_assistant(drafter) -> torch.nn.Module:
 
 def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     """tok/s of ours and transformers' for ar, pld and sps on the config's prompts, side by
-    side per prompt; {name: {"ours", "hf", "ratio", "identical", "prompts"}}."""
+    side per prompt; {name: {"ours", "hf", "ratio", "identical", "prompts"}}. Ours runs
+    the model's own weights, as transformers does (engine.fp16_weights off): the ratio is
+    the engines', not FBGEMM's fp16-weight kernel's."""
+    cfg = {**cfg, "engine": {**(cfg.get("engine") or {}), "fp16_weights": "off"}}
     hardware = dict(cfg["hardware"])
-    hardware["dtype"], _ = costs.resolve_dtype(hardware, cfg["model"])
+    hardware["dtype"], _ = costs.resolve_dtype(hardware, cfg["model"], engine=cfg["engine"])
     torch.set_num_threads(hardware["threads"])
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])

@@ -17,7 +17,7 @@ import transformers
 from tqdm import tqdm
 
 from specbench import costs, methods, tracking
-from specbench.costs import autotune, contention
+from specbench.costs import autotune, compile as compile_rule, contention
 from specbench.costs.fingerprint import device_fingerprint
 from specbench.costs.predict import predict
 from specbench.costs.profile import CostProfile, ProfileCosts
@@ -94,6 +94,7 @@ class Runner:
         unknown = [m for m in self.quality_metrics if m not in quality.METRICS]
         require(not unknown, "dataset.metrics", f"unknown {unknown}; choose from {', '.join(quality.METRICS)}")
         self.paired = mode == "paired" and cfg["method"] != cfg["baseline"]["method"]
+        compile_rule.check(cfg.get("engine") or {})
         methods.check(cfg["method"])
         if self.paired:
             methods.check(cfg["baseline"]["method"])

@@ -5,10 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["hardware=cpu-fp32", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
 
 
+@pytest.mark.slow
 def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
     out, runs = tmp_path / "methods.json", tmp_path / "runs"
     args = [sys.executable, "scripts/bench_methods.py", "--methods", "pld", "pld4=pld", "--set", "pld4:method.tree.gamma=4",

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,9 +46,20 @@ def test_cfg_job_shows_the_composed_config(tmp_path):
     assert "name: pld" in result.stdout and "max_ngram: 3" in result.stdout
 
 
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    """Through the command itself: an unknown group choice and a bad value, each one line."""
+    one_error_line(run("method=nope", tmp_path=tmp_path), "method:", "nope", "choose one of")
+    one_error_line(run(*QUICK, "gen.max_new_tokens=0", tmp_path=tmp_path), "gen.max_new_tokens")
+
+
 @pytest.mark.parametrize("group,choice", [("method", "nope"), ("model", "gpt-9"), ("dataset", "nope"), ("hardware", "tpu")])
-def test_unknown_choice(group, choice, tmp_path):
-    one_error_line(run(f"{group}={choice}", tmp_path=tmp_path), f"{group}:", choice, "choose one of")
+def test_unknown_choice(group, choice, capsys):
+    from specbench.__main__ import check_choices
+
+    with pytest.raises(SystemExit) as exit:
+        check_choices([f"{group}={choice}"])
+    [line] = capsys.readouterr().err.splitlines()
+    assert exit.value.code == 2 and line.startswith(f"error: {group}:") and choice in line and "choose one of" in line
 
 
 @pytest.mark.parametrize(
@@ -67,14 +79,23 @@ def test_unknown_choice(group, choice, tmp_path):
         ("method.tree.mu=1.5", "method.tree.mu"),
         ("method.tree.budget=1", "method.tree.budget"),
         ("dataset.calibration=prose", "dataset.calibration"),
+        ("engine.compile=fast", "engine.compile"),
         ("engine.int8_drafts=always", "engine.int8_drafts"),
         ("engine.fp16_weights=yes", "engine.fp16_weights"),
+        ("gen.batch_size=33", "gen.batch_size"),
     ],
 )
-def test_bad_values(override, key, tmp_path):
+def test_bad_values_fail_before_any_model_loads(override, key, tmp_path):
+    """The run's constructor refuses them (the command prints its ConfigError as one line, as
+    above): bad input costs a second, not a model load and the dtype and compile probes."""
+    from specbench.__main__ import compose_config
+    from specbench.errors import ConfigError
+    from specbench.run import Runner
+
     extra = {"gamma": ["method=pld"], "theta": ["method=mars"], "mu": ["method=talon"], "budget": ["method=talon"]}
     extra = next((v for k, v in extra.items() if k in override), [])
-    one_error_line(run(*extra, *QUICK, override, tmp_path=tmp_path), key)
+    with pytest.raises(ConfigError, match=f"^{re.escape(key)}: "):
+        Runner(compose_config([*extra, *QUICK, override]), tmp_path)
 
 
 def test_model_not_available_offline(tmp_path):
@@ -95,13 +116,15 @@ def test_eagle3_without_a_head_for_the_target(tmp_path):
 def test_prompt_longer_than_the_context(tmp_path):
     questions = tmp_path / "long.jsonl"
     questions.write_text(json.dumps({"question_id": 1, "category": "x", "turns": ["word " * 400]}) + "\n")
-    args = ["dataset=jsonl", f"dataset.path={questions}", "model.context_length=300", "gen.max_new_tokens=8", "baseline.mode=none", "costs.max_n=8", "costs.repeats=1"]
+    args = ["dataset=jsonl", f"dataset.path={questions}", "model.context_length=300", "gen.max_new_tokens=8", "baseline.mode=none", "hardware=cpu-fp32",
+            "costs.max_n=8", "costs.repeats=1"]
     one_error_line(run(*args, tmp_path=tmp_path), "gen.truncate_prompt", "300")
     assert run(*args, "gen.truncate_prompt=true", tmp_path=tmp_path).returncode == 0
 
 
 def test_cast_batched_run_is_identical_to_ar_at_the_same_batch_size(tmp_path):
-    args = ["dataset.limit=4", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.max_n=8", "costs.repeats=1"]
+    args = ["dataset.limit=4", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.max_n=8", "costs.repeats=1",
+            "costs.calibration_prompts=2", "costs.calibration_tokens=12"]
     thresholds = ["method.tree.c1=3", "method.tree.c2=3", "method.tree.c3=3"]  # the paper's, so CAST drafts
     result = run("method=cast", "hardware=cpu-fp32", "gen.batch_size=2", *thresholds, *args, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -114,10 +137,6 @@ def test_cast_batched_run_is_identical_to_ar_at_the_same_batch_size(tmp_path):
     assert summary["cost_model"]["tree_overhead_ms_per_step"] is not None
     line = json.loads((Path(summary["out_dir"]) / "decisions.json").read_text())["tree_overhead"]
     assert line["ms"] >= 0 and line["ms_per_node"] == 0.0  # one shape timed: a constant a step
-
-
-def test_batch_size_out_of_range_is_one_line(tmp_path):
-    one_error_line(run("gen.batch_size=33", "dataset.limit=1", tmp_path=tmp_path), "gen.batch_size", "1 to 32")
 
 
 def test_pld_run_side_by_side_in_fp32_is_identical_to_ar(tmp_path):
@@ -144,7 +163,8 @@ def test_pld_run_side_by_side_in_fp32_is_identical_to_ar(tmp_path):
 
 def test_interrupt_keeps_finished_samples_and_resumes(tmp_path):
     costs = [a for a in QUICK if a.startswith("costs.")]
-    args = [sys.executable, "-m", "specbench", f"output_root={tmp_path}", "method=pld", "dataset.limit=4", "dataset.max_turns=1", "gen.max_new_tokens=24", *costs]
+    args = [sys.executable, "-m", "specbench", f"output_root={tmp_path}", "method=pld", "hardware=cpu-fp32", "dataset.limit=4", "dataset.max_turns=1",
+            "gen.max_new_tokens=24", *costs]
     # output to a file, not a pipe: progress bars would fill an unread pipe and block the run
     log = tmp_path / "stderr.txt"
     with open(log, "w") as err:
@@ -253,7 +273,7 @@ def test_talon_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
 
 
 def test_mars_records_its_decisions_and_the_target_nll(tmp_path):
-    result = run("method=mars", "method.verifier.theta=0.5", "gen.temperature=1.0", *SMALL_EAGLE_TREE, *QUICK, tmp_path=tmp_path)
+    result = run("method=mars", "hardware=cpu-fp32", "method.verifier.theta=0.5", "gen.temperature=1.0", *SMALL_EAGLE_TREE, *QUICK, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = summary_of(tmp_path, "mars")
     counts = summary["results"]["verifier"]
@@ -275,9 +295,10 @@ def test_where_ar_is_faster_in_another_dtype_a_drafting_run_weighs_both(tmp_path
     cache = own_cache(tmp_path / "cache")  # the other tests keep this machine's real probe
     zen3 = {"bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0}, "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0}}
     here = device_fingerprint("cpu", 2)
-    dtype_rule.probe_path(cache / "costs", "smollm2-135m-auto-compile-auto", here).write_text(json.dumps({"fingerprint": here, "context": 256, "probe": zen3}))
-    # fp16 weights off: the probe above is of plain bf16 and fp32 forwards (its cache name says so)
-    result = run("method=pld", "hardware=cpu", "engine.fp16_weights=off", *QUICK, tmp_path=tmp_path, env={"SPECBENCH_CACHE": str(cache)})
+    dtype_rule.probe_path(cache / "costs", "smollm2-135m-auto-compile-off", here).write_text(json.dumps({"fingerprint": here, "version": dtype_rule.PROBE_VERSION, "context": 256, "probe": zen3}))
+    # fp16 weights and packing off: the probe above is of plain bf16 and fp32 forwards (its cache
+    # name says so), and no compile probe of either dtype runs
+    result = run("method=pld", "hardware=cpu", "engine.fp16_weights=off", "engine.compile=off", *QUICK, tmp_path=tmp_path, env={"SPECBENCH_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr[-2000:]
     [decisions] = (tmp_path / "pld").glob("*/decisions.json")
     decisions = json.loads(decisions.read_text())

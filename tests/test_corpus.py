@@ -216,6 +216,7 @@ def test_committed_held_out_sets_are_greedy_answers_of_their_folders_packs():
         assert len(set().union(*map(set, sets))) == sum(map(len, sets))  # no answer is in two sets
 
 
+@pytest.mark.slow
 def test_a_pass_skips_prompts_a_pack_holds(tmp_path):
     """A fresh machine resuming a pass answers only what no pack holds at that temperature:
     with the first 3 prompts packed at T=0 it answers none (and loads no model); with 2 of

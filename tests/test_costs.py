@@ -181,6 +181,37 @@ def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch,
     assert [p.name.split("-")[1:5] for p in tmp_path.glob("dtype-*.json")] == [["m", "auto", "compile", "auto"]]
 
 
+def test_dtype_probe_times_both_dtypes_in_the_same_passes(monkeypatch):
+    """bf16 truly costs 30 ms a token against fp32's 40, but the machine runs 1.5x slow for
+    the probe's first 16 forwards. Timed one dtype after the other, every bf16 timing fell in
+    that spell (45 ms) and AR would decode in fp32; timed in shared shuffled passes, each
+    point gets at most two slow timings of five, and the probe reads the true costs."""
+    from specbench.costs import profile as profile_mod
+
+    clock = {"now": 0.0, "forwards": 0}
+    cost = {"bfloat16": {1: 30.0, 4: 60.0, 16: 200.0, 64: 800.0}, "float32": {1: 40.0, 4: 50.0, 16: 90.0, 64: 300.0}}
+
+    class FakeLM:
+        vocab_size, batch_size = 100, 1
+
+        def __init__(self, dtype):
+            self.dtype = dtype
+
+        def forward(self, contexts=None, trees=None, nodes=None):
+            if trees is not None:
+                clock["forwards"] += 1
+                clock["now"] += cost[self.dtype][len(nodes[0])] * (1.5 if clock["forwards"] <= 16 else 1.0) / 1000
+
+        def commit(self, paths):
+            pass
+
+    monkeypatch.setattr(profile_mod.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(dtype_rule, "make_lm", lambda model, forward, compiled: FakeLM(model))
+    probe = dtype_rule.measure(lambda dtype: dtype)
+    assert probe == {d: {str(n): pytest.approx(ms) for n, ms in per.items()} for d, per in cost.items()}
+    assert dtype_rule.choose(probe, dtype_rule.ONE_TOKEN) == "bfloat16" and dtype_rule.choose(probe) == "float32"
+
+
 def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monkeypatch):
     """AMD EPYC Zen 3 (AVX2 only), measured: bf16 halves a one-token forward and loses from
     16 tokens on. AR (one token a step) decodes in bf16; a drafting method in fp32, with a
@@ -448,7 +479,7 @@ def test_profile_command_prints_the_curves_and_rejects_bad_input():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    args = [sys.executable, "-m", "specbench.costs", "method=pld", "costs.max_n=4", "costs.repeats=1"]
+    args = [sys.executable, "-m", "specbench.costs", "method=pld", "hardware=cpu-fp32", "costs.max_n=4", "costs.repeats=1"]
     result = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "target c=" in result.stdout and "n=4" in result.stdout and "prompt_lookup" in result.stdout

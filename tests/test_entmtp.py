@@ -161,6 +161,7 @@ def test_search_command_rejects_bad_input_in_one_line(tmp_path):
         assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()] and message in result.stderr
 
 
+@pytest.mark.slow
 def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     """The offline stage on the embedded model with its Hydra heads: the frontier, the
     method's own tree measured beside it, prompts outside the evaluated subset, and a
@@ -178,7 +179,7 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     root = Path(__file__).resolve().parents[1]
     bank = tmp_path / "bank.json"
     overrides = ["method=hydra", "method.tree.size=8", "dataset=gsm8k", "dataset.seed=0", "dataset.max_turns=1",
-                 "gen.temperature=0.7", "hardware.dtype=float32", "costs.max_n=16", "costs.repeats=1"]
+                 "gen.temperature=0.7", "hardware.dtype=float32", "engine.compile=off", "costs.max_n=8", "costs.repeats=1"]
     command = [sys.executable, "-m", "specbench.search", "--bank", str(bank), "--budget", "4", "--max-depth", "2",
                "--prompts", "2", "--tokens", "8", "--exclude-limit", "5", "--keep-existing", *overrides]
     env = {**os.environ, "SPECBENCH_CACHE": str(own_cache(tmp_path / "cache"))}

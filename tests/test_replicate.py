@@ -15,7 +15,9 @@ from specbench.replicate import report, results, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small cost profile and calibration (the first run on a machine measures them; cached after)
-SMALL_COSTS = ["costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
+# fp32 pinned: dtype auto would probe both dtypes of the real model (minutes on an AVX2 CPU),
+# which tests/test_cli.py and tests/test_costs.py cover
+SMALL_COSTS = ["hardware.dtype=float32", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
 
 
 PAPER_TREE = {"config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60}
@@ -173,6 +175,7 @@ def execute_notebook(paper, runs, results_dir, monkeypatch):
     return "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", "")) for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
 
 
+@pytest.mark.slow
 def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
     args = [sys.executable, "runners/mars.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table6", "--datasets", "gsm8k",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
@@ -184,6 +187,7 @@ def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
     assert (tmp_path / "notebook" / "tables" / "table1.tex").exists()
 
 
+@pytest.mark.slow
 def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_path, monkeypatch):
     # the budget sweep holds TALON's and EAGLE-3's default runs on MT-Bench, so Table 1 has our row
     args = [sys.executable, "runners/talon.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "figure12", "figure12-eagle3",
@@ -258,6 +262,7 @@ def test_cast_paper_scale_sweeps_cover_the_batch_sizes_gpus_and_thresholds():
     assert all("method.tree.depth=9" in l and "method.tree.c1=2.5" in l for l in lines if "method=cast" in l and "gen.batch_size=8" in l)
 
 
+@pytest.mark.slow
 def test_tiny_cast_replication_at_batch_size_8_and_its_notebook(tmp_path, monkeypatch):
     args = [sys.executable, "runners/cast.py", "--prompts", "1", "--max-new-tokens", "4", "--only", "table2", "--datasets", "humaneval",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]

@@ -8,7 +8,7 @@ from pathlib import Path
 from specbench.tracking import read_offline_run
 
 # a small cost profile and calibration: these tests check logging, not speed
-CHEAP_COSTS = ["costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
+CHEAP_COSTS = ["hardware.dtype=float32", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
 
 ROOT = Path(__file__).resolve().parents[1]
 

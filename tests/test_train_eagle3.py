@@ -63,6 +63,7 @@ def test_collate_masks_prompt_and_padding():
     assert ids.tolist() == [[1, 2, 0, 0]] and labels.tolist() == [[-100, 2, -100, -100]]
 
 
+@pytest.mark.slow
 def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     """Two steps, then a re-run to three: the second run continues the first (same
     validation rows, curve extended) and the export loads strictly."""
@@ -386,13 +387,13 @@ def _resize(head: Path, size: int, data: str = "x"):
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
 
 
-def test_resizing_to_a_size_the_head_cannot_give_is_one_line():
+def test_resizing_to_a_size_the_head_cannot_give_is_one_line(tmp_path):
     head = Path(__file__).resolve().parents[1] / "specbench" / "weights" / "smollm2-135m-eagle3"
     size = json.loads((head / "config.json").read_text())["draft_vocab_size"]  # as many as it has: nothing to resize
     result = _resize(head, size)
     assert result.returncode == 2 and result.stderr.strip() == f"error: --size: {size}: must be at least 1 and not the head's {size} draft tokens", result.stderr[-2000:]
     result = _resize(head, 50000)
     assert result.returncode == 2 and result.stderr.strip() == "error: --size: 50000: more than the target's 49152 tokens", result.stderr[-2000:]
-    result = _resize(head, 49152, data="corpus/smollm2-135m")  # the committed answers do not use every token
+    result = _resize(head, 49152, data=str(synthetic_answers(tmp_path)))  # 6 answers do not use every token
     assert result.returncode == 2 and result.stderr.startswith("error: --size: 49152: only ") and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
     assert "Loading weights" not in result.stderr  # refused before loading the target

@@ -22,6 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_heads_trained_together_equal_heads_trained_alone(tmp_path):
     """EAGLE-3 and Medusa heads, 2 steps each alone and together on one target pass a
     batch (Medusa at its own learning rate): the exports hold the same weights, with a
@@ -70,6 +71,7 @@ def test_a_checkpoint_resumes_only_the_heads_it_holds(tmp_path):
         saved_states(checkpoint, ["eagle3", "hydra"])
 
 
+@pytest.mark.slow
 def test_heads_can_train_under_bf16_autocast(tmp_path):
     """--head-autocast runs the heads' forward and backward in bf16 (fp32 weights): the
     first step's loss is the fp32 step's to bf16 rounding, the weights move differently,

@@ -164,6 +164,15 @@ def fp16_wins(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = FP16_
     return all(probe["fp16"][str(n)] <= min(probe[kind][str(n)] for kind in ("plain", "packed") if kind in probe) for n in sizes)
 
 
+def check(engine: dict) -> None:
+    """A bad engine.compile, engine.int8_drafts or engine.fp16_weights as one error line,
+    before any model loads or probe runs."""
+    mode, int8_mode = engine.get("compile", "auto"), engine.get("int8_drafts", "auto")
+    require(mode in MODES, "engine.compile", f"unknown {mode!r}; choose one of {', '.join(MODES)}")
+    require(int8_mode in INT8_MODES, "engine.int8_drafts", f"unknown {int8_mode!r}; choose one of {', '.join(INT8_MODES)}")
+    fp16_mode(engine, None)
+
+
 def fp16_mode(engine: dict, requested_dtype: str | None) -> str:
     """engine.fp16_weights as it applies to a run that asked for `requested_dtype`
     (hardware.dtype before `auto` is resolved): `auto` rounds weights only for auto."""
@@ -181,8 +190,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
             int8_mode: str = "auto", fp16: str = "off") -> tuple[Compiled, dict | None]:
     """(how to run the lean forward, the probe behind an `auto` choice or None); `int8_mode`
     is engine.int8_drafts, `fp16` engine.fp16_weights as it applies (fp16_mode)."""
-    require(mode in MODES, "engine.compile", f"unknown {mode!r}; choose one of {', '.join(MODES)}")
-    require(int8_mode in INT8_MODES, "engine.int8_drafts", f"unknown {int8_mode!r}; choose one of {', '.join(INT8_MODES)}")
+    check({"compile": mode, "int8_drafts": int8_mode})
     lean = hardware.get("forward", "auto") != "hf" and supports(model)
     device = hardware.get("device", "cpu")
     weight_dtype = next(model.parameters()).dtype
