@@ -156,6 +156,10 @@ def test_dtype_rule():
     assert dtype_rule.choose(avx2) == "float32"
     assert dtype_rule.choose(native) == "bfloat16"
     assert dtype_rule.resolve({"dtype": "float32"}, "m", None, None) == ("float32", None)
+    # one-token forwards within 5% are a tie, decided by the wider sizes (AR then decodes as drafting does)
+    zen3_fp16_weights = {"bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114}, "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294}}
+    assert dtype_rule.choose(zen3_fp16_weights, dtype_rule.ONE_TOKEN) == "float32"
+    assert dtype_rule.choose(avx2, dtype_rule.ONE_TOKEN) == "bfloat16" and dtype_rule.choose(native, dtype_rule.ONE_TOKEN) == "bfloat16"
 
 
 def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch, tmp_path):
