@@ -218,7 +218,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     def timed_probe() -> dict:
         log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU (once; cached in {path})")
         forward = hardware.get("forward", "auto")
-        record = {"version": PROBE_VERSION, "dtype": dtype, "context": PROBE_CONTEXT,
+        record = {"dtype": dtype, "context": PROBE_CONTEXT,
                   "probe": measure(model, forward, packed=packs(weight_dtype), fp16=fp16_possible),
                   "rule": "packed weights from the smallest n where they are faster at every larger n; "
                           "fp32 attention for one-token forwards where it is faster at every probed batch size; "
@@ -228,9 +228,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
         record["int8"] = measure_int8(model, packs(weight_dtype))
         return record
 
-    record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
-    if record.get("version") != PROBE_VERSION:
-        record, seconds = cached_probe(path, fingerprint, timed_probe, refresh=True)
+    record, seconds = cached_probe(path, fingerprint, timed_probe, refresh, version=PROBE_VERSION)
     probe = record["probe"]
     if fp16 == "auto" and fp16_wins(probe):
         chosen = Compiled(fp16_weights=True)

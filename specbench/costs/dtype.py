@@ -91,15 +91,14 @@ def resolve(
 
     def timed_probe() -> dict:
         log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU (once; cached in {path})")
-        return {"version": PROBE_VERSION, "context": PROBE_CONTEXT, "compile": compile_mode,
+        return {"context": PROBE_CONTEXT, "compile": compile_mode,
                 "probe": measure(load_model, forward=hardware.get("forward", "auto"), compile_choice=compile_choice)}
 
-    record, seconds = cached_probe(path, fingerprint, timed_probe, refresh)
-    if record.get("version") != PROBE_VERSION:
-        record, seconds = cached_probe(path, fingerprint, timed_probe, refresh=True)
+    record, seconds = cached_probe(path, fingerprint, timed_probe, refresh, version=PROBE_VERSION)
     probe = record["probe"]
     chosen = choose(probe, sizes)
-    record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}", "sizes": list(sizes)}
+    tie = f" (one-token forwards within {ONE_TOKEN_TIE:.0%}: the dtype of n in {list(PROBE_SIZES)})" if sizes == ONE_TOKEN else ""
+    record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}{tie}", "sizes": list(sizes)}
     plain = record["ar_dtype"] = choose(probe, ONE_TOKEN)
     if plain != chosen:
         record["note"] = (f"plain AR would run in {plain} here (one-token forward {probe[plain]['1']:.0f} vs {probe[chosen]['1']:.0f} ms): "

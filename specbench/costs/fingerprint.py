@@ -76,18 +76,19 @@ def fingerprint_id(fingerprint: dict) -> str:
     return f"{slug}-{digest}"
 
 
-def cached_probe(path: Path, fingerprint: dict, measure: Callable[[], dict], refresh: bool = False) -> tuple[dict, float | None]:
-    """The record cached at `path` when it was measured on this `fingerprint` (and not
-    `refresh`), else `measure()`'s fields saved there with the fingerprint (not saved when
-    other processes kept the CPU busy meanwhile); also the seconds measuring took (None
-    when cached)."""
+def cached_probe(path: Path, fingerprint: dict, measure: Callable[[], dict], refresh: bool = False,
+                 version: int | None = None) -> tuple[dict, float | None]:
+    """The record cached at `path` when it was measured on this `fingerprint` by this probe
+    `version` (and not `refresh`), else `measure()`'s fields saved there with the fingerprint
+    and version (not saved when other processes kept the CPU busy meanwhile); also the
+    seconds measuring took (None when cached)."""
     if path.is_file() and not refresh:
         record = json.loads(path.read_text())
-        if record.get("fingerprint") == fingerprint:
+        if record.get("fingerprint") == fingerprint and record.get("version") == version:
             return record, None
     start = time.perf_counter()
     with contention.watch() as usage:
-        record = {"fingerprint": fingerprint, **measure()}
+        record = {"fingerprint": fingerprint, **({"version": version} if version is not None else {}), **measure()}
     record["contended_cores"] = None if usage.others is None else round(usage.others, 2)
     if not contention.contended(usage.others):  # timed beside another job: this run only
         write_whole(path, json.dumps(record, indent=1))
