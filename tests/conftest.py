@@ -1,11 +1,16 @@
 """Tiny random-weight models: fast, fp32, so identity with AR is exact."""
 
+import contextlib
 import copy
+import io
 import json
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
+import traceback
+import warnings
 from pathlib import Path
 
 import pytest
@@ -29,6 +34,63 @@ def _isolate_cache() -> None:
 
 
 _isolate_cache()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_command(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """`args` (`[sys.executable, "-m", module, ...]` or `[sys.executable, "script.py", ...]`)
+    run as `python` would run it (as `__main__`, from the repository root, with `env` as the
+    whole environment), but in this process: a fresh interpreter costs about 7 s of imports on
+    a 2-core CPU, and the suite runs some 70 commands. The exit code, stdout and stderr come
+    back as from subprocess.run; an uncaught exception is exit code 1 with its traceback on
+    stderr, as python prints it. Not for what must be a process of its own: signals,
+    variables libraries read at import (HF_HUB_OFFLINE), Hydra's multirun launchers and
+    W&B (a full suite that ran them here ended with pytest's own stderr closed)."""
+    assert args[0] == sys.executable, args
+    module = args[2] if args[1] == "-m" else None
+    argv = args[2:] if module else args[1:]
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_argv, saved_path, saved_cwd, threads = dict(os.environ), sys.argv, list(sys.path), os.getcwd(), torch.get_num_threads()
+    code = 0
+    try:
+        os.chdir(ROOT)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        sys.argv = list(argv)  # run_module puts the module's file in argv[0], as python -m does
+        if not module:
+            sys.path.insert(0, str((ROOT / argv[0]).parent))
+        with torch.random.fork_rng(), warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            warnings.filterwarnings("ignore", message=".*found in sys.modules after import of package", category=RuntimeWarning)
+            try:
+                if module:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(argv[0], run_name="__main__")
+            except SystemExit as exit:
+                if isinstance(exit.code, str):
+                    print(exit.code, file=sys.stderr)
+                code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)
+        torch.set_num_threads(threads)
+        _forget_hydra()
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def _forget_hydra() -> None:
+    """A Hydra app leaves its global state set; the next app in this process starts afresh."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
 
 
 def own_cache(path: Path) -> Path:
@@ -114,6 +176,6 @@ def train_heads_twice(module: str, tmp_path: Path, heads: int) -> Path:
     args = [sys.executable, "-m", module, "--data", str(data), "--out", str(out), "--sharegpt-answers", "4", "--heads", str(heads),
             "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
     for steps in (2, 3):
-        result = subprocess.run([*args, "--steps", str(steps)], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+        result = run_command([*args, "--steps", str(steps)])
         assert result.returncode == 0, result.stderr[-2000:]
     return out

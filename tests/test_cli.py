@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_command
 from specbench.costs.autotune import DRAFTING_OFF, MIN_GAIN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +22,12 @@ QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12", "cos
 
 
 def run(*args, tmp_path, env=None):
+    """`python -m specbench output_root=tmp_path *args`, in this process (conftest.run_command)."""
+    return run_command([sys.executable, "-m", "specbench", f"output_root={tmp_path}", *args], env={**os.environ, **(env or {})})
+
+
+def run_process(*args, tmp_path, env=None):
+    """The same command in a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "specbench", f"output_root={tmp_path}", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})},
@@ -48,8 +55,8 @@ def test_cfg_job_shows_the_composed_config(tmp_path):
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     """Through the command itself: an unknown group choice and a bad value, each one line."""
-    one_error_line(run("method=nope", tmp_path=tmp_path), "method:", "nope", "choose one of")
-    one_error_line(run(*QUICK, "gen.max_new_tokens=0", tmp_path=tmp_path), "gen.max_new_tokens")
+    one_error_line(run_process("method=nope", tmp_path=tmp_path), "method:", "nope", "choose one of")
+    one_error_line(run_process(*QUICK, "gen.max_new_tokens=0", tmp_path=tmp_path), "gen.max_new_tokens")
 
 
 @pytest.mark.parametrize("group,choice", [("method", "nope"), ("model", "gpt-9"), ("dataset", "nope"), ("hardware", "tpu")])
@@ -99,12 +106,12 @@ def test_bad_values_fail_before_any_model_loads(override, key, tmp_path):
 
 
 def test_model_not_available_offline(tmp_path):
-    result = run("model=qwen3-8b", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
+    result = run_process("model=qwen3-8b", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
     one_error_line(result, "model.id", "Qwen/Qwen3-8B", "model.path=")
 
 
 def test_hub_dataset_not_available_offline(tmp_path):
-    result = run("dataset=wmt19", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
+    result = run_process("dataset=wmt19", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
     one_error_line(result, "dataset.path", "wmt/wmt19", "../shared/data/mars/wmt19.jsonl")
 
 

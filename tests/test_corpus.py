@@ -185,15 +185,14 @@ def test_a_pack_gives_back_the_corpus_rows_and_read_answers_keeps_each_once(tmp_
 
 def test_a_pack_is_never_rewritten(tmp_path):
     """A pack may hold answers this machine no longer has: packing to its name again is one line, and it is untouched."""
-    import subprocess
     import sys
-    from pathlib import Path
+
+    from conftest import run_command
 
     existing = tmp_path / "answers-old.safetensors"
     existing.write_bytes(b"the old pack")
     (tmp_path / "shard").mkdir()
-    result = subprocess.run([sys.executable, "-m", "specbench.train.packed", "--data", str(tmp_path / "shard"), "--out", str(existing)],
-                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    result = run_command([sys.executable, "-m", "specbench.train.packed", "--data", str(tmp_path / "shard"), "--out", str(existing)])
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith("error: --out:") and "never rewritten" in result.stderr
     assert existing.read_bytes() == b"the old pack"
@@ -222,9 +221,10 @@ def test_a_pass_skips_prompts_a_pack_holds(tmp_path):
     with the first 3 prompts packed at T=0 it answers none (and loads no model); with 2 of
     them packed, it answers the third."""
     import json
-    import subprocess
     import sys
-    from pathlib import Path
+    from subprocess import CompletedProcess
+
+    from conftest import run_command
 
     from specbench.train.contamination import evaluation_index
     from specbench.train.corpus import prompt_key
@@ -232,13 +232,12 @@ def test_a_pass_skips_prompts_a_pack_holds(tmp_path):
 
     keys = [prompt_key(t) for t in training_prompts(evaluation_index(), 0)[:3]]
 
-    def run(packed_keys: list[str], name: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    def run(packed_keys: list[str], name: str) -> tuple[CompletedProcess, list[str]]:
         packs, out = tmp_path / f"packs-{name}", tmp_path / f"out-{name}"
         pack([{"key": k, "temperature": t, "answer": [5, 2]} for k in packed_keys for t in (0.0, 0.8)], packs / "answers.safetensors")
         pack([{"key": keys[2], "temperature": 0.8, "answer": [5, 2]}], packs / "answers-sampled.safetensors")  # another temperature counts for nothing
-        result = subprocess.run([sys.executable, "-m", "specbench.train.corpus", "--out", str(out), "--prompts", "3", "--temperatures", "0.0",
-                                 "--max-new-tokens", "2", "--packs", str(packs)],
-                                cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+        result = run_command([sys.executable, "-m", "specbench.train.corpus", "--out", str(out), "--prompts", "3", "--temperatures", "0.0",
+                              "--max-new-tokens", "2", "--packs", str(packs)])
         shard = out / "answers-t0-0of1.jsonl"
         return result, [json.loads(line)["key"] for line in shard.read_text().splitlines()] if shard.exists() else []
 

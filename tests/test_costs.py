@@ -478,17 +478,16 @@ def test_runners_pin_paper_shapes_unless_a_sweep_sets_them():
 
 
 def test_profile_command_prints_the_curves_and_rejects_bad_input():
-    import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    from conftest import run_command
+
     args = [sys.executable, "-m", "specbench.costs", "method=pld", "hardware=cpu-fp32", "costs.max_n=4", "costs.repeats=1"]
-    result = subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=900)
+    result = run_command(args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "target c=" in result.stdout and "n=4" in result.stdout and "prompt_lookup" in result.stdout
     assert "tau a step must reach against AR in" in result.stdout and "1.3x: n=2 " in result.stdout
-    bad = subprocess.run([sys.executable, "-m", "specbench.costs", "method=nope"], cwd=root, capture_output=True, text=True, timeout=120)
+    bad = run_command([sys.executable, "-m", "specbench.costs", "method=nope"])
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "method" in bad.stderr
 
 

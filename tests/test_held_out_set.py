@@ -8,16 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import run_command
+
 
 def write_rows(path: Path, rows: list[tuple[str, list[int]]]) -> None:
     path.write_text("".join(json.dumps({"key": k, "temperature": 0.0, "prompt": [1, 2], "answer": a}) + "\n" for k, a in rows))
 
 
 def pick(tmp_path: Path, count: int, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "scripts/held_out_set.py", "--candidates", str(tmp_path / "new.jsonl"),
-                           "--data", str(tmp_path / "corpus"), "--count", str(count), "--min-tokens", "20",
-                           "--max-overlap", "0.5", "--out", str(tmp_path / "validation-chat.json"), *extra],
-                          capture_output=True, text=True)
+    return run_command([sys.executable, "scripts/held_out_set.py", "--candidates", str(tmp_path / "new.jsonl"),
+                        "--data", str(tmp_path / "corpus"), "--count", str(count), "--min-tokens", "20",
+                        "--max-overlap", "0.5", "--out", str(tmp_path / "validation-chat.json"), *extra])
 
 
 def test_picks_answers_new_to_training_text_and_refuses_what_it_cannot_meet(tmp_path):

@@ -20,18 +20,24 @@ DRAWS = 10_000
 
 
 class Synthetic:
-    """Logits for every prefix, fixed by a seed; `skew` pushes the draft away from the target."""
+    """Logits for every prefix, fixed by a seed; `skew` pushes the draft away from the target.
+    Each prefix's logits are made once and remembered: the draws ask for the same few
+    prefixes tens of thousands of times."""
 
     def __init__(self, seed: int, skew: float):
         self.seed, self.skew = seed, skew
+        self.made: dict[tuple, torch.Tensor] = {}
 
     def logits(self, prefix: tuple, role: str) -> torch.Tensor:
-        # tuples of ints hash the same in every process (strings would not)
-        g = torch.Generator().manual_seed(hash((self.seed, role == "draft", prefix)) % 2**31)
-        scores = torch.randn(V, generator=g) * 1.5
-        if role == "draft":
-            scores = scores - self.skew * self.logits(prefix, "target")  # disagree on purpose
-        return scores
+        key = (role == "draft", prefix)
+        if key not in self.made:
+            # tuples of ints hash the same in every process (strings would not)
+            g = torch.Generator().manual_seed(hash((self.seed, *key)) % 2**31)
+            scores = torch.randn(V, generator=g) * 1.5
+            if role == "draft":
+                scores = scores - self.skew * self.logits(prefix, "target")  # disagree on purpose
+            self.made[key] = scores
+        return self.made[key].clone()
 
 
 def draw_children(tree, node, q, k, generator):

@@ -2,14 +2,13 @@
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import synthetic_answers
+from conftest import run_command, synthetic_answers
 from specbench.errors import ConfigError
 from specbench.train.data import collate
 from specbench.train.eagle3 import chain_acceptance, draft_vocabulary, ttt_mask
@@ -75,9 +74,8 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     out = tmp_path / "head"
     args = [sys.executable, "-m", "specbench.train.eagle3", "--data", str(data), "--out", str(out), "--sharegpt-answers", "4",
             "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
-    root = Path(__file__).resolve().parents[1]
     for steps in (2, 3):
-        result = subprocess.run([*args, "--steps", str(steps)], cwd=root, capture_output=True, text=True, timeout=600)
+        result = run_command([*args, "--steps", str(steps)])
         assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((tmp_path / "head.validation.json").read_text()) == ["k0", "k1"]
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
@@ -89,7 +87,7 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     assert (out / "curve.png").exists() and (out / "model.safetensors").exists()
     # --init warm-starts another run from the export: its vocabulary and weights, no optimiser state
     warm = tmp_path / "warm"
-    result = subprocess.run([*args[:6], str(warm), *args[7:], "--init", str(out), "--steps", "0"], cwd=root, capture_output=True, text=True, timeout=600)
+    result = run_command([*args[:6], str(warm), *args[7:], "--init", str(out), "--steps", "0"])
     assert result.returncode == 0, result.stderr[-2000:]
     from safetensors.torch import load_file
 
@@ -100,12 +98,12 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     assert [(p["step"], p["tokens"]) for p in warm_curve] == [(0, 0)]  # the warm start's own point
     # --layers 2 deepens the warm start; a resumed run keeps the layers its checkpoint holds
     deep_args = [*args[:6], str(tmp_path / "deep"), *args[7:], "--init", str(out)]
-    result = subprocess.run([*deep_args, "--layers", "2", "--steps", "1"], cwd=root, capture_output=True, text=True, timeout=600)
+    result = run_command([*deep_args, "--layers", "2", "--steps", "1"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((tmp_path / "deep" / "config.json").read_text())["num_hidden_layers"] == 2
     deep = load_file(tmp_path / "deep" / "model.safetensors")
     assert deep.keys() - exported.keys() and all(k.startswith("layers.0.") for k in deep.keys() - exported.keys())
-    result = subprocess.run([*deep_args, "--layers", "3", "--steps", "2"], cwd=root, capture_output=True, text=True, timeout=600)
+    result = run_command([*deep_args, "--layers", "3", "--steps", "2"])
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --layers: the run's checkpoint holds a head of 2 layers"), result.stderr[-2000:]
 
 
@@ -166,11 +164,9 @@ def test_ttt_loss_scores_answer_rows_as_the_full_unroll_does():
 def test_eagle1_warm_start_keeps_a_head_without_fc_bias(tmp_path):
     """The LLaMA3 EAGLE-1 heads ship `"bias": false`: a warm start from such a head
     trains and exports that layout with its weights, instead of refusing the checkpoint."""
-
     from safetensors.torch import load_file, save_file
 
-    root = Path(__file__).resolve().parents[1]
-    shipped = root / "specbench" / "weights" / "smollm2-135m-eagle"
+    shipped = Path(__file__).resolve().parents[1] / "specbench" / "weights" / "smollm2-135m-eagle"
     published = tmp_path / "no-bias"
     published.mkdir()
     shutil.copy(shipped / "config.json", published / "config.json")
@@ -183,10 +179,8 @@ def test_eagle1_warm_start_keeps_a_head_without_fc_bias(tmp_path):
     data = tmp_path / "answers.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "warm"
-    result = subprocess.run(
-        [sys.executable, "-m", "specbench.train.eagle", "--data", str(data), "--out", str(out), "--sharegpt-answers", "2", "--batch", "2",
-         "--length", "32", "--validation-rows", "2", "--threads", "1", "--init", str(published), "--steps", "0"],
-        cwd=root, capture_output=True, text=True, timeout=600)
+    result = run_command([sys.executable, "-m", "specbench.train.eagle", "--data", str(data), "--out", str(out), "--sharegpt-answers", "2", "--batch", "2",
+                          "--length", "32", "--validation-rows", "2", "--threads", "1", "--init", str(published), "--steps", "0"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((out / "config.json").read_text())["bias"] is False
     started = load_file(out / "model.safetensors")
@@ -228,7 +222,6 @@ def test_a_committed_domain_set_is_held_out_and_scored_apart_on_the_curve(tmp_pa
     point scores them under sets.code, and the main set's point is as without it."""
     rng = torch.Generator().manual_seed(0)
     rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()} for i in range(8)]
-    root = Path(__file__).resolve().parents[1]
     curves = {}
     for name, domain in (("plain", None), ("code", ["k5", "k2"])):
         corpus = tmp_path / name / "corpus"
@@ -238,10 +231,8 @@ def test_a_committed_domain_set_is_held_out_and_scored_apart_on_the_curve(tmp_pa
         if domain:
             (corpus / "validation-code.json").write_text(json.dumps(domain))
         out = tmp_path / name / "head"
-        result = subprocess.run(
-            [sys.executable, "-m", "specbench.train.eagle3", "--data", str(corpus), "--out", str(out), "--sharegpt-answers", "0", "--batch", "2",
-             "--length", "48", "--draft-vocab", "512", "--checkpoint-every", "1", "--threads", "1", "--steps", "1"],
-            cwd=root, capture_output=True, text=True, timeout=600)
+        result = run_command([sys.executable, "-m", "specbench.train.eagle3", "--data", str(corpus), "--out", str(out), "--sharegpt-answers", "0", "--batch", "2",
+                              "--length", "48", "--draft-vocab", "512", "--checkpoint-every", "1", "--threads", "1", "--steps", "1"])
         assert result.returncode == 0, result.stderr[-2000:]
         curves[name] = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
         training = json.loads((out / "training.json").read_text())
@@ -279,8 +270,7 @@ def test_a_trainer_refuses_a_committed_set_it_cannot_find_in_one_line(tmp_path):
     corpus.mkdir()
     synthetic_answers(tmp_path).rename(corpus / "answers-0.jsonl")
     (corpus / "validation.json").write_text(json.dumps(["k1", "k9"]))
-    result = subprocess.run([sys.executable, "-m", "specbench.train.medusa", "--data", str(corpus), "--out", str(tmp_path / "heads"), "--threads", "1"],
-                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    result = run_command([sys.executable, "-m", "specbench.train.medusa", "--data", str(corpus), "--out", str(tmp_path / "heads"), "--threads", "1"])
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --data: 1 of the 2 held-out keys"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert "Loading weights" not in result.stderr  # refused before the target's weights load
@@ -383,8 +373,7 @@ def test_a_grown_draft_vocabulary_adds_the_most_used_missing_tokens_mapped_from_
 
 
 def _resize(head: Path, size: int, data: str = "x"):
-    return subprocess.run([sys.executable, "-m", "specbench.train.resize_vocab", "--head", str(head), "--data", data, "--size", str(size), "--out", "y"],
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    return run_command([sys.executable, "-m", "specbench.train.resize_vocab", "--head", str(head), "--data", data, "--size", str(size), "--out", "y"])
 
 
 def test_resizing_to_a_size_the_head_cannot_give_is_one_line(tmp_path):
