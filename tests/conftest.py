@@ -39,7 +39,7 @@ _isolate_cache()
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_command(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+def run_in_process(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     """`args` (`[sys.executable, "-m", module, ...]` or `[sys.executable, "script.py", ...]`)
     run as `python` would run it (as `__main__`, from the repository root, with `env` as the
     whole environment), but in this process: a fresh interpreter costs about 7 s of imports on
@@ -176,6 +176,6 @@ def train_heads_twice(module: str, tmp_path: Path, heads: int) -> Path:
     args = [sys.executable, "-m", module, "--data", str(data), "--out", str(out), "--sharegpt-answers", "4", "--heads", str(heads),
             "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
     for steps in (2, 3):
-        result = run_command([*args, "--steps", str(steps)])
+        result = run_in_process([*args, "--steps", str(steps)])
         assert result.returncode == 0, result.stderr[-2000:]
     return out

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_command
+from conftest import run_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["hardware=cpu-fp32", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
@@ -18,7 +18,7 @@ def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
     args = [sys.executable, "scripts/bench_methods.py", "--methods", "pld", "pld4=pld", "--set", "pld4:method.tree.gamma=4",
             "--datasets", "mt_bench", "--prompts", "2", "--max-new-tokens", "8", "--temperatures", "0",
             "--out", str(out), "--runs", str(runs), *SMALL]
-    first = run_command(args)
+    first = run_in_process(args)
     assert first.returncode == 0, first.stderr[-2000:]
     [result] = json.loads(out.read_text())["results"]
     rows = result["methods"]
@@ -31,20 +31,20 @@ def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
     assert sorted(p["method"] for p in points) == ["pld", "pld", "pld4", "pld4"] and all(p["target_forwards"] > 0 for p in points)
     # a second sweep finds every sample done: nothing is decoded again
     before = {p: p.read_text() for p in runs.glob("*/*/samples.jsonl")}
-    again = run_command(args)
+    again = run_in_process(args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert {p: p.read_text() for p in runs.glob("*/*/samples.jsonl")} == before
 
 
 def test_bench_speed_refuses_an_empty_comparison_in_one_line(tmp_path):
-    result = run_command([sys.executable, "scripts/bench_speed.py", "--hf-prompts", "0", "--runs", str(tmp_path), "--out", str(tmp_path)])
+    result = run_in_process([sys.executable, "scripts/bench_speed.py", "--hf-prompts", "0", "--runs", str(tmp_path), "--out", str(tmp_path)])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "error: --hf-prompts/--prompts: must be at least 1 (got 0 and 10)"
 
 
 def test_bench_methods_refuses_a_bad_override_in_one_line(tmp_path):
     """The runner's one-line errors reach a benchmark script's user as they reach the CLI's."""
-    result = run_command([sys.executable, "scripts/bench_methods.py", "--methods", "pld", "--datasets", "mt_bench", "--prompts", "1",
+    result = run_in_process([sys.executable, "scripts/bench_methods.py", "--methods", "pld", "--datasets", "mt_bench", "--prompts", "1",
                           "--temperatures", "0", "--out", str(tmp_path / "m.json"), "--runs", str(tmp_path / "runs"), "hardware.threads=0"])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: hardware.threads: must be an integer >= 1")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_command
+from conftest import run_in_process
 from specbench.costs.autotune import DRAFTING_OFF, MIN_GAIN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +22,8 @@ QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12", "cos
 
 
 def run(*args, tmp_path, env=None):
-    """`python -m specbench output_root=tmp_path *args`, in this process (conftest.run_command)."""
-    return run_command([sys.executable, "-m", "specbench", f"output_root={tmp_path}", *args], env={**os.environ, **(env or {})})
+    """`python -m specbench output_root=tmp_path *args`, in this process (conftest.run_in_process)."""
+    return run_in_process([sys.executable, "-m", "specbench", f"output_root={tmp_path}", *args], env={**os.environ, **(env or {})})
 
 
 def run_process(*args, tmp_path, env=None):

@@ -187,12 +187,12 @@ def test_a_pack_is_never_rewritten(tmp_path):
     """A pack may hold answers this machine no longer has: packing to its name again is one line, and it is untouched."""
     import sys
 
-    from conftest import run_command
+    from conftest import run_in_process
 
     existing = tmp_path / "answers-old.safetensors"
     existing.write_bytes(b"the old pack")
     (tmp_path / "shard").mkdir()
-    result = run_command([sys.executable, "-m", "specbench.train.packed", "--data", str(tmp_path / "shard"), "--out", str(existing)])
+    result = run_in_process([sys.executable, "-m", "specbench.train.packed", "--data", str(tmp_path / "shard"), "--out", str(existing)])
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith("error: --out:") and "never rewritten" in result.stderr
     assert existing.read_bytes() == b"the old pack"
@@ -224,7 +224,7 @@ def test_a_pass_skips_prompts_a_pack_holds(tmp_path):
     import sys
     from subprocess import CompletedProcess
 
-    from conftest import run_command
+    from conftest import run_in_process
 
     from specbench.train.contamination import evaluation_index
     from specbench.train.corpus import prompt_key
@@ -236,7 +236,7 @@ def test_a_pass_skips_prompts_a_pack_holds(tmp_path):
         packs, out = tmp_path / f"packs-{name}", tmp_path / f"out-{name}"
         pack([{"key": k, "temperature": t, "answer": [5, 2]} for k in packed_keys for t in (0.0, 0.8)], packs / "answers.safetensors")
         pack([{"key": keys[2], "temperature": 0.8, "answer": [5, 2]}], packs / "answers-sampled.safetensors")  # another temperature counts for nothing
-        result = run_command([sys.executable, "-m", "specbench.train.corpus", "--out", str(out), "--prompts", "3", "--temperatures", "0.0",
+        result = run_in_process([sys.executable, "-m", "specbench.train.corpus", "--out", str(out), "--prompts", "3", "--temperatures", "0.0",
                               "--max-new-tokens", "2", "--packs", str(packs)])
         shard = out / "answers-t0-0of1.jsonl"
         return result, [json.loads(line)["key"] for line in shard.read_text().splitlines()] if shard.exists() else []

@@ -153,10 +153,10 @@ def test_scheduled_trees_are_lossless_at_t0(policy, batch, target, prompts, head
 def test_search_command_rejects_bad_input_in_one_line(tmp_path):
     import sys
 
-    from conftest import run_command
+    from conftest import run_in_process
 
     for args, message in ((["--budget", "1"], "error: --budget: must be >= 2"), (["dataset=nope"], "error: dataset: unknown dataset 'nope'")):
-        result = run_command([sys.executable, "-m", "specbench.search", "--bank", str(tmp_path / "b.json"), *args])
+        result = run_in_process([sys.executable, "-m", "specbench.search", "--bank", str(tmp_path / "b.json"), *args])
         assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()] and message in result.stderr
 
 
@@ -169,7 +169,7 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     import os
     import sys
 
-    from conftest import own_cache, run_command
+    from conftest import own_cache, run_in_process
     from specbench.data import questions
     from specbench.__main__ import compose_config
 
@@ -179,7 +179,7 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     command = [sys.executable, "-m", "specbench.search", "--bank", str(bank), "--budget", "4", "--max-depth", "2",
                "--prompts", "2", "--tokens", "8", "--exclude-limit", "5", "--keep-existing", *overrides]
     env = {**os.environ, "SPECBENCH_CACHE": str(own_cache(tmp_path / "cache"))}
-    result = run_command(command, env=env)
+    result = run_in_process(command, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(bank.read_text())
     search = saved["meta"]["search_gsm8k"]
@@ -187,5 +187,5 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     assert search["default"]["size"] == 9 and search["default"]["predicted_speedup"] > 0
     evaluated = {s.id for s in questions.load({**compose_config(["dataset=gsm8k", "dataset.seed=0"])["dataset"], "limit": 5})}
     assert len(search["samples"]) == 2 and not set(search["samples"]) & evaluated
-    again = run_command(command, env=env)
+    again = run_in_process(command, env=env)
     assert again.returncode == 0 and "already in" in again.stdout and json.loads(bank.read_text()) == saved

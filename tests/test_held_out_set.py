@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import run_command
+from conftest import run_in_process
 
 
 def write_rows(path: Path, rows: list[tuple[str, list[int]]]) -> None:
@@ -16,7 +16,7 @@ def write_rows(path: Path, rows: list[tuple[str, list[int]]]) -> None:
 
 
 def pick(tmp_path: Path, count: int, *extra: str) -> subprocess.CompletedProcess:
-    return run_command([sys.executable, "scripts/held_out_set.py", "--candidates", str(tmp_path / "new.jsonl"),
+    return run_in_process([sys.executable, "scripts/held_out_set.py", "--candidates", str(tmp_path / "new.jsonl"),
                         "--data", str(tmp_path / "corpus"), "--count", str(count), "--min-tokens", "20",
                         "--max-overlap", "0.5", "--out", str(tmp_path / "validation-chat.json"), *extra])
 

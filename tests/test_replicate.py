@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import run_command
+from conftest import run_in_process
 from runners import cast, entmtp, mars, talon
 from specbench.replicate import report, results, tables
 
@@ -104,7 +104,7 @@ def test_metric_reads_the_method_or_the_baseline_beside_it():
 
 
 def test_paper_scale_prints_the_multiruns_with_per_model_hardware():
-    result = run_command([sys.executable, "runners/mars.py", "--scale", "paper"])
+    result = run_in_process([sys.executable, "runners/mars.py", "--scale", "paper"])
     assert result.returncode == 0, result.stderr
     lines = [l for l in result.stdout.splitlines() if " -m specbench -m " in l]
     assert len(lines) >= 20 and "not launched" in result.stdout
@@ -116,18 +116,18 @@ def test_paper_scale_prints_the_multiruns_with_per_model_hardware():
 
 
 def test_bad_runner_input_is_one_line():
-    result = run_command([sys.executable, "runners/talon.py", "--only", "table9"])
+    result = run_in_process([sys.executable, "runners/talon.py", "--only", "table9"])
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "--only" in result.stderr and "table9" in result.stderr and "figure12" in result.stderr
 
 
 def test_datasets_narrow_every_sweep_and_bad_names_are_one_line():
-    result = run_command([sys.executable, "runners/mars.py", "--dry-run", "--only", "table1", "table6", "--datasets", "gsm8k", "cnn_dm"])
+    result = run_in_process([sys.executable, "runners/mars.py", "--dry-run", "--only", "table1", "table6", "--datasets", "gsm8k", "cnn_dm"])
     assert result.returncode == 0, result.stderr
     lines = [l for l in result.stdout.splitlines() if " -m specbench -m " in l]
     datasets = {o.split("=", 1)[1] for l in lines for o in l.split() if o.startswith("dataset=")}
     assert datasets == {"gsm8k", "cnn_dm"} and len(lines) == 6  # table1: 2 methods x (gsm8k, cnn_dm); table6: 2 methods x gsm8k
-    bad = run_command([sys.executable, "runners/mars.py", "--dry-run", "--only", "table6", "--datasets", "cnn_dm"])
+    bad = run_in_process([sys.executable, "runners/mars.py", "--dry-run", "--only", "table6", "--datasets", "cnn_dm"])
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [bad.stderr.strip()]
     assert "--datasets" in bad.stderr and "cnn_dm" in bad.stderr and "gsm8k, humaneval" in bad.stderr
 
@@ -179,7 +179,7 @@ def execute_notebook(paper, runs, results_dir, monkeypatch):
 def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
     args = [sys.executable, "runners/mars.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table6", "--datasets", "gsm8k",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
-    result = run_command(args)
+    result = run_in_process(args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert {"figure1.png", "figure4.pdf"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
     printed = execute_notebook("mars", tmp_path / "runs", tmp_path / "notebook", monkeypatch)
@@ -192,7 +192,7 @@ def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_p
     # the budget sweep holds TALON's and EAGLE-3's default runs on MT-Bench, so Table 1 has our row
     args = [sys.executable, "runners/talon.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "figure12", "figure12-eagle3",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
-    first = run_command(args)
+    first = run_in_process(args)
     assert first.returncode == 0, first.stderr[-3000:]
     out = tmp_path / "results"
     assert {p.name for p in (out / "figures").iterdir()} >= {"figure6.png", "figure6.pdf", "figure12.png", "figure12.pdf"}
@@ -200,7 +200,7 @@ def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_p
     assert "| smollm2-135m | talon" in table and "/ n/a" in table
     report = (out / "report.md").read_text()
     assert "Table 1" in report and "Figure 12" in report and "claims agree in direction" in report
-    again = run_command(args)
+    again = run_in_process(args)
     assert again.returncode == 0 and "Loading weights" not in again.stderr  # every run finished: nothing is loaded again
     printed = execute_notebook("talon", tmp_path / "runs", tmp_path / "notebook", monkeypatch)
     assert "finished runs" in printed and "Figure 6" in printed
@@ -251,7 +251,7 @@ def test_cast_rows_find_the_run_at_their_batch_size_and_ablation(tmp_path):
 
 
 def test_cast_paper_scale_sweeps_cover_the_batch_sizes_gpus_and_thresholds():
-    result = run_command([sys.executable, "runners/cast.py", "--scale", "paper"])
+    result = run_in_process([sys.executable, "runners/cast.py", "--scale", "paper"])
     assert result.returncode == 0, result.stderr
     lines = [l for l in result.stdout.splitlines() if " -m specbench -m " in l]
     assert {f"gen.batch_size={b}" for b in (1, 2, 4, 8, 16, 32)} <= {w for l in lines for w in l.split()}
@@ -266,7 +266,7 @@ def test_cast_paper_scale_sweeps_cover_the_batch_sizes_gpus_and_thresholds():
 def test_tiny_cast_replication_at_batch_size_8_and_its_notebook(tmp_path, monkeypatch):
     args = [sys.executable, "runners/cast.py", "--prompts", "1", "--max-new-tokens", "4", "--only", "table2", "--datasets", "humaneval",
             "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
-    result = run_command(args)
+    result = run_in_process(args)
     assert result.returncode == 0, result.stderr[-3000:]
     table = (tmp_path / "results" / "tables" / "table2.md").read_text()
     assert "| smollm2-135m | cast" in table
@@ -326,13 +326,13 @@ def test_entmtp_rows_claims_and_table2_from_the_bank(tmp_path):
 
 
 def test_entmtp_search_runs_first_and_its_bank_follows_the_results(tmp_path):
-    result = run_command([sys.executable, "runners/entmtp.py", "--dry-run", "--results", str(tmp_path / "res")])
+    result = run_in_process([sys.executable, "runners/entmtp.py", "--dry-run", "--results", str(tmp_path / "res")])
     assert result.returncode == 0, result.stderr
     lines = [l for l in result.stdout.splitlines() if "python -m specbench" in l]
     bank = str(tmp_path / "res" / "bank-smollm2-135m.json")
     assert [l.split(":")[0].split()[-1] for l in lines[:3]] == ["search"] * 3 and all(f"--bank {bank}" in l and "--exclude-limit 20" in l for l in lines[:3])
     assert sum(f"method.tree.bank={bank}" in l for l in lines) == 3 and "method.tree.path_value=paper" in lines[-1]
-    paper = run_command([sys.executable, "runners/entmtp.py", "--scale", "paper"])
+    paper = run_in_process([sys.executable, "runners/entmtp.py", "--scale", "paper"])
     assert paper.returncode == 0 and "--budget 88" in paper.stdout and "not launched" in paper.stdout
     assert all("dataset.limit=100" in l and "gen.max_new_tokens=256" in l for l in paper.stdout.splitlines() if " -m specbench -m " in l)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_command, synthetic_answers
+from conftest import run_in_process, synthetic_answers
 from specbench.errors import ConfigError
 from specbench.train.data import collate
 from specbench.train.eagle3 import chain_acceptance, draft_vocabulary, ttt_mask
@@ -75,7 +75,7 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     args = [sys.executable, "-m", "specbench.train.eagle3", "--data", str(data), "--out", str(out), "--sharegpt-answers", "4",
             "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
     for steps in (2, 3):
-        result = run_command([*args, "--steps", str(steps)])
+        result = run_in_process([*args, "--steps", str(steps)])
         assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((tmp_path / "head.validation.json").read_text()) == ["k0", "k1"]
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
@@ -87,7 +87,7 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     assert (out / "curve.png").exists() and (out / "model.safetensors").exists()
     # --init warm-starts another run from the export: its vocabulary and weights, no optimiser state
     warm = tmp_path / "warm"
-    result = run_command([*args[:6], str(warm), *args[7:], "--init", str(out), "--steps", "0"])
+    result = run_in_process([*args[:6], str(warm), *args[7:], "--init", str(out), "--steps", "0"])
     assert result.returncode == 0, result.stderr[-2000:]
     from safetensors.torch import load_file
 
@@ -98,12 +98,12 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     assert [(p["step"], p["tokens"]) for p in warm_curve] == [(0, 0)]  # the warm start's own point
     # --layers 2 deepens the warm start; a resumed run keeps the layers its checkpoint holds
     deep_args = [*args[:6], str(tmp_path / "deep"), *args[7:], "--init", str(out)]
-    result = run_command([*deep_args, "--layers", "2", "--steps", "1"])
+    result = run_in_process([*deep_args, "--layers", "2", "--steps", "1"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((tmp_path / "deep" / "config.json").read_text())["num_hidden_layers"] == 2
     deep = load_file(tmp_path / "deep" / "model.safetensors")
     assert deep.keys() - exported.keys() and all(k.startswith("layers.0.") for k in deep.keys() - exported.keys())
-    result = run_command([*deep_args, "--layers", "3", "--steps", "2"])
+    result = run_in_process([*deep_args, "--layers", "3", "--steps", "2"])
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --layers: the run's checkpoint holds a head of 2 layers"), result.stderr[-2000:]
 
 
@@ -179,7 +179,7 @@ def test_eagle1_warm_start_keeps_a_head_without_fc_bias(tmp_path):
     data = tmp_path / "answers.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "warm"
-    result = run_command([sys.executable, "-m", "specbench.train.eagle", "--data", str(data), "--out", str(out), "--sharegpt-answers", "2", "--batch", "2",
+    result = run_in_process([sys.executable, "-m", "specbench.train.eagle", "--data", str(data), "--out", str(out), "--sharegpt-answers", "2", "--batch", "2",
                           "--length", "32", "--validation-rows", "2", "--threads", "1", "--init", str(published), "--steps", "0"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads((out / "config.json").read_text())["bias"] is False
@@ -231,7 +231,7 @@ def test_a_committed_domain_set_is_held_out_and_scored_apart_on_the_curve(tmp_pa
         if domain:
             (corpus / "validation-code.json").write_text(json.dumps(domain))
         out = tmp_path / name / "head"
-        result = run_command([sys.executable, "-m", "specbench.train.eagle3", "--data", str(corpus), "--out", str(out), "--sharegpt-answers", "0", "--batch", "2",
+        result = run_in_process([sys.executable, "-m", "specbench.train.eagle3", "--data", str(corpus), "--out", str(out), "--sharegpt-answers", "0", "--batch", "2",
                               "--length", "48", "--draft-vocab", "512", "--checkpoint-every", "1", "--threads", "1", "--steps", "1"])
         assert result.returncode == 0, result.stderr[-2000:]
         curves[name] = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
@@ -270,7 +270,7 @@ def test_a_trainer_refuses_a_committed_set_it_cannot_find_in_one_line(tmp_path):
     corpus.mkdir()
     synthetic_answers(tmp_path).rename(corpus / "answers-0.jsonl")
     (corpus / "validation.json").write_text(json.dumps(["k1", "k9"]))
-    result = run_command([sys.executable, "-m", "specbench.train.medusa", "--data", str(corpus), "--out", str(tmp_path / "heads"), "--threads", "1"])
+    result = run_in_process([sys.executable, "-m", "specbench.train.medusa", "--data", str(corpus), "--out", str(tmp_path / "heads"), "--threads", "1"])
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: --data: 1 of the 2 held-out keys"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert "Loading weights" not in result.stderr  # refused before the target's weights load
@@ -373,7 +373,7 @@ def test_a_grown_draft_vocabulary_adds_the_most_used_missing_tokens_mapped_from_
 
 
 def _resize(head: Path, size: int, data: str = "x"):
-    return run_command([sys.executable, "-m", "specbench.train.resize_vocab", "--head", str(head), "--data", data, "--size", str(size), "--out", "y"])
+    return run_in_process([sys.executable, "-m", "specbench.train.resize_vocab", "--head", str(head), "--data", data, "--size", str(size), "--out", "y"])
 
 
 def test_resizing_to_a_size_the_head_cannot_give_is_one_line(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import run_command, synthetic_answers
+from conftest import run_in_process, synthetic_answers
 from specbench.errors import ConfigError
 from specbench.train.shared_pass import saved_states
 
@@ -19,7 +19,7 @@ COMMON = ["--sharegpt-answers", "4", "--batch", "2", "--length", "48", "--draft-
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return run_command([sys.executable, "-m", *args])
+    return run_in_process([sys.executable, "-m", *args])
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_command
+from conftest import run_in_process
 from specbench.drafters.small_lm import DraftVocab
 from specbench.train.sps_draft import chain_taus, draft_labels
 from specbench.train.sps_sizing import fits, parse_shape, predicted_speedups
@@ -48,7 +48,7 @@ def test_sizing_chooses_only_files_that_fit():
 
 
 def test_a_bad_shape_is_one_line_naming_the_option():
-    result = run_command([sys.executable, "-m", "specbench.train.sps_draft", "size", "--data", "x", "--out", "y", "--shapes", "4by192"])
+    result = run_in_process([sys.executable, "-m", "specbench.train.sps_draft", "size", "--data", "x", "--out", "y", "--shapes", "4by192"])
     assert result.returncode == 2 and "--shapes" in result.stderr and "LAYERSxHIDDEN" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -66,7 +66,7 @@ def test_training_resumes_and_records_tau_per_gamma(tmp_path):
     args = [sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", str(data), "--out", str(out), "--sharegpt-answers", "4",
             "--batch", "2", "--length", "48", "--hidden", "64", "--layers", "1", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
     for steps in (2, 3):
-        result = run_command([*args, "--steps", str(steps)])
+        result = run_in_process([*args, "--steps", str(steps)])
         assert result.returncode == 0, result.stderr[-2000:]
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
     assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(len(p["top1"]) == 1 and 1.0 <= p["chain_tau"] <= 5.0 for p in curve)
@@ -94,7 +94,7 @@ def test_a_draft_vocabulary_maps_labels_to_rows_and_logits_back():
 @pytest.mark.parametrize("flags,key", [(["--draft-vocab", "500"], "--draft-vocab"), (["--init", "x", "--from-target", "0"], "--init"),
                                        (["--from-target", "0,x"], "--from-target")])
 def test_bad_draft_options_are_one_line(flags, key):
-    result = run_command([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", "x", "--out", "y", *flags])
+    result = run_in_process([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", "x", "--out", "y", *flags])
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert key in result.stderr.strip().splitlines()[-1]  # the error line (argparse prints its usage above it)
 
@@ -116,7 +116,7 @@ def test_a_draft_cut_from_the_target_ships_its_own_vocabulary(tmp_path):
     data = tmp_path / "answers.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "draft"
-    result = run_command([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", str(data), "--out", str(out),
+    result = run_in_process([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", str(data), "--out", str(out),
                           "--sharegpt-answers", "0", "--batch", "2", "--length", "48", "--from-target", "0,29", "--draft-vocab", "300",
                           "--validation-rows", "2", "--steps", "1", "--lr", "0", "--distill", "--threads", "1"])
     assert result.returncode == 0, result.stderr[-2000:]
