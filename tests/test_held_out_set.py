@@ -58,3 +58,33 @@ def test_every_committed_set_is_held_out(tmp_path):
     assert held_out_keys([str(corpus)]) == {"a", "b", "c", "d"}
     assert held_out_keys([str(corpus), str(other)]) == {"a", "b", "c", "d", "e"}
     assert held_out_keys([str(tmp_path / "answers.jsonl")]) == set()
+
+
+def test_benchmark_outputs_are_read_from_a_run_without_hydra_files(tmp_path):
+    """Run directories of scripts that call the Runner (bench_speed) have no .hydra/: their
+    config comes from summary.json, so head_agreement and held_out_set read their outputs as
+    they read a `python -m specbench` run's; a directory with neither is one clear error."""
+    import pytest
+
+    from specbench.__main__ import compose_config
+    from specbench.errors import ConfigError
+    from specbench.models import registry
+    from specbench.run import chat_prompt
+    from specbench.data import questions
+    from specbench.train.data import TARGET
+    from specbench.train.validation import run_rows
+
+    cfg = compose_config(["dataset=gsm8k", "dataset.limit=2", "dataset.seed=0", "gen.temperature=0.0"])
+    tokenizer = registry.load_tokenizer(TARGET)
+    samples = questions.load(cfg["dataset"])
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"config": cfg}))
+    answers = [[11, 12, 13], [21, 22]]
+    prompts = [chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in samples]
+    (run / "samples.jsonl").write_text("".join(
+        json.dumps({"id": s.id, "method": {"prompt_tokens": [len(p)], "turn_ids": [a]}}) + "\n" for s, p, a in zip(samples, prompts, answers)))
+    assert run_rows(run, tokenizer) == ("gsm8k", [{"prompt": p, "answer": a} for p, a in zip(prompts, answers)])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="neither .hydra/config.yaml nor summary.json"):
+        run_rows(tmp_path / "empty", tokenizer)

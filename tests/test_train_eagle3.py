@@ -161,6 +161,25 @@ def test_ttt_loss_scores_answer_rows_as_the_full_unroll_does():
     assert top1 == pytest.approx(expected_top1)
 
 
+def test_held_out_hits_count_a_target_token_outside_the_draft_vocabulary_as_a_miss():
+    """The engine's verifier rejects every draft where the target's greedy token is outside
+    the draft vocabulary, so validation counts a miss there even when the head picks the
+    best token it has (what the soft labels, restricted to the draft vocabulary, teach)."""
+    from specbench.train.eagle3 import draft_top1, step_hits
+
+    vocab_ids = torch.tensor([1, 3, 4])  # draft index 0, 1, 2
+    target_logits = torch.tensor([[[0.0, 1.0, 0.0, 5.0, 2.0, 0.0],  # top-1 is id 3: draft index 1
+                                   [9.0, 1.0, 0.0, 2.0, 3.0, 0.0]]])  # top-1 is id 0: not draftable
+    top1 = draft_top1(target_logits, vocab_ids)
+    assert top1.tolist() == [[1, -1]]
+    in_vocabulary_best = target_logits[..., vocab_ids].argmax(-1)
+    assert in_vocabulary_best.tolist() == [[1, 2]]
+    head_logits = torch.nn.functional.one_hot(in_vocabulary_best[0], 3).float()  # the head agrees with the in-vocabulary best
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    (hits, scored), = step_hits([head_logits], top1, mask)
+    assert hits.tolist() == [[True, False]] and scored.tolist() == [[True, True]]
+
+
 def test_eagle1_warm_start_keeps_a_head_without_fc_bias(tmp_path):
     """The LLaMA3 EAGLE-1 heads ship `"bias": false`: a warm start from such a head
     trains and exports that layout with its weights, instead of refusing the checkpoint."""
@@ -386,3 +405,42 @@ def test_resizing_to_a_size_the_head_cannot_give_is_one_line(tmp_path):
     result = _resize(head, 49152, data=str(synthetic_answers(tmp_path)))  # 6 answers do not use every token
     assert result.returncode == 2 and result.stderr.startswith("error: --size: 49152: only ") and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
     assert "Loading weights" not in result.stderr  # refused before loading the target
+
+
+def test_head_agreement_tells_draftable_and_confident_rows_apart():
+    """scripts/head_agreement.py's step-0 breakdown over the rows scored at step 0 only: the
+    share whose target token the head could draft, the share where the target was sure, and
+    the head's top-1 on those."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from head_agreement import step0_breakdown
+
+    def row(*values):  # a batch of one row
+        return torch.tensor([values])
+
+    scored = [
+        ([(row(True, False, False), row(True, True, False))], row(True, False, True), row(True, True, True)),  # the third row is not scored
+        ([(row(False), row(True))], row(True), row(False)),
+    ]
+    assert step0_breakdown(scored) == pytest.approx((2 / 3, 2 / 3, 1 / 2))
+
+
+def test_trainee_scores_the_targets_whole_vocabulary_top1(tmp_path):
+    """The EAGLE-3 trainee's held-out rows carry the target's greedy token over its whole
+    vocabulary (-1 where the draft vocabulary lacks it), not its best draftable token."""
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    from conftest import VOCAB, tiny_llama
+    from specbench.train.eagle3 import trainee
+    from specbench.train.shared_pass import read_target
+
+    target = tiny_llama(0, layers=4)
+    args = Namespace(init=None, draft_vocab=3, ttt_steps=1, layers=None)
+    head = trainee(args, target, SimpleNamespace(eos_token_id=0), [{"answer": [5, 6, 7, 5, 6]}], tmp_path / "head", None)
+    ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    batch = read_target(target, ids, ids.clone())
+    top1 = head.keep(batch)[2]
+    whole = batch.logits[:, 1 : top1.shape[1] + 1].argmax(-1)
+    vocab_ids = [0, 5, 6]  # the 3 most used answer tokens with EOS first, as draft_vocabulary picks them
+    expected = torch.tensor([[vocab_ids.index(t) if t in vocab_ids else -1 for t in row] for row in whole.tolist()])
+    assert torch.equal(top1, expected) and (expected == -1).any()

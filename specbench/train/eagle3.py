@@ -59,6 +59,16 @@ def draft_vocabulary(rows: list[dict], size: int, vocab_size: int, always: set[i
     return torch.tensor(chosen)
 
 
+def draft_top1(logits: torch.Tensor, vocab_ids: torch.Tensor) -> torch.Tensor:
+    """The target's top-1 over its whole vocabulary (`logits` [..., V]) as a draft-vocabulary
+    index, -1 where the draft vocabulary lacks it: the engine's verifier rejects every draft
+    there, so a held-out score must count it a miss (the best in-vocabulary token, which the
+    soft labels teach, would count a hit the engine never sees)."""
+    index = torch.full((logits.shape[-1],), -1, dtype=torch.long)
+    index[vocab_ids] = torch.arange(len(vocab_ids))
+    return index[logits.argmax(-1)]
+
+
 def ttt_mask(n: int, step: int) -> torch.Tensor:
     """Bool [n, (step+1)*n]: query t sees step-0 keys at s <= t-step and, for each
     later step i, only the key at s = t-step+i (its own chain, itself last). Rows
@@ -87,7 +97,8 @@ def ttt_unroll(head, embeds, features, steps: int, rows: torch.Tensor | None = N
 def step_hits(logits: list[torch.Tensor], target_top1, loss_mask) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(hits, scored) bool [B, n] per unrolled step: the draft's top-1 (`logits` of the
     `loss_mask` rows, [N, Vd]) equals the target's (`target_top1` [B, n], draft-vocabulary
-    ids), at rows with a label and an anchor (t >= step)."""
+    ids; -1, never a hit, where the target's top-1 is outside them), at rows with a label and
+    an anchor (t >= step)."""
     out = []
     for step, step_logits in enumerate(logits):
         scored = loss_mask.clone()
@@ -191,8 +202,8 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         return embeds[:, 1 : n + 1], features[:, :n], probs[:, 1 : n + 1], batch.labels[:, 2 : n + 2] != -100
 
     def keep(batch: TargetPass):
-        embeds, features, probs, mask = rows_of(batch)
-        return embeds, features, probs.argmax(-1), mask
+        embeds, features, _, mask = rows_of(batch)
+        return embeds, features, draft_top1(batch.logits[:, 1 : embeds.shape[1] + 1], vocab_ids), mask
 
     def export(curve_path: Path, record: dict) -> None:
         save_head(out, raw_config, head)

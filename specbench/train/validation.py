@@ -200,11 +200,20 @@ def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> 
     plt.close(fig)
 
 
+def run_config(run: Path) -> dict:
+    """A run directory's resolved config: Hydra's copy, or the one its summary records."""
+    if (run / ".hydra" / "config.yaml").is_file():
+        return OmegaConf.to_container(OmegaConf.load(run / ".hydra" / "config.yaml"), resolve=True)
+    require((run / "summary.json").is_file(), "--runs", f"{run}: neither .hydra/config.yaml nor summary.json (not a finished run directory)")
+    return json.loads((run / "summary.json").read_text())["config"]
+
+
 def run_rows(run: Path, tokenizer) -> tuple[str, list[dict]]:
     """(dataset name, first-turn rows of prompt and output ids) of a T=0 benchmark run
-    directory (python -m specbench): every method is lossless at T=0, so its outputs are the
-    target's own greedy text on that benchmark."""
-    cfg = OmegaConf.to_container(OmegaConf.load(run / ".hydra" / "config.yaml"), resolve=True)
+    directory (python -m specbench, or a script calling its Runner: its config is then read
+    from summary.json): every method is lossless at T=0, so its outputs are the target's own
+    greedy text on that benchmark."""
+    cfg = run_config(run)
     require(float(cfg["gen"]["temperature"]) == 0.0, "--runs", f"{run}: a T={cfg['gen']['temperature']} run; its outputs are not the target's greedy text")
     samples = {s.id: s for s in questions.load(cfg["dataset"])}
     rows = []
