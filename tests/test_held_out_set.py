@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import run_in_process
 
 
@@ -64,8 +66,6 @@ def test_benchmark_outputs_are_read_from_a_run_without_hydra_files(tmp_path):
     """Run directories of scripts that call the Runner (bench_speed) have no .hydra/: their
     config comes from summary.json, so head_agreement and held_out_set read their outputs as
     they read a `python -m specbench` run's; a directory with neither is one clear error."""
-    import pytest
-
     from specbench.__main__ import compose_config
     from specbench.errors import ConfigError
     from specbench.models import registry

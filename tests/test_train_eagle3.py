@@ -150,7 +150,7 @@ def test_ttt_loss_scores_answer_rows_as_the_full_unroll_does():
     embeds, features = torch.randn(2, 7, 16), torch.randn(2, 7, 48)
     probs = torch.randn(2, 7, 12).softmax(-1)
     mask = torch.tensor([[False, True, True, True, False, True, True], [False, False, True, True, True, True, False]])
-    loss, top1 = ttt_loss(head, embeds, features, probs, mask, steps=3)
+    loss, top1 = ttt_loss(head, embeds, features, probs, probs.argmax(-1), mask, steps=3)
     expected, expected_top1 = 0.0, []
     for step, logits in enumerate(ttt_unroll(head, embeds, features, 3)):
         scored = mask.clone()

@@ -109,11 +109,12 @@ def step_hits(logits: list[torch.Tensor], target_top1, loss_mask) -> list[tuple[
     return out
 
 
-def ttt_loss(head: Eagle3Head, embeds, features, target_probs, loss_mask, steps: int, decay: float = 0.8):
-    """Soft cross-entropy summed over unrolled steps (weights decay**j); also returns
-    each step's top-1 agreement with the target for logging."""
+def ttt_loss(head: Eagle3Head, embeds, features, target_probs, target_top1, loss_mask, steps: int, decay: float = 0.8):
+    """Soft cross-entropy over the draft vocabulary (`target_probs`), summed over unrolled
+    steps (weights decay**j); also returns each step's top-1 agreement with the target's
+    greedy token (`target_top1`, draft_top1) for logging."""
     logits = ttt_unroll(head, embeds, features, steps, rows=loss_mask)
-    hits = step_hits(logits, target_probs.argmax(-1), loss_mask)
+    hits = step_hits(logits, target_top1, loss_mask)
     probs = target_probs[loss_mask]
     total = 0.0
     for step, (step_logits, (_, scored)) in enumerate(zip(logits, hits)):
@@ -193,17 +194,19 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
     embedding = target.get_input_embeddings()
 
     def rows_of(batch: TargetPass):
-        """Row t: feature t, token t+1, and the target's distribution at t+1 (token t+2)."""
+        """Row t: feature t, token t+1, and the target's distribution at t+1 over the draft
+        vocabulary and its greedy token there (token t+2)."""
         with torch.no_grad():
             features = torch.cat([batch.hidden_states[i] for i in fused], dim=-1).float()
             probs = batch.logits.softmax(-1)[..., vocab_ids]
             embeds = embedding(batch.ids).float()
         n = batch.ids.shape[1] - 2
-        return embeds[:, 1 : n + 1], features[:, :n], probs[:, 1 : n + 1], batch.labels[:, 2 : n + 2] != -100
+        top1 = draft_top1(batch.logits[:, 1 : n + 1], vocab_ids)
+        return embeds[:, 1 : n + 1], features[:, :n], probs[:, 1 : n + 1], top1, batch.labels[:, 2 : n + 2] != -100
 
     def keep(batch: TargetPass):
-        embeds, features, _, mask = rows_of(batch)
-        return embeds, features, draft_top1(batch.logits[:, 1 : embeds.shape[1] + 1], vocab_ids), mask
+        embeds, features, _, top1, mask = rows_of(batch)
+        return embeds, features, top1, mask
 
     def export(curve_path: Path, record: dict) -> None:
         save_head(out, raw_config, head)
