@@ -80,8 +80,9 @@ def scored_pass(head, batch) -> tuple[list, torch.Tensor, torch.Tensor]:
     whether the target gave it p >= CONFIDENT) for one target pass, rows as the head's `keep` lays them out."""
     kept = head.keep(batch)
     target_top1 = kept[2]
-    probs = batch.logits[:, 1 : target_top1.shape[1] + 1].float().softmax(-1)
-    return head.hits(kept), target_top1 >= 0, probs.amax(-1) >= CONFIDENT
+    logits = batch.logits[:, 1 : target_top1.shape[1] + 1].float()
+    top_probability = (logits.amax(-1) - logits.logsumexp(-1)).exp()  # no [B, n, V] softmax kept for one value a row
+    return head.hits(kept), target_top1 >= 0, top_probability >= CONFIDENT
 
 
 def step0_breakdown(scored: list) -> tuple[float, float, float]:
