@@ -40,6 +40,13 @@ class DraftVocab:
         """Draft logits [..., len(ids)] -> target logits [..., V], -inf outside `ids`."""
         return scattered(logits, self.ids, self.target_vocab_size)
 
+    def rows(self, target_ids: torch.Tensor, missing: int) -> torch.Tensor:
+        """Each target id's output row, `missing` where the draft cannot draft it (what a
+        trainer's labels and a held-out score need)."""
+        index = torch.full((self.target_vocab_size,), missing, dtype=torch.long)
+        index[self.ids] = torch.arange(len(self.ids))
+        return index[target_ids]
+
 
 def check_own_vocab(ids: torch.Tensor, draft_config, target_config, weights: Path, key: str) -> None:
     """Refuse, in one line, a draft vocabulary that does not fit the draft or the target

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from specbench.drafters.small_lm import DraftVocab
 from specbench.errors import require, run_command
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head, trained_state
 from specbench.train.loop import add_fit_arguments, add_head_arguments
@@ -64,9 +65,7 @@ def draft_top1(logits: torch.Tensor, vocab_ids: torch.Tensor) -> torch.Tensor:
     index, -1 where the draft vocabulary lacks it: the engine's verifier rejects every draft
     there, so a held-out score must count it a miss (the best in-vocabulary token, which the
     soft labels teach, would count a hit the engine never sees)."""
-    index = torch.full((logits.shape[-1],), -1, dtype=torch.long)
-    index[vocab_ids] = torch.arange(len(vocab_ids))
-    return index[logits.argmax(-1)]
+    return DraftVocab(vocab_ids, logits.shape[-1]).rows(logits.argmax(-1), missing=-1)
 
 
 def ttt_mask(n: int, step: int) -> torch.Tensor:

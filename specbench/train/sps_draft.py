@@ -123,9 +123,7 @@ def target_cut(target: LlamaForCausalLM, layers: list[int], vocab: DraftVocab | 
 def draft_labels(vocab: DraftVocab, targets: torch.Tensor) -> torch.Tensor:
     """Target-id labels as the draft's output rows; tokens it does not draft (and -100)
     become -100, which cross-entropy ignores."""
-    rows = torch.full((vocab.target_vocab_size,), -100, dtype=torch.long)
-    rows[vocab.ids] = torch.arange(len(vocab.ids))
-    return torch.where(targets == -100, targets, rows[targets.clamp(min=0)])
+    return torch.where(targets == -100, targets, vocab.rows(targets.clamp(min=0), missing=-100))
 
 
 def shipped_weights(model: LlamaForCausalLM, vocab: DraftVocab | None) -> dict[str, torch.Tensor]:
