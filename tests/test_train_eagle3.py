@@ -391,6 +391,21 @@ def test_a_grown_draft_vocabulary_adds_the_most_used_missing_tokens_mapped_from_
     assert torch.allclose(after[..., [ids.index(t) for t in old]], before, rtol=0, atol=1e-5)  # the same rows; a wider matmul may round differently
 
 
+def test_a_swapped_draft_vocabulary_trades_its_least_used_tokens_for_more_used_missing_ones():
+    """--swap keeps the size: the least used tokens (never EOS; ties: larger id first) go,
+    the most used missing ones come, and only while a newcomer is used more than the token
+    it replaces."""
+    from collections import Counter
+
+    from specbench.train.resize_vocab import swapped_tokens
+
+    old = [2, 5, 7, 11, 19]
+    counts = Counter({2: 9, 5: 1, 7: 0, 11: 3, 19: 1, 3: 5, 4: 2, 8: 1, 13: 0})
+    assert swapped_tokens(old, counts, 1, always={7}) == ([2, 5, 7, 11], [3])  # 19 before 5 on the tie
+    assert swapped_tokens(old, counts, 3, always={7}) == ([2, 7, 11], [3, 4])  # 8 (used once) would not beat 11 (three times)
+    assert swapped_tokens(old, Counter({2: 9, 5: 4, 11: 3, 19: 2, 3: 2}), 2, always={7}) == (old, [])  # 3 only ties 19
+
+
 def _resize(head: Path, size: int, data: str = "x"):
     return run_in_process([sys.executable, "-m", "specbench.train.resize_vocab", "--head", str(head), "--data", data, "--size", str(size), "--out", "y"])
 
@@ -405,6 +420,8 @@ def test_resizing_to_a_size_the_head_cannot_give_is_one_line(tmp_path):
     result = _resize(head, 49152, data=str(synthetic_answers(tmp_path)))  # 6 answers do not use every token
     assert result.returncode == 2 and result.stderr.startswith("error: --size: 49152: only ") and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
     assert "Loading weights" not in result.stderr  # refused before loading the target
+    swap = run_in_process([sys.executable, "-m", "specbench.train.resize_vocab", "--head", str(head), "--data", "x", "--swap", str(size), "--out", "y"])
+    assert swap.returncode == 2 and swap.stderr.strip() == f"error: --swap: {size}: must be at least 1 and fewer than the head's {size} draft tokens", swap.stderr[-2000:]
 
 
 def test_head_agreement_tells_draftable_and_confident_rows_apart():
