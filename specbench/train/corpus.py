@@ -70,20 +70,24 @@ SOURCES: dict[str, Callable[[], Iterable[str]]] = {
 COMMITTED_PACKS = Path(__file__).resolve().parents[2] / "corpus" / "smollm2-135m"
 
 
-def source_texts(source: str) -> Iterator[str]:
-    """A source's prompts in its own order, each normalized text once (its first)."""
-    seen = set()
+@cache
+def source_texts(source: str) -> tuple[str, ...]:
+    """A source's prompts in its own order, each normalized text once (its first). Built
+    once per process: calibration, the corpus, the trainers and the contamination checks
+    each read a source, and the standard library's takes ~9 s to parse (AMD EPYC Zen 3)."""
+    seen, texts = set(), []
     for text in SOURCES[source]():
         key = " ".join(normalize(text))
         if len(key) >= 8 and key not in seen:
             seen.add(key)
-            yield text
+            texts.append(text)
+    return tuple(texts)
 
 
 @cache
 def prompt_table(source: str) -> dict[str, str]:
     """Key -> prompt of a whole source, built once per process: every pack a trainer reads
-    looks its prompts up here instead of parsing the source again."""
+    looks its prompts up here instead of hashing the source again."""
     return {prompt_key(text): text for text in source_texts(source)}
 
 
