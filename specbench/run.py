@@ -107,8 +107,6 @@ class Runner:
         hardware = self.hardware = dict(cfg["hardware"])
         hardware["dtype"], self.dtype_choice = costs.resolve_dtype(hardware, cfg["model"], method_cfg=cfg["method"], engine=cfg.get("engine"))
         model, self.tokenizer = load_target(cfg["model"], hardware["dtype"], hardware["device"])
-        self.target, self.compile_choice = costs.target_lm(model, cfg, hardware)
-        record_compiled(hardware, self.target)  # drafters pack their weights as the target does
         self.context_length = cfg["model"].get("context_length") or model.config.max_position_embeddings
         self.limits = Limits(
             max_new_tokens=cfg["gen"]["max_new_tokens"],
@@ -117,6 +115,8 @@ class Runner:
         )
         for sample in self.samples:  # a first turn that cannot fit fails before any cost is measured
             self.prompt_ids([{"role": "user", "content": sample.turns[0]}], sample.id)
+        self.target, self.compile_choice = costs.target_lm(model, cfg, hardware)
+        record_compiled(hardware, self.target)  # drafters pack their weights as the target does
         self.profile, self.shape_choice, self.calibration_runs = None, None, None
         self.method = methods.assemble(cfg["method"], model, hardware, tune_tree=self.tune_tree)
         ar_dtype = (self.dtype_choice or {}).get("ar_dtype", hardware["dtype"])

@@ -125,7 +125,11 @@ def test_prompt_longer_than_the_context(tmp_path):
     questions.write_text(json.dumps({"question_id": 1, "category": "x", "turns": ["word " * 400]}) + "\n")
     args = ["dataset=jsonl", f"dataset.path={questions}", "model.context_length=300", "gen.max_new_tokens=8", "baseline.mode=none", "hardware=cpu-fp32",
             "costs.max_n=8", "costs.repeats=1"]
-    one_error_line(run(*args, tmp_path=tmp_path), "gen.truncate_prompt", "300")
+    from conftest import own_cache
+
+    cache = own_cache(tmp_path / "cache")
+    one_error_line(run(*args, tmp_path=tmp_path, env={"SPECBENCH_CACHE": str(cache)}), "gen.truncate_prompt", "300")
+    assert not any((cache / "costs").iterdir())  # it failed before timing anything on this machine
     assert run(*args, "gen.truncate_prompt=true", tmp_path=tmp_path).returncode == 0
 
 
