@@ -62,6 +62,22 @@ def test_collate_masks_prompt_and_padding():
     assert ids.tolist() == [[1, 2, 0, 0]] and labels.tolist() == [[-100, 2, -100, -100]]
 
 
+def test_an_export_carries_its_warm_starts_record(tmp_path):
+    """A head trained on from another keeps how every earlier version was made: the warm
+    start's training.json, with whatever it carried, nests under init_record."""
+    from specbench.train.validation import export
+
+    warm, out = tmp_path / "warm", tmp_path / "out"
+    warm.mkdir(), out.mkdir()
+    (warm / "training.json").write_text(json.dumps({"steps": 5, "init_record": {"steps": 2}}))
+    export(out, tmp_path / "no-curve.jsonl", {"steps": 3, "init": str(warm)}, "TTT step")
+    assert json.loads((out / "training.json").read_text()) == {
+        "steps": 3, "init": str(warm), "validation": None, "init_record": {"steps": 5, "init_record": {"steps": 2}}}
+    for init in (None, str(tmp_path / "no-record")):  # a fresh head, or a start without a record
+        export(out, tmp_path / "no-curve.jsonl", {"steps": 3, "init": init}, "TTT step")
+        assert "init_record" not in json.loads((out / "training.json").read_text())
+
+
 @pytest.mark.slow
 def test_training_resumes_and_writes_a_learning_curve(tmp_path):
     """Two steps, then a re-run to three: the second run continues the first (same
@@ -93,7 +109,8 @@ def test_training_resumes_and_writes_a_learning_curve(tmp_path):
 
     exported, started = load_file(out / "model.safetensors"), load_file(warm / "model.safetensors")
     assert exported.keys() == started.keys() and all(torch.equal(exported[k], started[k]) for k in exported)
-    assert json.loads((warm / "training.json").read_text())["init"] == str(out)
+    warm_training = json.loads((warm / "training.json").read_text())
+    assert warm_training["init"] == str(out) and warm_training["init_record"] == training
     warm_curve = [json.loads(line) for line in (warm / "curve.jsonl").read_text().splitlines()]
     assert [(p["step"], p["tokens"]) for p in warm_curve] == [(0, 0)]  # the warm start's own point
     # --layers 2 deepens the warm start; a resumed run keeps the layers its checkpoint holds

@@ -168,12 +168,17 @@ def save_head(out: Path, raw_config: dict, head: torch.nn.Module) -> None:
 
 def export(out: Path, curve_path: Path, record: dict, step_label: str) -> None:
     """Copy the learning curve into the export (curve.jsonl, curve.png) and write
-    training.json with `record` and the last validation point."""
+    training.json with `record`, the last validation point and, where `record["init"]` is a
+    warm start with a training.json, that file under `init_record`: a head trained on from
+    another keeps how every earlier version was made."""
     curve = [json.loads(line) for line in curve_path.open()] if curve_path.exists() else []
     if curve:
         (out / "curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in curve))
         draw_curve(curve, out / "curve.png", step_label)
-    (out / "training.json").write_text(json.dumps({**record, "validation": curve[-1] if curve else None}, indent=2))
+    init = record.get("init")
+    previous = Path(init) / "training.json" if isinstance(init, str) else None
+    history = {"init_record": json.loads(previous.read_text())} if previous is not None and previous.is_file() else {}
+    (out / "training.json").write_text(json.dumps({**record, "validation": curve[-1] if curve else None, **history}, indent=2))
 
 
 def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> None:
