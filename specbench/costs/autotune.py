@@ -149,13 +149,13 @@ def held_out_calibration_texts(kind: str) -> list[str]:
     corpus holds out (its validation-<kind>.json): every other such prompt is in the embedded
     drafters' training text, and would flatter their calibrated τ. Code's and math's τ differ
     from chat's, so such datasets calibrate on their own kind."""
-    from specbench.train.corpus import COMMITTED_PACKS, prompt_key, source_texts
+    from specbench.train.corpus import COMMITTED_PACKS, prompt_table
 
     source, name = HELD_OUT_SOURCES[kind]
     held_out = COMMITTED_PACKS / name
     require(held_out.is_file(), "dataset.calibration", f"{kind} needs the checkout's {held_out}; set dataset.calibration=chat")
     keys = set(json.loads(held_out.read_text()))
-    texts = [text for text in source_texts(source) if prompt_key(text) in keys]
+    texts = [text for key, text in prompt_table(source).items() if key in keys]
     require(bool(texts), "dataset.calibration", f"{kind}: none of {held_out}'s prompts is among this machine's {source} prompts; set dataset.calibration=chat")
     return texts
 
