@@ -20,7 +20,6 @@ relative to one token, per batch size.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -30,17 +29,15 @@ from specbench import costs
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
 from specbench.metrics.speed import MIN_GROUPS
-from specbench.replicate import main, results
-from specbench.replicate.paper import (
-    LOOKAHEAD, all_hold, base_filters, by_source, every_higher, every_slope, model_params, not_run, one, parse_setting, picked_mean, positive,
-    prompt_values, shared_prompts, sweep_size, unpaired_difference,
-)
+from specbench.replicate import Paper, main, results
+from specbench.replicate.lookup import base_filters, not_run, one, parse_setting, prompt_values, shared_prompts
 from specbench.replicate.report import Claim, save
-from specbench.trees.cast import appendix_e_depth, appendix_e_overrides
+from specbench.replicate.scales import LOOKAHEAD, by_source, model_params, sweep_size
+from specbench.replicate.verdicts import all_hold, every_higher, every_slope, picked_mean, positive, unpaired_difference
 
 NAME = "cast"
 TITLE = "CAST: inference-cost-aware dynamic draft trees"
-CPU_PROMPTS = 10  # Table 3's batch sweep at batch size 1; the others are reduced (replicate.paper.sweep_size)
+CPU_PROMPTS = 10  # Table 3's batch sweep at batch size 1; the others are reduced (replicate.scales.sweep_size)
 HEADLINE = {"table3", "table3-eagle3"}
 CPU_MAX_NEW_TOKENS = 64
 SETUP = {
@@ -75,6 +72,18 @@ DEFAULTS = {
     "pld": {"config.method.tree.gamma": 10},
     "lookahead": LOOKAHEAD,
 }
+
+
+def appendix_e_depth(batch: int) -> int:
+    """Appendix E: depth 13 at batch size 1, 9 from batch size 8."""
+    return 9 if batch >= 8 else 13
+
+
+def appendix_e_overrides(batch: int, threshold: float) -> list[str]:
+    """Appendix E's depth and common threshold at a batch size, as config overrides
+    (the threshold given for batch size 1; 2.5 from batch size 8)."""
+    c = 2.5 if batch >= 8 else threshold
+    return [f"method.tree.depth={appendix_e_depth(batch)}", f"method.tree.c1={c}", f"method.tree.c2={c}", f"method.tree.c3={c}"]
 
 
 def switch_filters(ablation: str) -> dict:
@@ -356,5 +365,10 @@ CLAIMS = [
     Claim("Figure 4", "More verified tokens raise the accept length, but the speedup peaks below the largest m", _verified),
 ]
 
+PAPER = Paper(
+    name=NAME, title=TITLE, description=__doc__, cpu_prompts=CPU_PROMPTS, cpu_max_new_tokens=CPU_MAX_NEW_TOKENS, setup=SETUP,
+    sweeps=sweeps, defaults=DEFAULTS, locate=locate, speedup=SPEEDUP, figures=figures, claims=CLAIMS,
+)
+
 if __name__ == "__main__":
-    main(sys.modules[__name__])
+    main(PAPER)

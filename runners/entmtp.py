@@ -35,17 +35,18 @@ from a local clone named by the MEDUSA_CHOICES_FILE / HYDRA_CHOICES_FILE variabl
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from specbench import ROOT
-from specbench.replicate import OUR_MODEL, main, results
-from specbench.replicate.paper import base_filters, by_source, every_higher, not_run, one, parse_setting
+from specbench.replicate import OUR_MODEL, Paper, main, results
+from specbench.replicate.lookup import base_filters, not_run, one, parse_setting
 from specbench.replicate.report import Claim, save
+from specbench.replicate.scales import by_source
 from specbench.replicate.sweep import Sweep
+from specbench.replicate.verdicts import every_higher
 
 NAME = "entmtp"
 TITLE = "EntMTP: task-aware draft trees for multi-token-prediction heads"
@@ -304,5 +305,10 @@ CLAIMS = [
     Claim("Figures 1-2", "The default tree is dominated: a searched frontier tree has a higher predicted throughput on every task", _default_dominated),
 ]
 
+PAPER = Paper(
+    name=NAME, title=TITLE, description=__doc__, cpu_prompts=CPU_PROMPTS, cpu_max_new_tokens=CPU_MAX_NEW_TOKENS, setup=SETUP,
+    sweeps=sweeps, defaults=DEFAULTS, locate=locate, speedup=SPEEDUP, figures=figures, claims=CLAIMS,
+)
+
 if __name__ == "__main__":
-    main(sys.modules[__name__])
+    main(PAPER)

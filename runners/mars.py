@@ -16,7 +16,6 @@ published mc_sim_7b_63 is read only from a local clone of its release (`method.t
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -24,16 +23,15 @@ import numpy as np
 import pandas as pd
 
 from specbench.metrics.speed import resampled_ci
-from specbench.replicate import main, results
-from specbench.replicate.paper import (
-    LOOKAHEAD, all_hold, answers, base_filters, by_source, every_higher, every_slope, not_run, number, one, parse_setting, picked_mean, positive,
-    prompt_quality, scored, shared_prompts, size_keys, sweep_size,
-)
+from specbench.replicate import Paper, main, results
+from specbench.replicate.lookup import answers, base_filters, not_run, number, one, parse_setting, prompt_quality, scored, shared_prompts, size_keys
 from specbench.replicate.report import Claim, save
+from specbench.replicate.scales import LOOKAHEAD, by_source, sweep_size
+from specbench.replicate.verdicts import all_hold, every_higher, every_slope, picked_mean, positive
 
 NAME = "mars"
 TITLE = "MARS: margin-aware speculative verification"
-CPU_PROMPTS = 20  # the headline sweeps'; the others are reduced (replicate.paper.sweep_size)
+CPU_PROMPTS = 20  # the headline sweeps'; the others are reduced (replicate.scales.sweep_size)
 CPU_MAX_NEW_TOKENS = 128
 HEADLINE = {"table1"}  # Table 1 at T=1: MARS and EAGLE-3 on five datasets
 SETUP = {
@@ -339,5 +337,10 @@ CLAIMS = [
     Claim("Figure 4", "Top-1 logits are (almost) never negative, so r is defined", _top1_positive),
 ]
 
+PAPER = Paper(
+    name=NAME, title=TITLE, description=__doc__, cpu_prompts=CPU_PROMPTS, cpu_max_new_tokens=CPU_MAX_NEW_TOKENS, setup=SETUP,
+    sweeps=sweeps, defaults=DEFAULTS, locate=locate, speedup=SPEEDUP, figures=figures, claims=CLAIMS,
+)
+
 if __name__ == "__main__":
-    main(sys.modules[__name__])
+    main(PAPER)

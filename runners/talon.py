@@ -13,23 +13,21 @@ cumulative draft probability), where the paper lays the K x K nodes out by posit
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from specbench.replicate import main, results
-from specbench.replicate.paper import (
-    all_hold, base_filters, by_source, every_higher, not_run, one, per_prompt, picked_mean, positive, prompt_values, shared_prompts, slope,
-    sweep_runs, sweep_size,
-)
+from specbench.replicate import Paper, main, results
+from specbench.replicate.lookup import base_filters, not_run, one, per_prompt, prompt_values, shared_prompts, sweep_runs
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
+from specbench.replicate.scales import by_source, sweep_size
+from specbench.replicate.verdicts import all_hold, every_higher, picked_mean, positive, slope
 
 NAME = "talon"
 TITLE = "TALON: budget-driven adaptive draft trees"
-CPU_PROMPTS = 20  # the headline sweeps'; the others are reduced (replicate.paper.sweep_size)
+CPU_PROMPTS = 20  # the headline sweeps'; the others are reduced (replicate.scales.sweep_size)
 CPU_MAX_NEW_TOKENS = 128
 HEADLINE = {"table1", "table1-eagle3"}  # Table 1 at T=0: TALON and EAGLE-3 on six datasets
 SETUP = {
@@ -129,7 +127,7 @@ def delta_vs_tau(runs: pd.DataFrame) -> pd.DataFrame:
 def ablation_runs(runs: pd.DataFrame, key: str) -> dict[str, dict]:
     """Figure 12's runs (key "budget": TALON, and EAGLE-3 pruned to the same N) or Figure
     13's ("mu": TALON) on MT-Bench at T=0, by method and value, one run per point of the
-    sweep's own size (replicate.paper.sweep_runs)."""
+    sweep's own size (replicate.lookup.sweep_runs)."""
     values = BUDGETS if key == "budget" else MUS
     found = {}
     for method, column in (("talon", f"config.method.tree.{key}"), ("eagle3", "config.method.tree.total_tokens" if key == "budget" else None)):
@@ -302,5 +300,10 @@ CLAIMS = [
     Claim("Figure 3", "Beyond the first layer acceptances concentrate on the top-ranked nodes (the funnel)", _funnel),
 ]
 
+PAPER = Paper(
+    name=NAME, title=TITLE, description=__doc__, cpu_prompts=CPU_PROMPTS, cpu_max_new_tokens=CPU_MAX_NEW_TOKENS, setup=SETUP,
+    sweeps=sweeps, defaults=DEFAULTS, locate=locate, speedup=SPEEDUP, figures=figures, claims=CLAIMS,
+)
+
 if __name__ == "__main__":
-    main(sys.modules[__name__])
+    main(PAPER)

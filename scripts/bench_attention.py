@@ -19,7 +19,7 @@ from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
-from specbench.run import chat_prompt, stop_token_ids
+from specbench.data.chat import chat_prompt, stop_token_ids
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
 from specbench.errors import run_command

@@ -24,11 +24,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from specbench import ROOT  # noqa: E402
 from specbench.costs import autotune  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.metrics.speed import MIN_GROUPS  # noqa: E402
-from specbench.trees.cast import appendix_e_overrides  # noqa: E402
 from specbench.errors import run_command  # noqa: E402
+
+sys.path.append(str(ROOT))  # Appendix E's shape is a paper setting: it lives in CAST's runner
+from runners.cast import appendix_e_overrides  # noqa: E402
 
 from bench_speed import add_run_arguments, run_method  # noqa: E402
 from bench_vs_transformers import config  # noqa: E402

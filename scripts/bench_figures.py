@@ -20,9 +20,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from specbench.replicate.paper import slope
 from specbench.replicate.report import delta_vs_tau_figure, save
-from specbench.run import read_records
+from specbench.replicate.verdicts import slope
+from specbench.records import read_records
 from specbench.errors import run_command
 
 ACCURACY_KEYS = ("gsm8k_accuracy", "humaneval_pass@1")

@@ -20,7 +20,8 @@ import json
 from pathlib import Path
 
 from specbench.config import run_name
-from specbench.run import Runner, read_records
+from specbench.records import read_records
+from specbench.run import Runner
 from specbench.errors import run_command
 
 from bench_vs_transformers import config

@@ -29,7 +29,7 @@ from specbench.data import questions
 from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
-from specbench.run import chat_prompt, stop_token_ids
+from specbench.data.chat import chat_prompt, stop_token_ids
 from specbench.config import CONF_DIR
 from specbench.errors import run_command
 

@@ -25,7 +25,8 @@ import torch
 from specbench.errors import require, run_command
 from specbench.models import registry
 from specbench.train import eagle3
-from specbench.train.data import TARGET, read_answers
+from specbench.train.data import TARGET
+from specbench.train.packed import read_answers
 from specbench.train.shared_pass import target_passes
 from specbench.train.validation import COMMITTED_SET, committed_set, curve_point, domain_sets, require_greedy, run_rows
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from specbench.errors import require, run_command
 from specbench.models import registry
-from specbench.train.data import TARGET, read_answers
+from specbench.train.data import TARGET
+from specbench.train.packed import read_answers
 from specbench.train.validation import MAIN_SET, held_out_keys, run_rows
 
 SPAN = 8  # tokens: long enough that a shared span is shared phrasing, not shared grammar

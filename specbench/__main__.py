@@ -9,48 +9,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.config import CONF_DIR, HASHED_KEYS, run_name
-
-GROUPS = ("model", "dataset", "method", "hardware", "logger")
-
-
-def _run_name(*, _root_: DictConfig) -> str:
-    """The run's directory name, hashed from the same keys as config_hash (plus baseline)."""
-    parts = {}
-    for key in (*HASHED_KEYS, "baseline"):
-        value = _root_[key]
-        parts[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-    return run_name(parts)
-
-
-OmegaConf.register_new_resolver("run_name", _run_name, replace=True)
-
-
-def check_choices(argv: list[str]) -> None:
-    """Unknown group choices get one line listing the valid ones (Hydra prints a page)."""
-    for arg in argv:
-        key, sep, value = arg.lstrip("+~").partition("=")
-        group = key.split("@")[0]
-        if not sep or group not in GROUPS or "," in value or value.startswith(("choice(", "range(", "glob(")):
-            continue
-        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-        if value not in choices:
-            print(f"error: {key}: unknown {group} {value!r}; choose one of {', '.join(choices)}", file=sys.stderr)
-            sys.exit(2)
-
-
-def compose_config(overrides: list[str]) -> dict:
-    """The resolved run config for `overrides`, outside a Hydra app (for the other
-    commands: python -m specbench.costs, specbench.search)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import open_dict
-
-    check_choices(overrides)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides)
-    with open_dict(cfg):
-        cfg.hydra = None
-    return OmegaConf.to_container(cfg, resolve=True)
+from specbench.config import check_choices
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")

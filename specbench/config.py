@@ -1,10 +1,15 @@
-"""Run identity: the hash that names a run's directory, so re-running resumes it."""
+"""Run configs: composing one from overrides, and its identity (the hash that names a
+run's directory, so re-running resumes it)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from specbench.costs.fingerprint import isa_limits
 from specbench.models.registry import weights_id
@@ -38,3 +43,42 @@ def config_hash(cfg: dict) -> str:
 
 def run_name(cfg: dict) -> str:
     return f"{cfg['model']['name']}-{cfg['dataset']['name']}-{config_hash(cfg)}"
+
+
+GROUPS = ("model", "dataset", "method", "hardware", "logger")
+
+
+def _run_name(*, _root_: DictConfig) -> str:
+    """The run's directory name, hashed from the same keys as config_hash (plus baseline)."""
+    parts = {}
+    for key in (*HASHED_KEYS, "baseline"):
+        value = _root_[key]
+        parts[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return run_name(parts)
+
+
+OmegaConf.register_new_resolver("run_name", _run_name, replace=True)
+
+
+def check_choices(argv: list[str]) -> None:
+    """Unknown group choices get one line listing the valid ones (Hydra prints a page)."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        group = key.split("@")[0]
+        if not sep or group not in GROUPS or "," in value or value.startswith(("choice(", "range(", "glob(")):
+            continue
+        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        if value not in choices:
+            print(f"error: {key}: unknown {group} {value!r}; choose one of {', '.join(choices)}", file=sys.stderr)
+            sys.exit(2)
+
+
+def compose_config(overrides: list[str]) -> dict:
+    """The resolved run config for `overrides`, outside a Hydra app (for the other
+    commands: python -m specbench.costs, specbench.search)."""
+    check_choices(overrides)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides)
+    with open_dict(cfg):
+        cfg.hydra = None
+    return OmegaConf.to_container(cfg, resolve=True)

@@ -15,9 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForCausalLM
 
 VOCAB = 96
+ROOT = Path(__file__).resolve().parents[1]
+# defaults a run takes from conf/ (the only place defaults live)
+COSTS = OmegaConf.load(ROOT / "conf" / "config.yaml").costs
+MIN_GAIN, CALIBRATION_TOKENS = COSTS.min_gain, COSTS.calibration_tokens
 
 
 def _isolate_cache() -> None:
@@ -34,9 +39,6 @@ def _isolate_cache() -> None:
 
 
 _isolate_cache()
-
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_in_process(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:

@@ -8,10 +8,11 @@ import random
 
 import torch
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
 
 
-class RandomTree:
+class RandomTree(TreePolicy):
     def __init__(self, size: int = 12, max_depth: int = 5, seed: int = 0):
         self.size, self.max_depth = size, max_depth
         self.rng = random.Random(seed)

@@ -8,20 +8,20 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from specbench.costs.autotune import candidates
+from runners.cast import appendix_e_overrides
+from specbench.auto import candidates
+from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
-from specbench.trees.cast import CastTree, appendix_e_overrides, batch_utility, select_count
+from specbench.trees.cast import CastTree, batch_utility, select_count
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 EAGLE_ONLY = {"breadth_pruning": False, "depth_pruning": False, "dynamic_rerank": False}
 
 
-class FakeDrafter:
+class FakeDrafter(Drafter):
     """Batched drafter: `logits_for(row, tree, node)` gives one row of logits; records
     every call's node lists and counts forwards (one per call)."""
-
-    feature_layers = ()
 
     def __init__(self, logits_for):
         self.logits_for, self.forwards, self.calls = logits_for, 0, []

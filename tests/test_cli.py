@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_in_process
-from specbench.costs.autotune import DRAFTING_OFF, MIN_GAIN
+from conftest import MIN_GAIN, run_in_process
+from specbench.auto import DRAFTING_OFF
 
 ROOT = Path(__file__).resolve().parents[1]
 # small cost profile and calibration: the first run on a machine measures them (cached after)
@@ -61,7 +61,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.parametrize("group,choice", [("method", "nope"), ("model", "gpt-9"), ("dataset", "nope"), ("hardware", "tpu")])
 def test_unknown_choice(group, choice, capsys):
-    from specbench.__main__ import check_choices
+    from specbench.config import check_choices
 
     with pytest.raises(SystemExit) as exit:
         check_choices([f"{group}={choice}"])
@@ -95,7 +95,7 @@ def test_unknown_choice(group, choice, capsys):
 def test_bad_values_fail_before_any_model_loads(override, key, tmp_path):
     """The run's constructor refuses them (the command prints its ConfigError as one line, as
     above): bad input costs a second, not a model load and the dtype and compile probes."""
-    from specbench.__main__ import compose_config
+    from specbench.config import compose_config
     from specbench.errors import ConfigError
     from specbench.run import Runner
 

@@ -1,18 +1,26 @@
 """Every config group composes, and every method config builds its parts."""
 
+import importlib
+import inspect
+import pkgutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from specbench import methods
+from specbench import drafters, methods
+from specbench.auto import auto_keys, candidates
 from specbench.config import config_hash
 from specbench.engine.loop import Method
+from specbench.engine.parts import TreePolicy, Verifier
 from specbench.errors import ConfigError
+from specbench.trees.entmtp import TaskTrees, save_bank
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
+WEIGHTLESS = ("ar", "pld", "lookahead")  # methods whose drafter (if any) loads no weights
 
 
 def choices(group):
@@ -42,10 +50,32 @@ def test_models_name_their_source():
             assert entry is None or entry.get("id") or entry.get("package")
 
 
-def test_method_parts_build(target):
-    for choice, overrides in (("ar", []), ("pld", ["method.tree.gamma=4"])):
-        cfg = composed(f"method={choice}", *overrides)
-        assert isinstance(methods.assemble(cfg["method"], target, cfg["hardware"]), Method)
+def with_tree_bank(choice: str, tmp_path: Path) -> list[str]:
+    """Overrides giving an EntMTP method a bank of three trees for the default dataset (its
+    trees come from a search run, so it has none by default), and its ladder two thresholds."""
+    if not choice.startswith("entmtp"):
+        return []
+    bank = tmp_path / "bank.json"
+    shapes = [[[0]], [[0], [0, 0]], [[0], [1], [0, 0]]]
+    save_bank(bank, {composed()["dataset"]["name"]: TaskTrees([{"choices": c} for c in shapes], static=1, conservative=0, aggressive=2)}, {})
+    return [f"method.tree.bank={bank}"] + (["method.tree.ladder=[0.1,0.5]"] if choice == "entmtp_ladder" else [])
+
+
+@pytest.mark.parametrize("choice", choices("method"))
+def test_every_method_config_builds_its_parts(choice, tmp_path, target):
+    """Its verifier and tree (an auto tree at its first candidate shape) build as their base
+    classes, and its drafter config names a loader taking its keys. Drafter weights are
+    not loaded, so only a method whose drafter has none is assembled whole."""
+    cfg = composed(f"method={choice}", *with_tree_bank(choice, tmp_path))
+    method = cfg["method"]
+    tree_cfg = candidates(method["tree"])[0] if auto_keys(method["tree"]) else method["tree"]
+    assert isinstance(methods.instantiate_part(method["verifier"], "method.verifier"), Verifier)
+    assert isinstance(methods.instantiate_part(tree_cfg, "method.tree"), TreePolicy)
+    if method["drafter"] is not None:
+        loader = methods.drafter_loader(method["drafter"])
+        inspect.signature(loader.func.build).bind(target=target, hardware=cfg["hardware"], compiled=None, **loader.keywords)
+    if choice in WEIGHTLESS:
+        assert isinstance(methods.assemble({**method, "tree": tree_cfg}, target, cfg["hardware"]), Method)
 
 
 def test_a_rebuilt_method_keeps_the_drafter_it_was_given(target):
@@ -92,6 +122,27 @@ def test_every_method_checks_before_a_model_loads():
                           ("method=sps method.drafter.model=null", "method.drafter.model: this target has no default SpS draft")):
         with pytest.raises(ConfigError, match=f"^{key}"):
             methods.check(composed(*override.split())["method"])
+
+
+def drafter_targets(node) -> list[str]:
+    """Every drafter `_target_` in a parsed config file."""
+    if not isinstance(node, dict):
+        return []
+    drafter = node.get("drafter")
+    found = [drafter["_target_"]] if isinstance(drafter, dict) and "_target_" in drafter else []
+    return found + [target for value in node.values() for target in drafter_targets(value)]
+
+
+def test_every_drafter_target_is_a_drafter_loader():
+    """methods.check asks what a drafter's `_target_` names for its check, so every drafter
+    config and every drafter module's `load` must be a DrafterLoader."""
+    configured = {target for group in ("method", "model") for path in (CONF / group).glob("*.yaml")
+                  for target in drafter_targets(OmegaConf.to_container(OmegaConf.load(path)))}
+    modules = {f"{drafters.__name__}.{m.name}.load" for m in pkgutil.iter_modules(drafters.__path__)
+               if hasattr(importlib.import_module(f"{drafters.__name__}.{m.name}"), "load")}
+    assert configured and configured <= modules
+    for target in modules:
+        assert isinstance(get_object(target), drafters.DrafterLoader), target
 
 
 def test_hash_changes_with_what_changes_results():

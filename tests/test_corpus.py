@@ -2,8 +2,8 @@
 
 import pytest
 
-from specbench.train.contamination import SHARED_DATA, EvalIndex, evaluation_prompts, normalize
-from specbench.train.corpus import training_prompts
+from specbench.data.contamination import SHARED_DATA, EvalIndex, evaluation_prompts, normalize
+from specbench.data.prompt_sources import training_prompts
 from specbench.train.data import exchanges
 
 
@@ -39,7 +39,7 @@ def test_no_evaluation_prompt_is_in_the_training_prompts():
     # the committed packs answer training prompts only
     from pathlib import Path
 
-    from specbench.train.corpus import prompt_key
+    from specbench.data.prompt_sources import prompt_key
     from specbench.train.packed import keys_of
 
     packs = sorted((Path(__file__).resolve().parents[1] / "corpus").glob("*/*.safetensors"))
@@ -61,7 +61,7 @@ def test_math_prompts_are_seeded_word_problems_asked_as_gsm8k_asks():
     import re
 
     from specbench.data.benchmarks import GSM8K_INSTRUCTION
-    from specbench.train.math_prompts import TEMPLATES, word_problems
+    from specbench.data.math_prompts import TEMPLATES, word_problems
 
     problems = list(word_problems(count=3 * len(TEMPLATES)))
     assert problems == list(word_problems(count=3 * len(TEMPLATES)))
@@ -80,7 +80,7 @@ def test_function_problems_are_seeded_stubs_whose_examples_their_reference_solut
     import random
 
     from specbench.data.benchmarks import HUMANEVAL_INSTRUCTION
-    from specbench.train.function_prompts import TASKS, function_problems, problem
+    from specbench.data.function_prompts import TASKS, function_problems, problem
 
     stubs = list(function_problems(count=2 * len(TASKS)))
     assert stubs == list(function_problems(count=2 * len(TASKS)))
@@ -99,7 +99,7 @@ def test_function_problems_are_seeded_stubs_whose_examples_their_reference_solut
 def test_chat_requests_are_seeded_and_use_every_template():
     """Every machine makes the same requests (a pack finds its prompts by key); each template
     gives a filled-in request of its own."""
-    from specbench.train.chat_prompts import TEMPLATES, chat_requests
+    from specbench.data.chat_prompts import TEMPLATES, chat_requests
 
     requests = list(chat_requests(count=2 * len(TEMPLATES)))
     assert requests == list(chat_requests(count=2 * len(TEMPLATES)))
@@ -112,7 +112,7 @@ def test_code_prompts_are_documented_public_functions_cut_after_their_docstring(
     """A method comes dedented; private, undocumented, body-less or barely documented
     functions and test folders give no prompt; each prompt asks as HumanEval does."""
     from specbench.data.benchmarks import HUMANEVAL_INSTRUCTION
-    from specbench.train.code_prompts import stdlib_prompts
+    from specbench.data.code_prompts import stdlib_prompts
 
     doc = "Return the running total of the items, starting from the given value."
     (tmp_path / "tests").mkdir()
@@ -156,11 +156,11 @@ def test_a_pack_gives_back_the_corpus_rows_and_read_answers_keeps_each_once(tmp_
 
     from specbench.data import sharegpt
     from specbench.models import registry
-    from specbench.run import chat_prompt
-    from specbench.train.code_prompts import stdlib_prompts
-    from specbench.train.corpus import prompt_key
-    from specbench.train.data import TARGET, read_answers
-    from specbench.train.packed import pack, unpack
+    from specbench.data.chat import chat_prompt
+    from specbench.data.code_prompts import stdlib_prompts
+    from specbench.data.prompt_sources import prompt_key
+    from specbench.train.data import TARGET
+    from specbench.train.packed import pack, read_answers, unpack
 
     tokenizer = registry.load(TARGET, "float32", "cpu")[1]
     texts = []
@@ -226,8 +226,8 @@ def test_a_pass_skips_prompts_a_pack_holds(tmp_path):
 
     from conftest import run_in_process
 
-    from specbench.train.contamination import evaluation_index
-    from specbench.train.corpus import prompt_key
+    from specbench.data.contamination import evaluation_index
+    from specbench.data.prompt_sources import prompt_key
     from specbench.train.packed import pack
 
     keys = [prompt_key(t) for t in training_prompts(evaluation_index(), 0)[:3]]

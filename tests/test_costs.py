@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from specbench import costs, methods
+from specbench.auto import DRAFTING_OFF, candidates
 from specbench.costs import autotune, dtype as dtype_rule, fingerprint, predict as predict_mod
 from specbench.costs.profile import VERSION, CostProfile, Curve, context_grid, load, measure_drafter, measure_target, save
 from specbench.drafters.prompt_lookup import PromptLookupDrafter
@@ -22,7 +23,7 @@ from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
 from specbench.verify.standard import StandardVerifier
 
-from conftest import VOCAB
+from conftest import CALIBRATION_TOKENS, MIN_GAIN, VOCAB
 
 AVX2_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx avx2 fma bmi2\n"
 AMX_CPUINFO = "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile\n"
@@ -166,7 +167,7 @@ def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch,
     """Packing can help one dtype much more than the other, so each dtype's forward is timed
     packed or not as engine.compile chooses for that dtype's model; the cached probe names the
     compile mode it was timed under."""
-    from specbench.engine.lean import Compiled
+    from specbench.engine.kernels import Compiled
 
     from conftest import tiny_llama
 
@@ -222,7 +223,7 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
     note that plain AR would be faster in bf16; where bf16 wins everywhere, no note."""
     zen3 = {"bfloat16": {"1": 37, "4": 90, "16": 317, "64": 1180}, "float32": {"1": 67, "4": 129, "16": 151, "64": 315}}
     monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto", **_: zen3)
-    ar = {"drafter": None, "tree": autotune.DRAFTING_OFF}
+    ar = {"drafter": None, "tree": DRAFTING_OFF}
     eagle3 = {"drafter": {"_target_": "specbench.drafters.eagle.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}}
     assert dtype_rule.verified_sizes(ar) == (1,) and dtype_rule.verified_sizes(eagle3) == dtype_rule.PROBE_SIZES
     cpu = {"dtype": "auto", "device": "cpu", "threads": 2}
@@ -241,17 +242,17 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
 
 def test_auto_candidates_fill_only_auto_keys():
     cfg = {"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 4, "depth": "auto", "total_tokens": "auto"}
-    options = autotune.candidates(cfg)
+    options = candidates(cfg)
     assert all(o["top_k"] == 4 and isinstance(o["depth"], int) for o in options)
     assert len({(o["depth"], o["total_tokens"]) for o in options}) == len(options)
     with pytest.raises(ConfigError, match="mu"):
-        autotune.candidates({"_target_": "specbench.trees.talon.TalonTree", "budget": 60, "mu": "auto", "top_k": 10})
+        candidates({"_target_": "specbench.trees.talon.TalonTree", "budget": 60, "mu": "auto", "top_k": 10})
 
 
 def test_static_tree_sizes_past_the_tree_are_one_candidate():
     """A 6-node tree: sizes 1-4 cut it, 6 and every larger size is the whole tree (calibrated once)."""
     choices = [[0], [1], [2], [0, 0], [0, 1], [0, 0, 0]]
-    options = autotune.candidates({"_target_": "specbench.trees.static.StaticTree", "choices": choices, "size": "auto"})
+    options = candidates({"_target_": "specbench.trees.static.StaticTree", "choices": choices, "size": "auto"})
     assert [o["size"] for o in options] == [1, 2, 3, 4, None]  # 6 (the node count) and up: the whole tree
 
 
@@ -325,8 +326,8 @@ def test_one_contended_timing_does_not_tilt_the_tree_overhead_line():
 def tune_on(profile, target, draft, prompts, tmp_path, batch_size=1):
     cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
     drafter = SmallLMDrafter(draft, VOCAB)
-    setup = autotune.Calibration(lambda: prompts[:batch_size], "test-prompts", Sampling(), frozenset(), tmp_path, "d",
-                                 batch_size=batch_size, log=lambda *_: None)
+    setup = autotune.Calibration(lambda: prompts[:batch_size], "test-prompts", Sampling(), frozenset(), tmp_path, "d", weights="",
+                                 max_new_tokens=CALIBRATION_TOKENS, batch_size=batch_size, min_gain=MIN_GAIN, log=lambda *_: None)
     return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, setup)
 
 
@@ -336,8 +337,8 @@ def test_drafting_needs_a_predicted_gain_above_min_gain():
     decided again, so a changed margin applies without re-measuring."""
     options = [{"gamma": g} for g in (1, 2, 3)]
     record = {"candidates": [{"tree": o, "predicted_speedup": p} for o, p in zip(options, (0.9, 1.04, 0.8))]}
-    off = autotune.decide(record, options, autotune.MIN_GAIN)
-    assert off["chosen"] == autotune.DRAFTING_OFF and off["predicted_speedup"] == 1.04
+    off = autotune.decide(record, options, MIN_GAIN)
+    assert off["chosen"] == DRAFTING_OFF and off["predicted_speedup"] == 1.04
     assert off["note"].startswith("no shape is predicted more than 5% faster than AR") and "{'gamma': 2}" in off["note"]
     on = autotune.decide(off, options, 0.0)
     assert on["chosen"] == {"gamma": 2} and "note" not in on
@@ -350,7 +351,7 @@ def test_auto_shape_is_chosen_at_the_runs_batch_size(target, draft, prompts, tmp
     profile.target_batches = {"2": flat_curve(2000.0, 3000.0)}
     alone, _ = tune_on(profile, target, draft, prompts, tmp_path)
     batched, record = tune_on(profile, target, draft, prompts, tmp_path, batch_size=2)
-    assert alone["gamma"] > 1 and batched == autotune.DRAFTING_OFF
+    assert alone["gamma"] > 1 and batched == DRAFTING_OFF
     assert record["calibration"]["batch_size"] == 2 and record["calibration"]["prompts"] == 2
     assert len(list(tmp_path.glob("autotune-*.json"))) == 2
 
@@ -383,7 +384,7 @@ def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tm
     # is turned off (the smallest chain would still be slower than AR)
     steep = synthetic_profile(per_token=3000.0, drafter_ms=800.0, base=1000.0)
     chosen, record = tune_on(steep, target, draft, prompts, tmp_path / "a")
-    assert chosen == autotune.DRAFTING_OFF and "no shape" in record["note"]
+    assert chosen == DRAFTING_OFF and "no shape" in record["note"]
     assert all(c["predicted_speedup"] < 1.0 for c in record["candidates"])
     assert autotune.describe(record).startswith("drafting off (best shape {'gamma': ")
     best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
@@ -442,9 +443,10 @@ def test_drafting_off_decodes_as_ar_without_running_the_drafter(target, draft, p
     method_cfg = {"drafter": {"_target_": "specbench.drafters.prompt_lookup.load"},
                   "tree": {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"},
                   "verifier": {"_target_": "specbench.verify.standard.StandardVerifier"}}
-    offered = []
-    method = methods.assemble(method_cfg, target, {}, tune_tree=lambda cfg, d, v: offered.append(d) or autotune.DRAFTING_OFF)
-    assert isinstance(offered[0], PromptLookupDrafter) and method.drafter is None
+    with pytest.raises(ConfigError, match="^method.tree: gamma = auto is chosen by a run from measured costs; set a value here$"):
+        methods.assemble(method_cfg, target, {})
+    method = methods.assemble({**method_cfg, "tree": DRAFTING_OFF}, target, {})
+    assert method.drafter is None
     ar = generate(TreeLM(target), Method(Autoregressive(), StandardVerifier()), prompts[2], Sampling(), Limits(20))
     off = generate(TreeLM(target), method, prompts[2], Sampling(), Limits(20))
     assert off.ids == ar.ids and off.draft_forwards == 0 and set(off.accept_lengths) == {1}
@@ -518,19 +520,19 @@ def test_dtype_and_shape_are_chosen_together_by_throughput():
     options = [{"gamma": g} for g in (1, 2, 3)]
     fp32 = zen3_rows([900.0, 800.0, 770.0], ar_ms=1000.0)  # 1.11-1.30x over fp32 AR
     bf16_pays = zen3_rows([500.0, 700.0, 1400.0], ar_ms=600.0)  # gamma 1: 1.2x over bf16 AR
-    chosen = autotune.choose_dtype({"float32": fp32, "bfloat16": bf16_pays}, options, autotune.MIN_GAIN)
+    chosen = autotune.choose_dtype({"float32": fp32, "bfloat16": bf16_pays}, options, MIN_GAIN)
     assert chosen["dtype"] == "bfloat16" and chosen["chosen"] == {"gamma": 1} and chosen["predicted_gain"] == pytest.approx(1.2)
     assert chosen["best_gain"] == {"float32": pytest.approx(600 / 770, abs=1e-3), "bfloat16": pytest.approx(1.2)}
     bf16_never = zen3_rows([620.0, 700.0, 1400.0], ar_ms=600.0)
-    off = autotune.choose_dtype({"float32": fp32, "bfloat16": bf16_never}, options, autotune.MIN_GAIN)
-    assert off["dtype"] == "bfloat16" and off["chosen"] == autotune.DRAFTING_OFF and "decoding without drafting in bfloat16" in off["note"]
-    native = autotune.choose_dtype({"bfloat16": zen3_rows([300.0, 250.0, 400.0], ar_ms=400.0), "float32": fp32}, options, autotune.MIN_GAIN)
+    off = autotune.choose_dtype({"float32": fp32, "bfloat16": bf16_never}, options, MIN_GAIN)
+    assert off["dtype"] == "bfloat16" and off["chosen"] == DRAFTING_OFF and "decoding without drafting in bfloat16" in off["note"]
+    native = autotune.choose_dtype({"bfloat16": zen3_rows([300.0, 250.0, 400.0], ar_ms=400.0), "float32": fp32}, options, MIN_GAIN)
     assert native["dtype"] == "bfloat16" and native["chosen"] == {"gamma": 2} and native["predicted_gain"] == pytest.approx(1.6)
-    fp32_wins = autotune.choose_dtype({"float32": zen3_rows([450.0, 800.0, 900.0], 1000.0), "bfloat16": bf16_never}, options, autotune.MIN_GAIN)
+    fp32_wins = autotune.choose_dtype({"float32": zen3_rows([450.0, 800.0, 900.0], 1000.0), "bfloat16": bf16_never}, options, MIN_GAIN)
     assert fp32_wins["dtype"] == "float32" and fp32_wins["chosen"] == {"gamma": 1} and fp32_wins["predicted_gain"] == pytest.approx(600 / 450, abs=1e-3)
     # at the threshold the rule reads the gain the record shows: 1.0502x is shown as 1.05, not more than 5% faster
-    edge = autotune.choose_dtype({"bfloat16": zen3_rows([600.0 / 1.0502, 700.0, 1400.0], ar_ms=600.0)}, options, autotune.MIN_GAIN)
-    assert edge["chosen"] == autotune.DRAFTING_OFF and edge["best_gain"] == {"bfloat16": 1.05}
+    edge = autotune.choose_dtype({"bfloat16": zen3_rows([600.0 / 1.0502, 700.0, 1400.0], ar_ms=600.0)}, options, MIN_GAIN)
+    assert edge["chosen"] == DRAFTING_OFF and edge["best_gain"] == {"bfloat16": 1.05}
 
 
 def test_a_calibration_is_priced_again_under_another_profile(target, draft, prompts, tmp_path):
@@ -619,18 +621,16 @@ def test_a_point_timed_mostly_in_a_fast_spell_is_timed_again(monkeypatch):
 
 
 def test_calibration_prompts_are_english_chat(monkeypatch):
-    import specbench.run
-    from specbench.data import sharegpt
-    from specbench.train import contamination
+    from specbench.data import calibration, sharegpt
 
     english = ["Can you coach me through each of these points?", "Tell me about the negatives of farming meat"]
     other = ["estoy en 6to semestre de mecatronica, necesito un nombre para mi equipo, asi que quiero",
              "我需要建立一個powerpoint你幫我摘要一篇內容分配每一頁的標題和應該要有的內容，可以嗎？謝謝你的幫忙",
              "SELECT id, name, email FROM users WHERE active ORDER BY name"]  # no English function words
     monkeypatch.setattr(sharegpt, "conversations", lambda: [{"conversations": [{"from": "human", "value": t}]} for t in other + english])
-    monkeypatch.setattr(contamination, "evaluation_index", lambda: type("Index", (), {"overlaps": lambda self, text: False})())
-    monkeypatch.setattr(specbench.run, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
-    assert sorted(autotune.calibration_prompts(None, count=2)) == sorted(english)
+    monkeypatch.setattr(calibration, "evaluation_index", lambda: type("Index", (), {"overlaps": lambda self, text: False})())
+    monkeypatch.setattr(calibration, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
+    assert sorted(calibration.calibration_prompts(None, count=2)) == sorted(english)
 
 
 @pytest.mark.parametrize("kind", ["code", "math"])
@@ -640,18 +640,18 @@ def test_code_and_math_calibration_prompts_are_the_held_out_ones(monkeypatch, ki
     ask; a batch bigger than the set repeats prompts; the cache key names the kind."""
     import json
 
-    import specbench.run
+    from specbench.data import calibration
     from specbench.data.benchmarks import GSM8K_INSTRUCTION, HUMANEVAL_INSTRUCTION
-    from specbench.train.corpus import COMMITTED_PACKS, prompt_key, source_texts
+    from specbench.data.prompt_sources import COMMITTED_PACKS, prompt_key, source_texts
 
-    source, name = autotune.HELD_OUT_SOURCES[kind]
-    monkeypatch.setattr(specbench.run, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
+    source, name = calibration.HELD_OUT_SOURCES[kind]
+    monkeypatch.setattr(calibration, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
     held_out = set(json.loads((COMMITTED_PACKS / name).read_text()))
-    prompts = autotune.calibration_prompts(None, count=6, kind=kind)
+    prompts = calibration.calibration_prompts(None, count=6, kind=kind)
     instruction = HUMANEVAL_INSTRUCTION if kind == "code" else GSM8K_INSTRUCTION
     assert len(set(prompts)) == 6 and all(prompt_key(p) in held_out and p.startswith(instruction) for p in prompts)
-    assert autotune.calibration_prompts(None, count=6, kind=kind) == prompts  # seeded
-    every = autotune.calibration_prompts(None, count=len(held_out) + 3, kind=kind)
+    assert calibration.calibration_prompts(None, count=6, kind=kind) == prompts  # seeded
+    every = calibration.calibration_prompts(None, count=len(held_out) + 3, kind=kind)
     assert len(every) == len(held_out) + 3 and len(set(every)) == len(held_out)
     assert {prompt_key(p) for p in source_texts(source)} >= held_out
-    assert autotune.calibration_id(6, kind=kind) != autotune.calibration_id(6)
+    assert calibration.calibration_id(6, kind=kind) != calibration.calibration_id(6)

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from specbench.drafters.eagle import EagleDrafter
-from specbench.engine.lean import Compiled, pack_linears
+from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling

@@ -5,18 +5,16 @@ import math
 import pytest
 import torch
 
+from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.trees.eagle import EagleDynamicTree, expand_top_k, keep_best
 
 
-class TableDrafter:
+class TableDrafter(Drafter):
     """Batched drafter: next-token log-probs from a fixed table keyed by the path's last
     token (one table per row, or one for all rows); records each call's node lists."""
-
-    forwards = 0
-    feature_layers = ()
 
     def __init__(self, tables, vocab):
         self.tables, self.vocab = tables, vocab
@@ -87,10 +85,7 @@ def test_each_row_grows_its_own_tree_in_shared_draft_forwards():
 def test_budget_is_never_exceeded(total):
     g = torch.Generator().manual_seed(total)
 
-    class RandomDrafter:
-        forwards = 0
-        feature_layers = ()
-
+    class RandomDrafter(Drafter):
         def logits(self, contexts, trees, nodes):
             return [torch.randn(len(row), 50, generator=g) * 3 if row else None for row in nodes]
 

@@ -171,7 +171,7 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
 
     from conftest import own_cache, run_in_process
     from specbench.data import questions
-    from specbench.__main__ import compose_config
+    from specbench.config import compose_config
 
     bank = tmp_path / "bank.json"
     overrides = ["method=hydra", "method.tree.size=8", "dataset=gsm8k", "dataset.seed=0", "dataset.max_turns=1",

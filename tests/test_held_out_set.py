@@ -66,10 +66,10 @@ def test_benchmark_outputs_are_read_from_a_run_without_hydra_files(tmp_path):
     """Run directories of scripts that call the Runner (bench_speed) have no .hydra/: their
     config comes from summary.json, so head_agreement and held_out_set read their outputs as
     they read a `python -m specbench` run's; a directory with neither is one clear error."""
-    from specbench.__main__ import compose_config
+    from specbench.config import compose_config
     from specbench.errors import ConfigError
     from specbench.models import registry
-    from specbench.run import chat_prompt
+    from specbench.data.chat import chat_prompt
     from specbench.data import questions
     from specbench.train.data import TARGET
     from specbench.train.validation import run_rows

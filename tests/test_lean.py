@@ -7,9 +7,11 @@ import json
 import pytest
 import torch
 
+from specbench import methods
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.costs import compile as compile_rule
-from specbench.engine.lean import INITIAL_ROWS, Compiled, LeanTreeLM, PackedLinear, RopeTable, compiled_for, make_lm, pack_linears, record_compiled, supports
+from specbench.engine.kernels import Compiled, PackedLinear, pack_linears
+from specbench.engine.lean import INITIAL_ROWS, LeanTreeLM, RopeTable, make_lm, supports
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
@@ -204,14 +206,15 @@ def test_rope_table_gives_the_rotary_embeddings_values(rope_type):
                 assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
 
 
-def test_drafters_follow_the_targets_compile_choice(target, draft):
-    """A run records its target's choice in `hardware`; an SpS draft LM runs the same way,
-    and without a recorded choice (tests, scripts) runs plain."""
+def test_drafters_follow_the_targets_compile_choice(target, draft, tmp_path):
+    """The code loading a drafter passes its target's choice; an SpS draft LM runs the same
+    way, and without a choice passed (tests, scripts) runs plain."""
     chosen = Compiled(packed_from=4, float_attention=True)
-    hardware = {}
-    record_compiled(hardware, LeanTreeLM(target, chosen))
-    assert compiled_for(hardware) == chosen and compiled_for({}) == Compiled()
-    assert SmallLMDrafter(draft, VOCAB, "lean", compiled_for(hardware)).lm.compiled == chosen
+    draft.save_pretrained(tmp_path)
+    method_cfg = {"drafter": {"_target_": "specbench.drafters.small_lm.load", "model": {"name": "draft", "path": str(tmp_path)}}}
+    hardware = {"dtype": "float32", "device": "cpu", "forward": "lean"}
+    assert methods.load_drafter(method_cfg, target, hardware, LeanTreeLM(target, chosen).compiled).lm.compiled == chosen
+    assert methods.load_drafter(method_cfg, target, hardware).lm.compiled == Compiled()
 
 
 def test_a_row_stopping_before_any_draft_leaves(target, draft):

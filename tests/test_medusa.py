@@ -150,7 +150,7 @@ def test_a_static_tree_can_keep_the_first_nodes_of_its_list():
     assert StaticTree(full, size=99).topology.choices == StaticTree(full).topology.choices
     with pytest.raises(ConfigError, match=r"^method\.tree\.size: must be an integer >= 1"):
         StaticTree(full, size=0)
-    from specbench.costs.autotune import candidates
+    from specbench.auto import candidates
 
     options = candidates({"_target_": "specbench.trees.static.StaticTree", "choices": full, "size": "auto"})
     assert [o["size"] for o in options][:4] == [1, 2, 3, 4] and all(o["choices"] == full for o in options)

@@ -225,7 +225,7 @@ def test_tau_and_delta_intervals_bracket_their_values_and_need_enough_batches():
 
 
 def test_a_run_says_how_busy_the_machine_was_while_it_was_timed():
-    from specbench.run import mean_others_cores
+    from specbench.summary import mean_others_cores
 
     assert mean_others_cores([{"others_cores": 0.1}, {"others_cores": 0.5}, {}]) == 0.3
     assert mean_others_cores([{"others_cores": None}]) is None

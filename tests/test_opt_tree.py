@@ -6,16 +6,14 @@ import math
 import pytest
 import torch
 
+from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
 from specbench.trees.opt import OptTree
 
 
-class TableDrafter:
+class TableDrafter(Drafter):
     """Next-token probabilities from a table keyed by the node's token; counts forwards."""
-
-    forwards = 0
-    feature_layers = ()
 
     def __init__(self, table, vocab=40):
         self.table, self.vocab, self.calls = table, vocab, []

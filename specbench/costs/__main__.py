@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from specbench import costs, methods
-from specbench.__main__ import compose_config
+from specbench.config import compose_config
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.predict import tau_needed
 from specbench.errors import run_command
@@ -27,9 +27,9 @@ def main(argv: list[str]) -> None:
 
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
-    drafter = methods.load_drafter(cfg["method"], model, hardware)
-    name = costs.drafter_id(cfg["method"].get("drafter"))
     target, _ = costs.target_lm(model, cfg, hardware, refresh=refresh)
+    drafter = methods.load_drafter(cfg["method"], model, hardware, target.compiled)
+    name = costs.drafter_id(cfg["method"].get("drafter"))
     key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
     longest = min(model_cfg.get("context_length") or model.config.max_position_embeddings, 2048)
     profile = costs.ensure_profile(key, target, longest, {name: drafter} if drafter else None,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
@@ -24,37 +23,24 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from hydra.utils import get_class
 from scipy.stats import theilslopes
 from tqdm import tqdm
 
+from specbench.auto import DRAFTING_OFF, auto_keys, candidates
 from specbench.costs import contention
 from specbench.costs.predict import pace, predict, tree_step_ms
 from specbench.costs.profile import CostProfile, ProfileCosts, write_whole
 from specbench.engine.loop import Limits, Method, generate_batch
-from specbench.errors import ConfigError, require
+from specbench.methods import instantiate_part
+from specbench.records import method_run
 
-AUTO = "auto"
-# the tree config chosen when no shape pays: AR through the same loop, the drafter unused
-DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
 VERSION = 11  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype; 8: tree work charged step by step, as when priced in another dtype; 9: unpriced work at the profile's pace; 10: drafters on packed weights where the target is; 11: packed output layers)
-CALIBRATION_PROMPTS = 6  # 3 x 48 tokens left shapes predicted within 0.05-0.1 of each other to noise (eagle3 chose 2 nodes, 1.18x; with 6 x 96, 6 nodes, 1.29x)
-CALIBRATION_TOKENS = 96
-# drafting is turned on only for a predicted gain above this: on a noisy 2-core AVX2 CPU (AMD
-# EPYC Zen 3, fp32) CAST's best shape was predicted 1.04x on calibration prompts and measured
-# 0.92-0.97x on MT-Bench, HumanEval and GSM8K (10 prompts each), slower than AR by more than
-# the prediction's margin over it
-MIN_GAIN = 0.05
-
-
-def auto_keys(tree_cfg: dict) -> list[str]:
-    return [k for k, v in tree_cfg.items() if v == AUTO]
 
 
 def describe(record: dict) -> str:
     """The chosen shape in a few words: its auto keys, or why drafting is off."""
     best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
-    in_dtype = f" in {record['dtype']}" if "dtype" in record else ""  # chosen with the dtype (Runner.weigh_dtype)
+    in_dtype = f" in {record['dtype']}" if "dtype" in record else ""  # chosen with the dtype (plan.weigh_dtype)
     over = f" over AR in {record['calibrated_in']}" if "calibrated_in" in record else ""
     if record["chosen"] == DRAFTING_OFF:
         # at a fixed shape a step costs the same whatever it accepts, so speed scales with tau
@@ -62,102 +48,6 @@ def describe(record: dict) -> str:
         return (f"drafting off{in_dtype} (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x{over}: "
                 f"tau {best['tau']:.2f} where {even:.2f} breaks even)")
     return str({k: record["chosen"][k] for k in best["tree"]}) + in_dtype
-
-
-def candidates(tree_cfg: dict) -> list[dict]:
-    """Concrete tree configs for every candidate of the policy, auto keys filled in,
-    keys the user set kept as set (duplicates dropped, order kept; a policy's
-    `distinct_candidate(cfg)`, if it has one, writes candidates that build the same tree alike)."""
-    keys = auto_keys(tree_cfg)
-    tree_class = get_class(tree_cfg["_target_"])
-    grid = getattr(tree_class, "AUTO_CANDIDATES", None)
-    if not grid or any(k not in grid[0] for k in keys):
-        supported = sorted(grid[0]) if grid else []
-        raise ConfigError(f"method.tree: {', '.join(keys)} cannot be auto for {tree_cfg['_target_']} (auto supported for: {supported or 'none'})")
-    distinct = getattr(tree_class, "distinct_candidate", lambda cfg: cfg)
-    out, seen = [], set()
-    for candidate in grid:
-        cfg = distinct({**tree_cfg, **{k: candidate[k] for k in keys}})
-        frozen = json.dumps(cfg, sort_keys=True)
-        if frozen not in seen:
-            seen.add(frozen)
-            out.append(cfg)
-    return out
-
-
-CALIBRATION_SEED = 7
-# words of which an English prompt has at least one in ten (function words, not topics)
-ENGLISH_WORDS = frozenset("the a an to of and in is are was be do does i you your my me we it this that what how why can for with on".split())
-
-
-# which prompts calibrate a dataset's shapes (dataset.calibration): chat turns, or the held-out
-# prompts of a corpus source (HELD_OUT_SOURCES): code completions, math word problems
-CALIBRATION_KINDS = ("chat", "code", "math")
-# kind -> (corpus source, the committed held-out set of its greedy answers)
-HELD_OUT_SOURCES = {"code": ("python-stdlib", "validation-code.json"), "math": ("math-word-problems", "validation-math.json")}
-
-
-def calibration_id(count: int, seed: int = CALIBRATION_SEED, kind: str = "chat") -> str:
-    """Names the prompts calibration_prompts(count, seed, kind) picks (cache key without reading them)."""
-    if kind in HELD_OUT_SOURCES:
-        return f"{HELD_OUT_SOURCES[kind][0]}-held-out:{count}:{seed}"
-    return f"sharegpt-english-first-turns-no-eval-overlap:{count}:{seed}"
-
-
-def is_english(text: str) -> bool:
-    """Mostly ASCII, and one word in ten or more a common English one. The evaluation sets
-    and the drafters' training text are English; a prompt in another language gives every
-    shape τ near 1 (AMD EPYC Zen 5, EAGLE-3 head: a Chinese and a Spanish prompt 1.05-1.39 for
-    trees of 2-60 tokens, the four English ones 1.45-4.57), so two such prompts of six
-    flattened the ranking of shapes."""
-    words = re.findall(r"[a-z']+", text.lower())
-    return (sum(c.isascii() for c in text) >= 0.95 * len(text) and len(words) >= 5
-            and sum(w in ENGLISH_WORDS for w in words) >= 0.1 * len(words))
-
-
-def calibration_prompts(tokenizer, count: int = CALIBRATION_PROMPTS, seed: int = CALIBRATION_SEED, kind: str = "chat") -> list[list[int]]:
-    """English chat prompts from ShareGPT first turns that overlap no evaluation set, or for
-    `kind` "code" / "math" a corpus source's held-out prompts (held_out_calibration_texts)."""
-    import random
-
-    from specbench.run import chat_prompt
-
-    if kind in HELD_OUT_SOURCES:
-        texts = held_out_calibration_texts(kind)
-        random.Random(seed).shuffle(texts)
-        chosen = (texts * -(-count // len(texts)))[:count]  # a batch bigger than the set repeats prompts
-        return [chat_prompt(tokenizer, [{"role": "user", "content": t}]) for t in chosen]
-    from specbench.data import sharegpt
-    from specbench.train.contamination import evaluation_index
-
-    index = evaluation_index()
-    texts = []
-    for conversation in sharegpt.conversations():
-        turns = conversation.get("conversations") or []
-        if turns and turns[0].get("from") == "human" and 40 <= len(turns[0].get("value", "")) <= 800:
-            if is_english(turns[0]["value"]) and not index.overlaps(turns[0]["value"]):
-                texts.append(turns[0]["value"])
-        if len(texts) >= 200:
-            break
-    chosen = random.Random(seed).sample(texts, count)
-    return [chat_prompt(tokenizer, [{"role": "user", "content": t}]) for t in chosen]
-
-
-def held_out_calibration_texts(kind: str) -> list[str]:
-    """The prompts of a corpus source (HELD_OUT_SOURCES: HumanEval-style completions of
-    standard-library functions, GSM8K-style word problems) whose greedy answers the committed
-    corpus holds out (its validation-<kind>.json): every other such prompt is in the embedded
-    drafters' training text, and would flatter their calibrated τ. Code's and math's τ differ
-    from chat's, so such datasets calibrate on their own kind."""
-    from specbench.train.corpus import COMMITTED_PACKS, prompt_table
-
-    source, name = HELD_OUT_SOURCES[kind]
-    held_out = COMMITTED_PACKS / name
-    require(held_out.is_file(), "dataset.calibration", f"{kind} needs the checkout's {held_out}; set dataset.calibration=chat")
-    keys = set(json.loads(held_out.read_text()))
-    texts = [text for key, text in prompt_table(source).items() if key in keys]
-    require(bool(texts), "dataset.calibration", f"{kind}: none of {held_out}'s prompts is among this machine's {source} prompts; set dataset.calibration=chat")
-    return texts
 
 
 def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str], profile: CostProfile, drafter: str | None) -> list[dict]:
@@ -285,7 +175,7 @@ def cache_file(
 class Calibration:
     """What the calibration decodes of one run share. `make_prompts()` gives the prompts,
     read only when the cache has no record yet; records are keyed by `prompts_id`, the token
-    budget, the batch size and `weights` (the drafter's weights_id)."""
+    budget, the batch size and `weights`."""
 
     make_prompts: Callable[[], list[list[int]]]
     prompts_id: str
@@ -293,10 +183,10 @@ class Calibration:
     stop_token_ids: frozenset[int]
     cache: Path
     drafter_name: str | None
-    weights: str = ""
-    max_new_tokens: int = CALIBRATION_TOKENS
-    batch_size: int = 1
-    min_gain: float = MIN_GAIN
+    weights: str  # the drafter's weights_id
+    max_new_tokens: int  # costs.calibration_tokens
+    batch_size: int
+    min_gain: float  # costs.min_gain
     log: Callable[[str], None] = field(default=print, compare=False)
 
     def cache_file(self, profile: CostProfile, tree_cfg: dict, verifier, *purpose: str) -> Path:
@@ -304,7 +194,7 @@ class Calibration:
         return cache_file(self.cache, profile, self.drafter_name, tree_cfg, self.sampling, key, verifier_id(verifier), self.weights)
 
     def decode(self, methods: list[Method], target, profile: CostProfile) -> tuple[list[tuple[list[dict], dict]], list[list[int]], bool]:
-        """(per method: the calibration samples as run.py writes them and their forecast; the
+        """(per method: the calibration samples as a run records them and their forecast; the
         prompts; whether the CPU was free enough while timing to cache the result)."""
         prompts, size = self.make_prompts(), self.batch_size
         limits = Limits(max_new_tokens=self.max_new_tokens, stop_token_ids=self.stop_token_ids)
@@ -320,12 +210,7 @@ class Calibration:
                     batch = prompts[start : start + size]
                     generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
                     for prompt, out in zip(batch, generate_batch(target, method, batch, self.sampling, limits, generators)):
-                        runs.append({
-                            "prompt_tokens": [len(prompt)], "turn_ids": [out.ids], "accept_lengths": out.accept_lengths,
-                            "tree_widths": out.tree_widths, "step_draft_forwards": out.step_draft_forwards,
-                            "seconds": out.seconds, "prefill_seconds": out.prefill_seconds, "batch_seconds": out.batch_seconds, "batch_size": out.batch_size, "batch_id": str(start),
-                            "verify_seconds": out.verify_seconds,
-                        })
+                        runs.append(asdict(method_run([(len(prompt), out, "")], out.batch_size, out.batch_seconds, str(start), out.verify_seconds)))
                 measured.append((runs, predict(runs, profile, self.drafter_name)))
         return measured, prompts, profile.trusted and not contention.contended(usage.others)
 
@@ -343,8 +228,6 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     if path.is_file():
         record = decide(json.loads(path.read_text()), options, setup.min_gain)
         return record["chosen"], record
-    from specbench.methods import instantiate_part  # (methods imports this module)
-
     trees = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
     log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes"
         f"{f' in batches of {setup.batch_size}' if setup.batch_size > 1 else ''} (once; cached in {path})")

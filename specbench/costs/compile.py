@@ -37,7 +37,8 @@ import torch
 
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
-from specbench.engine.lean import Compiled, has_fp16_weights, int8_linear, make_lm, pack, packed_linear, packs, quantize_int8, supports
+from specbench.engine.kernels import Compiled, has_fp16_weights, int8_linear, pack, packed_linear, packs, quantize_int8
+from specbench.engine.lean import make_lm, supports
 from specbench.errors import require
 
 MODES = ("auto", "packed", "torch", "off")

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
-from specbench.costs.autotune import DRAFTING_OFF
+from specbench.auto import DRAFTING_OFF
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import interleaved, tree_forward
-from specbench.engine.lean import Compiled, make_lm
+from specbench.engine.kernels import Compiled
+from specbench.engine.lean import make_lm
 
 PROBE_SIZES = (1, 4, 16, 64)
 ONE_TOKEN = (1,)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from specbench.drafters import DrafterLoader
 from specbench.engine.columns import ColumnCache
-from specbench.engine.lean import compiled_for, pack_linears
+from specbench.engine.kernels import Compiled, pack_linears
+from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import eagle, registry
@@ -23,19 +25,22 @@ WEIGHTS = ("method.drafter.head", "EAGLE-1 head")  # the key naming its weights,
 
 
 def check(head: dict | None) -> None:
-    """What load() refuses before any model loads (methods.check)."""
+    """What build() refuses before any model loads (methods.check)."""
     registry.check_part(head, *WEIGHTS)
 
 
-def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> "EagleDrafter":
+def build(target: torch.nn.Module, hardware: dict, compiled: Compiled, head: dict | None) -> "EagleDrafter":
     """The EAGLE-1 drafter named by a method config: `head` is a model entry (see registry)."""
     directory = registry.resolve_part(head, *WEIGHTS)
     weight = target.get_output_embeddings().weight
     loaded = eagle.load_head(directory, weight, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
-    return EagleDrafter(pack_linears(loaded, compiled_for(hardware)), target, eagle.feature_layers(target.config.num_hidden_layers))
+    return EagleDrafter(pack_linears(loaded, compiled), target, eagle.feature_layers(target.config.num_hidden_layers))
 
 
-class EagleDrafter:
+load = DrafterLoader(build, check)
+
+
+class EagleDrafter(Drafter):
     def __init__(self, head: torch.nn.Module, target: torch.nn.Module, feature_layers: tuple[int, ...]):
         """`head`: an EAGLE-1 or EAGLE-3 head (project / forward / target_ids / embed_tokens);
         `feature_layers`: the target hidden_states it reads."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from specbench.drafters import DrafterLoader
 from specbench.drafters.eagle import EagleDrafter
-from specbench.engine.lean import compiled_for, pack_linears
+from specbench.engine.kernels import Compiled, pack_linears
 from specbench.models import registry
 from specbench.models.eagle3 import feature_layers, load_head
 
@@ -15,12 +16,15 @@ WEIGHTS = ("method.drafter.head", "EAGLE-3 head")  # the key naming its weights,
 
 
 def check(head: dict | None) -> None:
-    """What load() refuses before any model loads (methods.check)."""
+    """What build() refuses before any model loads (methods.check)."""
     registry.check_part(head, *WEIGHTS)
 
 
-def load(target: torch.nn.Module, hardware: dict, head: dict | None) -> EagleDrafter:
+def build(target: torch.nn.Module, hardware: dict, compiled: Compiled, head: dict | None) -> EagleDrafter:
     """The drafter named by a method config: `head` is a model entry (see registry)."""
     directory = registry.resolve_part(head, *WEIGHTS)
     loaded = load_head(directory, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
-    return EagleDrafter(pack_linears(loaded, compiled_for(hardware)), target, feature_layers(target.config.num_hidden_layers))
+    return EagleDrafter(pack_linears(loaded, compiled), target, feature_layers(target.config.num_hidden_layers))
+
+
+load = DrafterLoader(build, check)

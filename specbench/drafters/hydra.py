@@ -15,8 +15,10 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from specbench.drafters import DrafterLoader
+from specbench.engine.kernels import Compiled, pack_linears
+from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree
-from specbench.engine.lean import compiled_for, pack_linears
 from specbench.models import registry
 from specbench.models.hydra import HydraHeads, load_heads
 
@@ -25,18 +27,21 @@ WEIGHTS = ("method.drafter.heads", "Hydra heads")  # the key naming its weights,
 
 
 def check(heads: dict | None) -> None:
-    """What load() refuses before any model loads (methods.check)."""
+    """What build() refuses before any model loads (methods.check)."""
     registry.check_part(heads, *WEIGHTS)
 
 
-def load(target: torch.nn.Module, hardware: dict, heads: dict | None) -> "HydraDrafter":
+def build(target: torch.nn.Module, hardware: dict, compiled: Compiled, heads: dict | None) -> "HydraDrafter":
     """The drafter named by a method config: `heads` is a model entry (see registry)."""
     directory = registry.resolve_part(heads, *WEIGHTS)
     model, facts = load_heads(directory, target, registry.DTYPES[hardware["dtype"]], key="method.drafter.heads")
-    return HydraDrafter(pack_linears(model, compiled_for(hardware)), target, facts)
+    return HydraDrafter(pack_linears(model, compiled), target, facts)
 
 
-class HydraDrafter:
+load = DrafterLoader(build, check)
+
+
+class HydraDrafter(Drafter):
     def __init__(self, heads: HydraHeads, target: torch.nn.Module, facts: dict | None = None):
         self.heads = heads
         self.facts = facts or {}

@@ -18,7 +18,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from specbench.engine.lean import Compiled, compiled_for, make_lm
+from specbench.drafters import DrafterLoader
+from specbench.engine.kernels import Compiled
+from specbench.engine.lean import make_lm
+from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
@@ -95,7 +98,7 @@ def load_draft(entry: dict, target: torch.nn.Module, dtype: str, device: str, ke
 
 
 def check(model: dict | None) -> None:
-    """What load() refuses before any model loads (methods.check)."""
+    """What build() refuses before any model loads (methods.check)."""
     if not model:
         raise ConfigError(
             "method.drafter.model: this target has no default SpS draft; "
@@ -105,16 +108,17 @@ def check(model: dict | None) -> None:
         registry.resolve(model, "method.drafter.model")
 
 
-def load(target: torch.nn.Module, hardware: dict, model: dict | None) -> "SmallLMDrafter":
+def build(target: torch.nn.Module, hardware: dict, compiled: Compiled, model: dict | None) -> "SmallLMDrafter":
     """The drafter named by a method config: `model` is a model entry (see registry)."""
     check(model)
     draft, vocab = load_draft(model, target, hardware["dtype"], hardware["device"], "method.drafter.model")
-    return SmallLMDrafter(draft, target.config.vocab_size, hardware.get("forward", "auto"), compiled_for(hardware), vocab)
+    return SmallLMDrafter(draft, target.config.vocab_size, hardware.get("forward", "auto"), compiled, vocab)
 
 
-class SmallLMDrafter:
-    feature_layers = ()
+load = DrafterLoader(build, check)
 
+
+class SmallLMDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, target_vocab_size: int, forward: str = "hf", compiled: Compiled = Compiled(),
                  vocab: DraftVocab | None = None):
         """`compiled`: the target's choice (packed weights, fp32 attention, int8 drafter

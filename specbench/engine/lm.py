@@ -14,10 +14,15 @@ import torch
 from transformers import DynamicCache
 
 from specbench.engine.columns import ColumnCache, Plan, moves
+from specbench.engine.kernels import Compiled
 from specbench.engine.tree import DraftTree
 
 
 class TreeLM:
+    # the kernels its layers run on (LeanTreeLM's choice); drafters run theirs alike. The
+    # model's own forward runs on the model's weights as they are
+    compiled: Compiled = Compiled()
+
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.device = model.device

@@ -145,8 +145,7 @@ def generate_batch(
                 row.nll += _nll(logits[-1:], row.new)
         if drafter is not None:
             drafter.begin([r.prompt for r in rows], target.features)
-        if hasattr(tree, "begin"):
-            tree.begin(len(rows), method.costs)
+        tree.begin(len(rows), method.costs)
         with clock.paused():
             active = [r for r in rows if not _finished(r.new, limits, decode)]
             _leave(rows, active, target, method, clock)
@@ -163,45 +162,52 @@ def generate_batch(
             if drafter is not None:
                 features = [f[p] for f, p in zip(target.features, paths)] if target.features is not None else None
                 drafter.commit(drafts, paths, features)
-            if hasattr(tree, "observe"):
-                tree.observe(drafts, paths, logits)
+            tree.observe(drafts, paths, logits)
             for row, draft, a in zip(active, drafts, accepted):
                 row.new += [draft.tokens[n] for n in a.path[1:]] + [a.next_token]
             with clock.paused():
                 for row, draft, a, z in zip(active, drafts, accepted, logits):
-                    row.step_draft_forwards.append(drafted)
-                    row.tree_widths.append(_widths(draft.depths))
-                    merge_notes(row.notes, a.notes)
-                    row.accepted_ranks.append(_depth_ranks(draft, a.path[1:]))
-                    row.nll += _nll(z[a.path], row.new[len(row.new) - len(a.path) :])
-                    row.accept_lengths.append(len(a.path))
+                    _record_step(row, draft, a, z, drafted)
                 if on_step is not None:
                     on_step(sum(len(a.path) for a in accepted), len(active))
                 still = [r for r, a in zip(active, accepted) if not _finished(r.new, limits, decode, len(a.path))]
                 _leave(active, still, target, method, clock)
                 active = still
     seconds = clock.stop()
-    generations = []
-    for row in rows:
-        new, stop = _truncate(row.new, limits, decode)
-        generations.append(Generation(
-            ids=new,
-            stop_reason=stop,
-            target_forwards=len(row.accept_lengths),
-            draft_forwards=sum(row.step_draft_forwards),
-            accept_lengths=row.accept_lengths,
-            seconds=row.seconds,
-            prefill_seconds=prefill_seconds,
-            batch_seconds=seconds,
-            batch_size=len(rows),
-            verify_seconds=verify_seconds,
-            nll=sum(row.nll[: len(new)]),
-            step_draft_forwards=row.step_draft_forwards,
-            tree_widths=row.tree_widths,
-            accepted_ranks=row.accepted_ranks,
-            verifier_notes=row.notes,
-        ))
-    return generations
+    return [_generation(row, limits, decode, prefill_seconds, seconds, len(rows), verify_seconds) for row in rows]
+
+
+def _record_step(row: _Row, draft, accepted, logits: torch.Tensor, drafted: int) -> None:
+    """What one verification of this row adds to its statistics (`accepted`'s tokens are
+    already in row.new)."""
+    row.step_draft_forwards.append(drafted)
+    row.tree_widths.append(_widths(draft.depths))
+    merge_notes(row.notes, accepted.notes)
+    row.accepted_ranks.append(_depth_ranks(draft, accepted.path[1:]))
+    row.nll += _nll(logits[accepted.path], row.new[len(row.new) - len(accepted.path) :])
+    row.accept_lengths.append(len(accepted.path))
+
+
+def _generation(row: _Row, limits: Limits, decode, prefill_seconds: float, seconds: float, batch_size: int, verify_seconds: float) -> Generation:
+    """A finished row's result, cut where AR would have stopped."""
+    new, stop = _truncate(row.new, limits, decode)
+    return Generation(
+        ids=new,
+        stop_reason=stop,
+        target_forwards=len(row.accept_lengths),
+        draft_forwards=sum(row.step_draft_forwards),
+        accept_lengths=row.accept_lengths,
+        seconds=row.seconds,
+        prefill_seconds=prefill_seconds,
+        batch_seconds=seconds,
+        batch_size=batch_size,
+        verify_seconds=verify_seconds,
+        nll=sum(row.nll[: len(new)]),
+        step_draft_forwards=row.step_draft_forwards,
+        tree_widths=row.tree_widths,
+        accepted_ranks=row.accepted_ranks,
+        verifier_notes=row.notes,
+    )
 
 
 def _leave(active: list[_Row], still: list[_Row], target: TreeLM, method: Method, clock: Clock) -> None:
@@ -219,8 +225,7 @@ def _leave(active: list[_Row], still: list[_Row], target: TreeLM, method: Method
     target.keep(keep)
     if method.drafter is not None:
         method.drafter.keep(keep)
-    if hasattr(method.tree, "keep"):
-        method.tree.keep(keep)
+    method.tree.keep(keep)
     clock.stop()
 
 

@@ -3,10 +3,15 @@
 Everything is defined over a batch: row b of every list belongs to the b-th sequence
 still decoding (rows that finish leave the batch; `keep` tells the parts which stay).
 Batch size 1 is the same path with one row.
+
+Drafter, TreePolicy and Verifier are base classes: every part subclasses one, overrides
+its one abstract method, and overrides the per-batch hooks only when it keeps state
+across steps. The hooks are no-ops here so the loop calls them unconditionally.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,16 +21,17 @@ from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 
 
-class Drafter(Protocol):
+class Drafter(ABC):
     """Given each row's committed context and draft tree, next-token logits for some nodes."""
 
-    forwards: int  # draft forward passes so far (N_q); one batched forward counts once
-    feature_layers: tuple[int, ...]  # target hidden_states it reads (empty: none)
+    forwards: int = 0  # draft forward passes so far (N_q); one batched forward counts once
+    feature_layers: tuple[int, ...] = ()  # target hidden_states it reads (empty: none)
 
     def begin(self, prompts: list[list[int]], features: list[torch.Tensor] | None) -> None:
         """Start new sequences; `features[b]` [len(prompts[b]), .] are the target's hidden
         states at `feature_layers` for row b's prompt, None when it reads none."""
 
+    @abstractmethod
     def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
         """Per row, logits [len(nodes[b]), V] over the target vocabulary for the token after
         each node, or None when the row asks for no nodes or the drafter has nothing to
@@ -48,19 +54,28 @@ class StepCosts(Protocol):
     def draft_ms(self, batch: int, context: float, n: int) -> float: ...
 
 
-class TreePolicy(Protocol):
+class TreePolicy(ABC):
     """Builds each row's draft tree. Policies that keep state across steps (CAST's
-    acceptance buffers, EntMTP's scheduler) also define `begin(batch_size, costs)`, called
-    once per batch before the first step, and/or `observe(trees, paths, logits)`, called
-    after every verification with each row's tree, accepted path and the target logits
-    the verifier saw, and `keep(rows)` when rows leave the batch; the loop calls them when
-    present, and a policy never touches the engine or the model."""
+    acceptance buffers, EntMTP's scheduler) override `begin`, `observe` and/or `keep`;
+    a policy never touches the engine or the model."""
 
+    def begin(self, batch_size: int, costs: StepCosts | None) -> None:
+        """A new batch of `batch_size` rows, before its first step; `costs` is the
+        method's measured cost profile, None when it has none."""
+
+    @abstractmethod
     def grow(
         self, drafter: Drafter | None, contexts: list[list[int]], roots: list[int], sampling: Sampling,
-        generator: torch.Generator | None,
+        generators: list[torch.Generator | None],
     ) -> list[DraftTree]:
         """One draft tree per row, rooted at that row's pending token `roots[b]`."""
+
+    def observe(self, trees: list[DraftTree], paths: list[list[int]], logits: list[torch.Tensor]) -> None:
+        """After every verification: each row's tree, its accepted path (root first) and
+        the target logits at every node of the tree, as the verifier saw them."""
+
+    def keep(self, rows: list[int]) -> None:
+        """Only these rows (ascending indices into the current batch) go on decoding."""
 
 
 @dataclass
@@ -72,10 +87,11 @@ class Acceptance:
     notes: dict = field(default_factory=dict)
 
 
-class Verifier(Protocol):
+class Verifier(ABC):
     """Verification is per sequence (each row's tree and logits are its own); the loop
     calls it for every row of the batch."""
 
+    @abstractmethod
     def accept(
         self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
     ) -> Acceptance:

@@ -16,7 +16,7 @@ from statistics import median
 
 
 def totals(runs: list[dict]) -> dict:
-    """Aggregate per-sample measurements of one method (each a dict as written by run.py)."""
+    """Aggregate per-sample measurements of one method (each a dict as specbench.records writes it)."""
     tokens = sum(r["new_tokens"] for r in runs)
     seconds = wall_seconds(runs)
     n_p = sum(r["target_forwards"] for r in runs)

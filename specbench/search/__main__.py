@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
-from specbench.__main__ import compose_config
+import torch
+
+from specbench.config import compose_config
 from specbench.engine.loop import Limits
-from specbench.errors import require, run_command
 from specbench.data import questions
+from specbench.errors import require, run_command
 from specbench.search.frontier import acceptance_frontier, predicted_speedup, self_rollout, task_trees
 from specbench.trees.entmtp import load_bank, save_bank
 from specbench.trees.static import StaticTree
@@ -48,23 +49,25 @@ def main(argv: list[str]) -> None:
     if args.keep_existing and args.bank.is_file() and task in load_bank(str(args.bank))[0]:
         print(f"{task}: already in {args.bank}, kept")
         return
-    from specbench.run import Runner
+    from specbench import plan
 
-    runner = Runner(cfg, Path(tempfile.mkdtemp(prefix="specbench-search-")))
-    samples = runner.samples
+    plan.check(cfg)
+    if cfg["hardware"].get("threads") is not None:
+        torch.set_num_threads(cfg["hardware"]["threads"])
+    samples = questions.load(cfg["dataset"])
     if args.exclude_limit:
         evaluated = {s.id for s in questions.select(questions.read_source(cfg["dataset"]), {**cfg["dataset"], "limit": args.exclude_limit})}
         samples = [s for s in samples if s.id not in evaluated]
-    runner.samples = samples = samples[: args.prompts]  # the cost profile covers these prompts' contexts only
+    samples = samples[: args.prompts]  # the cost profile covers these prompts' contexts only
     require(bool(samples), "--prompts", "no prompts left to search on")
-    runner.load()
-    method = runner.method
+    decided, parts = plan.decide(cfg, samples, paired=False, cached_baseline=False)
+    method, target, sampling = parts.method, parts.target, parts.sampling
     require(method.drafter is not None, "method", f"{cfg['method']['name']} has no drafter to search trees for")
-    prompts = [runner.prompt_ids([{"role": "user", "content": s.turns[0]}], s.id) for s in samples]
-    limits = Limits(args.tokens, runner.limits.stop_token_ids)
-    history = acceptance_frontier(runner.target, method.drafter, method.verifier, prompts, runner.sampling, limits, args.max_depth, args.budget)
+    prompts = [parts.prompts.ids([{"role": "user", "content": s.turns[0]}], s.id) for s in samples]
+    limits = Limits(args.tokens, parts.limits.stop_token_ids)
+    history = acceptance_frontier(target, method.drafter, method.verifier, prompts, sampling, limits, args.max_depth, args.budget)
     for entry in history:
-        entry["accept_unbiased"] = self_rollout(runner.target, method.drafter, method.verifier, entry["choices"], prompts, runner.sampling, limits)
+        entry["accept_unbiased"] = self_rollout(target, method.drafter, method.verifier, entry["choices"], prompts, sampling, limits)
     costs = method.costs
     require(costs is not None, "costs.profile", "the throughput re-ranking needs this machine's cost profile; leave costs.profile=true")
     context = sum(map(len, prompts)) / len(prompts) + args.tokens / 2
@@ -72,13 +75,13 @@ def main(argv: list[str]) -> None:
     if isinstance(method.tree, StaticTree):  # the method's own tree: the default the frontier is compared with
         choices = [list(c) for c in method.tree.topology.choices]
         default = {"size": len(choices) + 1, "depth": max(map(len, choices), default=0), "choices": choices,
-                   "accept_unbiased": self_rollout(runner.target, method.drafter, method.verifier, choices, prompts, runner.sampling, limits)}
+                   "accept_unbiased": self_rollout(target, method.drafter, method.verifier, choices, prompts, sampling, limits)}
     for entry in history + ([default] if default else []):
         entry["predicted_speedup"] = round(predicted_speedup(entry.get("accept_unbiased", entry.get("accept_biased")), entry["size"], costs, context), 4)
     bank, meta = load_bank(str(args.bank)) if args.bank.is_file() else ({}, {})
     bank[task] = task_trees(history, costs, context)
-    meta = {**meta, "model": cfg["model"]["name"], "heads": cfg["method"]["drafter"], "temperature": runner.sampling.temperature,
-            "verifier": cfg["method"]["verifier"], "fingerprint": runner.profile.key["fingerprint"],
+    meta = {**meta, "model": cfg["model"]["name"], "heads": cfg["method"]["drafter"], "temperature": sampling.temperature,
+            "verifier": cfg["method"]["verifier"], "fingerprint": decided.profile.key["fingerprint"],
             f"search_{task}": {"samples": [s.id for s in samples], "tokens": args.tokens, "budget": args.budget, "max_depth": args.max_depth,
                                "context": context, "frontier": history, "default": default}}
     save_bank(args.bank, bank, meta)

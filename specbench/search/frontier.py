@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from specbench.engine.loop import Limits, Method, generate
-from specbench.engine.parts import Acceptance
+from specbench.engine.parts import Acceptance, Verifier
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
@@ -55,7 +55,7 @@ def node_passes(verifier, tree: DraftTree, logits: torch.Tensor, sampling: Sampl
     return [True] + verifier.passes(tree, p, verifier.thresholds(p))[0][1:]
 
 
-class WhatIf:
+class WhatIf(Verifier):
     """A verifier for the scoring rollout: accepts on the base tree's nodes only and
     records, per step, the accept length of the base tree and of the base tree plus
     each candidate node."""
@@ -116,7 +116,9 @@ def self_rollout(target, drafter, verifier, choices, prompts, sampling: Sampling
     return counted.accepted / max(counted.steps, 1)
 
 
-class CountingVerifier:
+class CountingVerifier(Verifier):
+    """`verifier`, counting the draft tokens it accepts and its steps."""
+
     def __init__(self, verifier):
         self.verifier, self.accepted, self.steps = verifier, 0, 0
 

@@ -4,11 +4,11 @@
 Prompts come from a source (--source, each asked as a single-turn chat): `sharegpt`, every
 human turn of the ShareGPT conversations the pip package ships; `python-stdlib`,
 HumanEval-style completion requests for the documented functions of the standard library
-(specbench/train/code_prompts.py); `math-word-problems`, grade-school problems made from
-templates and asked as GSM8K asks (specbench/train/math_prompts.py); `function-problems`,
+(specbench/data/code_prompts.py); `math-word-problems`, grade-school problems made from
+templates and asked as GSM8K asks (specbench/data/math_prompts.py); `function-problems`,
 short programming exercises made from task templates and asked as HumanEval asks
-(specbench/train/function_prompts.py); `chat-requests`, writing, role-play, reasoning,
-extraction and explanation requests made from templates (specbench/train/chat_prompts.py). They are deduplicated by normalized text, minus any
+(specbench/data/function_prompts.py); `chat-requests`, writing, role-play, reasoning,
+extraction and explanation requests made from templates (specbench/data/chat_prompts.py). They are deduplicated by normalized text, minus any
 prompt that shares a 13-word span with (or equals) a prompt of an evaluation set:
 MT-Bench, HumanEval, GSM8K test and the question files in ../shared/data. Answers are
 generated in shards, one JSONL file per (source, shard, temperature), appended and flushed
@@ -23,89 +23,31 @@ the work. Answers outlive the machine as packs (specbench/train/packed.py, `make
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import random
 import time
-from collections.abc import Callable, Iterable, Iterator
-from functools import cache
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from specbench import costs
-from specbench.data import sharegpt
+from specbench.data.chat import chat_prompt
+from specbench.data.contamination import evaluation_index
+from specbench.data.prompt_sources import COMMITTED_PACKS, SOURCES, prompt_key, training_prompts
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
-from specbench.run import chat_prompt, read_records
-from specbench.train.chat_prompts import chat_requests
-from specbench.train.code_prompts import stdlib_prompts
-from specbench.train.function_prompts import function_problems
-from specbench.train.math_prompts import word_problems
-from specbench.trees.autoregressive import Autoregressive
-from specbench.verify.standard import StandardVerifier
-from specbench.train.contamination import EvalIndex, evaluation_index, normalize
+from specbench.records import read_records
 from specbench.train.data import TARGET
 from specbench.train.packed import packed_pairs
-
-
-def sharegpt_turns() -> Iterator[str]:
-    """Every human turn of the ShareGPT package's conversations, in file order."""
-    for conversation in sharegpt.conversations():
-        for turn in conversation.get("conversations", []):
-            if turn.get("from") == "human":
-                yield (turn.get("value") or "").strip()
-
-
-SOURCES: dict[str, Callable[[], Iterable[str]]] = {
-    "sharegpt": sharegpt_turns,
-    "python-stdlib": stdlib_prompts,
-    "math-word-problems": word_problems,
-    "function-problems": function_problems,
-    "chat-requests": chat_requests,
-}
-# the committed packs of a checkout: a fresh machine resuming a pass skips what they hold
-COMMITTED_PACKS = Path(__file__).resolve().parents[2] / "corpus" / "smollm2-135m"
-
-
-@cache
-def source_texts(source: str) -> tuple[str, ...]:
-    """A source's prompts in its own order, each normalized text once (its first). Built
-    once per process: calibration, the corpus, the trainers and the contamination checks
-    each read a source, and the standard library's takes ~9 s to parse (AMD EPYC Zen 3)."""
-    seen, texts = set(), []
-    for text in SOURCES[source]():
-        key = " ".join(normalize(text))
-        if len(key) >= 8 and key not in seen:
-            seen.add(key)
-            texts.append(text)
-    return tuple(texts)
-
-
-@cache
-def prompt_table(source: str) -> dict[str, str]:
-    """Key -> prompt of a whole source, built once per process: every pack a trainer reads
-    looks its prompts up here instead of hashing the source again."""
-    return {prompt_key(text): text for text in source_texts(source)}
-
-
-def training_prompts(eval_index: EvalIndex, seed: int, source: str = "sharegpt") -> list[str]:
-    """A source's deduplicated prompts with no evaluation overlap, shuffled by `seed`."""
-    prompts = [text for text in source_texts(source) if not eval_index.overlaps(text)]
-    random.Random(seed).shuffle(prompts)
-    return prompts
+from specbench.trees.autoregressive import Autoregressive
+from specbench.verify.standard import StandardVerifier
 
 
 def shard_path(out_dir: Path, source: str, temperature: float, shard: int, shards: int) -> Path:
     """The JSONL file of one (source, temperature, shard); ShareGPT's keep their first name."""
     name = "answers" if source == "sharegpt" else f"answers-{source}"
     return out_dir / f"{name}-t{temperature:g}-{shard}of{shards}.jsonl"
-
-
-def prompt_key(text: str) -> str:
-    return hashlib.sha256(" ".join(normalize(text)).encode()).hexdigest()[:16]
 
 
 def generate(args) -> None:

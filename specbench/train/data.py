@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
 from specbench.config import CONF_DIR
 from specbench.data import sharegpt
-from specbench.run import chat_prompt
-from specbench.train.contamination import evaluation_index
+from specbench.data.chat import chat_prompt
+from specbench.data.contamination import evaluation_index
 
 # the embedded target, as its model config names it (drafters are trained for it)
 TARGET = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "smollm2-135m.yaml"))
@@ -79,37 +77,6 @@ def batches(rows: list[dict], batch: int, length: int, seed: int):
         rng.shuffle(rows)
         for start in range(0, len(rows) - batch + 1, batch):
             yield collate(rows[start : start + batch], length)
-
-
-def read_answers(sources: list[str], tokenizer=None) -> list[dict]:
-    """The target's answers (rows of prompt/answer ids) from JSONL files, packs
-    (.safetensors, see specbench.train.packed; their prompts are rebuilt with `tokenizer`)
-    and directories of either (corpus shards answers-*.jsonl, packs *.safetensors), in a
-    stable order; a torn last line of a shard still being written is skipped, and an
-    answer found twice (a pack of a corpus that is also read) is kept once."""
-    from specbench.train.packed import unpack
-
-    files = []
-    for source in map(Path, sources):
-        files += sorted(source.glob("*.safetensors")) + sorted(source.glob("answers-*.jsonl")) if source.is_dir() else [source]
-    rows, seen = [], set()
-    for path in files:
-        if path.suffix == ".safetensors":
-            if tokenizer is None:
-                raise ValueError(f"{path}: a pack needs the tokenizer to rebuild its prompts")
-            found = unpack(path, tokenizer)
-        else:
-            found = []
-            for line in path.open():
-                try:
-                    found.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        for row in found:
-            if (row.get("key"), row.get("temperature")) not in seen or row.get("key") is None:
-                seen.add((row.get("key"), row.get("temperature")))
-                rows.append(row)
-    return rows
 
 
 def load_rows(answers: list[dict], tokenizer, sharegpt_count: int, seed: int, max_tokens: int) -> tuple[list[dict], int]:

@@ -9,6 +9,7 @@ import signal
 import time
 from argparse import ArgumentParser
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -109,26 +110,12 @@ def fit(
     deadline = time.time() + minutes * 60
     bar = tqdm(total=steps, initial=step, desc=desc)
     loss_ema, metrics_ema = None, None
-
-    def save():
-        partial = checkpoint.with_name(checkpoint.name + ".partial")
-        torch.save({"module": module.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, partial)
-        os.replace(partial, checkpoint)  # a kill mid-write leaves the last checkpoint whole
-
-    stop_requests, handlers = [], {}
-
-    def request_stop(signum, frame):
-        stop_requests.append(signum)
-        for sig, handler in handlers.items():  # a second signal acts at once, as usual
-            signal.signal(sig, handler)
-
-    handlers.update({sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)})
     module.train()
-    try:
-        while step < steps and time.time() < deadline and not stop_requests:
+    with stop_requests() as stopped:
+        while step < steps and time.time() < deadline and not stopped:
             ids, labels = next(batches)
             for group, peak in zip(optimizer.param_groups, peaks):
-                group["lr"] = peak * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
+                group["lr"] = learning_rate(peak, step, steps)
             optimizer.zero_grad()
             loss, metrics = loss_fn(ids, labels)
             if loss.requires_grad:  # else loss_fn ran the backward itself (heads trained together: one at a time)
@@ -143,17 +130,45 @@ def fit(
             bar.update(1)
             bar.set_postfix(loss=f"{loss_ema:.3f}", metrics="/".join(f"{m:.2f}" for m in metrics_ema), tokens=seen)
             if step % checkpoint_every == 0:
-                save()
+                save_checkpoint(checkpoint, module, optimizer, step, seen)
                 if evaluate is not None:
                     module.eval()
                     evaluate(step, seen)
                     module.train()
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if stop_requests:
-        bar.write(f"stopped by signal {stop_requests[0]} at step {step} of {steps}: re-run to continue")
-    save()
+    if stopped:
+        bar.write(f"stopped by signal {stopped[0]} at step {step} of {steps}: re-run to continue")
+    save_checkpoint(checkpoint, module, optimizer, step, seen)
     bar.close()
     module.eval()
     return {"steps": step, "answer_tokens_seen": seen, "final_loss_ema": loss_ema, "final_metrics_ema": metrics_ema}
+
+
+def learning_rate(peak: float, step: int, steps: int) -> float:
+    """Linear warm-up over WARMUP steps, then a cosine decay to zero at `steps`."""
+    return peak * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
+
+
+def save_checkpoint(checkpoint: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, seen: int) -> None:
+    partial = checkpoint.with_name(checkpoint.name + ".partial")
+    torch.save({"module": module.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, partial)
+    os.replace(partial, checkpoint)  # a kill mid-write leaves the last checkpoint whole
+
+
+@contextmanager
+def stop_requests() -> Iterator[list[int]]:
+    """The signals (SIGTERM, SIGINT) received inside the block, recorded instead of acted on,
+    so training can end after its current step with a checkpoint; a second signal acts at
+    once, as usual. The handlers before the block are restored after it."""
+    received, handlers = [], {}
+
+    def request_stop(signum, frame):
+        received.append(signum)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+    handlers.update({sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)})
+    try:
+        yield received
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

@@ -25,8 +25,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from specbench.data.chat import chat_prompt
+from specbench.data.prompt_sources import SOURCES, prompt_table
 from specbench.errors import require, run_command
-from specbench.run import chat_prompt
 
 
 def pack(rows: list[dict], path: Path, note: str = "") -> None:
@@ -72,8 +73,6 @@ def unpack(path: Path, tokenizer) -> list[dict]:
 def prompt_texts(keys: set[str]) -> dict[str, str]:
     """Key -> the prompt it was made from, searched source by source (ShareGPT first) as the
     corpus's deduplication kept it: the first with that normalized text."""
-    from specbench.train.corpus import SOURCES, prompt_table
-
     texts = {}
     for source in SOURCES:
         table = prompt_table(source)
@@ -83,9 +82,36 @@ def prompt_texts(keys: set[str]) -> dict[str, str]:
     return texts
 
 
-def main(argv: list[str]) -> None:
-    from specbench.train.data import read_answers
+def read_answers(sources: list[str], tokenizer=None) -> list[dict]:
+    """The target's answers (rows of prompt/answer ids) from JSONL files, packs
+    (.safetensors, see specbench.train.packed; their prompts are rebuilt with `tokenizer`)
+    and directories of either (corpus shards answers-*.jsonl, packs *.safetensors), in a
+    stable order; a torn last line of a shard still being written is skipped, and an
+    answer found twice (a pack of a corpus that is also read) is kept once."""
+    files = []
+    for source in map(Path, sources):
+        files += sorted(source.glob("*.safetensors")) + sorted(source.glob("answers-*.jsonl")) if source.is_dir() else [source]
+    rows, seen = [], set()
+    for path in files:
+        if path.suffix == ".safetensors":
+            if tokenizer is None:
+                raise ValueError(f"{path}: a pack needs the tokenizer to rebuild its prompts")
+            found = unpack(path, tokenizer)
+        else:
+            found = []
+            for line in path.open():
+                try:
+                    found.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        for row in found:
+            if (row.get("key"), row.get("temperature")) not in seen or row.get("key") is None:
+                seen.add((row.get("key"), row.get("temperature")))
+                rows.append(row)
+    return rows
 
+
+def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", nargs="+", required=True, help="corpus directories or answer JSONL files")
     parser.add_argument("--out", required=True, help="the pack to write (.safetensors)")

@@ -39,7 +39,8 @@ import torch
 from specbench.errors import require, run_command
 from specbench.models import registry
 from specbench.models.eagle3 import Eagle3Head, head_config, load_head, read_config, trained_state
-from specbench.train.data import TARGET, read_answers
+from specbench.train.data import TARGET
+from specbench.train.packed import read_answers
 from specbench.train.validation import held_out_keys, save_head, split_held_out
 
 

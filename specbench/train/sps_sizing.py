@@ -69,11 +69,10 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int, max
     `root` and return the ranking (best first; the chosen one is the best that fits
     `max_file_mb`)."""
     from specbench import costs
-    from specbench.__main__ import compose_config
+    from specbench.config import compose_config
     from specbench.costs.fingerprint import fingerprint_id
     from specbench.costs.profile import measure_drafter
     from specbench.drafters.small_lm import SmallLMDrafter, load_draft
-    from specbench.engine.lean import compiled_for, record_compiled
     from specbench.models import registry
 
     cfg = compose_config(["method=sps"])
@@ -83,14 +82,14 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int, max
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
     target, _ = costs.target_lm(model, cfg, hardware)
-    record_compiled(hardware, target)
     key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
-    profile = costs.ensure_profile(key, target, context + 64)
+    repeats = cfg["costs"]["repeats"]
+    profile = costs.ensure_profile(key, target, context + 64, repeats=repeats, max_n=cfg["costs"]["max_n"])
     rows = []
     for shape, record in records.items():
         draft, vocab = load_draft({"name": f"sps-draft-{shape}", "path": str(root / shape)}, model, hardware["dtype"], hardware["device"], "sizing candidate")
-        drafter = SmallLMDrafter(draft, model.config.vocab_size, hardware.get("forward", "auto"), compiled_for(hardware), vocab)
-        curve = measure_drafter(drafter, target, [context], max_gamma + 1, costs.REPEATS)
+        drafter = SmallLMDrafter(draft, model.config.vocab_size, hardware.get("forward", "auto"), target.compiled, vocab)
+        curve = measure_drafter(drafter, target, [context], max_gamma + 1, repeats)
         taus = record["validation_chain_tau_by_gamma"][:max_gamma]
         speedups = predicted_speedups(taus, lambda n: profile.target_ms(1, context, n), lambda n: curve.at(context, n),
                                       profile.step_overhead_ms, profile.commit_ms)

@@ -14,8 +14,10 @@ from safetensors.torch import save_file
 from specbench.data import questions
 from specbench.errors import ConfigError, require
 from specbench.models import registry
-from specbench.run import chat_prompt, read_records
-from specbench.train.data import TARGET, load_rows, read_answers
+from specbench.data.chat import chat_prompt
+from specbench.records import read_records
+from specbench.train.data import TARGET, load_rows
+from specbench.train.packed import read_answers
 
 
 def prepare(args):

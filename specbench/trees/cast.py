@@ -57,23 +57,13 @@ from collections import deque
 
 import torch
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
-from specbench.errors import ConfigError, require
+from specbench.engine.values import integer, number, switch
+from specbench.errors import ConfigError
 from specbench.trees.eagle import add_top_children, best_first
 
 NO_COSTS = "method.tree: CAST prices trees with the measured cost profile; set costs.profile=true"
-
-
-def appendix_e_depth(batch: int) -> int:
-    """Appendix E: depth 13 at batch size 1, 9 from batch size 8."""
-    return 9 if batch >= 8 else 13
-
-
-def appendix_e_overrides(batch: int, threshold: float) -> list[str]:
-    """Appendix E's depth and common threshold at a batch size, as config overrides
-    (the threshold given for batch size 1; 2.5 from batch size 8)."""
-    c = 2.5 if batch >= 8 else threshold
-    return [f"method.tree.depth={appendix_e_depth(batch)}", f"method.tree.c1={c}", f"method.tree.c2={c}", f"method.tree.c3={c}"]
 
 
 def select_count(u: list[float], c: list[float], threshold: float) -> int:
@@ -98,7 +88,7 @@ def batch_utility(scores: list[list[float]], size: int) -> list[float]:
     return u
 
 
-class CastTree:
+class CastTree(TreePolicy):
     """Cost-aware EAGLE tree. `buffer` is R, the length of each depth's FIFO of phi_i. The
     paper does not give it; 8 averages out step-to-step noise in phi while evicting the
     optimistic initial 1 within the first few dozen tokens of a sequence, and lets alpha
@@ -116,19 +106,16 @@ class CastTree:
         c3: float = 3.0, buffer: int = 8, breadth_pruning: bool = True, depth_pruning: bool = True,
         dynamic_rerank: bool = True,
     ):
-        counts = (("top_k", top_k, 1), ("depth", depth, 0), ("total_tokens", total_tokens, 2), ("buffer", buffer, 1))
-        for key, value, low in counts:
-            require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
-                    f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
-        for key, value in (("c1", c1), ("c2", c2), ("c3", c3)):
-            require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf,
-                    f"method.tree.{key}", f"must be a number > 0, got {value!r}")
-        switches = (("breadth_pruning", breadth_pruning), ("depth_pruning", depth_pruning), ("dynamic_rerank", dynamic_rerank))
-        for key, value in switches:
-            require(isinstance(value, bool), f"method.tree.{key}", f"must be true or false, got {value!r}")
-        self.top_k, self.depth, self.total_tokens, self.buffer = top_k, depth, total_tokens, buffer
-        self.c1, self.c2, self.c3 = float(c1), float(c2), float(c3)
-        self.breadth_pruning, self.depth_pruning, self.dynamic_rerank = breadth_pruning, depth_pruning, dynamic_rerank
+        self.top_k = integer("method.tree.top_k", top_k, at_least=1)
+        self.depth = integer("method.tree.depth", depth, at_least=0)
+        self.total_tokens = integer("method.tree.total_tokens", total_tokens, at_least=2)
+        self.buffer = integer("method.tree.buffer", buffer, at_least=1)
+        self.c1 = number("method.tree.c1", c1, above=0)
+        self.c2 = number("method.tree.c2", c2, above=0)
+        self.c3 = number("method.tree.c3", c3, above=0)
+        self.breadth_pruning = switch("method.tree.breadth_pruning", breadth_pruning)
+        self.depth_pruning = switch("method.tree.depth_pruning", depth_pruning)
+        self.dynamic_rerank = switch("method.tree.dynamic_rerank", dynamic_rerank)
         self.costs = None
         self.buffers: dict[int, deque] = {}  # layer i -> A_i
 
@@ -152,7 +139,7 @@ class CastTree:
         """A_layer, created as {1} on first use."""
         return self.buffers.setdefault(layer, deque([1.0], maxlen=self.buffer))
 
-    def grow(self, drafter, contexts, roots, sampling, generator) -> list[DraftTree]:
+    def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         if self.priced and self.costs is None:
             raise ConfigError(NO_COSTS)
         batch = len(roots)

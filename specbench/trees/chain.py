@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.sampling import sample
 from specbench.engine.tree import DraftTree
-from specbench.errors import require
+from specbench.engine.values import integer
 
 
-class Chain:
+class Chain(TreePolicy):
     # shapes `gamma: auto` chooses from (specbench.costs.autotune), small to large
     AUTO_CANDIDATES = [{"gamma": g} for g in range(1, 11)]
 
     def __init__(self, gamma: int = 5):
-        require(isinstance(gamma, int) and gamma >= 1, "method.tree.gamma", f"must be an integer >= 1, got {gamma!r}")
-        self.gamma = gamma
+        self.gamma = integer("method.tree.gamma", gamma, at_least=1)
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         """Each row's chain grows by one token per draft forward until gamma tokens or

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import torch
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
-from specbench.errors import require
+from specbench.engine.values import integer
 
 
-class EagleDynamicTree:
+class EagleDynamicTree(TreePolicy):
     # shapes `auto` chooses from (specbench.costs.autotune), small to large; the depth-0 ones
     # (one draft forward, k siblings verified at once) suit drafters that are dear to run
     AUTO_CANDIDATES = [
@@ -31,9 +32,9 @@ class EagleDynamicTree:
     ]
 
     def __init__(self, top_k: int = 10, depth: int = 7, total_tokens: int = 60):
-        for key, value, low in (("top_k", top_k, 1), ("depth", depth, 0), ("total_tokens", total_tokens, 2)):
-            require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
-        self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
+        self.top_k = integer("method.tree.top_k", top_k, at_least=1)
+        self.depth = integer("method.tree.depth", depth, at_least=0)
+        self.total_tokens = integer("method.tree.total_tokens", total_tokens, at_least=2)
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import torch
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
+from specbench.engine.values import choice, is_number, number
 from specbench.errors import ConfigError, require
 from specbench.trees.static import Topology, grow
 
@@ -79,20 +81,22 @@ def path_value(p0: float, head_top1: list[float], rule: str) -> float:
     return values[-1] if rule == "greedy_depth" else max(values)
 
 
-class ScheduledTree:
+class ScheduledTree(TreePolicy):
     def __init__(self, bank: str | None, task: str, policy: str = "binary_tau", tau_on: float = 0.02, tau_off: float | None = None,
                  ladder: list[float] | None = None, path_value: str = "greedy_depth"):
-        require(policy in POLICIES, "method.tree.policy", f"unknown {policy!r}; choose one of {', '.join(POLICIES)}")
-        require(path_value in PATH_VALUES, "method.tree.path_value", f"unknown {path_value!r}; choose one of {', '.join(PATH_VALUES)}")
-        tau_off = tau_on if tau_off is None else tau_off
-        require(0 <= tau_off <= tau_on <= 1, "method.tree.tau_off", f"must satisfy 0 <= tau_off <= tau_on <= 1, got tau_off={tau_off}, tau_on={tau_on}")
+        choice("method.tree.policy", policy, POLICIES)
+        choice("method.tree.path_value", path_value, PATH_VALUES)
+        tau_on = number("method.tree.tau_on", tau_on, at_least=0, at_most=1)
+        tau_off = tau_on if tau_off is None else number("method.tree.tau_off", tau_off, at_least=0, at_most=1)
+        require(tau_off <= tau_on, "method.tree.tau_off", f"must satisfy 0 <= tau_off <= tau_on <= 1, got tau_off={tau_off}, tau_on={tau_on}")
         banks, self.meta = load_bank(bank)
         require(task in banks, "method.tree.task", f"the bank has no trees for {task!r}; it has {', '.join(sorted(banks))}")
         self.task = banks[task]
         if policy == "ladder":
             ladder = list(ladder or [])
             size = len(self.task.topologies)
-            require(len(ladder) == size - 1 and ladder == sorted(ladder), "method.tree.ladder",
+            ascending = all(is_number(t) for t in ladder) and ladder == sorted(ladder)
+            require(len(ladder) == size - 1 and ascending, "method.tree.ladder",
                     f"needs {size - 1} ascending thresholds for the task's {size} trees, got {ladder}")
         self.policy, self.tau_on, self.tau_off, self.ladder, self.rule = policy, tau_on, tau_off, ladder, path_value
         self.depth = max(t.depth for t in self.task.topologies)

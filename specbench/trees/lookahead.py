@@ -29,8 +29,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
-from specbench.errors import require
+from specbench.engine.values import integer
 
 
 @dataclass
@@ -41,7 +42,7 @@ class _RowState:
     window_nodes: list[list[int]] = field(default_factory=list)  # node of each guess in the last tree
 
 
-class LookaheadTree:
+class LookaheadTree(TreePolicy):
     # shapes `auto` chooses from (specbench.costs.autotune), small to large; the paper's GPU
     # settings are of the largest kind (W=15, N=5, G=15 is the constructor's default)
     AUTO_CANDIDATES = [
@@ -50,10 +51,10 @@ class LookaheadTree:
     ]
 
     def __init__(self, window: int = 15, ngram: int = 5, candidates: int = 15, seed: int = 0):
-        for key, value, low in (("window", window, 1), ("ngram", ngram, 2), ("candidates", candidates, 0), ("seed", seed, 0)):
-            require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
-                    f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
-        self.window, self.ngram, self.candidates, self.seed = window, ngram, candidates, seed
+        self.window = integer("method.tree.window", window, at_least=1)
+        self.ngram = integer("method.tree.ngram", ngram, at_least=2)
+        self.candidates = integer("method.tree.candidates", candidates, at_least=0)
+        self.seed = integer("method.tree.seed", seed, at_least=0)
         self.rows: list[_RowState] | None = None
 
     def begin(self, batch_size: int, costs) -> None:

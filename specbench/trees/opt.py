@@ -19,22 +19,20 @@ from __future__ import annotations
 
 import math
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
-from specbench.errors import require
+from specbench.engine.values import integer, number
 from specbench.trees.eagle import add_top_children, best_first
 
 
-class OptTree:
+class OptTree(TreePolicy):
     # shapes `auto` chooses from (specbench.costs.autotune), small to large
     AUTO_CANDIDATES = [{"nodes": n} for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 60)]
 
     def __init__(self, nodes: int = 60, threshold: float = 0.5, max_depth: int = 10):
-        for key, value in (("nodes", nodes), ("max_depth", max_depth)):
-            require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                    f"method.tree.{key}", f"must be an integer >= 1, got {value!r}")
-        require(isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and 0 <= threshold < math.inf,
-                "method.tree.threshold", f"must be a number >= 0 (expected accepted tokens a layer must add), got {threshold!r}")
-        self.nodes, self.threshold, self.max_depth = nodes, float(threshold), max_depth
+        self.nodes = integer("method.tree.nodes", nodes, at_least=1)
+        self.threshold = number("method.tree.threshold", threshold, at_least=0, meaning="expected accepted tokens a layer must add")
+        self.max_depth = integer("method.tree.max_depth", max_depth, at_least=1)
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
+from specbench.engine.values import integer, is_integer
 from specbench.errors import ConfigError, require
 
 
@@ -37,7 +39,7 @@ class Topology:
         require(isinstance(choices, (list, tuple)) and len(choices) > 0, key, f"must be a non-empty list of rank tuples, got {choices!r}")
         cleaned = []
         for choice in choices:
-            ok = isinstance(choice, (list, tuple)) and len(choice) > 0 and all(isinstance(r, int) and r >= 0 for r in choice)
+            ok = isinstance(choice, (list, tuple)) and len(choice) > 0 and all(is_integer(r) and r >= 0 for r in choice)
             require(ok, key, f"every choice is a non-empty list of ranks >= 0, got {choice!r}")
             cleaned.append(tuple(choice))
         require(len(set(cleaned)) == len(cleaned), key, "has duplicate choices")
@@ -79,7 +81,7 @@ def read_choices(path: str, name: str, key: str = "method.tree.choices_file"):
     raise ConfigError(f"{key}: {path} assigns no {name}")
 
 
-class StaticTree:
+class StaticTree(TreePolicy):
     """The same tree shape every step; the drafter's candidates at each position fill it.
     `size` keeps the first nodes of the choice list in (depth, ranks) order, a subtree
     (parents sort before children); `size: auto` picks it from measured costs, with
@@ -105,7 +107,7 @@ class StaticTree:
             choices = read_choices(choices_file, choices_name)
         topology = Topology.from_choices(choices)
         if size is not None:
-            require(isinstance(size, int) and not isinstance(size, bool) and size >= 1, "method.tree.size", f"must be an integer >= 1 (nodes after the root) or null, got {size!r}")
+            size = integer("method.tree.size", size, at_least=1, meaning="nodes after the root; null: all")
             topology = Topology.from_choices(topology.choices[:size])
         self.topology = topology
 

@@ -16,21 +16,22 @@ import math
 
 import torch
 
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
-from specbench.errors import require
+from specbench.engine.values import integer, number
 
 
-class TalonTree:
+class TalonTree(TreePolicy):
     # shapes `auto` chooses from (specbench.costs.autotune), small to large
     AUTO_CANDIDATES = [
         {"budget": n, "top_k": k} for n, k in ((2, 1), (3, 2), (4, 2), (6, 3), (8, 4), (12, 4), (16, 6), (24, 8), (32, 10), (60, 10))
     ]
 
     def __init__(self, budget: int = 60, mu: float = 0.03, top_k: int = 10, robust_layers: int = 1):
-        for key, value, low in (("budget", budget, 2), ("top_k", top_k, 1), ("robust_layers", robust_layers, 0)):
-            require(isinstance(value, int) and value >= low, f"method.tree.{key}", f"must be an integer >= {low}, got {value!r}")
-        require(isinstance(mu, (int, float)) and 0 < mu <= 1, "method.tree.mu", f"must be in (0, 1], got {mu!r}")
-        self.budget, self.mu, self.top_k, self.robust_layers = budget, float(mu), top_k, robust_layers
+        self.budget = integer("method.tree.budget", budget, at_least=2)
+        self.mu = number("method.tree.mu", mu, above=0, at_most=1)
+        self.top_k = integer("method.tree.top_k", top_k, at_least=1)
+        self.robust_layers = integer("method.tree.robust_layers", robust_layers, at_least=0)
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]

@@ -38,23 +38,21 @@ import math
 
 import torch
 
-from specbench.engine.parts import Acceptance
+from specbench.engine.parts import Acceptance, Verifier
 from specbench.engine.sampling import Sampling, sample
 from specbench.engine.tree import DraftTree
-from specbench.errors import require
+from specbench.engine.values import choice, number
 from specbench.verify.standard import try_children
 
 
 RULES = ("paper", "release")
 
 
-class MarsVerifier:
+class MarsVerifier(Verifier):
     def __init__(self, theta: float = 0.9, rule: str = "paper"):
         # z2 / z1 <= 1 whenever z1 > 0, so theta >= 1 never relaxes: 1 is exact matching, above it meaningless
-        require(isinstance(theta, (int, float)) and not isinstance(theta, bool) and 0 < theta <= 1,
-                "method.verifier.theta", f"must be a number in (0, 1], got {theta!r}")
-        require(rule in RULES, "method.verifier.rule", f"unknown {rule!r}; choose one of {', '.join(RULES)}")
-        self.theta, self.rule = float(theta), rule
+        self.theta = number("method.verifier.theta", theta, above=0, at_most=1)
+        self.rule = choice("method.verifier.rule", rule, RULES)
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
         if self.rule == "release":

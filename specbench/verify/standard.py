@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.parts import Acceptance
+from specbench.engine.parts import Acceptance, Verifier
 from specbench.engine.sampling import Sampling, sample
 from specbench.engine.tree import DraftTree
 
 
-class StandardVerifier:
+class StandardVerifier(Verifier):
     def accept(
         self,
         tree: DraftTree,

@@ -19,22 +19,21 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.parts import Acceptance
+from specbench.engine.parts import Acceptance, Verifier
 from specbench.engine.sampling import Sampling, sample
 from specbench.engine.tree import DraftTree
-from specbench.errors import require
+from specbench.engine.values import choice, number
 from specbench.verify.standard import greedy_accept
 
 
 NEXT_TOKEN = ("argmax", "typical")
 
 
-class TypicalVerifier:
+class TypicalVerifier(Verifier):
     def __init__(self, posterior_threshold: float = 0.09, posterior_alpha: float = 0.3, next_token: str = "argmax"):
-        require(0 < posterior_threshold <= 1, "method.verifier.posterior_threshold", f"must be in (0, 1], got {posterior_threshold}")
-        require(0 < posterior_alpha <= 1, "method.verifier.posterior_alpha", f"must be in (0, 1], got {posterior_alpha}")
-        require(next_token in NEXT_TOKEN, "method.verifier.next_token", f"unknown {next_token!r}; choose one of {', '.join(NEXT_TOKEN)}")
-        self.epsilon, self.alpha, self.next_token = posterior_threshold, posterior_alpha, next_token
+        self.epsilon = number("method.verifier.posterior_threshold", posterior_threshold, above=0, at_most=1)
+        self.alpha = number("method.verifier.posterior_alpha", posterior_alpha, above=0, at_most=1)
+        self.next_token = choice("method.verifier.next_token", next_token, NEXT_TOKEN)
 
     def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
         if sampling.greedy:

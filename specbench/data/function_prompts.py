@@ -2,7 +2,7 @@
 and seeded inputs, and asked the way the HumanEval benchmark asks
 (specbench.data.benchmarks.HUMANEVAL_INSTRUCTION): a typed signature and a docstring whose
 examples are computed by a reference solution, so each one is right. The standard library's
-functions (specbench/train/code_prompts.py) teach how the target completes library code;
+functions (specbench/data/code_prompts.py) teach how the target completes library code;
 these teach how it solves the short self-contained exercises HumanEval asks. A made problem is
 no evaluation prompt, and the corpus drops any that shares a 13-word span with one anyway.
 

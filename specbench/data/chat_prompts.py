@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
-from specbench.train.math_prompts import NAMES as WORD_PROBLEM_NAMES
+from specbench.data.math_prompts import NAMES as WORD_PROBLEM_NAMES
 
 REQUESTS = 20_000
 SEED = 0

@@ -1,0 +1,46 @@
+"""`auto` values in a method config: which tree keys are left to measured costs, the
+concrete configs a run chooses among, and the config it falls back to when no shape pays.
+Config facts only: the choice itself (calibration decodes priced with a cost profile) is
+specbench.costs.autotune's."""
+
+from __future__ import annotations
+
+import json
+
+from hydra.utils import get_class
+
+from specbench.errors import ConfigError
+
+AUTO = "auto"
+# the tree config chosen when no shape pays: AR through the same loop, the drafter unused
+DRAFTING_OFF = {"_target_": "specbench.trees.autoregressive.Autoregressive"}
+
+
+def auto_keys(tree_cfg: dict) -> list[str]:
+    return [k for k, v in tree_cfg.items() if v == AUTO]
+
+
+def drafts(tree_cfg: dict) -> bool:
+    """Whether a tree config builds draft trees at all (DRAFTING_OFF's policy does not)."""
+    return tree_cfg.get("_target_") != DRAFTING_OFF["_target_"]
+
+
+def candidates(tree_cfg: dict) -> list[dict]:
+    """Concrete tree configs for every candidate of the policy, auto keys filled in,
+    keys the user set kept as set (duplicates dropped, order kept; a policy's
+    `distinct_candidate(cfg)`, if it has one, writes candidates that build the same tree alike)."""
+    keys = auto_keys(tree_cfg)
+    tree_class = get_class(tree_cfg["_target_"])
+    grid = getattr(tree_class, "AUTO_CANDIDATES", None)
+    if not grid or any(k not in grid[0] for k in keys):
+        supported = sorted(grid[0]) if grid else []
+        raise ConfigError(f"method.tree: {', '.join(keys)} cannot be auto for {tree_cfg['_target_']} (auto supported for: {supported or 'none'})")
+    distinct = getattr(tree_class, "distinct_candidate", lambda cfg: cfg)
+    out, seen = [], set()
+    for candidate in grid:
+        cfg = distinct({**tree_cfg, **{k: candidate[k] for k in keys}})
+        frozen = json.dumps(cfg, sort_keys=True)
+        if frozen not in seen:
+            seen.add(frozen)
+            out.append(cfg)
+    return out
