@@ -9,7 +9,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.config import check_choices
+from specbench.config import check_command_line
+from specbench.errors import run_command
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -29,5 +30,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_choices(sys.argv[1:])
+    run_command(check_command_line, sys.argv[1:])
     main()

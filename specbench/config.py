@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from specbench.costs.fingerprint import isa_limits
+from specbench.errors import ConfigError, require
 from specbench.models.registry import weights_id
 
 HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "engine", "seed")  # engine: how forwards run changes speed (and bf16 rounding)
@@ -71,6 +75,40 @@ def check_choices(argv: list[str]) -> None:
         if value not in choices:
             print(f"error: {key}: unknown {group} {value!r}; choose one of {', '.join(choices)}", file=sys.stderr)
             sys.exit(2)
+
+
+def check_command_line(argv: list[str]) -> None:
+    """What Hydra would stop on with a traceback, refused first as one line: an unknown group
+    choice, an output_root that cannot be created, a SLURM launch where there is no SLURM."""
+    check_choices(argv)
+    check_output_root(override(argv, "output_root") or OmegaConf.load(CONF_DIR / "config.yaml").output_root)
+    multirun = "-m" in argv or "--multirun" in argv
+    if multirun and override(argv, "hydra/launcher") == "slurm":  # a single run ignores the launcher
+        require(shutil.which("srun") is not None, "hydra/launcher",
+                "slurm submits each run as a SLURM job, and there is no srun on PATH here; "
+                "run on a SLURM login node, or drop hydra/launcher=slurm to run the jobs here one after another")
+
+
+def override(argv: list[str], key: str) -> str | None:
+    """The value the command line gives `key` (the last one wins, as in Hydra); None when it
+    gives none, or a sweep, or a value with an interpolation (Hydra resolves those)."""
+    values = [arg.partition("=")[2] for arg in argv if arg.lstrip("+~").partition("=")[0] == key]
+    if not values or "," in values[-1] or "${" in values[-1] or values[-1].startswith(("choice(", "range(", "glob(")):
+        return None
+    value = values[-1]
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def check_output_root(output_root: str) -> None:
+    """Hydra creates the run directory under output_root: refused here when it cannot."""
+    root = Path(output_root).expanduser().absolute()
+    existing = next(p for p in (root, *root.parents) if os.path.exists(p))  # (False where a parent may not be read)
+    cannot = "" if existing == root else f", so {root} cannot be created"
+    require(existing.is_dir(), "output_root", f"{existing} is a file, not a directory{cannot}; choose a directory")
+    try:
+        tempfile.TemporaryDirectory(dir=existing).cleanup()
+    except OSError as error:
+        raise ConfigError(f"output_root: cannot create {root}: {existing} is not writable ({error.strerror}); choose a writable directory") from None
 
 
 def compose_config(overrides: list[str]) -> dict:

@@ -20,14 +20,17 @@ from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.data.calibration import CALIBRATION_KINDS, calibration_id, calibration_prompts
 from specbench.data.chat import TREE_MARGIN, PromptFormat, stop_token_ids
 from specbench.data.questions import Sample
+from specbench.engine.lean import FORWARDS
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method
 from specbench.engine.sampling import Sampling
+from specbench.engine.values import choice, is_integer, switch
 from specbench.errors import require
 from specbench.metrics import quality
 from specbench.models import registry
 
 BASELINE_MODES = ("paired", "cached", "none")
+DTYPES = ("auto", *registry.DTYPES)  # auto: measured per model and CPU (costs.dtype)
 MAX_BATCH = 32
 
 
@@ -39,25 +42,44 @@ def check(cfg: dict) -> None:
     batch_size = gen["batch_size"]
     require(isinstance(batch_size, int) and 1 <= batch_size <= MAX_BATCH, "gen.batch_size", f"must be an integer from 1 to {MAX_BATCH}, got {batch_size!r}")
     Sampling(gen["temperature"], gen["top_p"], gen["top_k"])  # refuses a bad temperature, top_p or top_k
+    stop_strings = gen["stop_strings"]
+    require(stop_strings is None or (isinstance(stop_strings, list) and all(isinstance(s, str) and s for s in stop_strings)), "gen.stop_strings",
+            f"must be a list of non-empty strings, e.g. gen.stop_strings=[abc,xyz], got {stop_strings!r}")
+    switch("gen.truncate_prompt", gen["truncate_prompt"])
     seed = cfg["seed"]
-    require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed", f"must be an integer >= 0, got {seed!r}")
+    require(is_integer(seed) and seed >= 0, "seed", f"must be an integer >= 0, got {seed!r}")
+    dataset_seed = cfg["dataset"]["seed"]
+    require(dataset_seed is None or is_integer(dataset_seed), "dataset.seed",
+            f"must be an integer (it draws the dataset.limit samples) or null (the first ones in order), got {dataset_seed!r}")
     mode = cfg["baseline"]["mode"]
     require(mode in BASELINE_MODES, "baseline.mode", f"unknown {mode!r}; choose one of {', '.join(BASELINE_MODES)}")
     min_gain = cfg["costs"]["min_gain"]
     require(isinstance(min_gain, (int, float)) and not isinstance(min_gain, bool) and min_gain >= 0, "costs.min_gain",
             f"must be a number >= 0 (the predicted gain over AR below which drafting stays off), got {min_gain!r}")
-    threads = cfg["hardware"].get("threads")
-    if threads is not None:
-        require(isinstance(threads, int) and threads >= 1, "hardware.threads", f"must be an integer >= 1, got {threads!r}")
+    check_hardware(cfg["hardware"])
     kind = cfg["dataset"]["calibration"]
     require(kind in CALIBRATION_KINDS, "dataset.calibration",
             f"unknown {kind!r}; choose one of {', '.join(CALIBRATION_KINDS)} (the prompts `auto` shapes are calibrated on)")
     unknown = [m for m in cfg["dataset"].get("metrics") or [] if m not in quality.METRICS]
     require(not unknown, "dataset.metrics", f"unknown {unknown}; choose from {', '.join(quality.METRICS)}")
     compile_rule.check(cfg.get("engine") or {})
+    registry.check_part(cfg["model"], "model", "target")
     methods.check(cfg["method"])
     if cfg["baseline"]["mode"] == "paired" and cfg["method"] != cfg["baseline"]["method"]:
         methods.check(cfg["baseline"]["method"])
+
+
+def check_hardware(hardware: dict) -> None:
+    """A hardware config this machine and torch can run (weights load only after this)."""
+    dtype = hardware["dtype"]
+    require(dtype in DTYPES, "hardware.dtype", f"unknown {dtype!r}; choose one of {', '.join(DTYPES)}")
+    choice("hardware.forward", hardware["forward"], FORWARDS)
+    device = str(hardware["device"])
+    require(not device.startswith("cuda") or torch.cuda.is_available(), "hardware.device",
+            f"{device} needs a CUDA GPU and this torch {torch.__version__} sees none; use hardware=cpu (or cpu-fp32, cpu-bf16)")
+    threads = hardware.get("threads")
+    if threads is not None:
+        require(is_integer(threads) and threads >= 1, "hardware.threads", f"must be an integer >= 1, got {threads!r}")
 
 
 @dataclass(frozen=True)
@@ -129,6 +151,7 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
     priced with the cost profile), then, where plain AR is fastest in another dtype than
     the one drafting was calibrated in, dtype and shape together (weigh_dtype)."""
     method_cfg = cfg["method"]
+    registry.resolve(cfg["model"], "model")  # not on this machine: refused before the dtype probe announces timing it
     dtype, dtype_choice = costs.resolve_dtype(dict(cfg["hardware"]), cfg["model"], method_cfg=method_cfg, engine=cfg.get("engine"))
     model, tokenizer = load_target(cfg["model"], dtype, cfg["hardware"]["device"])
     setting = setting_for(cfg, samples, model, tokenizer)

@@ -68,18 +68,27 @@ def notes_of(results) -> dict:
 
 
 def read_records(path: Path) -> list[dict]:
-    """Finished samples of an earlier, possibly interrupted run; a torn last line
-    (killed mid-write) is dropped from the file so appends stay valid JSONL."""
+    """Finished samples (or corpus rows) of an earlier, possibly interrupted run. The file is
+    left ending with the newline of its last complete record, so the next append starts a
+    line of its own: a torn record (killed mid-write) and empty last lines are cut, and a
+    complete record that lacks only its newline is kept and gets one. Empty lines between
+    records are skipped."""
     if not path.exists():
         return []
-    records, good_bytes = [], 0
+    records, read, good_bytes, ends_line = [], 0, 0, True
     with open(path, "rb") as f:
         for line in f:
+            read += len(line)
+            if not line.strip():
+                continue
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 break
-            good_bytes += len(line)
+            good_bytes, ends_line = read, line.endswith(b"\n")
     with open(path, "rb+") as f:
         f.truncate(good_bytes)
+        if not ends_line:
+            f.seek(good_bytes)
+            f.write(b"\n")
     return records

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import MIN_GAIN, run_in_process
 from specbench.auto import DRAFTING_OFF
@@ -90,6 +91,14 @@ def test_unknown_choice(group, choice, capsys):
         ("engine.int8_drafts=always", "engine.int8_drafts"),
         ("engine.fp16_weights=yes", "engine.fp16_weights"),
         ("gen.batch_size=33", "gen.batch_size"),
+        ("gen.stop_strings=abc", "gen.stop_strings"),  # not the stop strings a, b and c
+        ("gen.stop_strings=[abc,'']", "gen.stop_strings"),
+        ("gen.temperature=abc", "gen.temperature"),
+        ("gen.top_k=1.5", "gen.top_k"),
+        ("gen.truncate_prompt=maybe", "gen.truncate_prompt"),
+        ("dataset.seed=abc", "dataset.seed"),
+        ("hardware.forward=bogus", "hardware.forward"),
+        ("hardware.dtype=fp64", "hardware.dtype"),
     ],
 )
 def test_bad_values_fail_before_any_model_loads(override, key, tmp_path):
@@ -105,9 +114,59 @@ def test_bad_values_fail_before_any_model_loads(override, key, tmp_path):
         Runner(compose_config([*extra, *QUICK, override]), tmp_path)
 
 
+def test_dtype_choices_include_auto(tmp_path):
+    from specbench.config import compose_config
+    from specbench.errors import ConfigError
+    from specbench.run import Runner
+
+    with pytest.raises(ConfigError, match=r"^hardware.dtype: unknown 'fp64'; choose one of auto, "):
+        Runner(compose_config([*QUICK, "hardware.dtype=fp64"]), tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where torch has no CUDA")
+def test_gpu_hardware_without_cuda(tmp_path):
+    one_error_line(run("hardware=gpu", *QUICK, tmp_path=tmp_path), "hardware.device", "cuda", "hardware=cpu")
+
+
+def test_output_root_under_a_file(tmp_path):
+    (tmp_path / "file").write_text("")
+    result = run_in_process([sys.executable, "-m", "specbench", f"output_root={tmp_path / 'file' / 'out'}", *QUICK])
+    one_error_line(result, "output_root", str(tmp_path / "file"), "not a directory")
+
+
+@pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs a directory nobody may create entries in (sysfs)")
+def test_output_root_in_a_read_only_directory():
+    result = run_in_process([sys.executable, "-m", "specbench", "output_root=/sys/specbench-outputs", *QUICK])
+    one_error_line(result, "output_root", "/sys/specbench-outputs", "writable")
+
+
+def test_slurm_launcher_without_slurm(tmp_path):
+    """(A process of its own: before this was refused, the launcher ran.)"""
+    no_slurm = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    args = [sys.executable, "-m", "specbench", "-m", "hydra/launcher=slurm", f"output_root={tmp_path}", *QUICK]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=no_slurm)
+    one_error_line(result, "hydra/launcher", "srun")
+
+
+def test_truncated_head_weights(tmp_path):
+    """A head whose download or copy stopped midway: refused from its header, before any model loads."""
+    from safetensors.torch import save_file
+
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text((ROOT / "specbench" / "weights" / "smollm2-135m-eagle3" / "config.json").read_text())
+    save_file({"fc.weight": torch.zeros(64, 64)}, head / "model.safetensors")
+    whole = (head / "model.safetensors").read_bytes()
+    (head / "model.safetensors").write_bytes(whole[: len(whole) // 2])
+    result = run("method=eagle3", f"model.eagle3.path={head}", *SMALL_EAGLE_TREE, *QUICK, tmp_path=tmp_path)
+    one_error_line(result, "method.drafter.head", str(head / "model.safetensors"), "truncated")
+
+
 def test_model_not_available_offline(tmp_path):
+    """Refused before the dtype probe says it times the model."""
     result = run_process("model=qwen3-8b", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
     one_error_line(result, "model.id", "Qwen/Qwen3-8B", "model.path=")
+    assert "hardware.dtype=auto" not in result.stdout, result.stdout
 
 
 def test_hub_dataset_not_available_offline(tmp_path):

@@ -60,6 +60,8 @@ def test_limit_categories_turns_and_seeded_subsets(tmp_path):
 def test_bad_inputs_name_the_problem(tmp_path):
     with pytest.raises(ConfigError, match="dataset.path: .* does not exist"):
         questions.load(cfg(path=str(tmp_path / "missing.jsonl")))
+    with pytest.raises(ConfigError, match="dataset.path: .* is a directory"):
+        questions.load(cfg(path=str(tmp_path)))
     bad = write(tmp_path, [ROWS[0], "{not json"])
     with pytest.raises(ConfigError, match="line 2"):
         questions.load(cfg(path=bad))

@@ -70,6 +70,7 @@ def read_source(cfg: dict) -> list[Sample]:
             raise ConfigError(f"dataset.loader: cannot import {cfg['loader']!r}; use a function of specbench.data.benchmarks") from None
     if cfg.get("path"):
         path = Path(cfg["path"]).expanduser()
+        require(not path.is_dir(), "dataset.path", f"{path} is a directory; point it at a question file (.jsonl, .jsonl.gz or a .json array)")
         require(path.is_file(), "dataset.path", f"{path} does not exist")
         return to_samples(read_rows(path), convert, str(path))
     if cfg.get("package"):

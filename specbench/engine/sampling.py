@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.errors import require
+from specbench.engine.values import integer, number
 
 
 @dataclass(frozen=True)
@@ -16,9 +16,9 @@ class Sampling:
     top_k: int = 0
 
     def __post_init__(self):
-        require(self.temperature >= 0, "gen.temperature", f"must be >= 0, got {self.temperature}")
-        require(0 < self.top_p <= 1, "gen.top_p", f"must be in (0, 1], got {self.top_p}")
-        require(self.top_k >= 0, "gen.top_k", f"must be >= 0 (0 = off), got {self.top_k}")
+        number("gen.temperature", self.temperature, at_least=0, meaning="0 = greedy")
+        number("gen.top_p", self.top_p, above=0, at_most=1)
+        integer("gen.top_k", self.top_k, 0, "0 = off")
 
     @property
     def greedy(self) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specbench.errors import ConfigError
@@ -59,15 +60,15 @@ def resolve_part(entry: dict | None, key: str, what: str) -> str:
 
 def check_part(entry: dict | None, key: str, what: str) -> None:
     """What resolve_part refuses without a download or a package lookup (no entry, a
-    local path without config.json, no source named), so a method is checked before
-    any model loads."""
+    local path without config.json or with truncated weights, no source named), so a
+    method is checked before any model loads."""
     if not entry:
         raise ConfigError(
             f"{key}: this target has no {what} configured; "
             f"set {key}={{name:my-{key.rsplit('.', 1)[-1]},path:/dir/with/config.json}} (or {{name:...,id:<hub id>}})"
         )
     if entry.get("path") or not (entry.get("package") or entry.get("id")):
-        resolve(entry, key)
+        check_safetensors(Path(resolve(entry, key)), key)
 
 
 def resolve(entry: dict, key: str) -> str:
@@ -82,6 +83,18 @@ def resolve(entry: dict, key: str) -> str:
     if entry.get("id"):
         return _from_hub(entry["id"], entry.get("revision"), key)
     raise ConfigError(f"{key}: entry {entry.get('name')!r} names no source; set {key}.path, {key}.package or {key}.id")
+
+
+def check_safetensors(directory: Path, key: str) -> None:
+    """A copy or download that stopped midway is refused from the files' headers, before any
+    model loads (loading it would end in a SafetensorError traceback)."""
+    for file in sorted(directory.glob("*.safetensors")):
+        try:
+            with safe_open(file, "pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise ConfigError(f"{key}.path: {file} is truncated or not a safetensors file ({error}); "
+                              f"copy the weights again or point {key}.path at a complete model directory") from None
 
 
 def _from_package(entry: dict, key: str) -> str:
