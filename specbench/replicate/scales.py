@@ -4,6 +4,9 @@ reduced sweeps and the offline dataset copies; and the sweeps of a dataset list 
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import yaml
 
 from specbench import ROOT
@@ -19,13 +22,25 @@ PAPER_MAX_NEW_TOKENS = 1024  # TALON E.1; MARS states none and builds on the sam
 BIG_MODEL_B = 32  # above this a model gets 8 GPUs (both papers' setups)
 
 
-# offline copies of the datasets no pip package ships (../shared/data, see its README)
+# offline copies of the datasets no pip package ships, read at cpu scale: SPECBENCH_DATA names a
+# directory of <dataset>.jsonl files (docs/datasets.md); without it, the team's copies beside the
+# checkout when they are there (the paths unchanged, so their runs keep their identity)
+DATA_DIR_VARIABLE = "SPECBENCH_DATA"
 OFFLINE_COPIES = {
     "alpaca": "../shared/data/eagle/alpaca.jsonl",
     "cnn_dm": "../shared/data/eagle/sum.jsonl",
     "nq": "../shared/data/eagle/qa.jsonl",
     "wmt19": "../shared/data/mars/wmt19.jsonl",
 }
+
+
+def offline_copy(dataset: str) -> str | None:
+    """The local copy a cpu-scale sweep reads for `dataset`, or None when there is none."""
+    if dataset not in OFFLINE_COPIES:
+        return None
+    directory = os.environ.get(DATA_DIR_VARIABLE)
+    path = str(Path(directory).expanduser().resolve() / f"{dataset}.jsonl") if directory else OFFLINE_COPIES[dataset]
+    return path if (ROOT / path).is_file() else None
 
 
 # Lookahead's window as the MARS and CAST baselines run it: neither paper gives theirs, so the
@@ -57,7 +72,7 @@ def by_source(name: str, datasets: list[str], overrides: list[str], scale: str, 
     """The sweeps for `datasets` x `models` at a scale.
 
     cpu: the embedded model; a dataset no pip package ships reads its offline copy
-    (OFFLINE_COPIES) in a sweep of its own, and is left out when that copy is absent (its
+    (offline_copy) in a sweep of its own, and is left out when that copy is absent (its
     cells then say it was not run). paper: the hub, the paper's
     limits and models, 1 GPU per model up to 32B and 8 above."""
     if scale == "cpu":
@@ -65,8 +80,8 @@ def by_source(name: str, datasets: list[str], overrides: list[str], scale: str, 
         packaged = [d for d in datasets if dataset_conf(d).get("package")]
         sweeps = [Sweep(name, [f"dataset={','.join(packaged)}", *overrides, *common])] if packaged else []
         for dataset in datasets:
-            copy = OFFLINE_COPIES.get(dataset)
-            if dataset not in packaged and copy and (ROOT / copy).is_file():
+            copy = offline_copy(dataset)
+            if dataset not in packaged and copy:
                 sweeps.append(Sweep(name, [f"dataset={dataset}", f"dataset.path={copy}", *overrides, *common]))
         return sweeps
     sweeps = []

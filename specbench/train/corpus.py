@@ -10,7 +10,7 @@ short programming exercises made from task templates and asked as HumanEval asks
 (specbench/data/function_prompts.py); `chat-requests`, writing, role-play, reasoning,
 extraction and explanation requests made from templates (specbench/data/chat_prompts.py). They are deduplicated by normalized text, minus any
 prompt that shares a 13-word span with (or equals) a prompt of an evaluation set:
-MT-Bench, HumanEval, GSM8K test and the question files in ../shared/data. Answers are
+MT-Bench, HumanEval, GSM8K test and, when ../shared/data is beside the checkout, its question files. Answers are
 generated in shards, one JSONL file per (source, shard, temperature), appended and flushed
 per batch, so an interrupted run resumes where it stopped and several processes can share
 the work. Answers outlive the machine as packs (specbench/train/packed.py, `make corpus-pack`).
