@@ -101,15 +101,16 @@ def test_an_unconfigured_judge_is_reported_once(tmp_path, capsys, monkeypatch):
 
 def bench_summary(precision: str) -> dict:
     """A summary as bench scripts read it (the fields their rows take)."""
-    results = {"samples": 10, "tau": 2.0, "delta": 1.0, "tok_per_s": 30.0, "mean_latency_s": 4.0}
-    return {"results": results, "baseline": {"tok_per_s": 20.0}, "speedup": 1.5, "speedup_ci95": [1.4, 1.6], "speedup_median_per_sample": 1.5,
+    results = {"samples": 10, "tau": 2.0, "delta": 1.0, "tok_per_s": 30.0, "mean_latency_s": 4.0, "target_nll_per_token": 1.0, "verifier": {}}
+    return {"results": results, "baseline": {"tok_per_s": 20.0, "tau": 1.0, "delta": 0.0, "target_nll_per_token": 1.0, "verifier": {}}, "speedup": 1.5, "speedup_ci95": [1.4, 1.6], "speedup_median_per_sample": 1.5,
             "cost_model": {"predicted_speedup": 1.4, "engine_overhead_share": 0.1}, "agreement_with_baseline": {"exact_match_rate": 1.0},
             "environment": {"dtype": "float32", "precision": precision, "forward": "LeanTreeLM-fp16-weights"}}
 
 
-def test_bench_tables_name_the_precision_a_row_ran_in(tmp_path, monkeypatch):
+def test_bench_tables_name_the_precision_a_row_ran_in(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     import bench_batch
+    import bench_methods
     import bench_speed
 
     row = bench_speed.method_row("eagle3", "mt_bench", bench_summary(FP16_PRECISION))
@@ -121,3 +122,8 @@ def test_bench_tables_name_the_precision_a_row_ran_in(tmp_path, monkeypatch):
     args = type("Args", (), {"out": tmp_path, "max_new_tokens": 16})()
     lines = bench_batch.write([point], args, {"hardware": {"dtype": "auto"}}, {"cpu_model": "test"})
     assert f"ran in {FP16_PRECISION} (hardware.dtype=auto)" in "\n".join(lines)
+
+    summary = bench_summary(FP16_PRECISION)
+    rows = {"ar": bench_methods.ar_row(summary), "eagle3": bench_methods.method_row(summary, tmp_path)}
+    bench_methods.print_table([{"dataset": "mt_bench", "temperature": 0.0, "methods": rows}], "settings")
+    assert capsys.readouterr().out.count(f"| {FP16_PRECISION} |") == 2

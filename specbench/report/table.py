@@ -18,9 +18,9 @@ def _fmt(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def _is_note(metric: str, value) -> bool:
-    """A quality entry that is no score: why a metric was skipped, or how scoring failed."""
-    return metric == "error" or (isinstance(value, str) and value.startswith("skipped"))
+def _skipped(value) -> bool:
+    """A quality entry that says why its metric was not scored (e.g. no judge configured)."""
+    return isinstance(value, str) and value.startswith("skipped")
 
 
 def print_summary(summary: dict) -> None:
@@ -60,15 +60,15 @@ def print_summary(summary: dict) -> None:
     if choice:
         chosen = choice.get("note") or f"{describe(choice)} (predicted {_fmt(choice['predicted_speedup'])}x)"
         console.print(f"tree shape chosen from measured costs: {chosen}")
-    notes = {}  # why a metric was skipped or failed, the same for the method and the baseline: shown once
+    skipped = {}  # why a metric was not scored, the same for the method and the baseline: shown once
     for key, label in (("quality", summary["method"]), ("baseline_quality", "baseline")):
         scores = summary.get(key) or {}
-        notes |= dict.fromkeys(f"{k} {v}" for k, v in scores.items() if _is_note(k, v))
-        shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in scores.items() if not _is_note(k, v))
+        skipped |= dict.fromkeys(f"{k} {v}" for k, v in scores.items() if _skipped(v))
+        shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in scores.items() if not _skipped(v))
         if shown:
             console.print(f"{label} quality: {shown}")
-    for note in notes:
-        console.print(note)
+    for line in skipped:
+        console.print(line)
     env = summary["environment"]
     fingerprint = env.get("fingerprint") or {}
     device = fingerprint.get("gpu") or f"{fingerprint.get('cpu_model', env['device'])} [{' '.join(fingerprint.get('isa', []))}]"
