@@ -45,7 +45,7 @@ def main(argv: list[str]) -> None:
     prompts = [chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])]
     for lm in lms.values():  # warm-up, untimed
         generate_batch(lm, method, prompts[:2], Sampling(), Limits(16, limits.stop_token_ids))
-    print(f"{cfg['model']['name']} {hardware['dtype']} {compiled} threads={torch.get_num_threads()} "
+    print(f"{cfg['model']['name']} {dataclasses.replace(compiled, float_attention=False).precision(hardware['dtype'])} {compiled} threads={torch.get_num_threads()} "
           f"prompts={len(prompts)} max_new_tokens={args.max_new_tokens} T=0 dataset={cfg['dataset']['name']}")
     print(f"| batch size | {' | '.join(f'{name} attention tok/s' for name in lms)} | ratio | identical rows |")
     print("| --- | --- | --- | --- | --- |")

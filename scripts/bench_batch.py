@@ -76,6 +76,19 @@ def figure(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def point(variant: str, dataset: str, batch: int, summary: dict) -> dict:
+    """One measured point: its run's speeds and shape, the dtype it loaded and what it computed in."""
+    return {
+        "variant": variant, "dataset": dataset, "batch": batch, "prompts": summary["results"]["samples"],
+        "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
+        "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
+        "speedup": summary["speedup"], "ci95": summary.get("speedup_ci95"),
+        "latency_s": summary["results"]["mean_latency_s"], "dtype": summary["environment"]["dtype"], "precision": summary["environment"]["precision"],
+        "predicted": (summary.get("cost_model") or {}).get("predicted_speedup"),
+        "shape": autotune.describe(summary["tree_choice"]) if summary.get("tree_choice") else "",
+    }
+
+
 def write(rows: list[dict], args, base: dict, fingerprint: dict) -> list[str]:
     """The table, JSON and figure of the points measured so far."""
     args.out.mkdir(parents=True, exist_ok=True)
@@ -83,7 +96,7 @@ def write(rows: list[dict], args, base: dict, fingerprint: dict) -> list[str]:
     lines = [
         f"# Speedup against batch size on {fingerprint.get('cpu_model') or fingerprint.get('gpu')}",
         "",
-        f"Fingerprint: `{json.dumps(fingerprint)}`. dtype {', '.join(sorted({r['dtype'] for r in rows}))} (hardware.dtype={base['hardware']['dtype']}), T=0, "
+        f"Fingerprint: `{json.dumps(fingerprint)}`. ran in {' / '.join(sorted({r['precision'] for r in rows}))} (hardware.dtype={base['hardware']['dtype']}), T=0, "
         f"{args.max_new_tokens} new tokens, first turn only; AR at the same batch size on the same prompts, back to back.",
         "",
         "| dataset | batch | variant | shape (auto) | prompts | tau | delta | tok/s | AR tok/s | speedup (95% CI) | predicted | mean latency s |",
@@ -119,16 +132,7 @@ def main(argv: list[str]) -> None:
                 prompts = max(args.prompts, MIN_GROUPS * batch)  # dataset.limit stops at the dataset's size
                 overrides = [*args.overrides, f"gen.batch_size={batch}", *extra(batch)]
                 run_args = argparse.Namespace(**{**vars(args), "prompts": prompts, "overrides": overrides})
-                summary = run_method(method, dataset, run_args)
-                rows.append({
-                    "variant": variant, "dataset": dataset, "batch": batch, "prompts": summary["results"]["samples"],
-                    "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
-                    "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
-                    "speedup": summary["speedup"], "ci95": summary.get("speedup_ci95"),
-                    "latency_s": summary["results"]["mean_latency_s"], "dtype": summary["environment"]["dtype"],
-                    "predicted": (summary.get("cost_model") or {}).get("predicted_speedup"),
-                    "shape": autotune.describe(summary["tree_choice"]) if summary.get("tree_choice") else "",
-                })
+                rows.append(point(variant, dataset, batch, run_method(method, dataset, run_args)))
                 lines = write(rows, args, base, fingerprint)  # after every point: a stopped sweep keeps its table
     print("\n".join(lines))
 

@@ -29,8 +29,8 @@ from bench_vs_transformers import prompt_config, prompt_parser
 
 def compare_dtypes(cfg: dict, max_new_tokens: int, log=print) -> dict:
     """{dtype: tok/s} of plain AR for each candidate dtype, plus "identical" (prompts whose
-    ids agree across dtypes), "prompts" and "forwards" (each dtype's forward as a run would
-    choose it, e.g. fp32 on fp16 weights)."""
+    ids agree across dtypes), "prompts", "forwards" (each dtype's forward as a run would
+    choose it) and "precisions" (what each computed in, e.g. fp32 activations on fp16 weights)."""
     hardware = dict(cfg["hardware"])
     torch.set_num_threads(hardware["threads"])
     lms, tokenizer, eos = {}, None, set()
@@ -51,7 +51,8 @@ def compare_dtypes(cfg: dict, max_new_tokens: int, log=print) -> dict:
             seconds[dtype] += out.seconds
         identical += len({tuple(out.ids) for out in outs.values()}) == 1
         log(f"prompt {i}: AR " + ", ".join(f"{d} {len(outs[d].ids) / outs[d].seconds:.1f}" for d in lms) + " tok/s")
-    return {**{d: tokens[d] / seconds[d] for d in lms}, "identical": identical, "prompts": len(prompts), "forwards": {d: lm.kind for d, lm in lms.items()}}
+    return {**{d: tokens[d] / seconds[d] for d in lms}, "identical": identical, "prompts": len(prompts), "forwards": {d: lm.kind for d, lm in lms.items()},
+            "precisions": {d: lm.compiled.precision(d) for d, lm in lms.items()}}
 
 
 def main(argv: list[str]) -> None:
@@ -59,7 +60,7 @@ def main(argv: list[str]) -> None:
     cfg = prompt_config(args)
     rows = compare_dtypes(cfg, args.max_new_tokens)
     print(f"{cfg['model']['name']} AR, threads={torch.get_num_threads()} prompts={rows['prompts']} max_new_tokens={args.max_new_tokens} T=0 "
-          f"dataset={cfg['dataset']['name']}: bf16 {rows['bfloat16']:.1f} tok/s, fp32 {rows['float32']:.1f} tok/s, "
+          f"dataset={cfg['dataset']['name']}: " + ", ".join(f"{rows['precisions'][d]} {rows[d]:.1f} tok/s" for d in dtype_rule.CANDIDATES) + ", "
           f"bf16/fp32 {rows['bfloat16'] / rows['float32']:.2f}x, identical ids {rows['identical']}/{rows['prompts']}")
 
 

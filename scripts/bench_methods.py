@@ -61,7 +61,7 @@ def method_row(summary: dict, out_dir: Path) -> dict:
         "engine_overhead_share": model.get("engine_overhead_share"),
         "identical_to_ar": agreement.get("exact_match_rate"), "common_prefix_with_ar": agreement.get("mean_common_prefix_fraction"),
         "target_nll_per_token": results["target_nll_per_token"], "quality": summary.get("quality") or {},
-        "verifier": results["verifier"], "run": str(out_dir),
+        "verifier": results["verifier"], "run": str(out_dir), "precision": summary["environment"]["precision"],
     }
 
 
@@ -70,7 +70,7 @@ def ar_row(summary: dict) -> dict:
     baseline = summary["baseline"]
     return {"tok_per_s": baseline["tok_per_s"], "tau": baseline["tau"], "delta": baseline["delta"], "speedup": 1.0,
             "speedup_median_per_prompt": 1.0, "target_nll_per_token": baseline["target_nll_per_token"],
-            "quality": summary.get("baseline_quality") or {}, "verifier": baseline["verifier"]}
+            "quality": summary.get("baseline_quality") or {}, "verifier": baseline["verifier"], "precision": summary["environment"]["precision"]}
 
 
 def per_prompt(label: str, dataset: str, temperature: float, out_dir: Path) -> list[dict]:
@@ -85,15 +85,15 @@ def per_prompt(label: str, dataset: str, temperature: float, out_dir: Path) -> l
 
 def print_table(results: list[dict], header: str) -> None:
     print(f"\n{header}")
-    print("| dataset | T | method | τ | δ | tok/s | speedup (median) | predicted | same ids as AR | NLL/token | quality |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| dataset | T | method | precision | τ | δ | tok/s | speedup (median) | predicted | same ids as AR | NLL/token | quality |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for result in results:
         for label, row in result["methods"].items():
             score = ", ".join(f"{k} {v:.3f}" for k, v in row["quality"].items() if isinstance(v, float))
             nll = "" if row["target_nll_per_token"] is None else f"{row['target_nll_per_token']:.3f}"
             predicted = f"{row['predicted_speedup']:.2f}x" if row.get("predicted_speedup") is not None else ""
             same = f"{row['identical_to_ar']:.2f}" if row.get("identical_to_ar") is not None else ""
-            print(f"| {result['dataset']} | {result['temperature']:g} | {label} | {row['tau']:.2f} | {row['delta']:.2f} | {row['tok_per_s']:.1f} | "
+            print(f"| {result['dataset']} | {result['temperature']:g} | {label} | {row['precision']} | {row['tau']:.2f} | {row['delta']:.2f} | {row['tok_per_s']:.1f} | "
                   f"{row['speedup']:.2f}x ({row['speedup_median_per_prompt']:.2f}x) | {predicted} | {same} | {nll} | {score} |")
 
 

@@ -48,10 +48,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, prompts: int) -> None:
 
 
 def forwards(ar_by_dtype: dict) -> str:
-    """' (forwards: ...)' naming each AR's forward where the comparison recorded them (an
-    fp32 AR on fp16 weights is not plain fp32)."""
-    kinds = ar_by_dtype.get("forwards")
-    return f" (forwards: {', '.join(f'{d} {k}' for d, k in kinds.items())})" if kinds else ""
+    """' (float32: fp32 activations on fp16 weights, LeanTreeLM-fp16-weights; ...)': what each
+    AR computed in and its forward, where the comparison recorded them (an fp32 AR on fp16
+    weights is not plain fp32; comparisons cached before precisions were recorded name forwards only)."""
+    kinds, precisions = ar_by_dtype.get("forwards"), ar_by_dtype.get("precisions", {})
+    return f" ({'; '.join(f'{d}: {precisions.get(d, d)}, {k}' for d, k in kinds.items())})" if kinds else ""
 
 
 def run_method(method: str, dataset: str, args) -> dict:
@@ -62,6 +63,31 @@ def run_method(method: str, dataset: str, args) -> dict:
     out_dir = Path(args.runs) / method / run_name(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     return Runner(cfg, out_dir).run()
+
+
+def method_row(method: str, dataset: str, summary: dict) -> dict:
+    """A method default's row: its run's speeds, shape, and the dtype it loaded (`dtype`,
+    what the AR comparison is keyed by) beside what it computed in (`precision`)."""
+    choice, model = summary.get("tree_choice") or {}, summary.get("cost_model") or {}
+    return {
+        "method": method, "dataset": dataset, "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
+        "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
+        "speedup": summary.get("speedup"), "median": summary.get("speedup_median_per_sample"), "ci95": summary.get("speedup_ci95"),
+        "predicted": model.get("predicted_speedup"), "overhead": model.get("engine_overhead_share"),
+        "shape": autotune.describe(choice) if choice else None,
+        "identical": summary.get("agreement_with_baseline", {}).get("exact_match_rate"),
+        "dtype": summary["environment"]["dtype"], "precision": summary["environment"]["precision"], "forward": summary["environment"].get("forward"),
+    }
+
+
+def method_line(r: dict, plain: dict, ar_dtype: str) -> str:
+    """`r`'s line of the method table; its speedup also scaled to AR in `ar_dtype` by the
+    side-by-side AR speeds `plain` (tok/s per dtype), kept in r["vs_fastest_ar"]."""
+    r["vs_fastest_ar"] = r["speedup"] * plain[r["dtype"]] / plain[ar_dtype] if r["dtype"] in plain else None
+    vs_fastest = f"{r['vs_fastest_ar']:.2f}x" if r["vs_fastest_ar"] else "-"
+    return (f"| {r['method']} | {r['dataset']} | {r['precision']} ({r['forward'] or '-'}) | {r['shape'] or '-'} | {r['tau']:.2f} | {r['delta']:.2f} | "
+            f"{r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | {r['speedup']:.2f}x {interval(r['ci95'])}({r['median']:.2f}x) | {r['predicted']:.2f}x | "
+            f"{vs_fastest} | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |")
 
 
 def figure(rows: list[dict], path: Path) -> None:
@@ -109,18 +135,7 @@ def main(argv: list[str]) -> None:
     rows = []
     for dataset in args.datasets:
         for method in args.methods:
-            summary = run_method(method, dataset, args)
-            choice = summary.get("tree_choice") or {}
-            rows.append({
-                "method": method, "dataset": dataset, "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
-                "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
-                "speedup": summary.get("speedup"), "median": summary.get("speedup_median_per_sample"), "ci95": summary.get("speedup_ci95"),
-                "predicted": (summary.get("cost_model") or {}).get("predicted_speedup"),
-                "overhead": (summary.get("cost_model") or {}).get("engine_overhead_share"),
-                "shape": autotune.describe(choice) if choice else None,
-                "identical": summary.get("agreement_with_baseline", {}).get("exact_match_rate"),
-                "dtype": summary["environment"]["dtype"], "forward": summary["environment"].get("forward"),
-            })
+            rows.append(method_row(method, dataset, run_method(method, dataset, args)))
     name = fingerprint_id(fingerprint)
     args.out.mkdir(parents=True, exist_ok=True)
     figure(rows, args.out / f"speed-{name}.png")
@@ -132,7 +147,7 @@ def main(argv: list[str]) -> None:
     lines = [
         f"# Speed on {fingerprint.get('gpu') or fingerprint['cpu_model']} ({name})", "",
         f"- machine: {json.dumps(fingerprint)}",
-        f"- dtype (auto): {tree_dtype}; {settings['threads']} threads; {base['model']['name']} weights {settings['weights_mb']:.0f} MB",
+        f"- dtype (auto): {tree_dtype}, the methods' rows ran in {' / '.join(sorted({r['precision'] for r in rows}))}; {settings['threads']} threads; {base['model']['name']} weights {settings['weights_mb']:.0f} MB",
         f"- cost profiles: {', '.join(map(str, profiles))} (copied beside this file as profile-*.json / .png)", "",
         f"## Ours vs transformers ({args.hf_prompts} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt; "
         f"both in {settings['dtype']} on the model's own weights)", "",
@@ -145,7 +160,7 @@ def main(argv: list[str]) -> None:
         "", f"## Our AR in bf16 and fp32 ({plain['prompts']} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt)", "",
         f"bf16 {plain['bfloat16']:.1f} tok/s, fp32 {plain['float32']:.1f} tok/s{forwards(plain)}: bf16/fp32 {plain['bfloat16'] / plain['float32']:.2f}x "
         f"(identical ids {plain['identical']}/{plain['prompts']}). hardware.dtype=auto decodes AR in {ar_dtype}"
-        + (f"; a drafting method with an auto tree chooses its dtype with its shape (the dtype column), a fixed tree decodes in "
+        + (f"; a drafting method with an auto tree chooses its dtype with its shape (the precision column), a fixed tree decodes in "
            f"{tree_dtype} (its tree-sized forwards are cheaper in it). A row's speedup is over AR in the row's dtype; 'vs AR in "
            f"{ar_dtype}' scales it by the two ARs' measured ratio above (AR in {ar_dtype} runs {plain[ar_dtype] / plain[tree_dtype]:.2f}x "
            f"AR in {tree_dtype})" if ar_dtype != tree_dtype else "") + ".",
@@ -153,16 +168,10 @@ def main(argv: list[str]) -> None:
     lines += [
         "", f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} tokens, T=0)", "",
         "Each row is one `python -m specbench method=M dataset=D` run: AR back to back on every prompt (order alternating).", "",
-        f"| method | dataset | dtype (forward) | shape (auto) | tau | delta | tok/s | AR tok/s | speedup [95% CI] (median) | predicted | vs AR in {ar_dtype} | engine overhead | identical ids |",
+        f"| method | dataset | precision (forward) | shape (auto) | tau | delta | tok/s | AR tok/s | speedup [95% CI] (median) | predicted | vs AR in {ar_dtype} | engine overhead | identical ids |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for r in rows:
-        r["vs_fastest_ar"] = r["speedup"] * plain[r["dtype"]] / plain[ar_dtype] if r["dtype"] in plain else None
-        vs_fastest = f"{r['vs_fastest_ar']:.2f}x" if r["vs_fastest_ar"] else "-"
-        lines.append(
-            f"| {r['method']} | {r['dataset']} | {r['dtype']} ({r['forward'] or '-'}) | {r['shape'] or '-'} | {r['tau']:.2f} | {r['delta']:.2f} | {r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | "
-            f"{r['speedup']:.2f}x {interval(r['ci95'])}({r['median']:.2f}x) | {r['predicted']:.2f}x | {vs_fastest} | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |"
-        )
+    lines += [method_line(r, plain, ar_dtype) for r in rows]
     if any(r["identical"] < 1 and r["dtype"] == "bfloat16" for r in rows):
         lines += ["", "identical ids below 1.00 in a bf16 row is rounding, not a lossy method: one-token and n-token bf16 "
                   "forwards round differently, so greedy paths can part. Losslessness is checked in fp32 (and on fp16 weights), "

@@ -87,6 +87,7 @@ class RunPlan:
     """What the run uses, and why (the summary's "why" fields come from here)."""
 
     dtype: str
+    precision: str  # what the target computes in (Compiled.precision): e.g. fp32 activations on fp16 weights under dtype float32
     dtype_choice: dict | None  # the probe and rule behind hardware.dtype=auto; None when set by hand
     forward: str  # the target forward that runs (lean, hf, ...)
     compile_choice: dict | None  # the probe behind engine.compile=auto (packed / fp16 weights / int8 drafts)
@@ -100,7 +101,7 @@ class RunPlan:
         """decisions.json: kept beside the samples, so a resumed run's summary reports them
         without measuring again."""
         return {
-            "dtype": self.dtype, "dtype_choice": self.dtype_choice, "tree_choice": self.shape_choice,
+            "dtype": self.dtype, "precision": self.precision, "dtype_choice": self.dtype_choice, "tree_choice": self.shape_choice,
             "forward": self.forward, "compile_choice": self.compile_choice,
             "fingerprint": device_fingerprint(device, torch.get_num_threads()),
             "profile": self.profile.to_json() if self.profile else None,
@@ -183,7 +184,8 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
     step_costs = ProfileCosts(profile, drafter_id) if profile is not None else None
     method = methods.assemble({**method_cfg, "tree": tree}, target.model, target.hardware, target.lm.compiled, costs=step_costs, drafter=drafter)
     overhead = tree_overhead(setting, method, target, profile, shape_choice) if profile is not None else None
-    plan = RunPlan(dtype=target.dtype, dtype_choice=dtype_choice, forward=target.lm.kind, compile_choice=target.compile_choice, tree=tree,
+    plan = RunPlan(dtype=target.dtype, precision=target.lm.compiled.precision(target.dtype), dtype_choice=dtype_choice,
+                   forward=target.lm.kind, compile_choice=target.compile_choice, tree=tree,
                    shape_choice=shape_choice, profile=profile, drafter=drafter_id, tree_overhead=overhead)
     return plan, RunParts(target=target.lm, prompts=setting.prompts, sampling=setting.sampling, limits=setting.limits, method=method, baseline=baseline)
 

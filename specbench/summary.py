@@ -87,18 +87,34 @@ def mean_others_cores(records: list[dict]) -> float | None:
     return round(sum(known) / len(known), 2) if known else None
 
 
-def environment(cfg: dict, decisions: dict) -> dict:
+def git_state(checkout: Path = Path(__file__).parent) -> tuple[str | None, bool | None]:
+    """(HEAD's commit, whether the checkout has uncommitted changes: modified, staged or new
+    files), or (None, None) outside a git checkout. Files under results/ do not count: the
+    bench scripts write their tables there between the runs of a sweep."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=checkout).stdout
+
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+        return git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain", "--", ":(top)", ":(top,exclude)results").strip())
     except (OSError, subprocess.CalledProcessError):
-        commit = None
+        return None, None
+
+
+def environment(cfg: dict, decisions: dict) -> dict:
+    """Where and how the samples were decoded. `dtype` is the torch dtype the model was
+    loaded in (what programs reading summaries compare); `precision` says what the forward
+    computed in, which differs where the weights were rounded (fp32 activations on fp16 weights)."""
+    commit, dirty = git_state()
+    dtype = decisions.get("dtype", cfg["hardware"]["dtype"])
     return {
         "git_commit": commit,
+        "git_dirty": dirty,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": sys.version.split()[0],
         "torch_threads": torch.get_num_threads(),
-        "dtype": decisions.get("dtype", cfg["hardware"]["dtype"]),
+        "dtype": dtype,
+        "precision": decisions.get("precision") or dtype,
         "dtype_rule": (decisions.get("dtype_choice") or {}).get("rule") if cfg["hardware"]["dtype"] == "auto" else "set by hardware.dtype",
         "dtype_note": (decisions.get("dtype_choice") or {}).get("note") if cfg["hardware"]["dtype"] == "auto" else None,
         "forward": decisions.get("forward"),

@@ -217,6 +217,8 @@ def test_pld_run_side_by_side_in_fp32_is_identical_to_ar(tmp_path):
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
     assert summary["speedup"] > 0 and summary["baseline_source"].startswith("paired")
     assert summary["environment"]["dtype"] == "float32" and summary["environment"]["torch_threads"] == 2
+    assert summary["environment"]["precision"] == "float32"  # a hand-set dtype never rounds the weights to fp16
+    assert summary["environment"]["git_dirty"] in (True, False)
     # gamma: auto was chosen from measured costs (a gamma, or no drafting when none is predicted to
     # beat AR on this machine); the summary names the CPU and predicts the speedup
     choice = summary["tree_choice"]

@@ -3,6 +3,8 @@ features over context, trees and after commits, and identical ids when decoding.
 
 import copy
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ import torch
 from specbench import methods
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.costs import compile as compile_rule
+from specbench.engine import kernels
 from specbench.engine.kernels import Compiled, PackedLinear, pack_linears
 from specbench.engine.lean import INITIAL_ROWS, LeanTreeLM, RopeTable, make_lm, supports
 from specbench.engine.lm import TreeLM
@@ -22,7 +25,7 @@ from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.verify.standard import StandardVerifier
 
-from conftest import VOCAB, tiny_llama
+from conftest import ROOT, VOCAB, tiny_llama
 
 
 def random_ids(n: int, seed: int) -> list[int]:
@@ -440,3 +443,43 @@ def test_fp16_weights_only_where_auto_dtype_leaves_numbers_to_the_tool_and_they_
     assert compile_rule.resolve("off", llama, "tiny", cpu, tmp_path, fp16="on")[0] == Compiled(fp16_weights=True)
     with pytest.raises(ConfigError, match="engine.fp16_weights: on needs the lean forward of a float32 model"):
         compile_rule.resolve("auto", llama.to(torch.bfloat16), "tiny", cpu, tmp_path, fp16="on")
+
+
+@pytest.fixture
+def fbgemm_fp16_removed(monkeypatch):
+    """This torch as a future one without FBGEMM's fp16-weight ops (torch says it will remove them)."""
+    monkeypatch.delattr(torch, "fbgemm_pack_gemm_matrix_fp16")
+    monkeypatch.delattr(torch, "fbgemm_linear_fp16_weight_fp32_activation")
+    kernels.has_fp16_weights.cache_clear()
+    yield
+    kernels.has_fp16_weights.cache_clear()
+
+
+def test_without_fbgemm_fp16_ops_fp16_weights_are_not_offered(fbgemm_fp16_removed, tmp_path, monkeypatch):
+    """auto keeps the fp32 weights, even where a probe cached before the ops went says fp16
+    won; on is refused in one line."""
+    assert not kernels.has_fp16_weights()
+    fp16_won = {"plain": {str(n): 10.0 for n in compile_rule.PROBE_SIZES}, "fp16": {str(n): 5.0 for n in compile_rule.PROBE_SIZES}}
+    monkeypatch.setattr(compile_rule, "measure", lambda *args, **kwargs: fp16_won)
+    monkeypatch.setattr(compile_rule, "measure_int8", lambda *args: {"float": {str(n): 1.0 for n in compile_rule.INT8_ROWS},
+                                                                      "int8": {str(n): 2.0 for n in compile_rule.INT8_ROWS}})
+    llama, cpu = tiny_llama(3), {"device": "cpu", "forward": "auto"}
+    chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None, fp16="auto")
+    assert compile_rule.fp16_wins(record["probe"]) and chosen == Compiled()
+    with pytest.raises(ConfigError, match="engine.fp16_weights: on needs the lean forward of a float32 model on a CPU whose torch has"):
+        compile_rule.resolve("off", llama, "tiny", cpu, tmp_path, fp16="on")
+
+
+def test_fp16_weights_run_without_torchs_deprecation_warning():
+    """The fp16-weight ops' deprecation warning is silenced (see docs/fp16-weights.md), and
+    only it: the warning filters are as they were, so other warnings still print. Its own
+    process: torch warns once per process."""
+    code = ("import warnings, torch\n"
+            "from specbench.engine.kernels import fp16_linear, pack_fp16\n"
+            "filters = list(warnings.filters)\n"
+            "fp16_linear(torch.randn(2, 16), pack_fp16(torch.randn(8, 16)))\n"
+            "assert warnings.filters == filters\n"
+            "warnings.warn('another warning')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "deprecated" not in result.stderr and "another warning" in result.stderr

@@ -25,7 +25,8 @@ timing on this machine.
   only where hardware.dtype is `auto` (the run left the numbers to the tool, as it does
   when auto picks bf16): timed with the probe above and used where it is at least as fast
   as the plain or packed forward at every probed size up to 16 (`fp16_wins`); `on` uses it,
-  `off` never.
+  `off` never. Neither is offered where torch no longer has FBGEMM's fp16-weight ops
+  (`has_fp16_weights`; docs/fp16-weights.md).
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     weight_dtype = next(model.parameters()).dtype
     fp16_possible = lean and device == "cpu" and weight_dtype == torch.float32 and has_fp16_weights()
     if fp16 == "on":
-        require(fp16_possible, "engine.fp16_weights", "on needs the lean forward of a float32 model on a CPU whose torch has FBGEMM "
+        require(fp16_possible, "engine.fp16_weights", "on needs the lean forward of a float32 model on a CPU whose torch has FBGEMM's fp16-weight ops "
                                                        f"(here: {device}, {str(weight_dtype).removeprefix('torch.')}); use auto or off")
         return Compiled(fp16_weights=True), None
     if mode == "off" or not lean:
@@ -231,7 +232,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
 
     record, seconds = cached_probe(path, fingerprint, timed_probe, refresh, version=PROBE_VERSION)
     probe = record["probe"]
-    if fp16 == "auto" and fp16_wins(probe):
+    if fp16 == "auto" and fp16_possible and fp16_wins(probe):  # a probe cached under a torch that still had the ops
         chosen = Compiled(fp16_weights=True)
     else:
         chosen = Compiled(packed_from=packed_from(probe), float_attention="attention" in record and float_attention_wins(record["attention"]),

@@ -7,6 +7,8 @@ them; a drafter runs its weights as the target does (`pack_linears`)."""
 
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -19,23 +21,42 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
 
 
+# torch deprecates FBGEMM's fp16-weight ops and warns once per process on each op's first
+# call; they are still the fastest fp32 forward on an AVX2 CPU, so that warning (only it)
+# is silenced where they are first tried, in has_fp16_weights. What replaces them when
+# they go: docs/fp16-weights.md
+FP16_OPS_DEPRECATED = r"fbgemm_(pack_gemm_matrix_fp16|linear_fp16_weight_fp32_activation) is deprecated"
+
+
+@functools.cache
+def has_fp16_weights() -> bool:
+    """Whether this torch still has FBGEMM's fp16-weight ops and they run here (x86 CPUs):
+    the fp16-weights choice is offered only then. Tried once on a tiny matrix, which also
+    spends their once-per-process deprecation warning with it ignored."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=FP16_OPS_DEPRECATED, category=UserWarning)
+            packed = torch.fbgemm_pack_gemm_matrix_fp16(torch.ones(1, 1))
+            torch.fbgemm_linear_fp16_weight_fp32_activation(torch.ones(1, 1), packed, None)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
 def pack_fp16(weight: torch.Tensor) -> torch.Tensor:
     """An fp32 weight rounded to fp16 and packed for FBGEMM's fp16-weight matmul
     (`fp16_linear`): half the bytes to read, fp32 activations and accumulation."""
-    return torch.ops.aten.fbgemm_pack_gemm_matrix_fp16(weight.detach().float().contiguous())
+    if not has_fp16_weights():
+        raise RuntimeError("this torch has no FBGEMM fp16-weight ops (see docs/fp16-weights.md); run with engine.fp16_weights=off")
+    return torch.fbgemm_pack_gemm_matrix_fp16(weight.detach().float().contiguous())
 
 
 def fp16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ W.T on a `pack_fp16` weight. FBGEMM streams the fp16 weight once for all rows
     (AMD EPYC Zen 3, AVX2, 2 threads, SmolLM2-135M forward: 38 ms at one token and 47 ms at
     four, against fp32's 60 and 93 ms and bf16's 38 and 88 ms)."""
-    out = torch.ops.aten.fbgemm_linear_fp16_weight_fp32_activation(x.reshape(-1, x.shape[-1]), weight, bias)
+    out = torch.fbgemm_linear_fp16_weight_fp32_activation(x.reshape(-1, x.shape[-1]), weight, bias)
     return out.view(*x.shape[:-1], out.shape[-1])
-
-
-def has_fp16_weights() -> bool:
-    """Whether this torch build has FBGEMM (x86 CPUs) for fp16-weight matmuls."""
-    return "fbgemm" in torch.backends.quantized.supported_engines
 
 
 def packs(dtype: torch.dtype) -> bool:
@@ -148,3 +169,13 @@ class Compiled:
         parts += (["fp32-attention"] if self.float_attention else []) + ([f"int8-drafts<{self.int8_drafts_below}"] if self.int8_drafts_below else [])
         parts += ["fp16-weights"] if self.fp16_weights else []
         return "+".join(parts) or "eager"
+
+    def precision(self, dtype: str) -> str:
+        """What a forward in `dtype` computes in, as a run reports it beside the raw dtype:
+        fp16 weights and fp32 attention change the numbers, packing and int8 drafts do not
+        (the target verifies every drafted token)."""
+        if self.fp16_weights:
+            return "fp32 activations on fp16 weights"
+        if self.float_attention and dtype != "float32":
+            return f"{dtype}, one-token attention in fp32"
+        return dtype

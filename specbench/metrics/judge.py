@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 from functools import cache
 from pathlib import Path
 
@@ -84,12 +83,11 @@ def turn_prompts(sample: Sample, answers: list[str]) -> list[tuple[str, str]]:
 
 
 def score(samples: list[Sample], texts: list[list[str]]) -> dict:
-    """Mean judge rating per turn and overall; skipped (one line) when no judge is configured."""
+    """Mean judge rating per turn and overall; when no judge is configured, why it was
+    skipped (the run's printed summary shows that once, for the method and baseline alike)."""
     config = settings()
     if config is None:
-        message = "skipped: set SPECBENCH_JUDGE_URL and SPECBENCH_JUDGE_MODEL (and SPECBENCH_JUDGE_API_KEY) to grade with an LLM judge"
-        print(f"mt_bench_judge {message}", file=sys.stderr)
-        return {"mt_bench_judge": message}
+        return {"mt_bench_judge": "skipped: set SPECBENCH_JUDGE_URL and SPECBENCH_JUDGE_MODEL (and SPECBENCH_JUDGE_API_KEY) to grade with an LLM judge"}
     from openai import OpenAI
 
     client = OpenAI(base_url=config["url"], api_key=config["key"])

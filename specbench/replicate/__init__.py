@@ -115,8 +115,9 @@ def write_results(paper: Paper, scale: str, runs, out_dir: Path) -> None:
     setup = paper.setup[scale] + f" {len(runs)} finished runs"
     if len(runs):
         setup += f"; prompts per dataset {sorted(set(runs['config.dataset.limit'].astype(str)))}, new tokens {sorted(set(runs['config.gen.max_new_tokens']))}"
-        if "environment.dtype" in runs:
-            setup += f"; dtype {', '.join(sorted(set(runs['environment.dtype'].dropna())))}"
+        if "environment.dtype" in runs:  # what the runs computed in (summaries from before `precision` name their dtype)
+            precision = runs.get("environment.precision", runs["environment.dtype"]).fillna(runs["environment.dtype"])
+            setup += f"; ran in {', '.join(sorted(set(precision.dropna())))}"
     setup += "."
     report.write(out_dir / "report.md", f"{paper.title}: {scale}-scale replication", setup, report.verdicts(paper.claims, runs), names, figures)
     print(f"wrote {len(names)} tables, {len(figures)} figure files and {out_dir / 'report.md'}")

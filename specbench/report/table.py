@@ -18,6 +18,11 @@ def _fmt(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def _skipped(value) -> bool:
+    """A quality entry that says why its metric was not scored (e.g. no judge configured)."""
+    return isinstance(value, str) and value.startswith("skipped")
+
+
 def print_summary(summary: dict) -> None:
     table = Table(title=escape(f"{summary['method']} on {summary['model']} / {summary['dataset']}  [{summary['config_hash']}]"))
     for column in ("", "samples", "tokens", "tok/s", "tau", "delta"):
@@ -55,12 +60,20 @@ def print_summary(summary: dict) -> None:
     if choice:
         chosen = choice.get("note") or f"{describe(choice)} (predicted {_fmt(choice['predicted_speedup'])}x)"
         console.print(f"tree shape chosen from measured costs: {chosen}")
+    skipped = {}  # why a metric was not scored, the same for the method and the baseline: shown once
     for key, label in (("quality", summary["method"]), ("baseline_quality", "baseline")):
-        if summary.get(key):
-            console.print(f"{label} quality: " + ", ".join(f"{k} {_fmt(v, 3)}" for k, v in summary[key].items()))
+        scores = summary.get(key) or {}
+        skipped |= dict.fromkeys(f"{k} {v}" for k, v in scores.items() if _skipped(v))
+        shown = ", ".join(f"{k} {_fmt(v, 3)}" for k, v in scores.items() if not _skipped(v))
+        if shown:
+            console.print(f"{label} quality: {shown}")
+    for line in skipped:
+        console.print(line)
     env = summary["environment"]
     fingerprint = env.get("fingerprint") or {}
     device = fingerprint.get("gpu") or f"{fingerprint.get('cpu_model', env['device'])} [{' '.join(fingerprint.get('isa', []))}]"
-    console.print(f"{env['hardware']}: {device} {env['dtype']} {env.get('forward') or ''} threads={env['torch_threads']} torch {env['torch']} -> {summary['out_dir']}")
+    commit = f"commit {env['git_commit'][:10]}{' (uncommitted changes)' if env.get('git_dirty') else ''} " if env.get("git_commit") else ""
+    console.print(f"{env['hardware']}: {device} {env['precision']} {env.get('forward') or ''} threads={env['torch_threads']} "
+                  f"torch {env['torch']} {commit}-> {summary['out_dir']}")
     if contended(env.get("others_cores")):
         console.print(f"warning: other processes kept {env['others_cores']:.1f} cores busy while this run was timed: its speeds are not this machine's")
