@@ -49,6 +49,11 @@ def test_only_checks_that_ran_to_the_end_pass(body, boundary):
     assert not graded(body, boundary).passed
 
 
+def test_an_exit_at_module_level_is_not_a_pass(boundary):
+    fenced = "```python\nimport os\n\ndef add(x, y):\n    return x - y\n\nos._exit(0)\n```"  # wrong, and leaves before check
+    assert not humaneval.execute(humaneval.program(TASK, fenced), timeout=3, within=boundary).passed
+
+
 @pytest.mark.parametrize("body", [
     FORK_EXEC,
     "import os; fd = os.open(OUTSIDE, os.O_RDONLY); os.unlink('keep.txt', dir_fd=fd)",

@@ -100,7 +100,7 @@ def forget_modules() -> None:
 
 def audit_guard(token: str, report: int, root: str, main_code, main_thread: int, realpath=os.path.realpath, fsdecode=os.fsdecode,
                 isdir=os.path.isdir, write=os.write, get_ident=threading.get_ident, getframe=sys._getframe, any=any,
-                isinstance=isinstance, len=len):
+                isinstance=isinstance, len=len, sep=os.sep):
     """The hook; the token stays in its closure, out of reach of the program's frames. The
     functions it calls are bound here, so rebinding os.path.realpath or builtins.any does not
     blind it (deeper monkeypatching of the standard library can: the kernel layers are the boundary)."""
@@ -109,7 +109,7 @@ def audit_guard(token: str, report: int, root: str, main_code, main_thread: int,
     written = []
 
     def under(path: str, tops) -> bool:
-        return any(path == top or path.startswith(top.rstrip(os.sep) + os.sep) for top in tops)
+        return any(path == top or path.startswith(top.rstrip(sep) + sep) for top in tops)
 
     def check_open(path, mode, flags) -> None:
         if path is None or isinstance(path, int):
