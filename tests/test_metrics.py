@@ -1,4 +1,4 @@
-"""Quality metrics on hand-checked inputs; HumanEval execution, including hostile code."""
+"""Quality metrics on hand-checked inputs; HumanEval execution of honest code (hostile code: test_sandbox.py)."""
 
 import json
 import threading
@@ -87,31 +87,9 @@ def test_chat_answers_and_wrong_answers():
     assert not humaneval.passes(humaneval.program(task, "    return x - y\n"))
     assert not humaneval.passes(humaneval.program(task, "I cannot help with that."))
     sample = Sample("53", "code", ["Complete the code I provided.\n\n" + task["prompt"]])
-    assert humaneval.score([sample], [[fenced]]) == {"humaneval_pass@1": 1.0, "humaneval_scored": 1, "humaneval_unmatched": 0}
-
-
-@pytest.mark.parametrize("body", [
-    "while True: pass",
-    "x = bytearray(8 << 30)",
-    "import os; os.remove(VICTIM)",
-    "import shutil; shutil.rmtree(VICTIM_DIR)",
-    "open(VICTIM, 'w').write('overwritten')",
-    "import os; os.rename(VICTIM, VICTIM + '.moved')",
-    "import subprocess; subprocess.run(['rm', '-f', VICTIM])",
-    "import os; os.system('rm -f ' + VICTIM)",
-    "import os; os.fork()",
-    "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)",
-    "import ctypes; ctypes.CDLL(None).system(('rm -f ' + VICTIM).encode())",
-    "import sys; sys.exit(0)",
-    "while True: print('x' * 10000)",
-])
-def test_hostile_completions_fail_without_harm(body, tmp_path):
-    victim = tmp_path / "keep.txt"
-    victim.write_text("precious")
-    task = humaneval.problems()["HumanEval/53"]
-    completion = f"    VICTIM, VICTIM_DIR = {str(victim)!r}, {str(tmp_path)!r}\n    " + body.replace("; ", "\n    ") + "\n    return x + y\n"
-    assert not humaneval.passes(humaneval.program(task, completion), timeout=3)
-    assert victim.read_text() == "precious"
+    result = humaneval.score([sample], [[fenced]])
+    assert result.pop("humaneval_sandbox")  # the boundary's layers: tests/test_sandbox.py
+    assert result == {"humaneval_pass@1": 1.0, "humaneval_scored": 1, "humaneval_unmatched": 0}
 
 
 class FakeJudge(BaseHTTPRequestHandler):
