@@ -133,7 +133,10 @@ def test_a_runner_missing_a_part_of_its_paper_is_one_line(tmp_path):
     assert not result.stdout
 
 
-def test_datasets_narrow_every_sweep_and_bad_names_are_one_line():
+def test_datasets_narrow_every_sweep_and_bad_names_are_one_line(tmp_path, monkeypatch):
+    # CNN/DM's cpu-scale sweep reads a local copy (no pip package ships it): a clone names its own
+    (tmp_path / "cnn_dm.jsonl").write_text('{"question_id": 1, "category": "summarization", "turns": ["x"]}\n')
+    monkeypatch.setenv("SPECBENCH_DATA", str(tmp_path))
     result = run_in_process([sys.executable, "runners/mars.py", "--dry-run", "--only", "table1", "table6", "--datasets", "gsm8k", "cnn_dm"])
     assert result.returncode == 0, result.stderr
     lines = [l for l in result.stdout.splitlines() if " -m specbench -m " in l]
