@@ -24,7 +24,7 @@ from specbench.engine.lean import FORWARDS
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method
 from specbench.engine.sampling import Sampling
-from specbench.engine.values import choice, is_integer, switch
+from specbench.engine.values import choice, integer, is_integer, number, switch
 from specbench.errors import require
 from specbench.metrics import quality
 from specbench.models import registry
@@ -37,25 +37,20 @@ MAX_BATCH = 32
 def check(cfg: dict) -> None:
     """Refuse a bad run config with one line before any model loads."""
     gen = cfg["gen"]
-    max_new = gen["max_new_tokens"]
-    require(isinstance(max_new, int) and max_new >= 1, "gen.max_new_tokens", f"must be an integer >= 1, got {max_new!r}")
+    integer("gen.max_new_tokens", gen["max_new_tokens"], at_least=1)
     batch_size = gen["batch_size"]
-    require(isinstance(batch_size, int) and 1 <= batch_size <= MAX_BATCH, "gen.batch_size", f"must be an integer from 1 to {MAX_BATCH}, got {batch_size!r}")
+    require(is_integer(batch_size) and 1 <= batch_size <= MAX_BATCH, "gen.batch_size", f"must be an integer from 1 to {MAX_BATCH}, got {batch_size!r}")
     Sampling(gen["temperature"], gen["top_p"], gen["top_k"])  # refuses a bad temperature, top_p or top_k
     stop_strings = gen["stop_strings"]
     require(stop_strings is None or (isinstance(stop_strings, list) and all(isinstance(s, str) and s for s in stop_strings)), "gen.stop_strings",
             f"must be a list of non-empty strings, e.g. gen.stop_strings=[abc,xyz], got {stop_strings!r}")
     switch("gen.truncate_prompt", gen["truncate_prompt"])
-    seed = cfg["seed"]
-    require(is_integer(seed) and seed >= 0, "seed", f"must be an integer >= 0, got {seed!r}")
+    integer("seed", cfg["seed"], at_least=0)
     dataset_seed = cfg["dataset"]["seed"]
     require(dataset_seed is None or is_integer(dataset_seed), "dataset.seed",
             f"must be an integer (it draws the dataset.limit samples) or null (the first ones in order), got {dataset_seed!r}")
-    mode = cfg["baseline"]["mode"]
-    require(mode in BASELINE_MODES, "baseline.mode", f"unknown {mode!r}; choose one of {', '.join(BASELINE_MODES)}")
-    min_gain = cfg["costs"]["min_gain"]
-    require(isinstance(min_gain, (int, float)) and not isinstance(min_gain, bool) and min_gain >= 0, "costs.min_gain",
-            f"must be a number >= 0 (the predicted gain over AR below which drafting stays off), got {min_gain!r}")
+    choice("baseline.mode", cfg["baseline"]["mode"], BASELINE_MODES)
+    number("costs.min_gain", cfg["costs"]["min_gain"], at_least=0, meaning="the predicted gain over AR below which drafting stays off")
     check_hardware(cfg["hardware"])
     kind = cfg["dataset"]["calibration"]
     require(kind in CALIBRATION_KINDS, "dataset.calibration",
@@ -77,9 +72,8 @@ def check_hardware(hardware: dict) -> None:
     device = str(hardware["device"])
     require(not device.startswith("cuda") or torch.cuda.is_available(), "hardware.device",
             f"{device} needs a CUDA GPU and this torch {torch.__version__} sees none; use hardware=cpu (or cpu-fp32, cpu-bf16)")
-    threads = hardware.get("threads")
-    if threads is not None:
-        require(is_integer(threads) and threads >= 1, "hardware.threads", f"must be an integer >= 1, got {threads!r}")
+    if hardware.get("threads") is not None:
+        integer("hardware.threads", hardware["threads"], at_least=1)
 
 
 @dataclass(frozen=True)
@@ -196,9 +190,9 @@ def setting_for(cfg: dict, samples: list[Sample], model, tokenizer) -> Setting:
     limits = Limits(
         max_new_tokens=gen["max_new_tokens"],
         stop_token_ids=frozenset(stop_token_ids(model, tokenizer, cfg["model"])),
-        stop_strings=tuple(gen.get("stop_strings") or ()),
+        stop_strings=tuple(gen["stop_strings"] or ()),
     )
-    prompts = PromptFormat(tokenizer, context_length, gen["max_new_tokens"], bool(gen.get("truncate_prompt")))
+    prompts = PromptFormat(tokenizer, context_length, gen["max_new_tokens"], gen["truncate_prompt"])
     sampling = Sampling(gen["temperature"], gen["top_p"], gen["top_k"])
     return Setting(cfg, samples, sampling, gen["batch_size"], tokenizer, prompts, limits)
 
