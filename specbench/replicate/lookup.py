@@ -110,6 +110,20 @@ def prompt_values(run: pd.Series, metric: str) -> dict[str, float]:
     return values
 
 
+def group_unit(run: pd.Series) -> str:
+    """What prompt_values gives one value per in this run: "batches" in a batched run, else "prompts"."""
+    return "batches" if any(r["method"].get("batch_size", 1) > 1 for r in results.samples(run)) else "prompts"
+
+
+def one_or_none(runs: pd.DataFrame, **filters) -> pd.Series | None:
+    """`one`, or None when no run matches: a case of a claim "in every case" that has no run
+    is named, not skipped (replicate.verdicts.every_higher)."""
+    try:
+        return one(runs, **filters)
+    except KeyError:
+        return None
+
+
 def answers(run: pd.Series) -> dict[str, tuple[questions.Sample, list[str], list[str] | None]]:
     """Per prompt of a run: its dataset sample (references included, reloaded from the run's
     own dataset config), the method's answer turns and AR's beside them (None without)."""

@@ -1,17 +1,180 @@
-"""A claim's verdict from our runs: a direction is settled by its 95% bootstrap interval over
-prompts (batches in a batched run), 'cannot tell' while the interval holds both sides, with
-about how many prompts would settle it."""
+"""A claim's verdict from our runs: a direction is settled by its 95% bootstrap interval
+(scipy.stats.bootstrap, BCa) over prompts (batches in a batched run), 'cannot tell' while
+the interval holds both sides or rests on too few groups, 'not testable at this scale' when
+the measured quantity does not move at all."""
 
 from __future__ import annotations
 
 import math
-import random
+import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from specbench.metrics.speed import MIN_GROUPS, percentile_interval, resampled_ci
-from specbench.replicate.lookup import prompt_values, shared_prompts
+from specbench.replicate.lookup import group_unit, prompt_values, shared_prompts
+
+MIN_GROUPS = 10  # fewer prompts (batches) give no interval: a bootstrap over 5 groups is too narrow
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+SEED = 0  # every interval draws the same resamples, so a report regenerates byte for byte
+NOT_TESTABLE = "not testable at this scale"
+INTERVALS = (f"Intervals: {CONFIDENCE:.0%} bootstrap intervals from scipy.stats.bootstrap, BCa ({RESAMPLES} seeded resamples; "
+             "percentile where BCa is undefined, e.g. when every resample gives one value, and each interval names its method), "
+             "over prompts (over batches at batch size > 1), paired per prompt where two runs decoded the same prompts; "
+             f"none from fewer than {MIN_GROUPS} groups.")  # the report header's one line on how intervals are drawn
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A statistic's estimate and 95% interval over n groups; low and high are None below
+    MIN_GROUPS groups and nan where the statistic is undefined on some resample."""
+
+    estimate: float
+    sizes: tuple[int, ...]  # groups per sample (two for an unpaired difference)
+    low: float | None = None
+    high: float | None = None
+    method: str = ""  # "BCa" or "percentile"
+
+    @property
+    def n(self) -> int:
+        return min(self.sizes)
+
+    def text(self, unit: str) -> str:
+        n = f"n={' and '.join(map(str, self.sizes))} {unit}"
+        if self.low is None:
+            return f"{self.estimate:+.3g}, {n}"
+        if math.isnan(self.low):
+            return f"{self.estimate:+.3g} (undefined on some resamples), {n}"
+        return f"{self.estimate:+.3g} [95% {self.method} CI {self.low:+.3g}, {self.high:+.3g}], {n}"
+
+    @property
+    def flat(self) -> bool:
+        """0 on every resample: the quantity does not move, so no direction is measured."""
+        return self.estimate == 0 and self.low == 0 and self.high == 0
+
+
+def bootstrap(samples: tuple, statistic, estimate: float, vectorized: bool = False) -> Interval:
+    """The BCa interval of `statistic` over resamples of each sample (independently when there
+    are several), falling back to the percentile interval of the same resamples where BCa is
+    undefined (a degenerate distribution); no interval when a sample has fewer than MIN_GROUPS."""
+    sizes = tuple(len(s) for s in samples)
+    if min(sizes) < MIN_GROUPS:
+        return Interval(estimate, sizes)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", (stats.DegenerateDataWarning, RuntimeWarning))
+        found = stats.bootstrap(samples, statistic, vectorized=vectorized, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
+                                method="BCa", rng=np.random.default_rng(SEED))
+        method = "BCa"
+        if np.isnan(found.confidence_interval).any() and not np.isnan(found.bootstrap_distribution).any():
+            found = stats.bootstrap(samples, statistic, vectorized=vectorized, n_resamples=0, confidence_level=CONFIDENCE,
+                                    method="percentile", bootstrap_result=found)
+            method = "percentile"
+    low, high = (float(v) for v in found.confidence_interval)
+    return Interval(estimate, sizes, low + 0.0, high + 0.0, method)  # + 0.0: no -0 in a report
+
+
+def mean_interval(values: list[float]) -> Interval:
+    """The mean of per-group values (e.g. paired per-prompt differences) and its interval."""
+    values = np.asarray(values, dtype=float)
+    return bootstrap((values,), np.mean, float(values.mean()), vectorized=True)
+
+
+def difference_interval(a: list[float], b: list[float]) -> Interval:
+    """mean(a) - mean(b) for values of different groups (unpaired), each resampled on its own."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+
+    def difference(x, y, axis=-1):
+        return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+    return bootstrap((a, b), difference, float(difference(a, b)), vectorized=True)
+
+
+def statistic_interval(groups: list, statistic) -> Interval:
+    """`statistic(list of groups)` (any per-group objects, e.g. prompt ids) and its interval
+    over resampled groups; a None value of the statistic counts as undefined."""
+    def on_indices(indices):
+        value = statistic([groups[i] for i in indices])
+        return np.nan if value is None else float(value)
+
+    return bootstrap((np.arange(len(groups)),), on_indices, float(statistic(groups)))
+
+
+def above_zero(low: float, high: float) -> bool | None:
+    """The one verdict rule for a claim "the quantity is > 0", from its 95% interval: True
+    when the interval excludes <= 0, False when it excludes > 0, None (cannot tell) when it
+    holds both."""
+    return True if low > 0 else False if high <= 0 else None
+
+
+def groups_to_settle(n: int, estimate: float, low: float, high: float) -> int | None:
+    """About how many groups would settle an interval that holds 0 in the direction its
+    estimate points: the interval's side towards 0 shrinking as 1/sqrt(n) around the same
+    estimate until it no longer reaches 0; None at estimate 0 (no direction)."""
+    if not estimate:
+        return None
+    spread = estimate - low if estimate > 0 else high - estimate
+    return math.ceil(round(n * (spread / abs(estimate)) ** 2, 6))  # round: no float dust past a whole number
+
+
+def judge(interval: Interval, unit: str = "prompts", falls: bool = False, flat_reason: str = "") -> tuple[bool | str | None, str]:
+    """The verdict on a claim "the quantity is > 0" (< 0 when `falls`) from its interval, by
+    `above_zero`, with the evidence as text: cannot tell below MIN_GROUPS groups or where the
+    statistic is undefined; not testable when it is 0 on every resample (why: `flat_reason`);
+    when the interval holds 0, which way the estimate leans and about how many groups would
+    settle it that way."""
+    text = interval.text(unit)
+    if interval.low is None:
+        return None, f"{text}: cannot tell: n={interval.n} groups, at least {MIN_GROUPS} needed"
+    if math.isnan(interval.low):
+        return None, f"{text}: cannot tell"
+    if interval.flat:
+        return NOT_TESTABLE, f"{NOT_TESTABLE}: {flat_reason or f'the statistic is 0 on every resample of the {interval.n} {unit}: nothing moves at this scale'}"
+    estimate, low, high = interval.estimate, interval.low, interval.high
+    if falls:
+        estimate, low, high = -estimate, -high, -low
+    verdict = above_zero(low, high)
+    if verdict is None and estimate:
+        lean = "toward" if estimate > 0 else "against"
+        text += f": leans {lean} the claim; about {groups_to_settle(interval.n, estimate, low, high)} {unit} would settle it"
+    return verdict, text
+
+
+def all_hold(verdicts: list) -> bool | str | None:
+    """A claim made for every case: False when one case's does not hold; else not testable
+    when one case's cannot be tested at this scale; True when every case's holds; cannot
+    tell otherwise (a case undecided or missing, or no case at all)."""
+    if False in verdicts:
+        return False
+    if NOT_TESTABLE in verdicts:
+        return NOT_TESTABLE
+    return True if verdicts and all(v is True for v in verdicts) else None
+
+
+def most_hold(verdicts: list) -> bool | str | None:
+    """A claim made for most cases (more than half): True when more than half hold; False
+    when at least half do not; not testable when so many cannot be tested that more than
+    half cannot hold; cannot tell otherwise."""
+    n, held, failed = len(verdicts), sum(v is True for v in verdicts), sum(v is False for v in verdicts)
+    untestable = sum(v == NOT_TESTABLE for v in verdicts)
+    if not n:
+        return None
+    if held * 2 > n:
+        return True
+    if failed * 2 >= n:
+        return False
+    return NOT_TESTABLE if (n - failed - untestable) * 2 <= n else None
+
+
+def positive(groups: list, statistic, unit: str = "prompts", flat_reason: str = "") -> tuple[bool | str | None, str]:
+    """Whether `statistic(groups) > 0` is settled by its interval over resampled groups (judge)."""
+    return judge(statistic_interval(groups, statistic), unit, flat_reason=flat_reason)
+
+
+def unpaired_difference(a: list[float], b: list[float], unit: str = "groups") -> tuple[bool | str | None, str]:
+    """Whether mean(a) - mean(b) > 0 for values of different groups (judge)."""
+    return judge(difference_interval(a, b), unit)
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -24,117 +187,83 @@ def picked_mean(values: dict[str, float], picked: list[str]) -> float:
     return sum(values[p] for p in picked) / len(picked)
 
 
-def unpaired_difference(a: list[float], b: list[float]) -> tuple[bool | None, str]:
-    """Whether mean(a) - mean(b) > 0 (above_zero) for values of different prompts or batch
-    sizes: each list resampled on its own; cannot tell below MIN_GROUPS values in either."""
-    estimate = sum(a) / len(a) - sum(b) / len(b)
-    if min(len(a), len(b)) < MIN_GROUPS:
-        return None, f"{estimate:+.3g} (n={len(a)} and {len(b)}, too few for an interval)"
-    rng = random.Random(0)
-    low, high = percentile_interval([sum(rng.choices(a, k=len(a))) / len(a) - sum(rng.choices(b, k=len(b))) / len(b) for _ in range(2000)])
-    return above_zero(low, high), f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(a)} and {len(b)}"
-
-
-def paired_difference(a: pd.Series, b: pd.Series, metric: str) -> tuple[float, float | None, float | None, int]:
-    """(mean of a - b over the prompts both runs decoded, its 95% bootstrap interval, the
-    prompt count): the runs share prompts (seeded subsets), so the difference is paired."""
-    va, vb = prompt_values(a, metric), prompt_values(b, metric)
-    differences = [va[k] - vb[k] for k in va if k in vb]
-    if not differences:
-        raise KeyError(f"prompts shared by {a.get('run_dir')} and {b.get('run_dir')}")
-    low, high = resampled_ci(differences, lambda picked: sum(picked) / len(picked))
-    return sum(differences) / len(differences), low, high, len(differences)
-
-
-def above_zero(low: float, high: float) -> bool | None:
-    """The one verdict rule for a claim "the quantity is > 0", from its 95% interval: True
-    when the interval excludes <= 0, False when it excludes > 0 (a flat [0, 0] included),
-    None (cannot tell) when it holds both."""
-    return True if low > 0 else False if high <= 0 else None
-
-
-def all_hold(verdicts: list[bool | None]) -> bool | None:
-    """A claim made for every case: False when one case's does not hold, True when every
-    case's does, cannot tell otherwise."""
-    return False if False in verdicts else True if verdicts and all(v is True for v in verdicts) else None
-
-
-def groups_to_settle(n: int, estimate: float, low: float, high: float) -> int | None:
-    """About how many groups (prompts) would shrink an interval that straddles 0 to one that
-    excludes it, the width falling as 1/sqrt(n) around the same estimate; None at estimate 0."""
-    return math.ceil(n * ((high - low) / 2 / abs(estimate)) ** 2) if estimate else None
-
-
-def positive(groups: list, statistic) -> tuple[bool | None, str]:
-    """Whether `statistic(groups) > 0` is settled by its 95% interval from resampling the
-    groups (prompts), by `above_zero` (None also with too few groups); with the estimate and
-    interval as text, and when it cannot tell, about how many groups would settle it."""
-    estimate = statistic(groups)
-    low, high = resampled_ci(groups, statistic)
-    if low is None:
-        return None, f"{estimate:+.3g} (n={len(groups)}, too few for an interval; at least {MIN_GROUPS} needed)"
-    verdict = above_zero(low, high)
-    needed = groups_to_settle(len(groups), estimate, low, high) if verdict is None else None
-    settle = f"; about {needed} would settle it" if needed else ""
-    return verdict, f"{estimate:+.3g} [95% CI {low:+.3g}, {high:+.3g}], n={len(groups)}{settle}"
-
-
 def settled(slope_value: float) -> float:
     """A fitted slope without float dust: a flat sweep fits to +-1e-17, which is 0 (not -0)."""
     return round(slope_value, 9) + 0.0
 
 
-def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: str, rising: bool, axis: str) -> tuple[bool | None, str]:
+def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: str, rising: bool, axis: str) -> tuple[bool | str | None, str]:
     """A claim "`metric` rises (falls) along `axis` in every case" (case, [(x, run)]): the
-    least-squares slope of the per-prompt mean against x, with a 95% interval from resampling
-    the prompts every run of the case decoded (seeded subsets: the same prompts at each x).
-    Agrees when every interval is on the claimed side of 0, does not when one is on the other
-    side or at 0 (flat)."""
+    least-squares slope of the per-prompt mean against x, with its interval over the prompts
+    every run of the case decoded (seeded subsets: the same prompts at each x). A case with
+    runs at fewer than two x values cannot tell; one whose every prompt gives the same value
+    at every x is not testable (nothing moves)."""
     if not cases:
         raise KeyError(f"{axis} sweep")
     parts, verdicts = [], []
     for case, points in cases:
         xs = [float(x) for x, _ in points]
+        if len(set(xs)) < 2:
+            verdicts.append(None)
+            parts.append(f"{case}: cannot tell: runs at {len(set(xs))} {axis} value(s), two needed")
+            continue
         values = [prompt_values(run, metric) for _, run in points]
         prompts = shared_prompts(values, f"shared by {case}'s runs")
-        if len(set(xs)) < 2:
-            raise KeyError(f"{case}: runs at two {axis} values")
+        unit = group_unit(points[0][1])
 
         def fitted(picked: list[str]) -> float:
-            return slope(xs, [picked_mean(v, picked) for v in values])
+            return settled(slope(xs, [picked_mean(v, picked) for v in values]))
 
-        estimate = settled(fitted(prompts))
-        low, high = resampled_ci(prompts, lambda picked: settled(fitted(picked)))
-        if low is None:
-            parts.append(f"{case} {estimate:+.3g} (n={len(prompts)}, too few for an interval)")
-            verdicts.append(None)
-            continue
-        verdicts.append(above_zero(low, high) if rising else above_zero(-high, -low))  # a flat sweep neither rises nor falls
-        needed = groups_to_settle(len(prompts), estimate, low, high) if verdicts[-1] is None else None
-        parts.append(f"{case} {estimate:+.3g} [{low:+.3g}, {high:+.3g}]" + (f" (about {needed} prompts would settle it)" if needed else ""))
-    return all_hold(verdicts), f"slope of {metric} per unit {axis}, per-prompt means, [95% CI]: " + "; ".join(parts)
+        unmoved = all(len({v[p] for v in values}) == 1 for p in prompts)
+        reason = f"{metric} is the same at every {axis} on each of the {len(prompts)} {unit}: the sweep does not move it at this scale"
+        verdict, text = judge(statistic_interval(prompts, fitted), unit, falls=not rising, flat_reason=reason if unmoved else "")
+        verdicts.append(verdict)
+        parts.append(f"{case} {text}")
+    return all_hold(verdicts), f"slope of {metric} per unit {axis}, per-prompt means: " + "; ".join(parts)
 
 
-def every_higher(pairs: list[tuple[str, pd.Series, pd.Series]], metric: str, names: tuple[str, str]) -> tuple[bool | None, str]:
-    """A claim "a has the higher `metric` in every case" (case, a's run, b's run): agrees when
-    every case's a - b is above 0 by `above_zero`, does not when some case's is not, and
-    cannot tell otherwise, saying how many prompts per case would settle it."""
+def paired_interval(a: pd.Series, b: pd.Series, metric: str) -> tuple[Interval, list[float]]:
+    """The mean of a - b over the prompts (batches) both runs decoded, paired per prompt, its
+    interval, and the differences."""
+    va, vb = prompt_values(a, metric), prompt_values(b, metric)
+    differences = [va[k] - vb[k] for k in va if k in vb]
+    if not differences:
+        raise KeyError(f"prompts shared by {a.get('run_dir')} and {b.get('run_dir')}")
+    return mean_interval(differences), differences
+
+
+def compared(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]) -> tuple[list, list[str]]:
+    """Per case (case, a's run, b's run; None where it has no run): the verdict on "a has
+    the higher `metric`", by the mean of the per-prompt differences (judge), and its text."""
     if not pairs:
         raise KeyError(f"{names[0]} and {names[1]} runs")
-    parts, verdicts, needed = [], [], 0
+    verdicts, parts = [], []
     for case, a, b in pairs:
-        mean, low, high, n = paired_difference(a, b, metric)
-        if low is None:
-            parts.append(f"{case} {mean:+.2f} (n={n}, too few for an interval)")
+        if a is None or b is None:
+            absent = " and ".join(name for name, run in zip(names, (a, b)) if run is None)
             verdicts.append(None)
-            needed = max(needed, MIN_GROUPS)
+            parts.append(f"{case}: cannot tell: no {absent} run")
             continue
-        parts.append(f"{case} {mean:+.2f} [{low:+.2f}, {high:+.2f}]")
-        verdicts.append(above_zero(low, high))
-        if verdicts[-1] is None and mean:
-            needed = max(needed, groups_to_settle(n, mean, low, high))
-    verdict = all_hold(verdicts)
-    text = f"{names[0]} - {names[1]} {metric} per prompt, mean [95% CI]: " + "; ".join(parts)
-    if verdict is None and needed:
-        text += f"; about {needed} prompts per case would settle it"
-    return verdict, text
+        unit = group_unit(a)
+        interval, differences = paired_interval(a, b, metric)
+        same = f"{names[0]} and {names[1]} give the same {metric} on each of the {interval.n} {unit}" if not any(differences) else ""
+        verdict, text = judge(interval, unit, flat_reason=same)
+        verdicts.append(verdict)
+        parts.append(f"{case} {text}")
+    return verdicts, parts
+
+
+def every_higher(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]) -> tuple[bool | str | None, str]:
+    """A claim "a has the higher `metric` in every case": agrees when every case's does
+    (compared), does not when one case's does not, cannot tell while a case is undecided
+    or has no run (named)."""
+    verdicts, parts = compared(pairs, metric, names)
+    return all_hold(verdicts), f"{names[0]} - {names[1]} {metric} per prompt, mean: " + "; ".join(parts)
+
+
+def mostly_higher(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]) -> tuple[bool | str | None, str]:
+    """A claim "a has the higher `metric` in most cases" (more than half of them, most_hold):
+    a case without a run counts as undecided."""
+    verdicts, parts = compared(pairs, metric, names)
+    held = sum(v is True for v in verdicts)
+    return most_hold(verdicts), f"{held} of {len(verdicts)} cases higher; {names[0]} - {names[1]} {metric} per prompt, mean: " + "; ".join(parts)

@@ -1,0 +1,182 @@
+"""The verdict rules every claim of every paper goes through (specbench.replicate.verdicts),
+on hand-made per-prompt values."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from specbench.replicate import verdicts as v
+
+# per-prompt taus with a wide spread between prompts (some prompts are easy, some hard)
+BASE = [2.0, 3.1, 1.4, 2.6, 1.9, 3.5, 2.3, 1.2, 2.8, 1.7, 3.0, 2.2]
+
+
+def run_on_disk(tmp_path, name, taus, speedups=None, batch=1):
+    """A run whose prompt i has tau taus[i] (and speedups[i] times AR's speed); at batch > 1,
+    `batch` rows per value, one batch each."""
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    lines = []
+    for i, tau in enumerate(taus):
+        speedup = (speedups or [1.0] * len(taus))[i]
+        for row in range(batch):
+            common = {"batch_size": batch, "batch_id": f"b{i}", "draft_forwards": 0, "accept_lengths": []} if batch > 1 else {}
+            method = {"new_tokens": 60, "target_forwards": 60 / tau, "seconds": 1.0, "batch_seconds": 1.0, **common}
+            baseline = {"new_tokens": 60, "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup, **common}
+            lines.append(json.dumps({"id": f"{i}-{row}", "method": method, "baseline": baseline}))
+    (run_dir / "samples.jsonl").write_text("\n".join(lines))
+    return pd.Series({"run_dir": str(run_dir)})
+
+
+def test_intervals_are_scipys_bca_and_say_so():
+    values = [0.3, -0.1, 0.5, 0.2, 0.9, 0.1, 0.4, -0.2, 0.6, 0.3, 0.0, 0.7]
+    found = v.mean_interval(values)
+    direct = stats.bootstrap((np.array(values),), np.mean, n_resamples=v.RESAMPLES, method="BCa", rng=np.random.default_rng(v.SEED))
+    assert found.method == "BCa" and (found.low, found.high) == pytest.approx(tuple(direct.confidence_interval))
+    assert v.mean_interval(values) == found  # seeded: a report regenerates the same
+    assert "95% BCa CI" in found.text("prompts") and "BCa" in v.INTERVALS and "scipy.stats.bootstrap" in v.INTERVALS
+
+
+def test_bca_falls_back_to_percentile_on_degenerate_data_and_names_it():
+    found = v.mean_interval([0.5] * 12)  # every resample gives 0.5: BCa is undefined
+    assert (found.low, found.high, found.method) == (0.5, 0.5, "percentile")
+    verdict, text = v.judge(found)
+    assert verdict is True and "95% percentile CI +0.5, +0.5" in text
+
+
+def test_no_interval_from_fewer_than_ten_groups():
+    verdict, text = v.judge(v.mean_interval([0.4, 0.5, 0.6, 0.5, 0.4, 0.5, 0.6, 0.5, 0.45]))
+    assert verdict is None and "cannot tell: n=9 groups, at least 10 needed" in text
+    assert v.judge(v.mean_interval([0.4, 0.5, 0.6, 0.5, 0.4, 0.5, 0.6, 0.5, 0.45, 0.55]))[0] is True
+    assert v.unpaired_difference([1.0] * 12, [0.1, 0.0, 0.2, 0.1, 0.05])[0] is None  # too few on one side
+    verdict, text = v.unpaired_difference([1.0, 1.1, 0.9, 1.05, 0.95] * 2, [0.1, 0.0, 0.2, 0.1, 0.05, 0.12] * 2)
+    assert verdict is True and "n=10 and 12 groups" in text
+
+
+def test_one_verdict_rule_for_every_claim_above_zero():
+    """Agrees only when the interval excludes <= 0; disagrees when it excludes > 0 (an
+    interval ending at 0 included); cannot tell in between."""
+    assert v.above_zero(0.1, 0.3) is True
+    assert v.above_zero(-0.3, -0.1) is False and v.above_zero(-0.3, 0.0) is False
+    assert v.above_zero(0.0, 0.3) is None and v.above_zero(-0.1, 0.3) is None
+
+
+def test_an_undecided_claim_says_which_way_it_leans_and_how_many_would_settle_it_that_way():
+    toward = v.Interval(0.1, (20,), -0.05, 0.3, "BCa")
+    verdict, text = v.judge(toward)
+    # the side towards 0 is 0.15 wide around 0.1: it clears 0 at 20 * 1.5^2 = 45 prompts
+    assert verdict is None and text.endswith("leans toward the claim; about 45 prompts would settle it")
+    verdict, text = v.judge(v.Interval(-0.1, (20,), -0.3, 0.02, "BCa"), "batches")
+    assert verdict is None and text.endswith("leans against the claim; about 29 batches would settle it")
+    verdict, text = v.judge(v.Interval(0.1, (20,), -0.05, 0.3, "BCa"), falls=True)  # a claim that the quantity falls
+    assert verdict is None and "leans against the claim" in text
+    assert "settle" not in v.judge(v.Interval(0.2, (20,), 0.1, 0.3, "BCa"))[1]  # settled: nothing to add
+    assert "settle" not in v.judge(v.Interval(0.0, (20,), -0.1, 0.1, "BCa"))[1]  # no lean, no direction to settle
+
+
+def test_a_quantity_that_never_moves_is_not_testable_never_does_not_agree():
+    verdict, text = v.judge(v.mean_interval([0.0] * 12), flat_reason="the tree does not grow with K")
+    assert verdict == v.NOT_TESTABLE and text == "not testable at this scale: the tree does not grow with K"
+    assert v.positive(list(range(12)), lambda picked: 0.0)[0] == v.NOT_TESTABLE
+
+
+def test_a_claim_for_every_case_combines_its_cases():
+    assert v.all_hold([True, True]) is True
+    assert v.all_hold([True, None]) is None and v.all_hold([]) is None
+    assert v.all_hold([True, v.NOT_TESTABLE, None]) == v.NOT_TESTABLE  # more prompts cannot settle that case
+    assert v.all_hold([v.NOT_TESTABLE, False]) is False  # one case against is enough
+
+
+def test_a_claim_for_most_cases_needs_more_than_half():
+    assert v.most_hold([True, True, True, True, False, False]) is True
+    assert v.most_hold([True, True, True, False, False, False]) is False  # half against: not most
+    assert v.most_hold([True, True, True, None, False, False]) is None
+    assert v.most_hold([True, v.NOT_TESTABLE, v.NOT_TESTABLE, False]) == v.NOT_TESTABLE
+    assert v.most_hold([]) is None
+
+
+def test_every_higher_pairs_per_prompt_and_prints_n_per_case(tmp_path):
+    high = run_on_disk(tmp_path, "high", [t + 0.3 for t in BASE])  # +0.3 on every prompt: hidden between prompts, clear per prompt
+    low = run_on_disk(tmp_path, "low", BASE)
+    assert v.unpaired_difference([t + 0.3 for t in BASE], BASE)[0] is None
+    verdict, text = v.every_higher([("a", high, low), ("b", high, low)], "tau", ("x", "y"))
+    assert verdict is True and text.count("n=12 prompts") == 2
+    assert v.every_higher([("a", high, low), ("b", low, high)], "tau", ("x", "y"))[0] is False  # one case clearly lower
+    noisy = run_on_disk(tmp_path, "noisy", [t + (0.6 if i % 2 else -0.55) for i, t in enumerate(BASE)])
+    verdict, text = v.every_higher([("a", high, low), ("b", noisy, low)], "tau", ("x", "y"))
+    assert verdict is None and "b +0.025 [" in text and "leans toward the claim; about" in text.split("; b ")[1]
+    few = run_on_disk(tmp_path, "few", BASE[:3])
+    verdict, text = v.every_higher([("a", few, low)], "tau", ("x", "y"))
+    assert verdict is None and "n=3 groups, at least 10 needed" in text
+    faster = run_on_disk(tmp_path, "faster", BASE, speedups=[1.5 + 0.01 * i for i in range(12)])
+    slower = run_on_disk(tmp_path, "slower", BASE, speedups=[1.1 + 0.01 * i for i in range(12)])
+    assert v.every_higher([("a", faster, slower)], "speedup", ("x", "y"))[0] is True
+    with pytest.raises(KeyError):
+        v.every_higher([], "tau", ("x", "y"))
+
+
+def test_a_case_without_a_run_makes_an_every_case_claim_cannot_tell_and_is_named(tmp_path):
+    high = run_on_disk(tmp_path, "high", [t + 0.3 for t in BASE])
+    low = run_on_disk(tmp_path, "low", BASE)
+    verdict, text = v.every_higher([("gsm8k", high, low), ("alpaca", None, low), ("nq", None, None)], "tau", ("cast", "eagle3"))
+    assert verdict is None and "alpaca: cannot tell: no cast run" in text and "nq: cannot tell: no cast and eagle3 run" in text
+    # ... and a clear loss elsewhere still settles it
+    assert v.every_higher([("gsm8k", low, high), ("alpaca", None, low)], "tau", ("cast", "eagle3"))[0] is False
+
+
+def test_two_methods_equal_on_every_prompt_are_not_testable(tmp_path):
+    low = run_on_disk(tmp_path, "low", BASE)
+    same = run_on_disk(tmp_path, "same", BASE)
+    verdict, text = v.every_higher([("a", same, low)], "tau", ("mars", "eagle3"))
+    assert verdict == v.NOT_TESTABLE and "mars and eagle3 give the same tau on each of the 12 prompts" in text
+
+
+def test_mostly_higher_counts_the_cases(tmp_path):
+    high = run_on_disk(tmp_path, "high", [t + 0.3 for t in BASE])
+    low = run_on_disk(tmp_path, "low", BASE)
+    pairs = [("a", high, low), ("b", high, low), ("c", low, high)]
+    verdict, text = v.mostly_higher(pairs, "tau", ("x", "y"))
+    assert verdict is True and text.startswith("2 of 3 cases higher")
+    assert v.mostly_higher(pairs + [("d", None, low)], "tau", ("x", "y"))[0] is None  # 2 of 4 so far: the missing case decides
+    assert v.mostly_higher(pairs + [("d", low, high)], "tau", ("x", "y"))[0] is False  # 2 of 4 is not most
+
+
+def test_batched_runs_count_batches(tmp_path):
+    a = run_on_disk(tmp_path, "a", [2.0] * 12, speedups=[1.5 + 0.01 * i for i in range(12)], batch=4)
+    b = run_on_disk(tmp_path, "b", [2.0] * 12, speedups=[1.2 + 0.01 * i for i in range(12)], batch=4)
+    verdict, text = v.every_higher([("B=4", a, b)], "speedup", ("cast", "eagle3"))
+    assert verdict is True and "n=12 batches" in text
+
+
+def test_a_trend_claim_needs_every_slope_interval_on_its_side(tmp_path):
+    """Slopes over a sweep are fitted to per-prompt means and resampled over the prompts the
+    runs share: a rise hidden in prompt noise is 'cannot tell', a flat sweep is not testable."""
+    rising = [(x, run_on_disk(tmp_path, f"rise{x}", [t + 0.1 * x for t in BASE])) for x in (1, 2, 3)]
+    falling = [(x, run_on_disk(tmp_path, f"fall{x}", [t - 0.1 * x for t in BASE])) for x in (1, 2, 3)]
+    # half the prompts rise steeply, half fall: the mean slope is inside prompt noise
+    noisy = [(x, run_on_disk(tmp_path, f"noise{x}", [t + (0.31 if i % 2 else -0.29) * x for i, t in enumerate(BASE)])) for x in (1, 2, 3)]
+    assert v.every_slope([("a", rising), ("b", rising)], "tau", rising=True, axis="K")[0] is True
+    assert v.every_slope([("a", rising), ("b", falling)], "tau", rising=True, axis="K")[0] is False
+    assert v.every_slope([("a", falling)], "tau", rising=False, axis="theta")[0] is True
+    flat = [(x, run_on_disk(tmp_path, f"flat{x}", BASE)) for x in (1, 2, 3)]
+    verdict, text = v.every_slope([("a", flat)], "tau", rising=True, axis="K")
+    assert verdict == v.NOT_TESTABLE and "a not testable at this scale: tau is the same at every K on each of the 12 prompts" in text
+    verdict, text = v.every_slope([("a", rising), ("b", noisy)], "tau", rising=True, axis="K")
+    assert verdict is None and text.startswith("slope of tau per unit K") and "a +0.1 [95% " in text
+    assert "would settle it" in text.split("; b ")[1] and "settle" not in text.split("; b ")[0]  # only the undecided case
+    verdict, text = v.every_slope([("a", rising), ("b", rising[:1])], "tau", rising=True, axis="K")
+    assert verdict is None and "b: cannot tell: runs at 1 K value(s), two needed" in text  # one point is no slope
+    with pytest.raises(KeyError):
+        v.every_slope([], "tau", rising=True, axis="K")
+
+
+def test_positive_resamples_any_groups():
+    assert v.positive([1.0, 1.2, 0.9, 1.1, 1.0] * 2, lambda g: sum(g) / len(g))[0] is True
+    verdict, text = v.positive([1.0, -1.2, 0.9, -1.1, 0.3] * 2, lambda g: sum(g) / len(g))
+    assert verdict is None and "would settle it" in text  # straddles 0: says how many prompts would decide
+    assert v.positive([1.0, 1.2], lambda g: sum(g) / len(g))[0] is None  # too few for an interval
+    verdict, text = v.positive(list(range(12)), lambda picked: None if picked.count(0) > 1 else 1.0)
+    assert verdict is None and "undefined on some resamples" in text
