@@ -30,10 +30,10 @@ from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
 from specbench.metrics.speed import MIN_GROUPS
 from specbench.replicate import Paper, main, results
-from specbench.replicate.lookup import base_filters, not_run, one, parse_setting, prompt_values, shared_prompts
+from specbench.replicate.lookup import base_filters, not_run, one_or_none, parse_setting, prompt_values, shared_prompts
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import LOOKAHEAD, by_source, model_params, sweep_size
-from specbench.replicate.verdicts import all_hold, every_higher, every_slope, picked_mean, positive, unpaired_difference
+from specbench.replicate.verdicts import all_hold, every_higher, every_slope, mostly_higher, picked_mean, positive, unpaired_difference
 
 NAME = "cast"
 TITLE = "CAST: inference-cost-aware dynamic draft trees"
@@ -269,32 +269,20 @@ def full_cast(batch: int) -> dict:
     return {"config.gen.batch_size": batch, "config.method.tree.depth": appendix_e_depth(batch), **DEFAULTS["cast"], **switch_filters("DR+DP+BP")}
 
 
-def _cast_vs_eagle(temperature: float, batch: int):
+def _cast_vs_eagle(temperature: float, batch: int, rule=every_higher):
+    """CAST against EAGLE-3 per dataset, by `rule`: every_higher, or mostly_higher where the
+    paper says "usually" (Table 1 has datasets where EAGLE-3 is faster)."""
     def check(runs):
-        pairs = []
-        for dataset in DATASETS:
-            try:
-                cast = one(runs, method="cast", dataset=dataset, temperature=temperature, **full_cast(batch))
-                eagle = one(runs, method="eagle3", dataset=dataset, temperature=temperature, **{"config.gen.batch_size": batch}, **DEFAULTS["eagle3"])
-            except KeyError:
-                continue
-            pairs.append((dataset, cast, eagle))
-        return every_higher(pairs, "speedup", ("cast", "eagle3"))
+        pairs = [(dataset, one_or_none(runs, method="cast", dataset=dataset, temperature=temperature, **full_cast(batch)),
+                  one_or_none(runs, method="eagle3", dataset=dataset, temperature=temperature, **{"config.gen.batch_size": batch}, **DEFAULTS["eagle3"]))
+                 for dataset in DATASETS]
+        return rule(pairs, "speedup", ("cast", "eagle3"))
     return check
 
 
 def _baselines(runs):
-    pairs = []
-    for dataset in DATASETS:
-        try:
-            cast = one(runs, method="cast", dataset=dataset, temperature=0.0, **full_cast(1))
-        except KeyError:
-            continue
-        for method in ("sps", "pld"):
-            try:
-                pairs.append((f"{dataset} vs {method}", cast, one(runs, method=method, dataset=dataset, temperature=0.0, **DEFAULTS[method])))
-            except KeyError:
-                continue
+    pairs = [(f"{dataset} vs {method}", one_or_none(runs, method="cast", dataset=dataset, temperature=0.0, **full_cast(1)),
+              one_or_none(runs, method=method, dataset=dataset, temperature=0.0, **DEFAULTS[method])) for dataset in DATASETS for method in ("sps", "pld")]
     return every_higher(pairs, "speedup", ("cast", "sps or pld"))
 
 
@@ -310,7 +298,7 @@ def by_batch(runs) -> dict[int, dict[str, pd.Series]]:
 
 
 def _never_behind(runs):
-    pairs = [(f"B={b}", v["CAST"], v["EAGLE-3"]) for b, v in by_batch(runs).items() if "CAST" in v and "EAGLE-3" in v]
+    pairs = [(f"B={b}", v.get("CAST"), v.get("EAGLE-3")) for b, v in by_batch(runs).items()]
     return every_higher(pairs, "speedup", ("cast", "eagle3"))
 
 
@@ -333,9 +321,8 @@ def _advantage_grows(runs):
 
 
 def _components(runs):
-    pairs = [(f"B={b} vs {name}", v["CAST"], v[name]) for b, v in by_batch(runs).items() if "CAST" in v for name in v if name.startswith("EAGLE-3+")]
-    if not pairs:
-        raise KeyError("ablation runs")
+    partial = [f"EAGLE-3+{name}" for name in ABLATIONS if name != "DR+DP+BP"]
+    pairs = [(f"B={b} vs {name}", v.get("CAST"), v.get(name)) for b, v in by_batch(runs).items() for name in partial]
     return every_higher(pairs, "speedup", ("full cast", "a partial variant"))
 
 
@@ -355,13 +342,13 @@ def _verified(runs):
 
 
 CLAIMS = [
-    Claim("Table 1", "At batch size 1 and T=0 CAST is faster than EAGLE-3 on every dataset", _cast_vs_eagle(0.0, 1)),
-    Claim("Table 1", "At batch size 1 and T=1 CAST is faster than EAGLE-3 on every dataset", _cast_vs_eagle(1.0, 1)),
+    Claim("Table 1", "At batch size 1 and T=0 CAST is faster than EAGLE-3 on most datasets", _cast_vs_eagle(0.0, 1, mostly_higher)),
+    Claim("Table 1", "At batch size 1 and T=1 CAST is faster than EAGLE-3 on most datasets", _cast_vs_eagle(1.0, 1, mostly_higher)),
     Claim("Table 1", "CAST is faster than SpS and PLD on every dataset (T=0)", _baselines),
     Claim("Table 2", "At batch size 8 CAST is faster than EAGLE-3 on every dataset", _cast_vs_eagle(0.0, 8)),
     Claim("Table 3 / Figure 5", "CAST is faster than EAGLE-3 at every batch size", _never_behind),
-    Claim("Table 3 / Figure 5", "CAST's advantage over EAGLE-3 grows with the batch size", _advantage_grows),
-    Claim("Table 3", "Each component helps: full CAST (DR+DP+BP) is the fastest variant at every batch size", _components),
+    Claim("Table 3 / Figure 5", "CAST's advantage over EAGLE-3 is larger at the largest batch size than at batch size 1", _advantage_grows),
+    Claim("Table 3", "Full CAST (DR+DP+BP) is the fastest of the ablation variants at every batch size", _components),
     Claim("Figure 4", "More verified tokens raise the accept length, but the speedup peaks below the largest m", _verified),
 ]
 

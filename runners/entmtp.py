@@ -42,7 +42,7 @@ import pandas as pd
 
 from specbench import ROOT
 from specbench.replicate import OUR_MODEL, Paper, main, results
-from specbench.replicate.lookup import base_filters, not_run, one, parse_setting
+from specbench.replicate.lookup import base_filters, not_run, one_or_none, parse_setting
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import by_source
 from specbench.replicate.sweep import Sweep
@@ -264,12 +264,8 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 def _faster(better: dict, worse: dict, names: tuple[str, str]):
     """`better` faster than `worse` on every task: per-prompt speedups, paired (every_higher)."""
     def check(runs):
-        pairs = []
-        for dataset in DATASETS:
-            try:
-                pairs.append((dataset, one(runs, dataset=dataset, temperature=TEMPERATURE, **better), one(runs, dataset=dataset, temperature=TEMPERATURE, **worse)))
-            except KeyError:
-                continue
+        pairs = [(dataset, one_or_none(runs, dataset=dataset, temperature=TEMPERATURE, **better), one_or_none(runs, dataset=dataset, temperature=TEMPERATURE, **worse))
+                 for dataset in DATASETS]
         return every_higher(pairs, "speedup", names)
     return check
 

@@ -22,12 +22,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from specbench.metrics.speed import resampled_ci
 from specbench.replicate import Paper, main, results
-from specbench.replicate.lookup import answers, base_filters, not_run, number, one, parse_setting, prompt_quality, scored, shared_prompts, size_keys
+from specbench.replicate.lookup import answers, base_filters, not_run, number, one, one_or_none, parse_setting, prompt_quality, scored, shared_prompts, size_keys
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import LOOKAHEAD, by_source, sweep_size
-from specbench.replicate.verdicts import all_hold, every_higher, every_slope, picked_mean, positive
+from specbench.replicate.verdicts import MIN_GROUPS, NOT_TESTABLE, all_hold, every_higher, every_slope, mean_interval, picked_mean, positive
 
 NAME = "mars"
 TITLE = "MARS: margin-aware speculative verification"
@@ -207,14 +206,8 @@ def theta_sweep(runs: pd.DataFrame, lengths: tuple[int, ...] = (7, 10)) -> pd.Da
 # ---- claims -------------------------------------------------------------------------
 
 def _versus(runs, metric, method, other, datasets, temperature, **extra):
-    pairs = []
-    for dataset in datasets:
-        try:
-            a = one(runs, method=method, dataset=dataset, temperature=temperature, **{**DEFAULTS[method], **extra})
-            b = one(runs, method=other, dataset=dataset, temperature=temperature, **{**DEFAULTS[other], **extra})
-        except KeyError:
-            continue
-        pairs.append((dataset, a, b))
+    pairs = [(dataset, one_or_none(runs, method=method, dataset=dataset, temperature=temperature, **{**DEFAULTS[method], **extra}),
+              one_or_none(runs, method=other, dataset=dataset, temperature=temperature, **{**DEFAULTS[other], **extra})) for dataset in datasets]
     return every_higher(pairs, metric, (method, other))
 
 
@@ -233,8 +226,7 @@ def _theta_speed(runs):
     for dataset in ("humaneval", "gsm8k"):
         points = [(run["config.method.verifier.theta"], run) for _, run in chosen[chosen["config.dataset.name"] == dataset].iterrows()
                   if run["config.method.verifier.theta"] <= 0.96]
-        if len({theta for theta, _ in points}) > 2:
-            cases.append((dataset, points))
+        cases.append((dataset, points))  # a dataset with fewer than two thetas cannot tell, by name
     return every_slope(cases, "speedup", rising=False, axis="theta")
 
 
@@ -256,18 +248,18 @@ def _theta_accuracy(runs):
         near = [t for t in points if NEAR_PEAK[0] <= t <= NEAR_PEAK[1]]
         far = [t for t in points if t not in near]
         if not near or not far:
+            verdicts.append(None)
+            parts.append(f"{dataset}: cannot tell: no run at theta {'0.88-0.92' if not near else 'outside 0.88-0.92'}")
             continue
         prompts = shared_prompts(list(points.values()), f"of {dataset} scored at every theta")
         if len({points[t][p] for t in points for p in prompts}) == 1:  # every answer scores the same: nothing to locate
-            verdicts.append(None)
-            parts.append(f"{dataset}: every answer at every theta scores {points[near[0]][prompts[0]]:.2f} (n={len(prompts)}): no peak to locate")
+            verdicts.append(NOT_TESTABLE)
+            parts.append(f"{dataset}: {NOT_TESTABLE}: every answer at every theta scores {points[near[0]][prompts[0]]:.2f} (n={len(prompts)} prompts): no peak to locate")
             continue
 
         verdict, text = positive(prompts, lambda picked: max(picked_mean(points[t], picked) for t in near) - max(picked_mean(points[t], picked) for t in far))
         verdicts.append(verdict)
         parts.append(f"{dataset}: " + ", ".join(f"{t:g}: {picked_mean(points[t], prompts):.2f}" for t in sorted(points)) + f"; best near 0.90 minus best elsewhere {text}")
-    if not parts:
-        raise KeyError("theta sweep with accuracy")
     return all_hold(verdicts), "; ".join(parts)
 
 
@@ -280,12 +272,13 @@ def _rouge(runs):
         raise KeyError("ROUGE-L of MARS and AR answers")
     difference = [ours[p] - base[p] for p in prompts]
     mean = sum(difference) / len(difference)
-    low, high = resampled_ci(difference, lambda picked: sum(picked) / len(picked))
+    interval = mean_interval(difference)
+    low, high = interval.low, interval.high
     text = f"ROUGE-L {sum(ours[p] for p in prompts) / len(prompts):.4f} vs AR {sum(base[p] for p in prompts) / len(prompts):.4f}; per prompt MARS - AR {mean:+.4f}"
     if low is None:
-        return None, f"{text} (n={len(prompts)}, too few for an interval)"
+        return None, f"{text}, n={len(prompts)} prompts: cannot tell: n={len(prompts)} groups, at least {MIN_GROUPS} needed"
     verdict = True if -ROUGE_TOLERANCE <= low and high <= ROUGE_TOLERANCE else False if low > ROUGE_TOLERANCE or high < -ROUGE_TOLERANCE else None
-    return verdict, f"{text} [95% CI {low:+.4f}, {high:+.4f}], n={len(prompts)} (paper: within 0.0008 on average)"
+    return verdict, f"{text} [95% {interval.method} CI {low:+.4f}, {high:+.4f}], n={len(prompts)} prompts (paper: within 0.0008 on average)"
 
 
 def _wmt(runs):

@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from specbench.replicate import Paper, main, results
-from specbench.replicate.lookup import base_filters, not_run, one, per_prompt, prompt_values, shared_prompts, sweep_runs
+from specbench.replicate.lookup import base_filters, not_run, one, one_or_none, per_prompt, prompt_values, shared_prompts, sweep_runs
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
 from specbench.replicate.scales import by_source, sweep_size
-from specbench.replicate.verdicts import all_hold, every_higher, picked_mean, positive, slope
+from specbench.replicate.verdicts import all_hold, every_higher, mostly_higher, picked_mean, positive, slope
 
 NAME = "talon"
 TITLE = "TALON: budget-driven adaptive draft trees"
@@ -171,17 +171,12 @@ def acceptance_counts(runs: pd.DataFrame) -> tuple[np.ndarray, int] | None:
 
 # ---- claims -------------------------------------------------------------------------
 
-def _faster(temperature, other="eagle3"):
+def _faster(temperature, other="eagle3", rule=every_higher):
+    """TALON against `other` per dataset, by `rule` (every_higher, or mostly_higher)."""
     def check(runs):
-        pairs = []
-        for dataset in DATASETS:
-            try:
-                talon = one(runs, method="talon", dataset=dataset, temperature=temperature, **DEFAULTS["talon"])
-                baseline = one(runs, method=other, dataset=dataset, temperature=temperature, **DEFAULTS[other])
-            except KeyError:
-                continue
-            pairs.append((dataset, talon, baseline))
-        return every_higher(pairs, "speedup", ("talon", other))
+        pairs = [(dataset, one_or_none(runs, method="talon", dataset=dataset, temperature=temperature, **DEFAULTS["talon"]),
+                  one_or_none(runs, method=other, dataset=dataset, temperature=temperature, **DEFAULTS[other])) for dataset in DATASETS]
+        return rule(pairs, "speedup", ("talon", other))
     return check
 
 
@@ -227,7 +222,8 @@ def budget_pairs(runs) -> list[tuple[int, pd.Series, pd.Series]]:
 
 def _budget(runs):
     """Speedups (each over its own AR, prompt by prompt), not tok/s across runs, which drift."""
-    return every_higher([(f"N={n}", talon, eagle) for n, talon, eagle in budget_pairs(runs)], "speedup", ("talon", "eagle3"))
+    found = ablation_runs(runs, "budget")
+    return every_higher([(f"N={n}", found["talon"].get(n), found["eagle3"].get(n)) for n in BUDGETS], "speedup", ("talon", "eagle3"))
 
 
 def _budget_gap(runs):
@@ -291,7 +287,7 @@ def _funnel(runs):
 CLAIMS = [
     Claim("Table 1", "At T=0 TALON is faster than EAGLE-3 (same N=60) on every dataset", _faster(0.0)),
     Claim("Table 1", "At T=0 TALON is faster than OPT-Tree on every dataset", _faster(0.0, "opt_tree")),
-    Claim("Table 3", "At T=1 TALON is faster than EAGLE-3 on every dataset", _faster(1.0)),
+    Claim("Table 3", "At T=1 TALON is faster than EAGLE-3 on most datasets (Table 3 ties on Vicuna-13B CNN/DM)", _faster(1.0, rule=mostly_higher)),
     Claim("Figure 6", "TALON's draft cost tracks the oracle delta = tau more closely than EAGLE-3's", _oracle),
     Claim("Figure 6", "TALON's draft cost grows with tau; EAGLE-3's is fixed", _adaptive_cost),
     Claim("Figure 12", "TALON is faster than EAGLE-3 at every node budget N (32-96)", _budget),

@@ -31,7 +31,7 @@ def verdicts(claims: list[Claim], runs: pd.DataFrame) -> list[dict]:
             agrees, evidence = claim.check(runs)
         except (KeyError, ValueError, IndexError, ZeroDivisionError) as error:  # a run the check needs is missing
             agrees, evidence = None, f"missing runs ({error.__class__.__name__}: {error})"
-        rows.append({"source": claim.source, "claim": claim.text, "ours": evidence, "verdict": VERDICTS[agrees]})
+        rows.append({"source": claim.source, "claim": claim.text, "ours": evidence, "verdict": VERDICTS.get(agrees, agrees)})  # or verdicts.NOT_TESTABLE
     return rows
 
 
