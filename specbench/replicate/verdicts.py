@@ -98,7 +98,7 @@ def statistic_interval(groups: list, statistic) -> Interval:
         value = statistic([groups[i] for i in indices])
         return np.nan if value is None else float(value)
 
-    return bootstrap((np.arange(len(groups)),), on_indices, float(statistic(groups)))
+    return bootstrap((np.arange(len(groups)),), on_indices, on_indices(range(len(groups))))
 
 
 def above_zero(low: float, high: float) -> bool | None:
