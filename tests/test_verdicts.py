@@ -180,3 +180,12 @@ def test_positive_resamples_any_groups():
     assert v.positive([1.0, 1.2], lambda g: sum(g) / len(g))[0] is None  # too few for an interval
     verdict, text = v.positive(list(range(12)), lambda picked: None if picked.count(0) > 1 else 1.0)
     assert verdict is None and "undefined on some resamples" in text
+
+
+def test_the_report_prints_not_testable_as_its_own_verdict():
+    from specbench.replicate import report
+
+    flat = report.Claim("Table 2", "A longer draft gives a larger tau", lambda runs: v.every_slope([("a", [])], "tau", rising=True, axis="K"))
+    assert report.verdicts([flat], pd.DataFrame())[0]["verdict"] == "cannot tell"  # no runs at two K values
+    untestable = report.Claim("Table 2", "A longer draft gives a larger tau", lambda runs: (v.NOT_TESTABLE, "not testable at this scale: the tree does not grow with K"))
+    assert report.verdicts([untestable], pd.DataFrame())[0]["verdict"] == "not testable at this scale"

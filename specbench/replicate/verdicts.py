@@ -258,7 +258,7 @@ def every_higher(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], me
     (compared), does not when one case's does not, cannot tell while a case is undecided
     or has no run (named)."""
     verdicts, parts = compared(pairs, metric, names)
-    return all_hold(verdicts), f"{names[0]} - {names[1]} {metric} per prompt, mean: " + "; ".join(parts)
+    return all_hold(verdicts), f"{names[0]} - {names[1]} {metric} per prompt (per batch at B > 1), mean: " + "; ".join(parts)
 
 
 def mostly_higher(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]) -> tuple[bool | str | None, str]:
@@ -266,4 +266,4 @@ def mostly_higher(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], m
     a case without a run counts as undecided."""
     verdicts, parts = compared(pairs, metric, names)
     held = sum(v is True for v in verdicts)
-    return most_hold(verdicts), f"{held} of {len(verdicts)} cases higher; {names[0]} - {names[1]} {metric} per prompt, mean: " + "; ".join(parts)
+    return most_hold(verdicts), f"{held} of {len(verdicts)} cases higher; {names[0]} - {names[1]} {metric} per prompt (per batch at B > 1), mean: " + "; ".join(parts)
