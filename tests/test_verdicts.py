@@ -189,3 +189,22 @@ def test_the_report_prints_not_testable_as_its_own_verdict():
     assert report.verdicts([flat], pd.DataFrame())[0]["verdict"] == "cannot tell"  # no runs at two K values
     untestable = report.Claim("Table 2", "A longer draft gives a larger tau", lambda runs: (v.NOT_TESTABLE, "not testable at this scale: the tree does not grow with K"))
     assert report.verdicts([untestable], pd.DataFrame())[0]["verdict"] == "not testable at this scale"
+
+
+def test_a_batch_size_of_the_sweep_without_runs_is_named(tmp_path):
+    """CAST Table 3 at cpu scale sweeps batch sizes 1, 4 and 8: with runs at 1 and 8 only,
+    "faster at every batch size" cannot tell, naming B=4, though both runs agree."""
+    from runners import cast
+
+    def row(method, batch, speedups):
+        full = cast.switch_filters("DR+DP+BP") if method == "cast" else {}
+        depth = cast.appendix_e_depth(batch) if method == "cast" else cast.DEFAULTS["eagle3"]["config.method.tree.depth"]
+        run = run_on_disk(tmp_path, f"{method}{batch}", [2.0] * 12, speedups, batch=batch)
+        return {**cast.DEFAULTS[method], **full, "config.method.name": method, "config.model.name": "smollm2-135m", "config.dataset.name": "humaneval",
+                "temperature": 0.0, "config.gen.batch_size": batch, "config.method.tree.depth": depth, "speedup": speedups[0], "speedup_ci95": None,
+                "results.tok_per_s": 10.0, "results.samples": 12 * batch, "run_dir": run["run_dir"]}
+
+    runs = pd.DataFrame([row("cast", b, [1.5 + 0.01 * i for i in range(12)]) for b in (1, 8)] + [row("eagle3", b, [1.2 + 0.01 * i for i in range(12)]) for b in (1, 8)])
+    verdict, text = cast._never_behind(runs)
+    assert verdict is None and "B=4: cannot tell: no cast and eagle3 run" in text
+    assert "B=1 +0.3 [95% " in text and "n=12 prompts" in text and "n=12 batches" in text
