@@ -167,15 +167,23 @@ def test_slurm_submission_asks_for_the_models_gpus(tmp_path, model, hardware, gp
         assert line in script, script
 
 
-def test_submitit_local_runs_the_jobs_in_their_own_processes(tmp_path):
+def test_submitit_local_runs_the_jobs_one_at_a_time_in_their_own_processes_and_shows_their_output(tmp_path):
+    """Every run is timed: two jobs side by side would slow each other down."""
     result = subprocess.run(
-        [sys.executable, "-m", "specbench", "-m", "hydra/launcher=submitit_local", "method=pld", "dataset.limit=1", "dataset.max_turns=1",
+        [sys.executable, "-m", "specbench", "-m", "hydra/launcher=submitit_local", "method=ar,pld", "dataset.limit=1", "dataset.max_turns=1",
          "gen.max_new_tokens=6", *SMALL_COSTS, f"output_root={tmp_path}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert list((tmp_path / "multirun" / "pld").glob("*/summary.json"))
-    assert list((tmp_path / "multirun" / ".submitit").glob("*/*_log.out"))
+    jobs = sorted((tmp_path / "multirun" / ".submitit").glob("*/*_submitted.pkl"), key=lambda p: p.stat().st_mtime)
+    assert len(jobs) == 2 and all(list(p.parent.glob("*_log.out")) for p in jobs)  # a process (and log) each
+    ended = [next(p.parent.glob("*_result.pkl")).stat().st_mtime for p in jobs]
+    assert jobs[1].stat().st_mtime >= ended[0]  # the second was submitted once the first had ended
+    # each job's summary table (titled with its config hash) is shown under its own header
+    hashes = [json.loads(next((tmp_path / "multirun" / m).glob("*/summary.json")).read_text())["config_hash"] for m in ("ar", "pld")]
+    shown = result.stdout
+    first, second = shown.index("[job 1/2] method=ar "), shown.index("[job 2/2] method=pld ")
+    assert first < shown.index(f"[{hashes[0]}]") < second < shown.index(f"[{hashes[1]}]"), shown[-3000:]
 
 
 def execute_notebook(paper, runs, results_dir, monkeypatch):
