@@ -29,7 +29,9 @@ def quiet_schema_match_warning() -> None:
     fields we keep) and warns, in the sweep and in each job's process, that this is deprecated."""
     warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_local' is validated against ConfigStore schema")
 
+
 POLL_S = 0.2  # how often the job's log files are read while it runs
+STOP_WAIT_S = 30  # after Ctrl-C: how long the job may take to save its samples and stop
 
 
 class SequentialLocalLauncher(BaseSubmititLauncher):
@@ -58,10 +60,13 @@ class SequentialLocalLauncher(BaseSubmititLauncher):
             name = f"job {offset + 1}/{len(job_overrides)}"
             print(f"[{name}] {' '.join(filter_overrides(overrides))}", flush=True)
             job = executor.submit(self, list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state())
+            output = JobOutput(job)
             try:
-                stream_until_done(job)
-            except KeyboardInterrupt:
-                job.cancel(check=False)  # SIGINT: the run keeps its finished samples, as when run by hand
+                output.show_until_done()
+            except KeyboardInterrupt:  # Ctrl-C reaches the job too (same process group): show how it stops
+                output.show_until_done(timeout_s=STOP_WAIT_S)
+                if not job.done():  # only this process was interrupted
+                    job.cancel(check=False)  # SIGINT: the run keeps its finished samples, as when run by hand
                 raise
             try:
                 returns.append(job.results()[0])
@@ -72,16 +77,25 @@ class SequentialLocalLauncher(BaseSubmititLauncher):
         return returns
 
 
-def stream_until_done(job) -> None:
-    """Copies what the job writes to its log files to this process's stdout and stderr
-    until the job's process has ended (then once more, for its last lines)."""
-    readers = [LogReader(job.paths.stdout, sys.stdout), LogReader(job.paths.stderr, sys.stderr)]
-    while not job.done():
-        for reader in readers:
+class JobOutput:
+    """What the job writes to its log files, copied to this process's stdout and stderr."""
+
+    def __init__(self, job) -> None:
+        self.job = job
+        self.readers = [LogReader(job.paths.stdout, sys.stdout), LogReader(job.paths.stderr, sys.stderr)]
+
+    def show_until_done(self, timeout_s: float = float("inf")) -> None:
+        """Copies new output until the job's process has ended (then once more, for its last
+        lines) or timeout_s has passed."""
+        deadline = time.monotonic() + timeout_s
+        while not self.job.done() and time.monotonic() < deadline:
+            self.copy_new()
+            time.sleep(POLL_S)
+        self.copy_new()
+
+    def copy_new(self) -> None:
+        for reader in self.readers:
             reader.copy_new()
-        time.sleep(POLL_S)
-    for reader in readers:
-        reader.copy_new()
 
 
 class LogReader:
@@ -98,5 +112,8 @@ class LogReader:
             data = file.read()
         if data:
             self.offset += len(data)
-            self.out.buffer.write(data) if hasattr(self.out, "buffer") else self.out.write(data.decode(errors="replace"))
+            if hasattr(self.out, "buffer"):  # bytes as written (a progress bar's \r, any encoding)
+                self.out.buffer.write(data)
+            else:
+                self.out.write(data.decode(errors="replace"))
             self.out.flush()
