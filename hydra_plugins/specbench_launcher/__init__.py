@@ -67,7 +67,7 @@ class SequentialLocalLauncher(BaseSubmititLauncher):
                 output.show_until_done(timeout_s=STOP_WAIT_S)
                 if not job.done():  # only this process was interrupted
                     job.cancel(check=False)  # SIGINT: the run keeps its finished samples, as when run by hand
-                raise
+                sys.exit(130)  # as an interrupted run: its own message (above) says what was kept
             try:
                 returns.append(job.results()[0])
             except submitit.core.utils.UncompletedJobError:  # it exited (a refused setting: exit 2), as the basic launcher stops
