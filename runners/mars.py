@@ -69,10 +69,10 @@ DEFAULTS = {
 }
 # Table 2's K sweep keeps the release's node budget whatever K (its scripts pass --total-token 50 at
 # every --depth), so K adds nodes only where deep nodes outscore shallow ones. SmolLM2's EAGLE-3 head
-# is far less sure than the paper's heads: at top-k 10 and 50 tokens its kept tree stops at 4-7
-# levels for every K (K=15: 4-7 levels at 50 tokens, 6-10 at 200, 7-11 at 400), so the four runs
-# are one run. At top-k 4 and 200 tokens the kept tree of K=15 reaches 14-15 levels, so each K can
-# add nodes: cpu scale sweeps K there (still one budget for every K, as the release does)
+# is far less sure than the paper's heads: on a GSM8K prompt at T=1 and K=15, the kept tree at top-k
+# 10 stops at 4-7 levels with 50 tokens (6-10 with 200, 7-11 with 400), so the four K give one run.
+# At top-k 4 and 200 tokens it reaches 14-15 levels, so each K can add nodes: cpu scale sweeps K
+# there (still one budget for every K, as the release does)
 K_SHAPE = {"cpu": {"config.method.tree.top_k": 4, "config.method.tree.total_tokens": 200}, "paper": {}}
 # Table 6 (T=0): Algorithm 1, the rule that relaxes at T=0 (the release's does not)
 GREEDY_RULE = "paper"
