@@ -1,8 +1,15 @@
-"""MARS verification rules on hand-made logits (MARS paper, Algorithm 1 and Figure 2)."""
+"""MARS verification rules on hand-made logits (MARS paper, Algorithm 1 and Figure 2), and the
+runs runners/mars.py reads for its published cells and claims."""
 
 import math
 
+import pandas as pd
 import torch
+import yaml
+
+from runners import mars as runner
+from specbench import ROOT
+from specbench.replicate import tables
 
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
@@ -29,7 +36,14 @@ def chain(*tokens) -> DraftTree:
 
 def verify(tree, rows, sampling=Sampling(), theta=0.9, seed=0):
     logits = torch.stack(rows + [logits_row({5: 3.0})] * (len(tree) - len(rows)))
-    return MarsVerifier(theta).accept(tree, logits, sampling, torch.Generator().manual_seed(seed))
+    return MarsVerifier(theta, rule="paper").accept(tree, logits, sampling, torch.Generator().manual_seed(seed))
+
+
+def test_the_release_rule_is_the_default():
+    # the rule behind the published T=1 tables (results/reference/mars.notes.md)
+    assert MarsVerifier().rule == "release"
+    for method in ("mars", "sps_mars"):
+        assert yaml.safe_load((ROOT / "conf" / "method" / f"{method}.yaml").read_text())["verifier"]["rule"] == "release"
 
 
 def test_low_margin_runner_up_is_accepted():
@@ -84,6 +98,30 @@ def test_tree_prefers_the_exact_child_then_the_relaxed_one():
     tree_without_top = tree.subtree([1, 2])
     assert verify(tree_without_top, [row]).path == [0, 2] and tree_without_top.tokens[2] == LOVELY
     assert runner_up == 2
+
+
+def runner_up_before_top():
+    """A node whose first child (the draft's favourite) is the target's top-2, its second the top-1."""
+    tree = DraftTree.root(0)
+    runner_up = tree.add(0, LOVELY, math.log(0.6))
+    top = tree.add(0, NICE, math.log(0.3))
+    return tree, runner_up, top
+
+
+def test_sampling_accepts_the_top_one_child_before_a_relaxed_top_two_child():
+    # Algorithm 1 lines 6-9: the exact match is checked first, whatever the tree's order
+    tree, _, top = runner_up_before_top()
+    row = logits_row({NICE: 10.0, LOVELY: 9.5})
+    for seed in range(20):
+        result = verify(tree, [row], Sampling(temperature=1.0), seed=seed)
+        assert result.path == [0, top] and (result.notes["exact"], result.notes["relaxed"]) == (1, 0)
+
+
+def test_the_release_takes_the_first_top_two_child_in_tree_order():
+    tree, runner_up, _ = runner_up_before_top()
+    row = logits_row({NICE: 10.0, LOVELY: 9.5})
+    result = released(tree, [row], Sampling(temperature=1.0))
+    assert result.path == [0, runner_up] and result.notes["relaxed"] == 1
 
 
 def test_sampling_accepts_a_top_two_draft_outright_when_the_margin_is_low():
@@ -157,3 +195,68 @@ def test_the_release_accepts_with_the_drafts_probability_and_adjusts_one_token()
             corrections.add(result.next_token)
     assert 0.42 < accepted / 400 < 0.58
     assert WALK not in corrections  # max(0, 0.3 - 0.6) = 0 after the rejection
+
+
+# ---- runners/mars.py: which run each published cell and claim reads ------------------------
+
+
+
+def reference_rows(**filters):
+    ref = tables.read_reference(ROOT / "results" / "reference" / "mars.csv")
+    for key, value in filters.items():
+        ref = ref[ref[key] == value]
+    return ref
+
+
+def test_rouge_tolerance_is_the_papers_and_the_published_table_meets_it():
+    # §4.4: "within 0.001-0.002 of the baseline across all five models"
+    assert runner.ROUGE_TOLERANCE == 0.002
+    table3 = reference_rows(table="table3").pivot(index="model", columns="method", values="published")
+    gaps = (table3["mars"] - table3["ar"]).abs()
+    assert len(gaps) == 5 and (gaps <= runner.ROUGE_TOLERANCE).all()
+    assert round(gaps.mean(), 4) == 0.0008  # Table 3's caption
+
+
+def test_rouge_equivalence_needs_the_whole_interval_inside():
+    assert runner.within(-0.0015, 0.0019, 0.002) is True
+    assert runner.within(-0.001, 0.003, 0.002) is None  # reaches across an edge: cannot tell
+    assert runner.within(-0.03, 0.03, 0.002) is None  # too wide to say either way
+    assert runner.within(0.0021, 0.01, 0.002) is False and runner.within(-0.01, -0.0025, 0.002) is False
+
+
+def located(table, method, temperature, setting="", scale="cpu", model="smollm2-135m"):
+    row = pd.Series({"table": table, "model": model, "method": method, "dataset": "gsm8k", "temperature": temperature, "setting": setting})
+    return runner.locate(scale)(row)
+
+
+def test_t1_cells_read_the_release_rule_and_table6_reads_algorithm_1():
+    assert located("table1", "mars", 1.0)[0]["config.method.verifier.rule"] == "release"
+    assert located("table5", "sps_mars", 1.0, "draft=qwen3-0.6b;gamma=6")[0]["config.method.verifier.rule"] == "release"
+    assert located("table6", "mars", 0.0)[0]["config.method.verifier.rule"] == "paper"
+
+
+def test_each_table5_pair_has_its_own_run_or_says_why_not():
+    at_paper = [located("table5", "sps", 1.0, f"draft={draft};gamma=6", "paper", model)[0]
+                for model, draft in (("qwen3-32b", "qwen3-0.6b"), ("llama3.1-70b", "llama3.1-8b"))]
+    assert [f["config.method.drafter.model.name"] for f in at_paper] == ["qwen3-0.6b", "llama3.1-8b"]
+    assert [f["config.model.name"] for f in at_paper] == ["qwen3-32b", "llama3.1-70b"]
+    # cpu scale has one draft pair: it is shown once, the other pair says why it has none
+    assert located("table5", "sps", 1.0, "draft=qwen3-0.6b;gamma=6")[0]["config.method.tree.gamma"] == 6
+    assert located("table5", "sps", 1.0, "draft=llama3.1-8b;gamma=6") == runner.CPU_PAIR_ONLY
+    assert isinstance(located("table1", "sps", 1.0, "draft=vicuna-68m"), tuple)  # Table 1's SpS row is not a Table 5 pair
+
+
+def test_table2_at_cpu_scale_reads_the_budget_where_k_adds_nodes():
+    filters = located("table2", "mars", 1.0, "K=15")[0]
+    assert filters["config.method.tree.depth"] == 14
+    assert (filters["config.method.tree.top_k"], filters["config.method.tree.total_tokens"]) == (4, 200)
+    paper = located("table2", "mars", 1.0, "K=15", "paper", "qwen3-32b")[0]
+    assert (paper["config.method.tree.top_k"], paper["config.method.tree.total_tokens"]) == (10, 50)  # the release's, at every K
+
+
+def test_every_baseline_drafts_seven_tokens_where_its_method_allows():
+    # §4.1: "we fix the draft length to 7 for all methods"
+    assert runner.DEFAULTS["mars"]["config.method.tree.depth"] + 1 == 7 == runner.DEFAULTS["eagle2"]["config.method.tree.depth"] + 1
+    assert runner.DEFAULTS["sps"]["config.method.tree.gamma"] == 7 == runner.DEFAULTS["pld"]["config.method.tree.gamma"]
+    assert runner.DEFAULTS["lookahead"]["config.method.tree.ngram"] - 1 == 7
+    assert max(len(choice) for choice in yaml.safe_load(runner.EAGLE_TREE)) == 7

@@ -1,30 +1,32 @@
-"""MARS: margin-aware verification (lossy). Algorithm 1 of the MARS paper.
+"""MARS: margin-aware verification (lossy), two rules: the public release's (the default,
+which produced the paper's T=1 tables) and the paper's Algorithm 1 (`rule: paper`).
+results/reference/mars.notes.md gives the evidence for which rule is behind which table.
 
-With z(1) >= z(2) the target's two largest raw logits (before temperature) and
-r = z(2) / z(1): a draft token equal to the target's top-1 is accepted; one equal to the
-top-2 is also accepted when r > theta (the target is nearly indifferent); otherwise the
-draft is rejected and the top-1 appended. r is only meaningful when z(1) > 0; otherwise
-the strict rule applies and the case is counted (`ratio_undefined`).
+With z(1) >= z(2) the target's two largest logits and r = z(2) / z(1), a node relaxes when
+r > theta: a child equal to the target's top-2 is then accepted as if it were the top-1.
 
-At T > 0 (the variant the authors released): at each node, when r > theta the first
-child (in the tree's order) whose token is in the target's top-2 and can be sampled at
-all (nonzero probability after top-k / top-p) is accepted outright; otherwise the
-node's children go through the engine's lossless recursive rejection sampling (the
-release instead samples the correction directly when r > theta and no child is in the
-top-2; we still try the children, which only accepts more).
-
-`rule: release` reproduces the public release's evaluate_posterior instead (facts read
-from its code), to measure how much the published numbers owe to it:
+`rule: release` follows the release's evaluate_posterior (facts read from its code):
 - T = 0: plain greedy matching, no relaxation at all (the release relaxes only when
   sampling).
 - T > 0: r = z(2) / (z(1) + 1e-10) on the processed logits, so a node whose top logits
-  are negative relaxes too (r > 1). When r > theta, the first child in the top-2 is
-  accepted, and when none is, the correction is drawn from the unmodified p. Otherwise
-  each child is accepted with probability min(1, p(x) / q(x)), q(x) the draft's own
-  probability of that child (here exp of the tree's log-prob step), and on rejection
-  only p(x) becomes max(0, p(x) - q(x)), renormalised; the correction is drawn from what
-  remains. This is not distribution-preserving (q is the draft's probability of a
-  deterministic top-k pick, and the residual is adjusted at one token only).
+  are negative relaxes too (r > 1). When r > theta, the first child in the tree's order
+  (the draft's most probable first) whose token is in the top-2 is accepted, and when none
+  is, the correction is drawn from the unmodified p. Otherwise each child is accepted with
+  probability min(1, p(x) / q(x)), q(x) the draft's own probability of that child (here
+  exp of the tree's log-prob step; the paper's Eq. 1), and on rejection only p(x) becomes
+  max(0, p(x) - q(x)), renormalised; the correction is drawn from what remains. This is
+  not distribution-preserving (q is the draft's probability of a deterministic top-k
+  pick, and the residual is adjusted at one token only), and accepts more than EAGLE's
+  lossless test, which takes q = 1 for such picks.
+
+`rule: paper` is Algorithm 1 on raw logits (before temperature): a child equal to the
+top-1 is accepted first (lines 6-7); only when no child is, one equal to the top-2 is
+accepted when r > theta (lines 8-9); otherwise the draft is rejected and the top-1
+appended. r is only meaningful when z(1) > 0 (§3.3); otherwise the strict rule applies and
+the case is counted (`ratio_undefined`). At T > 0, when r > theta, the child carrying the
+top-1, else the one carrying the top-2, is accepted outright if it can be sampled at all
+(nonzero probability after top-k / top-p); otherwise the node's children go through the
+engine's lossless recursive rejection sampling.
 
 Notes per run: acceptances `exact` (the target's top-1), `relaxed` (the runner-up by the
 margin rule), `sampled` (by rejection sampling), `rejected` steps, `ratio_undefined`, and
@@ -49,7 +51,7 @@ RULES = ("paper", "release")
 
 
 class MarsVerifier(Verifier):
-    def __init__(self, theta: float = 0.9, rule: str = "paper"):
+    def __init__(self, theta: float = 0.9, rule: str = "release"):
         # z2 / z1 <= 1 whenever z1 > 0, so theta >= 1 never relaxes: 1 is exact matching, above it meaningless
         self.theta = number("method.verifier.theta", theta, above=0, at_most=1)
         self.rule = choice("method.verifier.rule", rule, RULES)
@@ -75,10 +77,10 @@ class MarsVerifier(Verifier):
             margin_ok = z1 > 0 and z2 / z1 > self.theta
             if z1 <= 0:
                 notes["ratio_undefined"] += 1
+            by_token = {}
+            for child in children:
+                by_token.setdefault(tree.tokens[child], child)
             if sampling.greedy:
-                by_token = {}
-                for child in children:
-                    by_token.setdefault(tree.tokens[child], child)
                 if v1 in by_token:
                     decided("exact")
                     path.append(by_token[v1])
@@ -90,11 +92,11 @@ class MarsVerifier(Verifier):
                     return Acceptance(path, v1, notes)
                 continue
             p = sampling.probs(z)
-            allowed = {v for v in (v1, v2) if p[v] > 0}
-            top2_child = next((c for c in children if tree.tokens[c] in allowed), None) if margin_ok else None
-            if top2_child is not None:
-                decided("exact" if tree.tokens[top2_child] == v1 else "relaxed")
-                path.append(top2_child)
+            # Algorithm 1 lines 6-9: the top-1 child before the top-2 one, whatever the tree's order
+            token = next((v for v in (v1, v2) if v in by_token and p[v] > 0), None) if margin_ok else None
+            if token is not None:
+                decided("exact" if token == v1 else "relaxed")
+                path.append(by_token[token])
                 continue
             child = try_children(tree, node, p, generator)
             if child is None:
@@ -102,7 +104,6 @@ class MarsVerifier(Verifier):
                 return Acceptance(path, sample(p, generator), notes)
             decided("sampled")
             path.append(child)
-
 
     def accept_as_released(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
         """The release's rule (see the module docstring), with the same notes."""
