@@ -182,3 +182,25 @@ def test_the_published_vicuna_rows_bear_out_each_baseline_claim(table, baseline)
     assert sorted(by_method.index) == sorted(talon.DATASETS)
     assert (by_method["talon"] > by_method[baseline]).all()
     assert any(c.source == ("Table 1" if table == "table1" else "Table 3") and baseline.replace("_", "-") in c.text.lower() for c in talon.CLAIMS)
+
+
+def test_the_census_matches_the_static_tree_the_eagle_policy_grows():
+    """EAGLE-3's K=10, D=8 tree kept whole (Figure 3's run) on random draft distributions: the
+    nodes holding each sibling rank at each depth are what rank_census derives from the widths."""
+    from specbench.engine.loop import _sibling_ranks, _widths
+    from specbench.engine.parts import Drafter
+    from specbench.engine.sampling import Sampling
+    from specbench.trees.eagle import EagleDynamicTree
+
+    table = torch.log_softmax(3 * torch.randn(500, 96, generator=torch.Generator().manual_seed(0)), -1)
+
+    class RandomDrafter(Drafter):
+        def logits(self, contexts, trees, nodes):
+            return [torch.stack([table[(7 * n + tree.depths[n]) % 500] for n in row]) if row else None for tree, row in zip(trees, nodes)]
+
+    [tree] = EagleDynamicTree(top_k=10, depth=8, total_tokens=talon.STATIC_TREE).grow(RandomDrafter(), [[1]], [5], Sampling(), [None])
+    assert len(tree) == talon.STATIC_TREE
+    held = np.zeros((talon.LEVELS, talon.STATIC_K))
+    for node, rank in zip(range(1, len(tree)), _sibling_ranks(tree, list(range(1, len(tree))))):
+        held[tree.depths[node] - 1, rank] += 1
+    assert np.array_equal(held, talon.rank_census(_widths(tree.depths)))
