@@ -181,6 +181,8 @@ def delta_vs_tau(runs: pd.DataFrame) -> pd.DataFrame:
     frames = []
     for method in ("talon", "eagle3"):
         chosen = results.select(runs, {"config.method.name": method, **DEFAULTS[method]})
+        if chosen.empty:
+            continue
         chosen = chosen.sort_values("results.samples", ascending=False, kind="stable").drop_duplicates(["config.model.name", "config.dataset.name", "temperature"])
         for _, run in chosen.iterrows():
             frame = per_prompt(run)
@@ -234,6 +236,8 @@ def ablation(runs: pd.DataFrame, key: str) -> pd.DataFrame:
 def static_tree_runs(runs: pd.DataFrame) -> dict[str, pd.Series]:
     """Per target: its static-tree run on MT-Bench (the one with the most prompts)."""
     chosen = results.select(runs, {"config.method.name": "eagle3", "config.method.tree.total_tokens": STATIC_TREE, "config.dataset.name": "mt_bench"})
+    if chosen.empty:
+        return {}
     return {model: group.sort_values("results.samples").iloc[-1] for model, group in chosen.groupby("config.model.name")}
 
 
@@ -356,7 +360,7 @@ def expansion_figure(timings: pd.DataFrame, out_dir: Path) -> list[Path]:
     top-K beside TALON's gate, each pair labelled with EAGLE's time over TALON's."""
     ratios = expansion.speedups(timings)
     fig, ax = plt.subplots(figsize=(8, 3.8))
-    labels = [f"{v // 1000}K, a={a:g}" for v, a in zip(ratios["vocab"], ratios["alpha"])]
+    labels = [f"{round(v / 1000)}K, a={a:g}" for v, a in zip(ratios["vocab"], ratios["alpha"])]
     x = np.arange(len(ratios))
     ax.bar(x - 0.2, ratios["eagle"] * 1e3, 0.4, label="EAGLE dual top-K")
     ax.bar(x + 0.2, ratios["talon"] * 1e3, 0.4, label="TALON gate")
