@@ -394,13 +394,18 @@ def paired_runs(runs: pd.DataFrame, dataset: str, temperature: float, other: str
 
 
 def _faster(temperature, other="eagle3"):
+    """TALON against `other` on every dataset, for each target `other` ran (paper scale: the
+    five targets against EAGLE-3, Vicuna-13B against the rest)."""
     def check(runs):
+        rivals = matching(runs, method=other, temperature=temperature)
+        models = sorted(set(rivals["config.model.name"])) if not rivals.empty else []
         pairs, missing = [], []
-        for dataset in DATASETS:
+        for model, dataset in ((m, d) for m in models for d in DATASETS):
+            case = dataset if len(models) == 1 else f"{model} {dataset}"
             try:
-                pairs.append((dataset, *paired_runs(runs, dataset, temperature, other)))
+                pairs.append((case, *paired_runs(runs[runs["config.model.name"] == model], dataset, temperature, other)))
             except KeyError:
-                missing.append(dataset)
+                missing.append(case)
         if not pairs:
             raise KeyError(f"talon and {other} runs with the same prompts and lengths")
         verdict, text = every_higher(pairs, "speedup", ("talon", other))

@@ -204,3 +204,20 @@ def test_the_census_matches_the_static_tree_the_eagle_policy_grows():
     for node, rank in zip(range(1, len(tree)), _sibling_ranks(tree, list(range(1, len(tree))))):
         held[tree.depths[node] - 1, rank] += 1
     assert np.array_equal(held, talon.rank_census(_widths(tree.depths)))
+
+
+def test_each_target_the_baseline_ran_is_a_case_of_its_own(tmp_path):
+    """Two targets ran TALON, only one ran Hydra (Vicuna-13B's baseline): the claim's cases
+    are that target's datasets; EAGLE-3, run on both, is compared on both."""
+    rows = []
+    for model in ("vicuna-13b", "qwen3-8b"):
+        for dataset in talon.DATASETS:
+            for method, base in (("talon", 1.2), ("eagle3", 0.9)) + ((("hydra", 1.0),) if model == "vicuna-13b" else ()):
+                shape = {"config.method.tree.size": 8} if method == "hydra" else {}
+                rows.append({**speed_run(tmp_path, f"{method}-{model}-{dataset}", method, dataset, 10, 64, [base + 0.01 * i for i in range(10)], **shape),
+                             "config.model.name": model})
+    runs = pd.DataFrame(rows)
+    verdict, text = talon._faster(0.0, "hydra")(runs)
+    assert verdict is True and "; gsm8k +0.20" in text and "qwen3-8b" not in text
+    verdict, text = talon._faster(0.0)(runs)
+    assert verdict is True and "qwen3-8b gsm8k +0.30" in text and "vicuna-13b gsm8k +0.30" in text
