@@ -1,14 +1,22 @@
 """TALON (budget-driven adaptive draft trees): the sweeps behind Tables 1 and 3 and
-Figures 3, 6, 12 and 13, at paper scale (the paper's five targets and EAGLE-3 heads;
-TALON N=60, mu=0.03, top-10 first layer; EAGLE-3 K=10, D=8, N=60; 1024 new tokens) or
-cpu scale (the embedded SmolLM2-135M with our EAGLE-3 head on a seeded prompt subset).
+Figures 3, 4, 6, 7, 9-13 and 15, at paper scale (the paper's five targets and EAGLE-3 heads;
+TALON N=60, mu=0.03, top-10 first layer; EAGLE-3 K=10, D=8, N=60; Vicuna-13B's SpS, Medusa,
+Hydra and OPT-Tree baselines; 1024 new tokens) or cpu scale (the embedded SmolLM2-135M with
+specbench's EAGLE-3, Medusa and Hydra heads on seeded prompt subsets).
 
     python runners/talon.py                      # cpu scale: run, then tables/figures/report
     python runners/talon.py --scale paper        # print the paper-scale multiruns (no GPU here)
 
+cpu scale: Table 1's TALON and EAGLE-3 runs are the headline (--prompts, 20); every other
+sweep runs 10 prompts, all at --max-new-tokens (64), so a claim pairs runs of the same
+prompts and lengths: Table 1's OPT-Tree, Medusa and Hydra rows are paired with a TALON run
+of their 10 prompts. Figures 9, 10 and 11 repeat Figures 4, 3 and 6 for the paper's other
+targets and are drawn only where those targets ran (paper scale); Figure 7's radar needs
+the k sweep on at least three datasets (paper scale: six; cpu scale: HumanEval and Alpaca).
+
 Figure 3's static tree is EAGLE-3's K=10, D=8 expansion kept whole (811 nodes, no
-reranking); its heat map shows acceptances by depth and by rank within the depth (by
-cumulative draft probability), where the paper lays the K x K nodes out by position.
+reranking); its heat map shows, per depth and per rank of a node among its parent's
+children (top-1, top-2, ...), the acceptances per node holding that rank and per step.
 """
 
 from __future__ import annotations
@@ -19,64 +27,120 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from specbench.replicate import Paper, main, results
-from specbench.replicate.lookup import base_filters, not_run, one, one_or_none, per_prompt, prompt_values, shared_prompts, sweep_runs
+from specbench import ROOT
+from specbench.costs import expansion
+from specbench.replicate import OUR_MODEL, Paper, main, results
+from specbench.replicate.lookup import base_filters, matching, not_run, one, per_prompt, prompt_values, shared_prompts, size_keys, sweep_runs
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
-from specbench.replicate.scales import by_source, sweep_size
+from specbench.replicate.scales import by_source
+from specbench.replicate.sweep import Sweep
 from specbench.replicate.verdicts import all_hold, every_higher, mostly_higher, picked_mean, positive, slope
 
 NAME = "talon"
 TITLE = "TALON: budget-driven adaptive draft trees"
-CPU_PROMPTS = 20  # the headline sweeps'; the others are reduced (replicate.scales.sweep_size)
-CPU_MAX_NEW_TOKENS = 128
+CPU_PROMPTS = 20  # Table 1's TALON and EAGLE-3 runs (the headline) at cpu scale
+CPU_CLAIM_PROMPTS = 10  # every other cpu-scale sweep: the fewest prompts a claim's interval is drawn from
+CPU_MAX_NEW_TOKENS = 64  # every cpu-scale sweep, so runs compared prompt by prompt share their lengths
 HEADLINE = {"table1", "table1-eagle3"}  # Table 1 at T=0: TALON and EAGLE-3 on six datasets
 SETUP = {
-    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by TALON and EAGLE-3, as in the paper) in place of the paper's targets; seeded prompt subsets, first turn only.",
-    "paper": "paper scale: the paper's targets and published EAGLE-3 heads on one GPU each.",
+    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by TALON, EAGLE-3 and OPT-Tree, as in the paper) and its Medusa (4 heads, 9-node tree) and Hydra (3 heads, 8-node tree) heads in place of the paper's targets; seeded prompt subsets, first turn only.",
+    "paper": "paper scale: the paper's targets and published EAGLE-3, Medusa and Hydra heads on one GPU each.",
 }
 MODELS = ["llama3.1-8b", "vicuna-13b", "qwen3-8b", "qwen3-32b", "dsl-8b"]
 DATASETS = ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq"]
-IMPLEMENTED = {"talon", "eagle3", "sps", "opt_tree"}
+BASELINES = ["opt_tree", "medusa", "hydra"]  # Vicuna-13B's tree and head baselines in Tables 1 and 3
+IMPLEMENTED = {"talon", "eagle3", "sps", *BASELINES}
 EAGLE_DEPTH = 8  # K=10, D=8, N=60 (TALON E.1: "official settings in EAGLE"), D as EAGLE's depth
 EAGLE = ["method=eagle3", f"method.tree.depth={EAGLE_DEPTH}"]
 SPEEDUP = "speedup"  # the paper does not say how it aggregates per-prompt speeds: ours, the aggregate tok/s ratio
 DEFAULTS = {
-    "talon": {"config.method.tree.budget": 60, "config.method.tree.mu": 0.03, "config.method.tree.top_k": 10},
+    "talon": {"config.method.tree.budget": 60, "config.method.tree.mu": 0.03, "config.method.tree.top_k": 10, "config.method.tree.robust_layers": 1},
     "eagle3": {"config.method.tree.depth": EAGLE_DEPTH, "config.method.tree.total_tokens": 60, "config.method.tree.top_k": 10},
     "sps": {"config.method.tree.gamma": 5},
     # OPT-Tree's release defaults (its README: 60 nodes, threshold 0.5, max depth 10), EAGLE-3's head as the drafter
     "opt_tree": {"config.method.tree.nodes": 60, "config.method.tree.threshold": 0.5, "config.method.tree.max_depth": 10},
 }
+# Medusa and Hydra as their releases run them (E.1.2: official codebases, recommended settings):
+# the mc_sim_7b_63 tree from a local clone of each release at paper scale (typical acceptance
+# at T=1, as both release scripts); at cpu scale specbench's small trees for the 4 Medusa and
+# 3 Hydra heads shipped for the embedded model (as runners/entmtp.py)
+HEAD_TREES = {
+    "cpu": {"medusa": {"method.tree.size": 9}, "hydra": {"method.tree.size": 8}},
+    "paper": {name: {"method.tree.choices": "null", "method.tree.choices_file": f"${{oc.env:{name.upper()}_CHOICES_FILE}}",
+                     "method.tree.choices_name": "mc_sim_7b_63", "method.tree.size": "null"} for name in ("medusa", "hydra")},
+}
+HEAD_FILTERS = {"cpu": {"medusa": {"config.method.tree.size": 9}, "hydra": {"config.method.tree.size": 8}},
+                "paper": {name: {"config.method.tree.choices_name": "mc_sim_7b_63"} for name in ("medusa", "hydra")}}
 BUDGETS = [32, 48, 60, 72, 96]
 MUS = [0.01, 0.02, 0.03, 0.04, 0.05]
+ROBUST_LAYERS = [0, 1, 2, 3]  # Figure 7's k: top-K expansion for the first k layers (TALON: k=1)
+FIGURE7_CLAIMED = ["humaneval", "alpaca"]  # Figure 7 (a)-(b); the radar (c)-(d) spans the six datasets
 LEVELS = EAGLE_DEPTH + 1  # EAGLE's first forward, then D more
 STATIC_TREE = 1 + 10 + EAGLE_DEPTH * 100  # EAGLE-3 K=10, D=8 with nothing pruned
+STATIC_K = 10
+# the paper's figure of each target's static-tree and delta-tau views; at cpu scale our model
+# stands in for Figure 3's and 4's Qwen3-8B
+FUNNEL_FIGURES = {"qwen3-8b": "figure3", OUR_MODEL: "figure3", "llama3.1-8b": "figure10"}
+MAT_FIGURES = {"figure4": ["qwen3-8b", OUR_MODEL], "figure9": ["llama3.1-8b", "qwen3-32b", "vicuna-13b", "dsl-8b"]}
+FIGURE11_MODELS = ["llama3.1-8b", "qwen3-32b", "vicuna-13b", "qwen3-8b"]
+
+
+def size(scale: str, name: str, prompts: int, max_new_tokens: int) -> tuple[int, int]:
+    """(prompts, new tokens) of sweep `name`: the headline's in full, every other cpu-scale
+    sweep at most CPU_CLAIM_PROMPTS prompts and the same answer length."""
+    if scale == "cpu" and name not in HEADLINE:
+        return min(prompts, CPU_CLAIM_PROMPTS), max_new_tokens
+    return prompts, max_new_tokens
+
+
+def figure15_path(scale: str, results_dir: Path) -> Path:
+    """Where the expansion micro-benchmark writes its timings: beside the results (relative to
+    the project root when inside it, where sweeps run)."""
+    path = Path(results_dir).resolve() / "figure15.csv"
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def at(name, datasets, overrides, models=tuple(MODELS)):
-        return by_source(name, datasets, overrides, scale, list(models), *sweep_size(scale, name, HEADLINE, prompts, max_new_tokens))
+        return by_source(name, datasets, overrides, scale, list(models), *size(scale, name, prompts, max_new_tokens))
 
+    def heads(method):
+        return [f"method={method}", *(f"{k}={v}" for k, v in HEAD_TREES[scale][method].items())]
+
+    vicuna = ["vicuna-13b"]
     sweeps = []
     for table, temperature in (("table1", 0), ("table3", 1)):
-        sweeps += at(table, DATASETS, ["method=talon", f"gen.temperature={temperature}"])
-        sweeps += at(f"{table}-eagle3", DATASETS, [*EAGLE, f"gen.temperature={temperature}"])
+        t = f"gen.temperature={temperature}"
+        sweeps += at(table, DATASETS, ["method=talon", t])
+        sweeps += at(f"{table}-eagle3", DATASETS, [*EAGLE, t])
+        if scale == "cpu" and table in HEADLINE:  # TALON at the baselines' prompts (at paper scale every sweep has the same)
+            sweeps += at(f"{table}-talon-paired", DATASETS, ["method=talon", t])
         if scale == "paper":  # the paper's SpS rows are Vicuna-13B's baseline; cpu scale skips them for time
-            sweeps += at(f"{table}-sps", DATASETS, ["method=sps", f"gen.temperature={temperature}"], ["vicuna-13b"])
-        sweeps += at(f"{table}-opt-tree", DATASETS, ["method=opt_tree", f"gen.temperature={temperature}"], ["vicuna-13b"])
+            sweeps += at(f"{table}-sps", DATASETS, ["method=sps", t], vicuna)
+        sweeps += at(f"{table}-opt-tree", DATASETS, ["method=opt_tree", t], vicuna)
+        for method in ("medusa", "hydra"):
+            sweeps += at(f"{table}-{method}", DATASETS, [*heads(method), t], vicuna)
     budgets = ",".join(map(str, BUDGETS))
     sweeps += at("figure12", ["mt_bench"], ["method=talon", f"method.tree.budget={budgets}", "gen.temperature=0"])
     sweeps += at("figure12-eagle3", ["mt_bench"], [*EAGLE, f"method.tree.total_tokens={budgets}", "gen.temperature=0"])
     sweeps += at("figure13", ["mt_bench"], ["method=talon", f"method.tree.mu={','.join(map(str, MUS))}", "gen.temperature=0"], ["qwen3-8b", "llama3.1-8b", "dsl-8b"])
-    sweeps += at("figure3", ["mt_bench"], [*EAGLE, f"method.tree.total_tokens={STATIC_TREE}", "gen.temperature=0"], ["qwen3-8b"])
+    # Figures 3, 4, 9 and 10: the static tree on MT-Bench (Qwen3-8B for 3 and 4, Llama-3.1-8B for 10, four targets for 9)
+    sweeps += at("figure3", ["mt_bench"], [*EAGLE, f"method.tree.total_tokens={STATIC_TREE}", "gen.temperature=0"])
+    # Figure 7: k robust layers; the text's example is Llama-3.1-8B; cpu scale runs (a)-(b)'s datasets only, for time
+    sweeps += at("figure7", DATASETS if scale == "paper" else FIGURE7_CLAIMED,
+                 ["method=talon", f"method.tree.robust_layers={','.join(map(str, ROBUST_LAYERS))}", "gen.temperature=0"], ["llama3.1-8b"])
+    device = ["--device", "cuda"] if scale == "paper" else []
+    sweeps.append(Sweep("figure15", [], program=["specbench.costs.expansion", "--out", str(figure15_path(scale, results_dir)), *device]))
     return sweeps
 
 
 def locate(scale: str):
     def find(row: pd.Series):
-        if row["method"] not in IMPLEMENTED:
-            return not_run(row["method"])
-        return {**base_filters(row), "config.method.name": row["method"], **DEFAULTS[row["method"]]}, False
+        method = row["method"]
+        if method not in IMPLEMENTED:
+            return not_run(method)
+        shape = HEAD_FILTERS[scale][method] if method in HEAD_FILTERS[scale] else DEFAULTS[method]
+        return {**base_filters(row), "config.method.name": method, **shape}, False
 
     return find
 
@@ -88,6 +152,7 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     points = delta_vs_tau(runs)
     if not points.empty:
         paths += delta_vs_tau_figure(points, out_dir, "figure6", "TALON Figure 6 (ours): draft cost vs accepted tokens")
+        paths += per_model_delta_vs_tau(points, out_dir)
     for name, method_key, label in (("figure12", "budget", "node budget N"), ("figure13", "mu", "mu")):
         sweep = ablation(runs, method_key)
         if sweep.empty:
@@ -98,15 +163,14 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.set(xlabel=label, ylabel="tok/s (MT-Bench, T=0)", title=f"TALON {name.title()} (ours)")
         ax.legend()
         paths += save(fig, out_dir, name)
-    found = acceptance_counts(runs)
-    if found is not None:
-        counts, steps = found
-        fig, ax = plt.subplots(figsize=(10, 3.5))
-        image = ax.imshow(counts / steps, aspect="auto", cmap="viridis")
-        ax.set(xlabel="rank within the depth (by cumulative draft probability)", ylabel="depth", title="TALON Figure 3 (ours): acceptances in EAGLE-3's static K=10, D=8 tree")
-        ax.set_yticks(range(counts.shape[0]), [str(d + 1) for d in range(counts.shape[0])])
-        fig.colorbar(image, ax=ax, label="share of steps")
-        paths += save(fig, out_dir, "figure3")
+    for model, found in static_tree_runs(runs).items():
+        if model in FUNNEL_FIGURES:
+            paths += funnel_figure(found, model, out_dir, FUNNEL_FIGURES[model])
+    paths += mat_figures(runs, out_dir)
+    paths += robust_layers_figure(runs, out_dir)
+    timings = Path(out_dir).parent / "figure15.csv"
+    if timings.is_file():
+        paths += expansion_figure(pd.read_csv(timings), out_dir)
     return paths
 
 
@@ -117,11 +181,32 @@ def delta_vs_tau(runs: pd.DataFrame) -> pd.DataFrame:
     frames = []
     for method in ("talon", "eagle3"):
         chosen = results.select(runs, {"config.method.name": method, **DEFAULTS[method]})
+        if chosen.empty:
+            continue
         chosen = chosen.sort_values("results.samples", ascending=False, kind="stable").drop_duplicates(["config.model.name", "config.dataset.name", "temperature"])
         for _, run in chosen.iterrows():
             frame = per_prompt(run)
             frames.append(frame.assign(method=method, temperature=run["temperature"], dataset=run["config.dataset.name"], model=run["config.model.name"]))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def per_model_delta_vs_tau(points: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Figure 11: Figure 6 for each of four targets (T=0), drawn when two or more of them ran."""
+    models = [m for m in FIGURE11_MODELS if m in set(points["model"])]
+    if len(models) < 2:
+        return []
+    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        part = points[(points["model"] == model) & (points["temperature"] == 0)]
+        for method, color in (("eagle3", "tab:orange"), ("talon", "tab:blue")):
+            mine = part[part["method"] == method]
+            ax.scatter(mine["tau"], mine["delta"], s=8, c=color, label=method)
+        top = max(part["tau"].max(), part["delta"].max()) * 1.05
+        ax.plot([0, top], [0, top], "--", color="gray", label="oracle (delta = tau)")
+        ax.set(xlabel="tau", ylabel="delta", title=model)
+        ax.legend(fontsize=7)
+    fig.suptitle("TALON Figure 11 (ours): draft cost vs accepted tokens per target, T=0")
+    return save(fig, out_dir, "figure11")
 
 
 def ablation_runs(runs: pd.DataFrame, key: str) -> dict[str, dict]:
@@ -146,36 +231,184 @@ def ablation(runs: pd.DataFrame, key: str) -> pd.DataFrame:
     ])
 
 
-def prompt_acceptances(runs: pd.DataFrame) -> list[tuple[np.ndarray, int]]:
-    """Per prompt of the static-tree run: acceptances by depth (rows 1-9) and rank within the
-    depth (ranks past 99 pooled), and its number of verification steps."""
-    chosen = results.select(runs, {"config.method.name": "eagle3", "config.method.tree.total_tokens": STATIC_TREE})
+# ---- Figures 3, 4, 9 and 10: EAGLE-3's static tree ------------------------------------
+
+def static_tree_runs(runs: pd.DataFrame) -> dict[str, pd.Series]:
+    """Per target: its static-tree run on MT-Bench (the one with the most prompts)."""
+    chosen = results.select(runs, {"config.method.name": "eagle3", "config.method.tree.total_tokens": STATIC_TREE, "config.dataset.name": "mt_bench"})
+    if chosen.empty:
+        return {}
+    return {model: group.sort_values("results.samples").iloc[-1] for model, group in chosen.groupby("config.model.name")}
+
+
+def rank_census(widths: list[int], top_k: int = STATIC_K) -> np.ndarray:
+    """[depth, rank]: how many nodes of one step's static tree hold each rank among their
+    siblings, from its nodes per depth: every expanded parent has exactly top_k children."""
+    census = np.zeros((LEVELS, top_k))
+    for depth, width in enumerate(widths[:LEVELS]):
+        if width % top_k:
+            raise ValueError(f"a static-tree depth of {width} nodes is not {top_k} children per parent")
+        census[depth] = width // top_k
+    return census
+
+
+def prompt_acceptances(run: pd.Series) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per prompt of a static-tree run: (acceptances, nodes) by depth and sibling rank, summed
+    over its verification steps: how often a node of that depth and rank was accepted, and how
+    many nodes of that depth and rank the trees held."""
     found = []
-    for _, run in chosen.iterrows():
-        for record in results.samples(run):
-            counts = np.zeros((LEVELS, 100))
-            for ranks in record["method"]["accepted_ranks"]:
-                for depth, rank in enumerate(ranks[:LEVELS]):
-                    counts[depth, min(rank, 99)] += 1
-            found.append((counts, len(record["method"]["accepted_ranks"])))
+    for record in results.samples(run):
+        method = record["method"]
+        if "accepted_sibling_ranks" not in method:
+            raise KeyError(f"accepted_sibling_ranks in {run['run_dir']} (a run from before sibling ranks were recorded: re-run it)")
+        counts, nodes = np.zeros((LEVELS, STATIC_K)), np.zeros((LEVELS, STATIC_K))
+        for ranks, widths in zip(method["accepted_sibling_ranks"], method["tree_widths"]):
+            for depth, rank in enumerate(ranks[:LEVELS]):
+                counts[depth, rank] += 1
+            nodes += rank_census(widths)
+        found.append((counts, nodes))
     return found
 
 
-def acceptance_counts(runs: pd.DataFrame) -> tuple[np.ndarray, int] | None:
-    """prompt_acceptances summed over the prompts (None without the static-tree run)."""
-    found = prompt_acceptances(runs)
-    if not found:
-        return None
-    return sum(c for c, _ in found), sum(n for _, n in found)
+def acceptance_per_node(counts: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Acceptances per node holding each (depth, rank): a tree that accepts every node of a
+    depth alike gives a flat row whatever its shape (NaN where no node held the rank)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(nodes > 0, counts / np.where(nodes > 0, nodes, 1), np.nan)
+
+
+def top_share(rates: np.ndarray, top: int = 2) -> np.ndarray:
+    """Per depth: the share of its per-node acceptance held by ranks 0..top-1 (NaN for a
+    depth with no acceptance); `top`/K for a flat row."""
+    totals = np.nansum(rates, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, np.nansum(rates[:, :top], axis=1) / np.where(totals > 0, totals, 1), np.nan)
+
+
+def funnel_figure(run: pd.Series, model: str, out_dir: Path, name: str) -> list[Path]:
+    counts, nodes = (sum(parts) for parts in zip(*prompt_acceptances(run)))
+    rates = acceptance_per_node(counts, nodes)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    image = ax.imshow(rates, aspect="auto", cmap="viridis")
+    ax.set(xlabel="rank among its parent's children (top-1 = 1)", ylabel="depth",
+           title=f"TALON {name.title()} (ours, {model}): acceptances per node in EAGLE-3's static K=10, D=8 tree")
+    ax.set_xticks(range(STATIC_K), [str(r + 1) for r in range(STATIC_K)])
+    ax.set_yticks(range(LEVELS), [str(d + 1) for d in range(LEVELS)])
+    fig.colorbar(image, ax=ax, label="acceptances per node and step")
+    return save(fig, out_dir, name)
+
+
+def mat_figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Figures 4 and 9: each MT-Bench query's tau in the static tree, by category, one panel per target."""
+    found = static_tree_runs(runs)
+    paths = []
+    for name, models in MAT_FIGURES.items():
+        present = [m for m in models if m in found]
+        if not present:
+            continue
+        fig, axes = plt.subplots(1, len(present), figsize=(6 * len(present), 3.8), squeeze=False)
+        for ax, model in zip(axes[0], present):
+            records = results.samples(found[model])
+            frame = pd.DataFrame([{"category": r.get("category", ""), "tau": r["method"]["new_tokens"] / r["method"]["target_forwards"]}
+                                  for r in records if r["method"]["target_forwards"]])
+            categories = sorted(frame["category"].unique())
+            for i, category in enumerate(categories):
+                values = frame.loc[frame["category"] == category, "tau"]
+                ax.scatter([i] * len(values), values, s=14)
+            ax.set_xticks(range(len(categories)), categories, rotation=30, ha="right")
+            ax.set(ylabel="tau (tokens per target forward)", title=model)
+        fig.suptitle(f"TALON {name.title()} (ours): per-query accepted tokens, EAGLE-3 static K=10, D=8 tree, MT-Bench")
+        paths += save(fig, out_dir, name)
+    return paths
+
+
+# ---- Figure 7: robust initialisation layers ---------------------------------------------
+
+def robust_layer_runs(runs: pd.DataFrame, dataset: str) -> dict[int, pd.Series]:
+    """TALON at each k of Figure 7's sweep on `dataset` (T=0), of one size (sweep_runs)."""
+    fixed = {k: v for k, v in DEFAULTS["talon"].items() if k != "config.method.tree.robust_layers"}
+    return sweep_runs(runs, "config.method.tree.robust_layers", ROBUST_LAYERS, method="talon", dataset=dataset, temperature=0.0, **fixed)
+
+
+def robust_layers_figure(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Figure 7: tok/s at each k per dataset; (c) the speedup over datasets as a radar when three or more ran."""
+    sweep = {d: found for d in DATASETS if len(found := robust_layer_runs(runs, d)) > 1}
+    if not sweep:
+        return []
+    radar = len(sweep) >= 3
+    fig = plt.figure(figsize=(4.5 * (len(sweep) + radar), 3.8))
+    for i, (dataset, points) in enumerate(sweep.items(), 1):
+        ax = fig.add_subplot(1, len(sweep) + radar, i)
+        ax.bar([str(k) for k in points], [run["results.tok_per_s"] for run in points.values()])
+        ax.set(xlabel="robust (top-K) layers k", ylabel="tok/s (T=0)", title=dataset)
+    if radar:
+        ax = fig.add_subplot(1, len(sweep) + 1, len(sweep) + 1, projection="polar")
+        angles = np.linspace(0, 2 * np.pi, len(sweep), endpoint=False)
+        for k in ROBUST_LAYERS:
+            values = [sweep[d][k].get("speedup") if k in sweep[d] else np.nan for d in sweep]
+            ax.plot(np.append(angles, angles[0]), values + values[:1], "o-", label=f"k={k}")
+        ax.set_xticks(angles, list(sweep))
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("TALON Figure 7 (ours): robust initialisation layers k")
+    return save(fig, out_dir, "figure7")
+
+
+# ---- Figure 15: one layer's expansion ---------------------------------------------------
+
+def expansion_figure(timings: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Mean latency of one layer's expansion per vocabulary and Zipf alpha, EAGLE's dual
+    top-K beside TALON's gate, each pair labelled with EAGLE's time over TALON's."""
+    ratios = expansion.speedups(timings)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    labels = [f"{round(v / 1000)}K, a={a:g}" for v, a in zip(ratios["vocab"], ratios["alpha"])]
+    x = np.arange(len(ratios))
+    ax.bar(x - 0.2, ratios["eagle"] * 1e3, 0.4, label="EAGLE dual top-K")
+    ax.bar(x + 0.2, ratios["talon"] * 1e3, 0.4, label="TALON gate")
+    for xi, top, ratio in zip(x, np.maximum(ratios["eagle"], ratios["talon"]) * 1e3, ratios["speedup"]):
+        ax.annotate(f"{ratio:.2f}x", (xi, top), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, labels, rotation=30, ha="right")
+    ax.set(ylabel="ms per layer (mean)", title="TALON Figure 15 (ours): one layer's expansion, EAGLE time / TALON time above")
+    ax.legend(fontsize=7)
+    return save(fig, out_dir, "figure15")
 
 
 # ---- claims -------------------------------------------------------------------------
 
+# what makes two runs decode the same prompts to the same lengths (besides model and dataset)
+SAME_SAMPLES = ("config.model.name", "config.dataset.path", "config.dataset.limit", "config.dataset.seed", "config.dataset.max_turns",
+                "config.dataset.repeats", "config.gen.max_new_tokens", "config.gen.top_p", "config.gen.top_k", "config.gen.batch_size", "config.seed")
+
+
+def paired_runs(runs: pd.DataFrame, dataset: str, temperature: float, other: str) -> tuple[pd.Series, pd.Series]:
+    """TALON's and `other`'s runs (at their paper shapes) on the same prompts, lengths and
+    seeds: of the settings both ran, the one with the most prompts. KeyError when none."""
+    talon = matching(runs, method="talon", dataset=dataset, temperature=temperature, **DEFAULTS["talon"])
+    rival = matching(runs, method=other, dataset=dataset, temperature=temperature, **DEFAULTS.get(other, {}))
+    talon_keys, rival_keys = size_keys(talon, SAME_SAMPLES), size_keys(rival, SAME_SAMPLES)
+    shared = set(talon_keys) & set(rival_keys)
+    if not shared:
+        raise KeyError(f"talon and {other} on {dataset} at T={temperature:g} with the same prompts and lengths")
+    best = max(sorted(shared), key=lambda key: talon.loc[talon_keys == key, "results.samples"].max())
+    return (talon[talon_keys == best].sort_values("results.samples").iloc[-1],
+            rival[rival_keys == best].sort_values("results.samples").iloc[-1])
+
+
 def _faster(temperature, other="eagle3", rule=every_higher):
-    """TALON against `other` per dataset, by `rule` (every_higher, or mostly_higher)."""
+    """TALON against `other` per dataset by `rule` (every_higher, or mostly_higher), for each
+    target `other` ran (paper scale: the five targets against EAGLE-3, Vicuna-13B against the
+    rest); a dataset without paired runs is a case without a run."""
     def check(runs):
-        pairs = [(dataset, one_or_none(runs, method="talon", dataset=dataset, temperature=temperature, **DEFAULTS["talon"]),
-                  one_or_none(runs, method=other, dataset=dataset, temperature=temperature, **DEFAULTS[other])) for dataset in DATASETS]
+        rivals = matching(runs, method=other, temperature=temperature)
+        models = sorted(set(rivals["config.model.name"])) if not rivals.empty else []
+        pairs = []
+        for model, dataset in ((m, d) for m in models for d in DATASETS):
+            case = dataset if len(models) == 1 else f"{model} {dataset}"
+            try:
+                pairs.append((case, *paired_runs(runs[runs["config.model.name"] == model], dataset, temperature, other)))
+            except KeyError:
+                pairs.append((case, None, None))
+        if all(talon is None for _, talon, _ in pairs):
+            raise KeyError(f"talon and {other} runs with the same prompts and lengths")
         return rule(pairs, "speedup", ("talon", other))
     return check
 
@@ -263,33 +496,64 @@ def _mu(runs):
     return verdict, f"best speedup at mu <= 0.02 minus best above, per-prompt means: {text} (tau at mu 0.03: {tau:.2f}, low alignment); {points}"
 
 
+def _robust_init(runs):
+    """k=1 against k=0, 2 and 3 on Figure 7 (a)-(b)'s datasets, per-prompt speedups paired."""
+    pairs, missing = [], []
+    for dataset in FIGURE7_CLAIMED:
+        points = robust_layer_runs(runs, dataset)
+        if 1 not in points:
+            missing.append(dataset)
+            continue
+        pairs += [(f"{dataset} k={k}", points[1], points[k]) for k in ROBUST_LAYERS if k != 1 and k in points]
+    if not pairs:
+        raise KeyError("Figure 7's k sweep")
+    verdict, text = every_higher(pairs, "speedup", ("k=1", "k"))
+    if missing:
+        verdict, text = all_hold([verdict, None]), f"{text}; no k sweep on {', '.join(missing)}"
+    return verdict, text
+
+
 def _funnel(runs):
-    """The share of acceptances at ranks 0-1, mean over the depths past the first minus at
-    the first, resampled over prompts (depths with an acceptance in the whole run)."""
-    found = prompt_acceptances(runs)
-    if not found:
+    """Per depth, the share of per-node acceptance held by ranks 1-2 (top-1 and top-2 of their
+    parent); the mean over the depths past the first minus the first's, resampled over prompts
+    (depths with an acceptance in the whole run). A tree that accepts every node of a depth
+    alike gives 0."""
+    found = static_tree_runs(runs)
+    run = found.get("qwen3-8b", found.get(OUR_MODEL))
+    if run is None:
         raise KeyError("static-tree run")
-    counts = sum(c for c, _ in found)
-    depths = [d for d in range(counts.shape[0]) if counts[d].sum() > 0]
-    evidence = "share of acceptances at ranks 0-1 by depth: " + ", ".join(f"{d + 1}: {counts[d, :2].sum() / counts[d].sum():.2f} of {counts[d].sum():.0f}" for d in depths)
+    per_prompt_found = prompt_acceptances(run)
+    counts, nodes = (sum(parts) for parts in zip(*per_prompt_found))
+    depths = [d for d in range(LEVELS) if counts[d].sum() > 0]
+    shares = top_share(acceptance_per_node(counts, nodes))
+    evidence = "share of per-node acceptance at ranks 1-2 by depth (flat: 0.20): " + ", ".join(f"{d + 1}: {shares[d]:.2f} of {counts[d].sum():.0f}" for d in depths)
     if len(depths) < 2:
         return None, evidence
 
     def concentration(picked):
-        total = sum(found[i][0] for i in picked)
-        shares = [total[d, :2].sum() / total[d].sum() for d in depths if total[d].sum() > 0]
-        return float(np.mean(shares[1:])) - shares[0] if len(shares) > 1 and total[depths[0]].sum() > 0 else None
+        total_counts = sum(per_prompt_found[i][0] for i in picked)
+        total_nodes = sum(per_prompt_found[i][1] for i in picked)
+        picked_shares = top_share(acceptance_per_node(total_counts, total_nodes))[depths]
+        if np.isnan(picked_shares[0]) or np.isnan(picked_shares[1:]).all():
+            return None
+        return float(np.nanmean(picked_shares[1:]) - picked_shares[0])
 
-    verdict, text = positive(list(range(len(found))), concentration)
+    verdict, text = positive(list(range(len(per_prompt_found))), concentration)
     return verdict, f"{evidence}; deeper minus first: {text}"
 
 
 CLAIMS = [
     Claim("Table 1", "At T=0 TALON is faster than EAGLE-3 (same N=60) on every dataset", _faster(0.0)),
     Claim("Table 1", "At T=0 TALON is faster than OPT-Tree on every dataset", _faster(0.0, "opt_tree")),
+    Claim("Table 1", "At T=0 TALON is faster than Medusa on every dataset", _faster(0.0, "medusa")),
+    Claim("Table 1", "At T=0 TALON is faster than Hydra on every dataset", _faster(0.0, "hydra")),
     Claim("Table 3", "At T=1 TALON is faster than EAGLE-3 on most datasets (Table 3 ties on Vicuna-13B CNN/DM)", _faster(1.0, rule=mostly_higher)),
+    Claim("Table 3", "At T=1 TALON is faster than OPT-Tree on every dataset", _faster(1.0, "opt_tree")),
+    Claim("Table 3", "At T=1 TALON is faster than Medusa on every dataset", _faster(1.0, "medusa")),
+    Claim("Table 3", "At T=1 TALON is faster than Hydra on every dataset", _faster(1.0, "hydra")),
     Claim("Figure 6", "TALON's draft cost tracks the oracle delta = tau more closely than EAGLE-3's", _oracle),
     Claim("Figure 6", "TALON's draft cost grows with tau; EAGLE-3's is fixed", _adaptive_cost),
+    Claim("Figure 7", "One robust top-K layer (k=1) is faster than k=0, 2 or 3 (HumanEval, Alpaca)", _robust_init),
     Claim("Figure 12", "TALON is faster than EAGLE-3 at every node budget N (32-96)", _budget),
     Claim("Figure 12", "TALON's advantage is largest at the smallest budget", _budget_gap),
     Claim("Figure 13", "With a weakly aligned drafter (low MAT) a low mu (<= 0.02) is best", _mu),

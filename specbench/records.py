@@ -27,7 +27,7 @@ class MethodRun:
     nll: float  # target NLL of all new tokens (T=1), summed
     step_draft_forwards: list[int]
     tree_widths: list[list[int]]
-    accepted_ranks: list[list[int]]
+    accepted_sibling_ranks: list[list[int]]
     verifier_notes: dict
     batch_size: int = 1  # sequences decoded together (gen.batch_size, fewer in a last batch)
     batch_seconds: float = 0.0  # the whole batch's decoding time, the same in each of its samples
@@ -51,7 +51,7 @@ def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str,
         nll=sum(r.nll for _, r, _ in runs),
         step_draft_forwards=[n for _, r, _ in runs for n in r.step_draft_forwards],
         tree_widths=[w for _, r, _ in runs for w in r.tree_widths],
-        accepted_ranks=[a for _, r, _ in runs for a in r.accepted_ranks],
+        accepted_sibling_ranks=[a for _, r, _ in runs for a in r.accepted_sibling_ranks],
         verifier_notes=notes_of([r for _, r, _ in runs]),
         batch_size=batch_size,
         batch_seconds=batch_seconds,

@@ -341,7 +341,7 @@ def test_talon_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
     [line] = [json.loads(l) for l in open(next((tmp_path / "talon").glob("*/samples.jsonl")))][:1]
     assert all(sum(w) <= 15 for w in line["method"]["tree_widths"])
     assert sum(line["method"]["step_draft_forwards"]) == line["method"]["draft_forwards"]
-    assert [len(r) for r in line["method"]["accepted_ranks"]] == [n - 1 for n in line["method"]["accept_lengths"]]
+    assert [len(r) for r in line["method"]["accepted_sibling_ranks"]] == [n - 1 for n in line["method"]["accept_lengths"]]
 
 
 def test_mars_records_its_decisions_and_the_target_nll(tmp_path):

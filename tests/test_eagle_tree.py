@@ -138,15 +138,15 @@ def test_bad_parameters(kwargs):
         EagleDynamicTree(**kwargs)
 
 
-def test_accepted_nodes_are_ranked_within_their_depth_by_cumulative_draft_probability():
-    from specbench.engine.loop import _depth_ranks
+def test_accepted_nodes_are_ranked_among_their_siblings_by_draft_probability():
+    from specbench.engine.loop import _sibling_ranks
 
     tree = DraftTree.root(0)
-    a = tree.add(0, 1, -0.1)   # depth 1, rank 0
-    b = tree.add(0, 2, -2.0)   # depth 1, rank 1
-    c = tree.add(b, 3, -0.1)   # depth 2: -2.1 -> rank 1
-    d = tree.add(a, 4, -1.0)   # depth 2: -1.1 -> rank 0
-    e = tree.add(a, 5, -3.0)   # depth 2: -3.1 -> rank 2
-    assert _depth_ranks(tree, [b, c]) == [1, 1]
-    assert _depth_ranks(tree, [a, d]) == [0, 0]
-    assert _depth_ranks(tree, [a, e]) == [0, 2]
+    a = tree.add(0, 1, -0.1)   # root's top-1
+    b = tree.add(0, 2, -2.0)   # root's top-2
+    c = tree.add(b, 3, -0.1)   # b's only child: its top-1, though less probable than d by path
+    d = tree.add(a, 4, -1.0)   # a's top-1
+    e = tree.add(a, 5, -3.0)   # a's top-2 (third by path at depth 2)
+    assert _sibling_ranks(tree, [b, c]) == [1, 0]
+    assert _sibling_ranks(tree, [a, d]) == [0, 0]
+    assert _sibling_ranks(tree, [a, e]) == [0, 1]

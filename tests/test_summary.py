@@ -21,7 +21,7 @@ FP16_PRECISION = "fp32 activations on fp16 weights"
 def sample_run(text: str) -> dict:
     return asdict(MethodRun(new_tokens=4, seconds=0.5, prefill_seconds=0.1, target_forwards=2, draft_forwards=2, accept_lengths=[2, 2],
                             turn_ids=[[5, 6, 7, 8]], turn_texts=[text], stop_reasons=["length"], prompt_tokens=[9], nll=1.0,
-                            step_draft_forwards=[1, 1], tree_widths=[[1], [1]], accepted_ranks=[[0], [0]], verifier_notes={}))
+                            step_draft_forwards=[1, 1], tree_widths=[[1], [1]], accepted_sibling_ranks=[[0], [0]], verifier_notes={}))
 
 
 def finished_run(tmp_path, decisions: dict, dataset: str = "mt_bench") -> dict:

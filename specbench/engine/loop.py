@@ -54,9 +54,9 @@ class Generation:
     nll: float = 0.0  # the target's negative log-likelihood (T=1, raw logits) of `ids`, summed
     step_draft_forwards: list[int] = field(default_factory=list)  # draft forwards per verification
     tree_widths: list[list[int]] = field(default_factory=list)  # per verification: drafted nodes at depth 1, 2, ...
-    # per verification: for each accepted draft token (depth 1, 2, ...), its rank among the
-    # tree's nodes at that depth by cumulative draft log-prob, 0 = most probable
-    accepted_ranks: list[list[int]] = field(default_factory=list)
+    # per verification: for each accepted draft token (depth 1, 2, ...), its rank among its
+    # siblings (the children of its parent) by draft log-prob, 0 = the parent's top-1
+    accepted_sibling_ranks: list[list[int]] = field(default_factory=list)
     verifier_notes: dict = field(default_factory=dict)  # the verifier's notes, merged over steps
 
 
@@ -95,7 +95,7 @@ class _Row:
     accept_lengths: list[int] = field(default_factory=list)
     step_draft_forwards: list[int] = field(default_factory=list)
     tree_widths: list[list[int]] = field(default_factory=list)
-    accepted_ranks: list[list[int]] = field(default_factory=list)
+    accepted_sibling_ranks: list[list[int]] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -183,7 +183,7 @@ def _record_step(row: _Row, draft, accepted, logits: torch.Tensor, drafted: int)
     row.step_draft_forwards.append(drafted)
     row.tree_widths.append(_widths(draft.depths))
     merge_notes(row.notes, accepted.notes)
-    row.accepted_ranks.append(_depth_ranks(draft, accepted.path[1:]))
+    row.accepted_sibling_ranks.append(_sibling_ranks(draft, accepted.path[1:]))
     row.nll += _nll(logits[accepted.path], row.new[len(row.new) - len(accepted.path) :])
     row.accept_lengths.append(len(accepted.path))
 
@@ -205,7 +205,7 @@ def _generation(row: _Row, limits: Limits, decode, prefill_seconds: float, secon
         nll=sum(row.nll[: len(new)]),
         step_draft_forwards=row.step_draft_forwards,
         tree_widths=row.tree_widths,
-        accepted_ranks=row.accepted_ranks,
+        accepted_sibling_ranks=row.accepted_sibling_ranks,
         verifier_notes=row.notes,
     )
 
@@ -242,11 +242,11 @@ def _widths(depths: list[int]) -> list[int]:
     return widths
 
 
-def _depth_ranks(tree, nodes: list[int]) -> list[int]:
-    """Rank of each node among the tree's nodes at its depth by cumulative draft log-prob
-    (ties by position): where in a tree acceptances fall, TALON's Figure 3."""
+def _sibling_ranks(tree, nodes: list[int]) -> list[int]:
+    """Rank of each node among its siblings by draft log-prob (ties by position), 0 = its
+    parent's top-1 child: which of a parent's top-K the target accepted (TALON's Figure 3)."""
     return [
-        sum(1 for m in range(1, len(tree)) if tree.depths[m] == tree.depths[n] and (tree.logps[m], -m) > (tree.logps[n], -n))
+        sum(1 for m in range(1, len(tree)) if tree.parents[m] == tree.parents[n] and (tree.logps[m], -m) > (tree.logps[n], -n))
         for n in nodes
     ]
 
