@@ -32,14 +32,14 @@ from specbench.trees.static import StaticTree
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bank", required=True, type=Path)
-    parser.add_argument("--budget", type=int, default=32, help="frontier trees up to this many nodes, root included")
+    parser.add_argument("--budget", type=int, default=32, help="frontier trees up to this many draft nodes (Algorithm 1's B; the root excluded)")
     parser.add_argument("--max-depth", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=8, help="first turns of the dataset's samples (seeded order)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per rollout")
     parser.add_argument("--exclude-limit", type=int, default=0, help="skip the prompts a run with dataset.limit=K decodes")
     parser.add_argument("--keep-existing", action="store_true", help="do nothing when the bank already has this task")
     args, overrides = parser.parse_known_args(argv)
-    require(args.budget >= 2, "--budget", f"must be >= 2 (the root and one node), got {args.budget}")
+    require(args.budget >= 2, "--budget", f"must be >= 2 draft nodes (Algorithm 1 starts from one), got {args.budget}")
     require(args.max_depth >= 1, "--max-depth", f"must be >= 1, got {args.max_depth}")
     require(args.exclude_limit >= 0, "--exclude-limit", f"must be >= 0, got {args.exclude_limit}")
     if not any(o.startswith("gen.max_new_tokens=") for o in overrides):  # the profile then covers the rollouts' contexts only
@@ -67,17 +67,17 @@ def main(argv: list[str]) -> None:
     limits = Limits(args.tokens, parts.limits.stop_token_ids)
     history = acceptance_frontier(target, method.drafter, method.verifier, prompts, sampling, limits, args.max_depth, args.budget)
     for entry in history:
-        entry["accept_unbiased"] = self_rollout(target, method.drafter, method.verifier, entry["choices"], prompts, sampling, limits)
+        entry.update(self_rollout(target, method.drafter, method.verifier, entry["choices"], prompts, sampling, limits))
     costs = method.costs
     require(costs is not None, "costs.profile", "the throughput re-ranking needs this machine's cost profile; leave costs.profile=true")
     context = sum(map(len, prompts)) / len(prompts) + args.tokens / 2
     default = None
     if isinstance(method.tree, StaticTree):  # the method's own tree: the default the frontier is compared with
         choices = [list(c) for c in method.tree.topology.choices]
-        default = {"size": len(choices) + 1, "depth": max(map(len, choices), default=0), "choices": choices,
-                   "accept_unbiased": self_rollout(target, method.drafter, method.verifier, choices, prompts, sampling, limits)}
+        default = {"nodes": len(choices), "size": len(choices) + 1, "depth": max(map(len, choices), default=0), "choices": choices,
+                   **self_rollout(target, method.drafter, method.verifier, choices, prompts, sampling, limits)}
     for entry in history + ([default] if default else []):
-        entry["predicted_speedup"] = round(predicted_speedup(entry.get("accept_unbiased", entry.get("accept_biased")), entry["size"], costs, context), 4)
+        entry["predicted_speedup"] = round(predicted_speedup(entry["accept_unbiased"], entry["choices"], costs, context), 4)
     bank, meta = load_bank(str(args.bank)) if args.bank.is_file() else ({}, {})
     bank[task] = task_trees(history, costs, context)
     meta = {**meta, "model": cfg["model"]["name"], "heads": cfg["method"]["drafter"], "temperature": sampling.temperature,
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> None:
     print(f"{task}: {len(history)} frontier trees, {len(trees.trees)} on the throughput-Pareto front -> {args.bank}")
     for i, t in enumerate(trees.trees):
         roles = [name for name in ("static", "conservative", "aggressive") if getattr(trees, name) == i]
-        print(f"  {t['size']:3d} nodes, depth {t['depth']}: accept {t['accept_biased']:.2f} one-step / {t['accept_unbiased']:.2f} self-rollout, "
+        print(f"  {t['nodes']:3d} nodes, depth {t['depth']}: accept {t['accept_biased']:.2f} one-step / {t['accept_unbiased']:.2f} self-rollout, "
               f"predicted {t['predicted_speedup']:.2f}x {' '.join(roles)}")
     print(json.dumps({"static": trees.static, "conservative": trees.conservative, "aggressive": trees.aggressive}))
 
