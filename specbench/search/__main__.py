@@ -6,7 +6,8 @@ to the bank FILE under the dataset's name (other tasks in the file are kept). Th
 method's own static tree (its default) is measured the same way, for comparison.
 `--exclude-limit K` draws the prompts from those a run with dataset.limit=K (and the
 same dataset.seed) does not decode, so a tree is never chosen on its evaluation prompts;
-`--keep-existing` leaves a task the bank already holds alone (resumable sweeps).
+`--keep-existing` leaves a task the bank already holds alone (resumable sweeps);
+`--min-prompts N` refuses a search left with fewer prompts than that.
 
     python -m specbench.search --bank results/entmtp/bank-smollm2-135m.json method=hydra dataset=gsm8k gen.temperature=0.7
 """
@@ -36,6 +37,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-depth", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=8, help="first turns of the dataset's samples (seeded order)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per rollout")
+    parser.add_argument("--min-prompts", type=int, default=1, help="refuse to search on fewer prompts (the replication's intervals resample them)")
     parser.add_argument("--exclude-limit", type=int, default=0, help="skip the prompts a run with dataset.limit=K decodes")
     parser.add_argument("--keep-existing", action="store_true", help="do nothing when the bank already has this task")
     args, overrides = parser.parse_known_args(argv)
@@ -59,7 +61,8 @@ def main(argv: list[str]) -> None:
         evaluated = {s.id for s in questions.select(questions.read_source(cfg["dataset"]), {**cfg["dataset"], "limit": args.exclude_limit})}
         samples = [s for s in samples if s.id not in evaluated]
     samples = samples[: args.prompts]  # the cost profile covers these prompts' contexts only
-    require(bool(samples), "--prompts", "no prompts left to search on")
+    require(len(samples) >= max(args.min_prompts, 1), "--min-prompts",
+            f"{task} has {len(samples)} prompts left to search on (after --exclude-limit {args.exclude_limit}), fewer than {max(args.min_prompts, 1)}")
     decided, parts = plan.decide(cfg, samples, paired=False, cached_baseline=False)
     method, target, sampling = parts.method, parts.target, parts.sampling
     require(method.drafter is not None, "method", f"{cfg['method']['name']} has no drafter to search trees for")
