@@ -1,10 +1,10 @@
 """EntMTP (task-aware draft trees for multi-token-prediction heads): the offline search
-and the sweeps behind Tables 1-2 and Figures 1-2, at paper scale (Vicuna-7B with
+and the sweeps behind Tables 1-2 and Figures 1-3, at paper scale (Vicuna-7B with
 ankner/hydra-vicuna-7b-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3 on a GPU, 100
 prompts per task, 256 new tokens, T=0.7) or cpu scale (the embedded SmolLM2-135M with
 specbench's Hydra and Medusa heads on seeded prompt subsets).
 
-    python runners/entmtp.py                      # cpu scale: search, Table 1 runs, tables/figures/report (~50 min on 2 cores)
+    python runners/entmtp.py                      # cpu scale: search, Table 1 runs, tables/figures/report (~55 min on 2 cores)
     python runners/entmtp.py --scale paper        # print the paper-scale commands (no GPU here)
 
 First the offline stage: `python -m specbench.search` builds, per task (HumanEval, GSM8K,
@@ -31,7 +31,7 @@ Conventions: τ is the paper's accept length in every table here, accepted draft
 per step (the release's accept_length; specbench's τ, tokens per target forward, minus
 one); the published AR 1.00 is the release's constant for vanilla decoding, not a value
 in that convention. Node counts are the paper's: draft nodes, the root excluded. The
-default trees at cpu scale are specbench's own small ones (Hydra 7 draft nodes, Medusa 8:
+default trees at cpu scale are specbench's own small ones (Hydra 8 draft nodes, Medusa 9:
 the heads shipped for the embedded model are 3 and 4); at paper scale they are the
 release's mc_sim_7b_63 (63 draft nodes), read from a local clone named by the
 MEDUSA_CHOICES_FILE / HYDRA_CHOICES_FILE variables.

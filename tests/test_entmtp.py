@@ -235,8 +235,9 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(bank.read_text())
     search = saved["meta"]["search_gsm8k"]
-    assert [e["size"] for e in search["frontier"]] == [2, 3, 4] and all("accept_unbiased" in e and "predicted_speedup" in e for e in search["frontier"])
-    assert search["default"]["size"] == 9 and search["default"]["predicted_speedup"] > 0
+    assert [e["nodes"] for e in search["frontier"]] == [2, 3, 4] and all("accept_unbiased" in e and "predicted_speedup" in e for e in search["frontier"])
+    assert all(len(e["unbiased_steps"]) == len(e["biased_steps"]) == 2 for e in search["frontier"])  # per-prompt sums for the intervals
+    assert search["default"]["nodes"] == 8 and search["default"]["predicted_speedup"] > 0 and len(search["default"]["unbiased_steps"]) == 2
     evaluated = {s.id for s in questions.load({**compose_config(["dataset=gsm8k", "dataset.seed=0"])["dataset"], "limit": 5})}
     assert len(search["samples"]) == 2 and not set(search["samples"]) & evaluated
     again = run_in_process(command, env=env)
