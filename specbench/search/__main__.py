@@ -6,7 +6,8 @@ to the bank FILE under the dataset's name (other tasks in the file are kept). Th
 method's own static tree (its default) is measured the same way, for comparison.
 `--exclude-limit K` draws the prompts from those a run with dataset.limit=K (and the
 same dataset.seed) does not decode, so a tree is never chosen on its evaluation prompts;
-`--keep-existing` leaves a task the bank already holds alone (resumable sweeps);
+`--keep-existing` leaves a task the bank already holds alone (resumable sweeps; a bank
+written by an older version is searched again and replaced);
 `--min-prompts N` refuses a search left with fewer prompts than that.
 
     python -m specbench.search --bank results/entmtp/bank-smollm2-135m.json method=hydra dataset=gsm8k gen.temperature=0.7
@@ -26,7 +27,7 @@ from specbench.engine.loop import Limits
 from specbench.data import questions
 from specbench.errors import require, run_command
 from specbench.search.frontier import acceptance_frontier, predicted_speedup, self_rollout, task_trees
-from specbench.trees.entmtp import load_bank, save_bank
+from specbench.trees.entmtp import BANK_VERSION, bank_version, load_bank, save_bank
 from specbench.trees.static import StaticTree
 
 
@@ -48,7 +49,8 @@ def main(argv: list[str]) -> None:
         overrides = [*overrides, f"gen.max_new_tokens={args.tokens}"]
     cfg = compose_config(overrides)
     task = cfg["dataset"]["name"]
-    if args.keep_existing and args.bank.is_file() and task in load_bank(str(args.bank))[0]:
+    current = bank_version(args.bank) == BANK_VERSION  # an older bank's tasks are searched again, the file replaced
+    if args.keep_existing and current and task in load_bank(str(args.bank))[0]:
         print(f"{task}: already in {args.bank}, kept")
         return
     from specbench import plan
@@ -82,7 +84,7 @@ def main(argv: list[str]) -> None:
                    **self_rollout(target, method.drafter, method.verifier, choices, prompts, sampling, limits)}
     for entry in history + ([default] if default else []):
         entry["predicted_speedup"] = round(predicted_speedup(entry["accept_unbiased"], entry["choices"], costs, context), 4)
-    bank, meta = load_bank(str(args.bank)) if args.bank.is_file() else ({}, {})
+    bank, meta = load_bank(str(args.bank)) if current else ({}, {})
     bank[task] = task_trees(history, costs, context)
     meta = {**meta, "model": cfg["model"]["name"], "heads": cfg["method"]["drafter"], "temperature": sampling.temperature,
             "verifier": cfg["method"]["verifier"], "fingerprint": decided.profile.key["fingerprint"],

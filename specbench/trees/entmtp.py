@@ -43,6 +43,8 @@ from specbench.errors import ConfigError, require
 from specbench.trees.static import Topology, grow
 
 POLICIES = ("static", "binary_tau", "ladder")
+# 2: node counts without the root (Algorithm 1's), drafting priced per level, per-prompt sums
+BANK_VERSION = 2
 PATH_VALUES = ("best_path_value", "greedy_depth")
 
 
@@ -60,7 +62,15 @@ class TaskTrees:
 def save_bank(path: Path, bank: dict[str, TaskTrees], meta: dict) -> None:
     tasks = {task: {"trees": t.trees, "static": t.static, "conservative": t.conservative, "aggressive": t.aggressive} for task, t in bank.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"version": 1, "meta": meta, "tasks": tasks}, indent=1))
+    path.write_text(json.dumps({"version": BANK_VERSION, "meta": meta, "tasks": tasks}, indent=1))
+
+
+def bank_version(path: Path) -> int | None:
+    """The version a bank file was written with (None: no such file, or not a bank)."""
+    try:
+        return json.loads(path.read_text()).get("version") if path.is_file() else None
+    except (json.JSONDecodeError, AttributeError):
+        return None
 
 
 def load_bank(path: str, key: str = "method.tree.bank") -> tuple[dict[str, TaskTrees], dict]:
