@@ -444,11 +444,11 @@ def _bias(runs):
         above, _ = positive(groups, _shifted(bias_pct, BIAS_TOLERANCE))
         verdict = all_hold([below, above])
         verdicts.append(verdict)
-        if verdict is not True:
-            _, interval = positive(groups, bias_pct)
+        if verdict is not True:  # its estimate and interval (the sign test's "would settle it" is not this claim's)
+            interval = positive(groups, bias_pct)[1].split(";")[0]
             notes.append(f"{task} {nodes(entry)} nodes {interval} ({'outside' if verdict is False else 'cannot tell'})")
     inside = sum(v is True for v in verdicts)
-    missing = [t for t in DATASETS if t not in found]
+    missing = [t for t in DATASETS if t not in {task for task, _ in trees}]
     prompts = sorted({len(e["biased_steps"]) for _, e in trees})
     text = (f"bias % per frontier tree, 95% CI over the search prompts (n={'/'.join(map(str, prompts))} per task): "
             f"{inside} of {len(trees)} trees on {len(found)} tasks inside ±{BIAS_TOLERANCE:g}%" + ("; " + "; ".join(notes) if notes else ""))
