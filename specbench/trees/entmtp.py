@@ -6,24 +6,31 @@ task's throughput-optimal tree (`static`) and the scheduler's conservative and
 aggressive pair. Each step, per row, a policy picks one; switching is choosing another
 prebuilt Topology, nothing is rebuilt.
 
-The score s is a path value from the previous verification's target top-1 probability
-p0 (no temperature) and the heads' top-1 probabilities q_1..q_D along the all-top-1
-draft chain: g_d = p0 · q_1 ··· q_d.
-- `path_value: greedy_depth` (default): s = g_D, the deepest greedy path's value, which
-  is what the public code effectively uses to drive the switch.
-- `path_value: paper`: s = max(p0, g_1, ..., g_D), the text's best_path_value. Since
-  every q_d <= 1 this always equals p0 (a trap in the paper, kept as an option so both
-  can be measured).
+The score s is a path value (EAGLE-2's, as the paper's §4 defines it) from the target's
+top-1 probability p0 at the last verification's accepted position (no temperature) and
+the heads' top-1 probabilities q_1..q_d along the all-top-1 branch of the tree the step
+before drafted (its kept log-probs): g_d = p0 · q_1 ··· q_d. The score reuses what the
+last step computed, as the public release does (its head logits are the previous
+proposal's), so scheduling makes no drafter call of its own.
+- `path_value: best_path_value` (default): s = max(p0, g_1, ..., g_d), the text's
+  best_path_value and the public release's default score. Since every q <= 1 this
+  always equals p0.
+- `path_value: greedy_depth`: s = g_d at the deepest level that branch reaches, an
+  option (the release offers path_value_greedy_depth{1..4} beside its default).
 Policies: `static` (the task's tree), `binary_tau` (EntMTPτ: aggressive once s > tau_on,
 back to conservative once s <= tau_off, tau_off <= tau_on), `ladder` (K-way: the number
-of thresholds below s indexes the trees from small to large). The first step of a row,
-with no verification yet, uses the conservative tree.
+of thresholds below s indexes the trees from small to large). The first step of a row
+uses the conservative tree: a policy sees no prefill logits (the release scores its
+first step from them).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
+import math
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +43,9 @@ from specbench.errors import ConfigError, require
 from specbench.trees.static import Topology, grow
 
 POLICIES = ("static", "binary_tau", "ladder")
-PATH_VALUES = ("greedy_depth", "paper")
+# 2: node counts without the root (Algorithm 1's), drafting priced per level, per-prompt sums
+BANK_VERSION = 2
+PATH_VALUES = ("best_path_value", "greedy_depth")
 
 
 @dataclass
@@ -53,7 +62,15 @@ class TaskTrees:
 def save_bank(path: Path, bank: dict[str, TaskTrees], meta: dict) -> None:
     tasks = {task: {"trees": t.trees, "static": t.static, "conservative": t.conservative, "aggressive": t.aggressive} for task, t in bank.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"version": 1, "meta": meta, "tasks": tasks}, indent=1))
+    path.write_text(json.dumps({"version": BANK_VERSION, "meta": meta, "tasks": tasks}, indent=1))
+
+
+def bank_version(path: Path) -> int | None:
+    """The version a bank file was written with (None: no such file, or not a bank)."""
+    try:
+        return json.loads(path.read_text()).get("version") if path.is_file() else None
+    except (json.JSONDecodeError, AttributeError):
+        return None
 
 
 def load_bank(path: str, key: str = "method.tree.bank") -> tuple[dict[str, TaskTrees], dict]:
@@ -74,16 +91,24 @@ def load_bank(path: str, key: str = "method.tree.bank") -> tuple[dict[str, TaskT
 
 
 def path_value(p0: float, head_top1: list[float], rule: str) -> float:
-    values, g = [p0], p0
-    for q in head_top1:
-        g *= q
-        values.append(g)
+    values = [p0, *(p0 * g for g in itertools.accumulate(head_top1, operator.mul))]
     return values[-1] if rule == "greedy_depth" else max(values)
+
+
+def greedy_branch(topology: Topology, tree: DraftTree) -> list[float]:
+    """q_1..q_d: the drafter's top-1 probability at each level of the tree's all-top-1
+    branch, read back from the log-probs drafting kept (static.grow)."""
+    node, probs = 0, []
+    while topology.children[node] and topology.ranks[topology.children[node][0]] == 0:
+        child = topology.children[node][0]
+        probs.append(math.exp(tree.logps[child] - tree.logps[node]))
+        node = child
+    return probs
 
 
 class ScheduledTree(TreePolicy):
     def __init__(self, bank: str | None, task: str, policy: str = "binary_tau", tau_on: float = 0.02, tau_off: float | None = None,
-                 ladder: list[float] | None = None, path_value: str = "greedy_depth"):
+                 ladder: list[float] | None = None, path_value: str = "best_path_value"):
         choice("method.tree.policy", policy, POLICIES)
         choice("method.tree.path_value", path_value, PATH_VALUES)
         tau_on = number("method.tree.tau_on", tau_on, at_least=0, at_most=1)
@@ -99,41 +124,33 @@ class ScheduledTree(TreePolicy):
             require(len(ladder) == size - 1 and ascending, "method.tree.ladder",
                     f"needs {size - 1} ascending thresholds for the task's {size} trees, got {ladder}")
         self.policy, self.tau_on, self.tau_off, self.ladder, self.rule = policy, tau_on, tau_off, ladder, path_value
-        self.depth = max(t.depth for t in self.task.topologies)
         self.p0: list[float | None] = []
+        self.branch: list[list[float]] = []
         self.current: list[int] = []
 
     def begin(self, batch_size: int, costs) -> None:
-        self.p0, self.current = [None] * batch_size, [self.task.conservative] * batch_size
+        self.p0, self.branch, self.current = [None] * batch_size, [[] for _ in range(batch_size)], [self.task.conservative] * batch_size
 
     def observe(self, trees: list[DraftTree], paths: list[list[int]], logits: list[torch.Tensor]) -> None:
+        if self.policy == "static":
+            return
         self.p0 = [float(z[p[-1]].float().softmax(-1).max()) for z, p in zip(logits, paths)]
+        self.branch = [greedy_branch(self.task.topologies[i], tree) for i, tree in zip(self.current, trees)]
 
     def keep(self, rows: list[int]) -> None:
-        self.p0, self.current = [self.p0[r] for r in rows], [self.current[r] for r in rows]
+        self.p0, self.branch, self.current = [self.p0[r] for r in rows], [self.branch[r] for r in rows], [self.current[r] for r in rows]
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         if self.policy == "static":
             chosen = [self.task.static] * len(roots)
         else:
-            scores = self.scores(drafter, contexts, roots)
-            chosen = [self.choose(b, s) for b, s in enumerate(scores)]
+            chosen = [self.choose(b, s) for b, s in enumerate(self.scores())]
         self.current = chosen
         return grow([self.task.topologies[i] for i in chosen], drafter, contexts, roots)
 
-    def scores(self, drafter, contexts, roots) -> list[float | None]:
+    def scores(self) -> list[float | None]:
         """Per row, the path value s (None before the row's first verification)."""
-        chains = [DraftTree.root(r) for r in roots]
-        tips, top1 = [0] * len(roots), [[] for _ in roots]
-        for _ in range(self.depth):
-            rows = drafter.logits(contexts, chains, [[t] for t in tips])
-            for b, logits in enumerate(rows):
-                if logits is None:
-                    continue
-                probs = logits[0].float().softmax(-1)
-                top1[b].append(float(probs.max()))
-                tips[b] = chains[b].add(tips[b], int(probs.argmax()))
-        return [None if p0 is None else path_value(p0, q, self.rule) for p0, q in zip(self.p0, top1)]
+        return [None if p0 is None else path_value(p0, q, self.rule) for p0, q in zip(self.p0, self.branch)]
 
     def choose(self, row: int, score: float | None) -> int:
         task = self.task
