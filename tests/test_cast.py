@@ -177,21 +177,55 @@ def test_begin_resets_the_buffers():
 def test_dynamic_rerank_verifies_fewer_tokens_as_target_cost_rises():
     g = torch.Generator().manual_seed(0)
     table = torch.randn(200, 20, generator=g) * 2
+
+    def grown(slope):
+        drafter = FakeDrafter(lambda row, tree, node: table[node])
+        policy = started(FakeCosts(target=lambda n: 10 + slope * n), top_k=4, depth=2, total_tokens=40, c3=3.0,
+                         breadth_pruning=False, depth_pruning=False)
+        return build(policy, drafter, [0])[0]
+
+    candidates = grown(0.0)  # a flat cost: every candidate is free, so all N = 1 + 3 layers x 4 are verified
+    assert len(candidates) == 13
     kept = []
     for slope in (0.0, 0.01, 0.1, 1.0, 100.0):
-        drafter = FakeDrafter(lambda row, tree, node: table[node])
-        costs = FakeCosts(target=lambda n, s=slope: 10 + s * n)
-        policy = started(costs, top_k=4, depth=2, total_tokens=40, c3=3.0, breadth_pruning=False, depth_pruning=False)
-        tree = build(policy, drafter, [0])[0]
-        eagle = CastTree(top_k=4, depth=2, total_tokens=40, **EAGLE_ONLY)
-        full = build(eagle, FakeDrafter(lambda row, tree, node: table[node]), [0])[0]
-        # linear target cost: c_k = (10 + s k) / (10 + s), so Algorithm 1 keeps every node
+        tree = grown(slope)
+        # linear target cost: c_k = (10 + s k) / (10 + s), so Algorithm 1 keeps every candidate
         # with confidence >= C3 * s / (10 + s) (the root always)
         floor = 3.0 * slope / (10 + slope)
-        assert len(tree) == 1 + sum(math.exp(v) >= floor for v in full.logps[1:])
+        assert len(tree) == 1 + sum(math.exp(v) >= floor for v in candidates.logps[1:])
+        assert set(tree.origin) <= set(candidates.origin)
         kept.append(len(tree))
-    assert kept[0] == 37 and kept[-1] == 1  # 4 + 16 + 16 drafted nodes and the root; root only
-    assert kept == sorted(kept, reverse=True)
+    assert kept[-1] == 1 and kept == sorted(kept, reverse=True)
+
+
+def test_dynamic_rerank_ranks_only_the_nodes_breadth_pruning_retained():
+    """Section 4.2: the candidates are the sum of n_i retained nodes, at most m of them. The root's
+    children (1) .6 and (2) .4; a draft-cost step at 2 nodes (c = 0.1, 0.6) keeps one per layer, so
+    (2) is drafted but not retained and (1) alone is expanded: (1,3) .42, (1,4) .18, of which (1,3)
+    is retained. A flat target cost verifies every candidate: the root, (1) and (1,3), never (2)."""
+    costs = FakeCosts(draft=lambda n: 1.0 + (5.0 if n >= 2 else 0.0))
+
+    def grown(total_tokens):
+        drafter = FakeDrafter(table_logits(TABLE, 10))
+        policy = started(costs, top_k=2, depth=1, total_tokens=total_tokens, depth_pruning=False)
+        return build(policy, drafter, [0])[0], drafter
+
+    tree, drafter = grown(40)
+    assert drafter.calls == [[[0]], [[1]]]  # layer 1 retained one node: (1) alone expanded
+    assert tree.tokens == [0, 1, 3] and tree.origin == [0, 1, 3]
+    assert [math.exp(v) for v in tree.logps] == pytest.approx([1.0, 0.6, 0.42], rel=1e-6)
+    tree, _ = grown(2)  # N = min(sum n_i, m) = 2: the root and (1)
+    assert tree.tokens == [0, 1]
+
+
+def test_dynamic_rerank_without_breadth_pruning_ranks_eagles_expanded_top_k():
+    """n_i = K without breadth pruning: per layer the K best of the layer's drafted children (the
+    TABLE tree of the next test: (1) (2); (1,3) (2,5); (1,3,7) (2,5,8)), not the K^2 drafted ones."""
+    drafter = FakeDrafter(table_logits(TABLE, 10))
+    policy = started(FakeCosts(), top_k=2, depth=2, total_tokens=40, breadth_pruning=False, depth_pruning=False)
+    tree = build(policy, drafter, [0])[0]
+    assert tree.tokens == [0, 1, 2, 3, 5, 7, 8]
+    assert sorted(math.exp(v) for v in tree.logps) == pytest.approx([0.198, 0.336, 0.36, 0.4, 0.42, 0.6, 1.0], rel=1e-6)
 
 
 # All three off: EAGLE-2/3 ------------------------------------------------------------------------
