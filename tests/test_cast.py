@@ -8,7 +8,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from runners.cast import appendix_e_overrides
+from runners.cast import cast_filters, eagle3_filters
 from specbench.auto import candidates
 from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
@@ -324,8 +324,24 @@ def test_method_config_is_the_paper_setting():
     assert policy.breadth_pruning and policy.depth_pruning and policy.dynamic_rerank
 
 
-@pytest.mark.parametrize("batch, threshold, depth, c", [(1, 3.0, 13, 3.0), (1, 4.0, 13, 4.0), (4, 3.0, 13, 3.0), (8, 3.0, 9, 2.5), (16, 4.0, 9, 2.5)])
-def test_appendix_e_shape_follows_the_batch_size(batch, threshold, depth, c):
-    """Appendix E: depth 13 and the model's threshold at batch size 1; depth 9 and 2.5 at batch size 8."""
-    overrides = dict(o.split("=") for o in appendix_e_overrides(batch, threshold))
-    assert overrides == {"method.tree.depth": str(depth), **{f"method.tree.c{i}": str(c) for i in (1, 2, 3)}}
+@pytest.mark.parametrize("model, batch, depth, c", [
+    ("llama3.1-8b", 1, 13, 3.0), ("vicuna-13b", 1, 13, 4.0), ("llama3.3-70b", 4, 13, 4.0), ("dsl-8b", 8, 9, 2.5),
+    ("vicuna-13b", 16, 9, 2.5), ("smollm2-135m", 1, 13, 3.0),
+])
+def test_appendix_e_shape_and_threshold_follow_the_model_and_batch_size(model, batch, depth, c):
+    """Appendix E: depth 13 and the model's threshold (4 for Llama-3.3-70B and Vicuna-13B, 3 for
+    the 8B models) at batch size 1; depth 9 and 2.5 at batch size 8; top_k 12 and 72 tokens."""
+    tree = {k.removeprefix("config.method.tree."): v for k, v in cast_filters(model, batch).items() if k.startswith("config.method.tree.")}
+    assert tree == {"depth": depth, "top_k": 12, "total_tokens": 72, "c1": c, "c2": c, "c3": c,
+                    "dynamic_rerank": True, "depth_pruning": True, "breadth_pruning": True}
+
+
+@pytest.mark.parametrize("ablation, switches", [("DR", (True, False, False)), ("DR+DP", (True, True, False)), ("DR+BP", (True, False, True))])
+def test_table3_ablation_rows_are_eagle3s_tree_with_the_named_components(ablation, switches):
+    """Table 3 reads "EAGLE3+DR", "EAGLE3+DR+DP", "EAGLE3+DR+BP": EAGLE-3's shape (depth 7,
+    top_k 10, its total_tokens for the model) with those components switched on."""
+    filters = cast_filters("vicuna-13b", 2, ablation)
+    assert {k: filters[k] for k in eagle3_filters("vicuna-13b")} == eagle3_filters("vicuna-13b")
+    assert eagle3_filters("vicuna-13b") == {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60}
+    assert tuple(filters[f"config.method.tree.{k}"] for k in ("dynamic_rerank", "depth_pruning", "breadth_pruning")) == switches
+    assert filters["config.method.tree.c1"] == 4.0 and filters["config.gen.batch_size"] == 2
