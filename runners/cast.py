@@ -284,6 +284,8 @@ def verified_sweep(runs: pd.DataFrame) -> pd.DataFrame:
     filters = {"config.method.name": "eagle3", "config.dataset.name": "humaneval", "temperature": 0.0, "config.gen.batch_size": 1,
                "config.method.tree.depth": DEFAULTS["eagle3"]["config.method.tree.depth"], "config.method.tree.top_k": DEFAULTS["eagle3"]["config.method.tree.top_k"]}
     chosen = results.select(runs, filters)
+    if chosen.empty:
+        return pd.DataFrame(columns=["m", "tau", "speedup", "run"])
     frame = pd.DataFrame({"m": chosen["config.method.tree.total_tokens"].astype(int), "tau": chosen["results.tau"], "speedup": chosen["speedup"],
                           "run": [run for _, run in chosen.iterrows()]}, index=chosen.index)
     return frame[frame["m"].isin(VERIFIED["paper"])].drop_duplicates("m", keep="last").sort_values("m")
