@@ -31,15 +31,15 @@ from specbench.metrics.speed import MIN_GROUPS  # noqa: E402
 from specbench.errors import run_command  # noqa: E402
 
 sys.path.append(str(ROOT))  # Appendix E's shape is a paper setting: it lives in CAST's runner
-from runners.cast import appendix_e_overrides  # noqa: E402
+from runners.cast import cast_filters, tree_overrides  # noqa: E402
 
 from bench_speed import add_run_arguments, run_method  # noqa: E402
 from bench_vs_transformers import config  # noqa: E402
 
-def paper_shape(*switches: str):
+def paper_shape(**switches: bool):
     """Overrides at a batch size: Appendix E's shape (threshold 3, the 8B models'), shared by the
-    paper's rows so the ablations compare one tree rule, plus `switches`."""
-    return lambda batch: [*appendix_e_overrides(batch, 3.0), *switches]
+    paper's rows so the ablations compare one tree rule, with `switches` (component: on?)."""
+    return lambda batch: tree_overrides({**cast_filters("llama3.1-8b", batch), **{f"config.method.tree.{k}": v for k, v in switches.items()}})
 
 
 # each variant's method and its overrides at a batch size
@@ -47,9 +47,9 @@ VARIANTS = {
     "eagle3": ("eagle3", lambda batch: []),
     "cast": ("cast", lambda batch: []),
     "cast-appE": ("cast", paper_shape()),
-    "cast-appE-BP": ("cast", paper_shape("method.tree.breadth_pruning=false")),
-    "cast-appE-DP": ("cast", paper_shape("method.tree.depth_pruning=false")),
-    "cast-appE-DR": ("cast", paper_shape("method.tree.dynamic_rerank=false")),
+    "cast-appE-BP": ("cast", paper_shape(breadth_pruning=False)),
+    "cast-appE-DP": ("cast", paper_shape(depth_pruning=False)),
+    "cast-appE-DR": ("cast", paper_shape(dynamic_rerank=False)),
 }
 
 

@@ -4,7 +4,7 @@ runner and by the calibration decodes, and the JSONL files runs keep them in."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench.engine.loop import merge_notes
@@ -33,6 +33,7 @@ class MethodRun:
     batch_seconds: float = 0.0  # the whole batch's decoding time, the same in each of its samples
     verify_seconds: float = 0.0  # the whole batch's time in the target's verification forwards
     batch_id: str = ""  # the first sample of its batch: throughput counts each batch's time once
+    tree_scores: list[float] = field(default_factory=list)  # per verification: the verified tree's summed draft confidence
 
 
 def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str, verify_seconds: float) -> MethodRun:
@@ -52,6 +53,7 @@ def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str,
         step_draft_forwards=[n for _, r, _ in runs for n in r.step_draft_forwards],
         tree_widths=[w for _, r, _ in runs for w in r.tree_widths],
         accepted_sibling_ranks=[a for _, r, _ in runs for a in r.accepted_sibling_ranks],
+        tree_scores=[v for _, r, _ in runs for v in r.tree_scores],
         verifier_notes=notes_of([r for _, r, _ in runs]),
         batch_size=batch_size,
         batch_seconds=batch_seconds,

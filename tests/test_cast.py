@@ -8,7 +8,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from runners.cast import appendix_e_overrides
+from runners.cast import cast_filters, eagle3_filters
 from specbench.auto import candidates
 from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
@@ -177,21 +177,55 @@ def test_begin_resets_the_buffers():
 def test_dynamic_rerank_verifies_fewer_tokens_as_target_cost_rises():
     g = torch.Generator().manual_seed(0)
     table = torch.randn(200, 20, generator=g) * 2
+
+    def grown(slope):
+        drafter = FakeDrafter(lambda row, tree, node: table[node])
+        policy = started(FakeCosts(target=lambda n: 10 + slope * n), top_k=4, depth=2, total_tokens=40, c3=3.0,
+                         breadth_pruning=False, depth_pruning=False)
+        return build(policy, drafter, [0])[0]
+
+    candidates = grown(0.0)  # a flat cost: every candidate is free, so all N = 1 + 3 layers x 4 are verified
+    assert len(candidates) == 13
     kept = []
     for slope in (0.0, 0.01, 0.1, 1.0, 100.0):
-        drafter = FakeDrafter(lambda row, tree, node: table[node])
-        costs = FakeCosts(target=lambda n, s=slope: 10 + s * n)
-        policy = started(costs, top_k=4, depth=2, total_tokens=40, c3=3.0, breadth_pruning=False, depth_pruning=False)
-        tree = build(policy, drafter, [0])[0]
-        eagle = CastTree(top_k=4, depth=2, total_tokens=40, **EAGLE_ONLY)
-        full = build(eagle, FakeDrafter(lambda row, tree, node: table[node]), [0])[0]
-        # linear target cost: c_k = (10 + s k) / (10 + s), so Algorithm 1 keeps every node
+        tree = grown(slope)
+        # linear target cost: c_k = (10 + s k) / (10 + s), so Algorithm 1 keeps every candidate
         # with confidence >= C3 * s / (10 + s) (the root always)
         floor = 3.0 * slope / (10 + slope)
-        assert len(tree) == 1 + sum(math.exp(v) >= floor for v in full.logps[1:])
+        assert len(tree) == 1 + sum(math.exp(v) >= floor for v in candidates.logps[1:])
+        assert set(tree.origin) <= set(candidates.origin)
         kept.append(len(tree))
-    assert kept[0] == 37 and kept[-1] == 1  # 4 + 16 + 16 drafted nodes and the root; root only
-    assert kept == sorted(kept, reverse=True)
+    assert kept[-1] == 1 and kept == sorted(kept, reverse=True)
+
+
+def test_dynamic_rerank_ranks_only_the_nodes_breadth_pruning_retained():
+    """Section 4.2: the candidates are the sum of n_i retained nodes, at most m of them. The root's
+    children (1) .6 and (2) .4; a draft-cost step at 2 nodes (c = 0.1, 0.6) keeps one per layer, so
+    (2) is drafted but not retained and (1) alone is expanded: (1,3) .42, (1,4) .18, of which (1,3)
+    is retained. A flat target cost verifies every candidate: the root, (1) and (1,3), never (2)."""
+    costs = FakeCosts(draft=lambda n: 1.0 + (5.0 if n >= 2 else 0.0))
+
+    def grown(total_tokens):
+        drafter = FakeDrafter(table_logits(TABLE, 10))
+        policy = started(costs, top_k=2, depth=1, total_tokens=total_tokens, depth_pruning=False)
+        return build(policy, drafter, [0])[0], drafter
+
+    tree, drafter = grown(40)
+    assert drafter.calls == [[[0]], [[1]]]  # layer 1 retained one node: (1) alone expanded
+    assert tree.tokens == [0, 1, 3] and tree.origin == [0, 1, 3]
+    assert [math.exp(v) for v in tree.logps] == pytest.approx([1.0, 0.6, 0.42], rel=1e-6)
+    tree, _ = grown(2)  # N = min(sum n_i, m) = 2: the root and (1)
+    assert tree.tokens == [0, 1]
+
+
+def test_dynamic_rerank_without_breadth_pruning_ranks_eagles_expanded_top_k():
+    """n_i = K without breadth pruning: per layer the K best of the layer's drafted children (the
+    TABLE tree of the next test: (1) (2); (1,3) (2,5); (1,3,7) (2,5,8)), not the K^2 drafted ones."""
+    drafter = FakeDrafter(table_logits(TABLE, 10))
+    policy = started(FakeCosts(), top_k=2, depth=2, total_tokens=40, breadth_pruning=False, depth_pruning=False)
+    tree = build(policy, drafter, [0])[0]
+    assert tree.tokens == [0, 1, 2, 3, 5, 7, 8]
+    assert sorted(math.exp(v) for v in tree.logps) == pytest.approx([0.198, 0.336, 0.36, 0.4, 0.42, 0.6, 1.0], rel=1e-6)
 
 
 # All three off: EAGLE-2/3 ------------------------------------------------------------------------
@@ -290,8 +324,24 @@ def test_method_config_is_the_paper_setting():
     assert policy.breadth_pruning and policy.depth_pruning and policy.dynamic_rerank
 
 
-@pytest.mark.parametrize("batch, threshold, depth, c", [(1, 3.0, 13, 3.0), (1, 4.0, 13, 4.0), (4, 3.0, 13, 3.0), (8, 3.0, 9, 2.5), (16, 4.0, 9, 2.5)])
-def test_appendix_e_shape_follows_the_batch_size(batch, threshold, depth, c):
-    """Appendix E: depth 13 and the model's threshold at batch size 1; depth 9 and 2.5 at batch size 8."""
-    overrides = dict(o.split("=") for o in appendix_e_overrides(batch, threshold))
-    assert overrides == {"method.tree.depth": str(depth), **{f"method.tree.c{i}": str(c) for i in (1, 2, 3)}}
+@pytest.mark.parametrize("model, batch, depth, c", [
+    ("llama3.1-8b", 1, 13, 3.0), ("vicuna-13b", 1, 13, 4.0), ("llama3.3-70b", 4, 13, 4.0), ("dsl-8b", 8, 9, 2.5),
+    ("vicuna-13b", 16, 9, 2.5), ("smollm2-135m", 1, 13, 3.0),
+])
+def test_appendix_e_shape_and_threshold_follow_the_model_and_batch_size(model, batch, depth, c):
+    """Appendix E: depth 13 and the model's threshold (4 for Llama-3.3-70B and Vicuna-13B, 3 for
+    the 8B models) at batch size 1; depth 9 and 2.5 at batch size 8; top_k 12 and 72 tokens."""
+    tree = {k.removeprefix("config.method.tree."): v for k, v in cast_filters(model, batch).items() if k.startswith("config.method.tree.")}
+    assert tree == {"depth": depth, "top_k": 12, "total_tokens": 72, "c1": c, "c2": c, "c3": c,
+                    "dynamic_rerank": True, "depth_pruning": True, "breadth_pruning": True}
+
+
+@pytest.mark.parametrize("ablation, switches", [("DR", (True, False, False)), ("DR+DP", (True, True, False)), ("DR+BP", (True, False, True))])
+def test_table3_ablation_rows_are_eagle3s_tree_with_the_named_components(ablation, switches):
+    """Table 3 reads "EAGLE3+DR", "EAGLE3+DR+DP", "EAGLE3+DR+BP": EAGLE-3's shape (depth 7,
+    top_k 10, its total_tokens for the model) with those components switched on."""
+    filters = cast_filters("vicuna-13b", 2, ablation)
+    assert {k: filters[k] for k in eagle3_filters("vicuna-13b")} == eagle3_filters("vicuna-13b")
+    assert eagle3_filters("vicuna-13b") == {"config.method.tree.depth": 7, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 60}
+    assert tuple(filters[f"config.method.tree.{k}"] for k in ("dynamic_rerank", "depth_pruning", "breadth_pruning")) == switches
+    assert filters["config.method.tree.c1"] == 4.0 and filters["config.gen.batch_size"] == 2

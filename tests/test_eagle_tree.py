@@ -150,3 +150,20 @@ def test_accepted_nodes_are_ranked_among_their_siblings_by_draft_probability():
     assert _sibling_ranks(tree, [b, c]) == [1, 0]
     assert _sibling_ranks(tree, [a, d]) == [0, 0]
     assert _sibling_ranks(tree, [a, e]) == [0, 1]
+
+
+def test_each_verification_records_the_trees_summed_draft_confidence():
+    """CAST Figure 3's x axis: the sum of v(u) = exp(cumulative log-prob) over the verified
+    tree's draft nodes (the root, v = 1, left out), one value per verification."""
+    from specbench.engine.loop import _record_step, _Row
+    from specbench.engine.parts import Acceptance
+
+    tree = DraftTree.root(0)
+    a = tree.add(0, 1, math.log(0.5))
+    tree.add(0, 2, math.log(0.25))
+    tree.add(a, 3, math.log(0.5))  # 0.25
+    row = _Row(prompt=[7], generator=None, new=[1, 3, 4])
+    _record_step(row, tree, Acceptance(path=[0, a], next_token=4), torch.zeros(len(tree), 8), drafted=2)
+    _record_step(row, DraftTree.root(4), Acceptance(path=[0], next_token=5), torch.zeros(1, 8), drafted=0)
+    assert row.tree_scores == [1.0, 0.0]
+    assert row.accept_lengths == [2, 1]

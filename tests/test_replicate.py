@@ -244,16 +244,24 @@ def test_a_method_key_beside_a_swept_method_splits_the_sweep():
     assert per_method([plain]) == [plain]
 
 
-def test_cast_rows_find_the_run_at_their_batch_size_and_ablation(tmp_path):
+def test_cast_rows_find_the_run_at_their_batch_size_ablation_and_threshold(tmp_path):
     full = {"config.method.tree.dynamic_rerank": True, "config.method.tree.depth_pruning": True, "config.method.tree.breadth_pruning": True}
+
+    def cast_row(batch, c, speedup, **extra):
+        shape = {"config.method.tree.depth": 9 if batch >= 8 else 13, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72}
+        return run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": batch, **shape, **full, **{f"config.method.tree.c{i}": c for i in (1, 2, 3)},
+                                                    "speedup": speedup, **extra})
+
+    eagle3_shape = {"config.method.tree.depth": 7, **PAPER_TREE}
     runs = pd.DataFrame([
-        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 1, "config.method.tree.depth": 13, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72, **full, "speedup": 1.1}),
-        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 9, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72, **full, "speedup": 1.5,
-                                            "run_dir": batched_run_on_disk(tmp_path, "cast8", [1.5, 1.52, 1.48, 1.51, 1.49, 1.5] * 2)}),
-        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 9, "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72,
-                                            **full, "config.method.tree.breadth_pruning": False, "speedup": 1.3}),
-        run_row("eagle3", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 7, **PAPER_TREE, "speedup": 1.2,
-                                              "run_dir": batched_run_on_disk(tmp_path, "eagle8", [1.2, 1.22, 1.18, 1.21, 1.19, 1.2] * 2)}),
+        cast_row(1, 3.0, 1.1),
+        cast_row(1, 4.0, 1.9, samples=20, run_dir="/runs/cast-threshold-4"),  # another threshold: never Table 1's cell for our model
+        cast_row(8, 2.5, 1.5, run_dir=batched_run_on_disk(tmp_path, "cast8", [1.5, 1.52, 1.48, 1.51, 1.49, 1.5, 1.5, 1.51, 1.49, 1.5])),
+        cast_row(8, 2.5, 1.7, **{"config.method.tree.breadth_pruning": False}),  # CAST's shape without BP: no Table 3 row
+        run_row("cast", "humaneval", 0.0, **{"config.gen.batch_size": 8, **eagle3_shape, **full, "config.method.tree.breadth_pruning": False,
+                                            **{f"config.method.tree.c{i}": 2.5 for i in (1, 2, 3)}, "speedup": 1.3}),
+        run_row("eagle3", "humaneval", 0.0, **{"config.gen.batch_size": 8, **eagle3_shape, "speedup": 1.2,
+                                              "run_dir": batched_run_on_disk(tmp_path, "eagle8", [1.2, 1.22, 1.18, 1.21, 1.19, 1.2, 1.2, 1.21, 1.19, 1.2])}),
         run_row("eagle2", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 5, "config.method.tree.top_k": 10, "config.method.tree.total_tokens": 59, "speedup": 0.9}),
         run_row("eagle2", "humaneval", 0.0, **{"config.gen.batch_size": 8, "config.method.tree.depth": 2, "config.method.tree.top_k": 2, "config.method.tree.total_tokens": 4, "speedup": 9.0}),
         run_row("eagle", "humaneval", 0.0, **{"config.gen.batch_size": 8, "speedup": 0.8}),
@@ -271,12 +279,26 @@ def test_cast_rows_find_the_run_at_their_batch_size_and_ablation(tmp_path):
     table2 = ours.loc["table2"].set_index("method")["ours"]
     assert ours.loc["table1", "ours"] == 1.1 and table2["cast"] == 1.5
     assert table2["eagle2"] == 0.9 and table2["eagle"] == 0.8  # EAGLE-2 at its release's shape, not an auto one
-    assert ours.loc["table3"].set_index("method").loc["cast", "ours"] == 1.3  # DR+DP: breadth pruning off
+    assert ours.loc["table3"].set_index("method").loc["cast", "ours"] == 1.3  # EAGLE-3's tree + DR + DP
     assert ours.loc["table3"].set_index("method").loc["eagle3", "ours"] == 1.2
     assert "h20" in ours.loc["table4", "note"] and pd.isna(ours.loc["table4", "ours"])
     verdict = {v["claim"]: v for v in report.verdicts(cast.CLAIMS, runs)}["At batch size 8 CAST is faster than EAGLE-3 on every dataset"]
-    assert "humaneval +0.3 [95% " in verdict["ours"] and "n=12 batches" in verdict["ours"]  # the batch-8 pair, clearly faster
-    assert verdict["verdict"] == "cannot tell" and "mt_bench: cannot tell: no cast and eagle3 run" in verdict["ours"]  # the other datasets never ran
+    assert "humaneval +0.3 [95% " in verdict["ours"] and "n=10 batches" in verdict["ours"]  # the batch-8 pair, clearly faster
+    assert verdict["verdict"] == "agrees"  # cpu scale runs batch size 8 on HumanEval alone, and the claim's row says so
+
+
+def test_cast_paper_scale_cells_take_the_models_threshold():
+    """Vicuna-13B's Table 1 cell is its threshold-4 run, never a threshold-3 run of the same
+    model, dataset and shape (Table 3's runs once were)."""
+    base = {"config.model.name": "vicuna-13b", "config.hardware.name": "gpu", "config.gen.batch_size": 1, "config.method.tree.depth": 13,
+            "config.method.tree.top_k": 12, "config.method.tree.total_tokens": 72, "config.method.tree.dynamic_rerank": True,
+            "config.method.tree.depth_pruning": True, "config.method.tree.breadth_pruning": True}
+    runs = pd.DataFrame([
+        run_row("cast", "humaneval", 0.0, samples=164, **{**base, **{f"config.method.tree.c{i}": 3.0 for i in (1, 2, 3)}, "speedup": 9.9}),
+        run_row("cast", "humaneval", 0.0, samples=80, **{**base, **{f"config.method.tree.c{i}": 4.0 for i in (1, 2, 3)}, "speedup": 5.1}),
+    ])
+    ref = reference(("table1", "vicuna-13b", "cast", "humaneval", 0, "batch=1", "speedup", 5.18))
+    assert tables.compare(ref, runs, cast.locate("paper")).loc[0, "ours"] == 5.1
 
 
 def test_cast_paper_scale_sweeps_cover_the_batch_sizes_gpus_and_thresholds():
@@ -288,7 +310,14 @@ def test_cast_paper_scale_sweeps_cover_the_batch_sizes_gpus_and_thresholds():
     table1 = [l for l in lines if l.split(":")[0].endswith("table1") and "method=cast" in l]
     assert any("vicuna-13b" in l and "method.tree.c1=4.0" in l for l in table1)
     assert any("llama3.1-8b" in l and "method.tree.c1=3.0" in l for l in table1)
-    assert all("method.tree.depth=9" in l and "method.tree.c1=2.5" in l for l in lines if "method=cast" in l and "gen.batch_size=8" in l)
+    batch8 = [l for l in lines if "method=cast" in l and "gen.batch_size=8" in l]
+    assert batch8 and all("method.tree.c1=2.5" in l for l in batch8)
+    full = [l for l in batch8 if "depth_pruning=True" in l and "breadth_pruning=True" in l]
+    assert full and all("method.tree.depth=9" in l and "method.tree.top_k=12" in l for l in full)
+    # Table 3's ablation rows: EAGLE-3's tree (depth 7, top_k 10, its total_tokens) with the components
+    ablations = [l for l in lines if l.split(":")[0].endswith("table3") and "method=cast" in l
+                 and not ("depth_pruning=True" in l and "breadth_pruning=True" in l)]
+    assert len(ablations) == 3 * 5 and all("method.tree.depth=7 " in l and "method.tree.top_k=10 " in l and "method.tree.total_tokens=60 " in l for l in ablations)
 
 
 @pytest.mark.slow
@@ -563,20 +592,25 @@ def test_batched_values_are_one_per_batch(tmp_path):
 
 
 def test_cast_cpu_scale_gives_every_point_enough_groups_for_an_interval(tmp_path):
-    """Table 3's batch sweep runs 10 prompts at batch size 1, the other batch-size-1 sweeps 5,
-    and every batched run five batches (a batch's rows share one wall time, so batches are
-    what its interval resamples); a quick look stays one prompt or one batch."""
+    """Table 1 at T=0 (the headline) runs 20 prompts, every other batch-size-1 point 10, a
+    batched point a claim reads ten batches (a batch's rows share one wall time, so batches are
+    what its interval resamples) and EAGLE-1/2 at batch size 8 five; a quick look stays one
+    prompt or one batch."""
 
     def limits(prompts):
         found = set()
         for s in cast.sweeps("cpu", prompts, cast.CPU_MAX_NEW_TOKENS, tmp_path):
-            limit = int(next(o for o in s.overrides if o.startswith("dataset.limit=")).split("=")[1])
-            batch = int(next(o for o in s.overrides if o.startswith("gen.batch_size=")).split("=")[1])
-            found.add((s.name in cast.HEADLINE, batch, limit))
+            setting = dict(o.split("=", 1) for o in s.overrides)
+            found.add((s.name, setting.get("gen.temperature"), int(setting["gen.batch_size"]), int(setting["dataset.limit"])))
         return found
 
-    assert limits(cast.CPU_PROMPTS) == {(True, 1, 10), (False, 1, 5), (True, 4, 20), (True, 8, 40), (False, 8, 40)}
-    assert {limit // batch for _, batch, limit in limits(1)} == {1}
+    found = limits(cast.CPU_PROMPTS)
+    assert {limit for name, t, batch, limit in found if name in ("table1", "table1-eagle3") and t == "0"} == {20}
+    assert {limit for name, t, batch, limit in found if batch == 1 and not (name in ("table1", "table1-eagle3") and t == "0")} >= {10}
+    assert all(limit >= 10 for name, t, batch, limit in found if batch == 1)
+    assert {limit // batch for name, t, batch, limit in found if batch > 1 and name != "table2-eagle"} == {10}
+    assert {limit // batch for name, t, batch, limit in found if name == "table2-eagle"} == {5}
+    assert {limit // batch for _, _, batch, limit in limits(1)} == {1}
 
 
 def test_cpu_scale_reads_hub_only_datasets_from_specbench_data(tmp_path, monkeypatch):
@@ -646,3 +680,26 @@ def test_entmtp_search_keeps_enough_prompts_at_paper_scale():
     evaluated = {s.id for s in questions.select(questions.read_source(dataset), {**dataset, "limit": 100})}
     left = [s for s in everything if s.id not in evaluated]
     assert len(left) == 64 and len(left) >= needed >= 10
+
+
+def test_cast_figure3_plots_accepted_tokens_against_tree_confidence(tmp_path):
+    """Figure 3's points are the verifications of Table 1's batch-size-1 T=0 runs: the verified
+    tree's summed confidence and the draft tokens it accepted (accept length - 1)."""
+    def run_dir(name, scores, lengths):
+        path = tmp_path / name
+        path.mkdir()
+        record = {"id": "0", "method": {"tree_scores": scores, "accept_lengths": lengths}}
+        (path / "samples.jsonl").write_text(json.dumps(record) + "\n" + json.dumps({**record, "id": "1", "method": {"accept_lengths": [2]}}))
+        return str(path)
+
+    cast_shape = cast.cast_filters("smollm2-135m", 1)
+    runs = pd.DataFrame([
+        run_row("cast", "humaneval", 0.0, **cast_shape, run_dir=run_dir("cast", [0.5, 1.5, 3.0], [1, 3, 4])),
+        run_row("cast", "humaneval", 1.0, **cast_shape, run_dir=run_dir("cast-t1", [9.0], [9])),  # T=1: not Figure 3's
+        run_row("eagle3", "gsm8k", 0.0, **{"config.gen.batch_size": 1, **cast.eagle3_filters("smollm2-135m")}, run_dir=run_dir("eagle3", [1.0, 2.0], [2, 2])),
+    ])
+    steps = cast.confidence_steps(runs, "cast")
+    assert steps[["score", "accepted"]].values.tolist() == [[0.5, 0], [1.5, 2], [3.0, 3]]  # the record without scores adds nothing
+    assert cast.confidence_steps(runs, "eagle3")["accepted"].tolist() == [1, 1]
+    written = cast.confidence_figure(runs, tmp_path / "figures")
+    assert {p.name for p in written} >= {"figure3.png"}

@@ -8,6 +8,7 @@ stop leave the batch; batch size 1 is the same loop with one row.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,6 +58,10 @@ class Generation:
     # per verification: for each accepted draft token (depth 1, 2, ...), its rank among its
     # siblings (the children of its parent) by draft log-prob, 0 = the parent's top-1
     accepted_sibling_ranks: list[list[int]] = field(default_factory=list)
+    # per verification: the verified tree's confidence, the sum of its draft nodes' path
+    # probabilities v(u) (the draft's cumulative probability; CAST's Figure 3 plots accepted
+    # tokens against it)
+    tree_scores: list[float] = field(default_factory=list)
     verifier_notes: dict = field(default_factory=dict)  # the verifier's notes, merged over steps
 
 
@@ -96,6 +101,7 @@ class _Row:
     step_draft_forwards: list[int] = field(default_factory=list)
     tree_widths: list[list[int]] = field(default_factory=list)
     accepted_sibling_ranks: list[list[int]] = field(default_factory=list)
+    tree_scores: list[float] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -184,6 +190,7 @@ def _record_step(row: _Row, draft, accepted, logits: torch.Tensor, drafted: int)
     row.tree_widths.append(_widths(draft.depths))
     merge_notes(row.notes, accepted.notes)
     row.accepted_sibling_ranks.append(_sibling_ranks(draft, accepted.path[1:]))
+    row.tree_scores.append(round(sum(math.exp(v) for v in draft.logps[1:]), 4))
     row.nll += _nll(logits[accepted.path], row.new[len(row.new) - len(accepted.path) :])
     row.accept_lengths.append(len(accepted.path))
 
@@ -206,6 +213,7 @@ def _generation(row: _Row, limits: Limits, decode, prefill_seconds: float, secon
         step_draft_forwards=row.step_draft_forwards,
         tree_widths=row.tree_widths,
         accepted_sibling_ranks=row.accepted_sibling_ranks,
+        tree_scores=row.tree_scores,
         verifier_notes=row.notes,
     )
 

@@ -20,9 +20,14 @@ EagleDynamicTree with the same top_k, depth and total_tokens.
   mass one more layer has carried over from this one. It is a draft-side quantity, known
   as soon as layer i+1 is breadth-pruned, so it is recorded while building, as the paper
   says; no accepted path is needed (hence no `observe`).
-- Dynamic reranking: Algorithm 1 over all drafted nodes ranked by confidence (the root
-  first, v = 1), u_k their batch-mean prefix sums, c_k = target ms for k tokens / target ms
-  for 1, threshold C3, capped at total_tokens: how many tokens (root included) to verify.
+- Dynamic reranking (section 4.2): the nodes the expansion retained, the n_i kept at each
+  layer i (the root is n_0 = 1), ranked by confidence; the best N = min(sum n_i, m) of them
+  (m = total_tokens, root included) are the candidates, and Algorithm 1 over u_k (their
+  batch-mean prefix sums) and c_k = target ms for k tokens / target ms for 1, threshold C3,
+  says how many to verify. A drafted child that breadth pruning did not retain is not a
+  candidate (without breadth pruning n_i = K, EAGLE's expanded top-K per layer). Without
+  dynamic reranking the tree is reranked as EAGLE's: the best total_tokens - 1 of every
+  drafted node.
 
 Thresholds. Appendix E gives a single "threshold" per setting (4 for Llama-3.3-70B and
 Vicuna-13B, 3 for the 8B models at batch size 1; 2.5 at batch size 8). We read it as the
@@ -61,7 +66,7 @@ from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import integer, number, switch
 from specbench.errors import ConfigError
-from specbench.trees.eagle import add_top_children, best_first
+from specbench.trees.eagle import add_top_children, best_first, keep_best
 
 NO_COSTS = "method.tree: CAST prices trees with the measured cost profile; set costs.profile=true"
 
@@ -147,6 +152,7 @@ class CastTree(TreePolicy):
         one_token_ms = self.costs.target_ms(batch, context, 1) if self.priced else 1.0
         trees = [DraftTree.root(r) for r in roots]
         frontiers, fed, kept_utility = [[0] for _ in roots], 1, None
+        retained = [[] for _ in roots]  # per row: the nodes each layer kept (n_i of them)
         last = self.depth + 1
         for layer in range(1, last + 1):
             logits = drafter.logits(contexts, trees, frontiers)
@@ -167,19 +173,21 @@ class CastTree(TreePolicy):
             if kept_utility:
                 self.ratios(layer - 1).append(u[count - 1] / kept_utility)  # phi_{layer-1}
             kept_utility = u[count - 1]
+            for kept, nodes in zip(retained, layer_nodes):
+                kept += nodes[:count]
             if layer == last:
                 break
             if self.depth_pruning and self.alpha(layer) * u[count - 1] < self.c2 * cost[count - 1]:
                 break
             frontiers = [sorted(nodes[:count]) for nodes in layer_nodes]
             fed += count
-        ranked = [best_first(t, list(range(1, len(t)))) for t in trees]
-        keep = self.total_tokens
-        if self.dynamic_rerank:
-            size = min(self.total_tokens, max(len(t) for t in trees))
-            scores = [[1.0] + [math.exp(t.logps[n]) for n in nodes] for t, nodes in zip(trees, ranked)]
-            cost = [self.costs.target_ms(batch, context, k) / one_token_ms for k in range(1, size + 1)]
-            keep = select_count(batch_utility(scores, size), cost, self.c3)
+        if not self.dynamic_rerank:
+            return [keep_best(t, self.total_tokens) for t in trees]
+        ranked = [best_first(t, kept) for t, kept in zip(trees, retained)]
+        size = min(self.total_tokens, 1 + max(len(nodes) for nodes in ranked))  # N, root included
+        scores = [[1.0] + [math.exp(t.logps[n]) for n in nodes] for t, nodes in zip(trees, ranked)]
+        cost = [self.costs.target_ms(batch, context, k) / one_token_ms for k in range(1, size + 1)]
+        keep = select_count(batch_utility(scores, size), cost, self.c3)
         return [t.subtree(nodes[: keep - 1]) for t, nodes in zip(trees, ranked)]
 
     def _expand(self, tree: DraftTree, frontier: list[int], logits: torch.Tensor | None) -> list[int]:
