@@ -131,7 +131,7 @@ def timed_launch(sweeps: list[sweep.Sweep], outputs: Path, launcher: str, overri
     before = set(results.collect(outputs)["run"]) if outputs.is_dir() else set()
     start = time.monotonic()
     try:
-        sweep.launch(sweeps, outputs, launcher, overrides)
+        sweep.launch(sweeps, outputs, launcher, overrides, dry_run=False)
     finally:
         finished = len(set(results.collect(outputs)["run"]) - before) if outputs.is_dir() else 0
         if finished:
