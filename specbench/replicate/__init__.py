@@ -91,7 +91,7 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
     if args.report_only:
         try:
             regenerate(paper, args.scale, args.outputs or committed, results_dir)
-        except ConfigError as error:
+        except ConfigError as error:  # no runs to write from
             parser.error(str(error))
         return
     # a runner's sweeps may write into its results (EntMTP's offline stage writes its tree bank there)
@@ -119,7 +119,10 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
     print(f"committed {len(stored)} runs to {committed} ({size:.1f} MB)")
     if size > results.COMMITTED_MB:
         print(f"warning: {committed} holds {size:.1f} MB, more than the ~{results.COMMITTED_MB} MB a paper's committed runs should keep")
-    regenerate(paper, args.scale, committed, results_dir)
+    try:
+        regenerate(paper, args.scale, committed, results_dir)
+    except ConfigError as error:  # the sweeps finished no run (an offline stage alone)
+        parser.error(str(error))
 
 
 RUNS = "runs"  # the committed runs' directory inside a paper's results
