@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from specbench import ROOT  # noqa: E402
 from specbench.errors import ConfigError  # noqa: E402
 from specbench.metrics.speed import MIN_GROUPS  # noqa: E402
 
@@ -41,12 +42,13 @@ def verdicts(claims: list[Claim], runs: pd.DataFrame) -> list[dict]:
 
 
 def named(text: str, runs: pd.DataFrame) -> str:
-    """`text` with each run's directory written as its name, so a report shows no machine's paths."""
+    """`text` with each run's directory written as its name and other project paths relative
+    to the project, so a report shows no machine's paths."""
     if "run" in runs:
         for run_dir, name in sorted(zip(runs["run_dir"], runs["run"]), key=lambda pair: -len(str(pair[0]))):
             if isinstance(run_dir, str) and isinstance(name, str):
                 text = text.replace(run_dir, name)
-    return text
+    return text.replace(f"{ROOT}/", "")
 
 
 def bootstrap_method() -> str:
