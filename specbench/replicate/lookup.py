@@ -3,9 +3,6 @@ run), and the runs, per-prompt values and re-scored answers that claims and figu
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -125,15 +122,10 @@ def one_or_none(runs: pd.DataFrame, **filters) -> pd.Series | None:
 
 
 def answers(run: pd.Series) -> dict[str, tuple[questions.Sample, list[str], list[str] | None]]:
-    """Per prompt of a run: its dataset sample (references included, reloaded from the run's
-    own dataset config), the method's answer turns and AR's beside them (None without)."""
-    summary = Path(run["run_dir"]) / "summary.json"
-    if not summary.is_file():
-        raise KeyError(f"summary of {run['run_dir']}")
-    config = json.loads(summary.read_text())["config"]["dataset"]
-    if config.get("path") and not Path(config["path"]).is_absolute():
-        config = {**config, "path": str(ROOT / config["path"])}
-    samples = {s.id: s for s in questions.load(config)}
+    """Per prompt of a run: its dataset sample (references included: the committed copy, or
+    reloaded from the run's own dataset config), the method's answer turns and AR's beside
+    them (None without)."""
+    samples = results.questions(run)
     return {r["id"]: (samples[r["id"]], r["method"]["turn_texts"], r.get("baseline", {}).get("turn_texts"))
             for r in results.samples(run) if r["id"] in samples}
 

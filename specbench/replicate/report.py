@@ -13,6 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from specbench import ROOT  # noqa: E402
+from specbench.errors import ConfigError  # noqa: E402
+
 VERDICTS = {True: "agrees", False: "does not agree", None: "cannot tell"}
 
 
@@ -31,18 +34,45 @@ def verdicts(claims: list[Claim], runs: pd.DataFrame) -> list[dict]:
             agrees, evidence = claim.check(runs)
         except (KeyError, ValueError, IndexError, ZeroDivisionError) as error:  # a run the check needs is missing
             agrees, evidence = None, f"missing runs ({error.__class__.__name__}: {error})"
-        rows.append({"source": claim.source, "claim": claim.text, "ours": evidence, "verdict": VERDICTS.get(agrees, agrees)})  # or verdicts.NOT_TESTABLE
+        except ConfigError as error:  # a file the check reads cannot be read here (a dataset's local copy)
+            agrees, evidence = None, f"cannot read what it needs: {error}"
+        rows.append({"source": claim.source, "claim": claim.text, "ours": named(evidence, runs), "verdict": VERDICTS.get(agrees, agrees)})  # or verdicts.NOT_TESTABLE
     return rows
 
 
-def write(path: Path, title: str, setup: str, rows: list[dict], tables: list[str], figures: list[Path]) -> None:
+def named(text: str, runs: pd.DataFrame) -> str:
+    """`text` with each run's directory written as its name and other project paths relative
+    to the project, so a report shows no machine's paths."""
+    if "run" in runs:
+        for run_dir, name in sorted(zip(runs["run_dir"], runs["run"]), key=lambda pair: -len(str(pair[0]))):
+            if isinstance(run_dir, str) and isinstance(name, str):
+                text = text.replace(run_dir, name)
+    return text.replace(f"{ROOT}/", "")
+
+
+def write(path: Path, title: str, header: list[str], rows: list[dict], tables: list[str], figures: list[Path],
+          published_only: dict[str, str] | None = None) -> None:
+    """The report: header lines (setup, machine, time, interval method), the claims, and links
+    to the tables (those holding published numbers only, with why) and figures."""
     agreeing = sum(r["verdict"] == "agrees" for r in rows)
-    lines = [f"# {title}", "", setup, "", f"{agreeing} of {len(rows)} claims agree in direction.", ""]
+    lines = [f"# {title}", ""]
+    for line in header:
+        lines += [line, ""]
+    lines += [f"{agreeing} of {len(rows)} claims agree in direction.", ""]
     lines += ["| source | the paper's claim | our run | direction |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in rows]
-    lines += ["", "Tables (published / ours / delta): " + ", ".join(f"[{t}](tables/{t}.md)" for t in tables)]
-    lines += ["", "Figures: " + ", ".join(f"[{f.stem}](figures/{f.name})" for f in figures if f.suffix == ".png"), ""]
+    only = published_only or {}
+    compared = [t for t in tables if t not in only]
+    lines += ["", "Tables (published / ours / delta): " + ", ".join(f"[{t}](tables/{t}.md)" for t in compared)]
+    if any(t in only for t in tables):
+        lines += ["", "Tables (published only): " + "; ".join(f"[{t}](tables/{t}.md): {only[t]}" for t in tables if t in only)]
+    drawn = [f"[{f.stem}](figures/{f.name})" for f in figures if f.suffix == ".png"]
+    lines += ["", "Figures: " + (", ".join(drawn) if drawn else "none (no run to draw)"), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+# no timestamp or library version in the files: the same figure gives the same bytes
+FIXED_METADATA = {".png": {"Software": None}, ".pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}}
 
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
@@ -50,7 +80,7 @@ def save(fig, out_dir: Path, name: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     for path in paths:
-        fig.savefig(path, bbox_inches="tight", dpi=150)
+        fig.savefig(path, bbox_inches="tight", dpi=150, metadata=FIXED_METADATA[path.suffix])
     plt.close(fig)
     return paths
 

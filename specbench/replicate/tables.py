@@ -38,9 +38,9 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
     if our_model is not None:
         ours = rows.drop_duplicates(subset=[k for k in KEYS if k != "model"]).assign(model=our_model, published=float("nan"))
         rows = pd.concat([rows, ours], ignore_index=True)
-    values, notes, run_dirs = [], [], []
+    values, notes, names = [], [], []
     for _, row in rows.iterrows():
-        value, note, run_dir = None, "", ""
+        value, note, name = None, "", ""
         if our_model is not None and row["model"] != our_model:
             note = NOT_AT_SCALE
         elif row["dataset"] != "mean":
@@ -54,8 +54,11 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
                     note = NOT_RUN
                 else:
                     run = matches.sort_values("results.samples").iloc[-1]
-                    value, run_dir = results.metric(run, row["metric"], row["dataset"], baseline), run["run_dir"]
-                    note = "" if value is not None else MISSING_METRIC.get(row["metric"], f"run has no {row['metric']}")
+                    value, name = results.metric(run, row["metric"], row["dataset"], baseline), run.get("run", run["run_dir"])
+                    if baseline and row["metric"] == "speedup":
+                        note = baseline_speed(run)
+                    else:
+                        note = "" if value is not None else MISSING_METRIC.get(row["metric"], f"run has no {row['metric']}")
                     if row["metric"] == "speedup" and not baseline and speedup != "speedup" and value is not None:
                         convention = results.number(run.get(speedup))
                         note = f"aggregate ratio {value:.2f}" if convention is not None else f"aggregate ratio: the run predates {speedup}"
@@ -64,11 +67,17 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
                         note = "; ".join(part for part in (note, spread(run, row["metric"])) if part)
         values.append(value)
         notes.append(note)
-        run_dirs.append(run_dir)
-    rows["ours"], rows["note"], rows["run_dir"] = pd.Series(values, dtype=float).values, notes, run_dirs
+        names.append(name)
+    rows["ours"], rows["note"], rows["run"] = pd.Series(values, dtype=float).values, notes, names
     _fill_means(rows)
     rows["delta"] = rows["ours"] - rows["published"]
-    return rows[KEYS + ["published", "ours", "delta", "note", "run_dir"]]
+    return rows[KEYS + ["published", "ours", "delta", "note", "run"]]
+
+
+def baseline_speed(run: pd.Series) -> str:
+    """An AR row's speedup cell: 1 by definition, so what AR measured instead."""
+    measured = results.number(run.get("baseline.tok_per_s"))
+    return "AR itself: 1 by definition" + (f"; AR measured {measured:.1f} tok/s" if measured is not None else "")
 
 
 # the summary column holding a metric's 95% interval (the speedup's is the aggregate ratio's)
@@ -116,18 +125,29 @@ def layout(rows: pd.DataFrame) -> pd.DataFrame:
     return table.fillna("")
 
 
-def write(compared: pd.DataFrame, out_dir: Path, caption: str) -> list[Path]:
-    """<table>.csv (long form), <table>.md and <table>.tex (layout) per table."""
+def write(compared: pd.DataFrame, out_dir: Path, caption: str, published_only: dict[str, str] | None = None) -> list[Path]:
+    """<table>.csv (long form), <table>.md and <table>.tex (layout) per table; a table in
+    `published_only` (name -> why none of its cells can have ours) holds the published
+    numbers alone, saying why."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, rows in compared.groupby("table", sort=False):
-        table = layout(rows)
+        reason = (published_only or {}).get(name)
+        if reason:
+            rows = rows[rows["published"].notna()]
+            table = rows.assign(cell=rows["published"].map(_fmt), T=rows["temperature"].map(lambda t: f"{t:g}")).pivot_table(
+                index=["model", "method", "T", "setting"], columns=["dataset", "metric"], values="cell", aggfunc="first", sort=False).fillna("")
+            legend = f"{name}: {caption}. Published only: {reason}."
+            long_form = rows[KEYS + ["published"]]
+        else:
+            table = layout(rows)
+            legend = f"{name}: {caption}. Each cell: published / ours (ours - published); n/a: {NOT_AT_SCALE}."
+            long_form = rows
         flat = table.copy()
         flat.columns = [f"{d} {m}" for d, m in flat.columns]
         flat = flat.reset_index()
-        legend = f"{name}: {caption}. Each cell: published / ours (ours - published); n/a: {NOT_AT_SCALE}."
         paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md", out_dir / f"{name}.tex"]
-        rows.to_csv(paths[0], index=False)
+        long_form.to_csv(paths[0], index=False)
         paths[1].write_text(f"{legend}\n\n{flat.to_markdown(index=False)}\n", encoding="utf-8")
         paths[2].write_text(flat.to_latex(index=False, caption=legend, label=f"tab:{name}", escape=True), encoding="utf-8")
         written += paths
