@@ -197,11 +197,10 @@ def test_a_batch_size_of_the_sweep_without_runs_is_named(tmp_path):
     from runners import cast
 
     def row(method, batch, speedups):
-        full = cast.switch_filters("DR+DP+BP") if method == "cast" else {}
-        depth = cast.appendix_e_depth(batch) if method == "cast" else cast.DEFAULTS["eagle3"]["config.method.tree.depth"]
+        shape = cast.cast_filters("smollm2-135m", batch) if method == "cast" else cast.eagle3_filters("smollm2-135m")
         run = run_on_disk(tmp_path, f"{method}{batch}", [2.0] * 12, speedups, batch=batch)
-        return {**cast.DEFAULTS[method], **full, "config.method.name": method, "config.model.name": "smollm2-135m", "config.dataset.name": "humaneval",
-                "temperature": 0.0, "config.gen.batch_size": batch, "config.method.tree.depth": depth, "speedup": speedups[0], "speedup_ci95": None,
+        return {**shape, "config.method.name": method, "config.model.name": "smollm2-135m", "config.dataset.name": "humaneval",
+                "temperature": 0.0, "config.gen.batch_size": batch, "speedup": speedups[0], "speedup_ci95": None,
                 "results.tok_per_s": 10.0, "results.samples": 12 * batch, "run_dir": run["run_dir"]}
 
     runs = pd.DataFrame([row("cast", b, [1.5 + 0.01 * i for i in range(12)]) for b in (1, 8)] + [row("eagle3", b, [1.2 + 0.01 * i for i in range(12)]) for b in (1, 8)])
