@@ -55,6 +55,11 @@ def load_drafter(method_cfg: dict, target, hardware: dict, compiled: Compiled = 
     return drafter_loader(method_cfg["drafter"])(target=target, hardware=hardware, compiled=compiled)
 
 
+def drafter_layers(method_cfg: dict) -> bool:
+    """Whether the method's drafter runs linear layers (none: AR, Lookahead, PLD)."""
+    return bool(method_cfg.get("drafter")) and drafter_loader(method_cfg["drafter"]).func.layers
+
+
 def drafter_loader(drafter_cfg: dict) -> functools.partial:
     """The DrafterLoader a drafter config's `_target_` names, its parameters bound."""
     make = instantiate_part(drafter_cfg, "method.drafter", partial=True)

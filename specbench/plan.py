@@ -172,7 +172,7 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
                 f"cached, but the cached {cfg['baseline']['method']['name']} run decoded in {cached} and this one decodes in {target.dtype} "
                 f"(hardware.dtype=auto decides per method); set hardware.dtype={target.dtype} for both runs or use baseline.mode=paired")
     baseline = methods.assemble(cfg["baseline"]["method"], target.model, target.hardware, target.lm.compiled) if paired else None
-    if cfg["costs"]["profile"] and profile is None:
+    if cfg["costs"]["profile"] and profile is None and drafts(tree):  # AR has no speedup to predict
         profile = cost_profile(setting, target, drafter)
     drafter_id = costs.drafter_id(method_cfg.get("drafter"))
     step_costs = ProfileCosts(profile, drafter_id) if profile is not None else None
@@ -201,7 +201,7 @@ def forward_of(cfg: dict, model, dtype: str) -> Target:
     """The target's forward as hardware.forward and engine.compile ask (the compile probe
     times it on first use)."""
     hardware = {**cfg["hardware"], "dtype": dtype}
-    lm, compile_choice = costs.target_lm(model, cfg, hardware)
+    lm, compile_choice = costs.target_lm(model, cfg, hardware, drafter_layers=methods.drafter_layers(cfg["method"]))
     return Target(dtype, hardware, model, lm, compile_choice)
 
 

@@ -122,4 +122,16 @@ def environment(cfg: dict, decisions: dict) -> dict:
         "hardware": cfg["hardware"]["name"],
         "fingerprint": decisions.get("fingerprint") or device_fingerprint(cfg["hardware"]["device"], torch.get_num_threads()),
         "seed": cfg["seed"],
+        "choices_contended_cores": choices_contended_cores(decisions, cfg["gen"]["batch_size"]),
     }
+
+
+def choices_contended_cores(decisions: dict, batch: int) -> float | None:
+    """The most cores other processes used while the probes, profile curves and calibration
+    behind this run's choices were timed (None: none recorded); cached measurements carry it,
+    and are timed again by the first run on an idle machine."""
+    values = [(decisions.get(k) or {}).get("contended_cores") for k in ("dtype_choice", "compile_choice", "tree_choice")]
+    if decisions.get("profile"):
+        values.append(CostProfile.from_json(decisions["profile"]).contended_for(decisions.get("drafter"), batch))
+    known = [v for v in values if v is not None]
+    return max(known) if known else None

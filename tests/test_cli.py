@@ -327,6 +327,7 @@ def test_cached_baseline_needs_an_ar_run_first_in_the_same_dtype(tmp_path):
     summary = summary_of(tmp_path, "pld")
     assert summary["baseline_source"] == "cached run, outputs only" and "speedup" not in summary
     [decisions] = (tmp_path / "ar").glob("*/decisions.json")
+    assert json.loads(decisions.read_text())["profile"] is None  # AR has no speedup to predict: no profile measured
     decisions.write_text(json.dumps({**json.loads(decisions.read_text()), "dtype": "bfloat16"}))
     for done in (tmp_path / "pld").glob("*/samples.jsonl"):
         done.unlink()  # samples left to decode: the run loads and checks the cached AR run

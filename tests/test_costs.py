@@ -99,31 +99,126 @@ def test_ensure_profile_measures_once_then_reuses(tmp_path, monkeypatch, target)
     assert costs.profile_path(key).with_suffix(".png").is_file()
 
 
-def test_timings_taken_beside_another_job_serve_the_run_but_are_not_cached(tmp_path, monkeypatch, target):
-    """A profile measured while other processes kept the CPU busy prices every forward too
-    high; caching it would mislead every later run on the machine."""
+def test_a_profile_run_that_needs_longer_contexts_times_only_those(tmp_path, monkeypatch, target):
+    """A cached curve is extended, never thrown away: a run reaching 600 tokens times the
+    512 and 2048 rows the cache lacks, and a run adding a drafter times only the drafter."""
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    contexts = []
+    real = costs.measure_target
+    monkeypatch.setattr(costs, "measure_target", lambda lm, cs, *a, **k: contexts.append(list(cs)) or real(lm, cs, *a, **k))
+    key = costs.profile_key("tiny", "float32", "cpu", 1)
+    quiet = {"repeats": 1, "max_n": 3, "log": lambda *_: None}
+    short = costs.ensure_profile(key, TreeLM(target), 100, **quiet)
+    longer = costs.ensure_profile(key, TreeLM(target), 600, {"pld": PromptLookupDrafter(VOCAB)}, **quiet)
+    assert contexts == [[128], [512, 2048]] and longer.target.contexts == [128, 512, 2048]
+    assert longer.target.ms[0] == short.target.ms[0]  # the cached row is kept as it was
+    costs.ensure_profile(key, TreeLM(target), 600, {"pld": PromptLookupDrafter(VOCAB)}, **quiet)
+    assert len(contexts) == 2 and "pld" in costs.load(costs.profile_path(key), key).drafters
+
+
+def busy(others: float):
+    """contention.watch as it reads a machine where others keep `others` cores busy."""
     from contextlib import contextmanager
 
     from specbench.costs import contention
 
     @contextmanager
-    def busy_machine():
-        yield contention.Usage(others=1.4)
+    def watch():
+        yield contention.Usage(others=others)
+
+    return watch
+
+
+def test_timings_taken_beside_another_job_are_cached_with_a_note_and_refined_when_idle(tmp_path, monkeypatch, target):
+    """Thrown away, a profile timed beside another job would be paid again by every run while
+    the machine stays busy; trusted, it would price every later run too high. So it is
+    cached with the contention noted, reused while the machine is busy, and timed again by
+    the first run that finds it idle."""
+    from specbench.costs import contention
 
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
     monkeypatch.setenv("SPECBENCH_CONTENDED_CORES", "0.25")
-    monkeypatch.setattr(contention, "watch", busy_machine)
+    monkeypatch.setattr(contention, "watch", busy(1.4))
+    monkeypatch.setattr(contention, "idle_now", lambda: False)
     calls, logged = [], []
     real = costs.measure_target
     monkeypatch.setattr(costs, "measure_target", lambda *a, **k: calls.append(1) or real(*a, **k))
     key = costs.profile_key("tiny", "float32", "cpu", 1)
     first = costs.ensure_profile(key, TreeLM(target), 100, repeats=1, max_n=4, log=logged.append)
-    assert first.contended_cores == 1.4 and not first.trusted and first.target.max_n == 4
-    assert not costs.profile_path(key).is_file() and any("not cached" in line for line in logged)
-    costs.ensure_profile(key, TreeLM(target), 100, repeats=1, max_n=4, log=lambda *_: None)
-    assert len(calls) == 2  # measured again: nothing untrusted was reused
-    record, _ = fingerprint.cached_probe(tmp_path / "probe.json", {"cpu": "x"}, lambda: {"choice": "bf16"})
-    assert record["contended_cores"] == 1.4 and not (tmp_path / "probe.json").is_file()
+    assert first.contended_cores == 1.4 and not first.trusted and costs.profile_path(key).is_file()
+    assert any("timed while other processes kept 1.4 cores busy" in line for line in logged)
+    again = costs.ensure_profile(key, TreeLM(target), 100, repeats=1, max_n=4, log=lambda *_: None)
+    assert len(calls) == 1 and again.contended_cores == 1.4  # the machine is still busy: reused
+    monkeypatch.setattr(contention, "watch", busy(0.0))
+    monkeypatch.setattr(contention, "idle_now", lambda: True)
+    refined = costs.ensure_profile(key, TreeLM(target), 100, repeats=1, max_n=4, log=lambda *_: None)
+    assert len(calls) == 2 and refined.trusted and costs.load(costs.profile_path(key), key).trusted
+    # another drafter's curve timed beside a job says nothing about the curves this run prices with
+    refined.drafters["other"] = Curve(contexts=[128], max_n=1, ms=[[1.0]], spread=[[0.0]], contended_cores=1.4)
+    save(refined, costs.profile_path(key))
+    monkeypatch.setattr(contention, "idle_now", pytest.fail)  # nothing this run needs is contended: no look, no refining
+    again = costs.ensure_profile(key, TreeLM(target), 100, repeats=1, max_n=4, log=lambda *_: None)
+    assert len(calls) == 2 and again.contended_for(None) == 0.0 and again.contended_for("other") == 1.4
+
+
+def test_a_probe_times_only_the_parts_a_run_needs_and_keeps_a_contended_record(tmp_path, monkeypatch):
+    from specbench.costs import contention
+
+    monkeypatch.setenv("SPECBENCH_CONTENDED_CORES", "0.25")
+    monkeypatch.setattr(contention, "watch", busy(1.4))
+    monkeypatch.setattr(contention, "idle_now", lambda: False)
+    timed = []
+
+    def measure(parts):
+        timed.append(parts)
+        return {"probe": {"plain": {p: 1.0 for p in parts}}}
+
+    path, quiet = tmp_path / "probe.json", {"log": lambda *_: None}
+    record, seconds = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["1"], **quiet)
+    assert record["contended_cores"] == 1.4 and path.is_file() and seconds is not None
+    record, seconds = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["1", "16"], **quiet)
+    assert timed == [["1"], ["16"]] and record["probe"]["plain"] == {"1": 1.0, "16": 1.0}  # merged, not replaced
+    assert fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["16"], **quiet)[1] is None and len(timed) == 2
+    monkeypatch.setattr(contention, "watch", busy(0.0))
+    monkeypatch.setattr(contention, "idle_now", lambda: True)
+    record, _ = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["16"], **quiet)
+    assert timed[-1] == ["1", "16"] and record["contended_cores"] == 0.0  # refined: every part it held, timed again
+    fingerprint.cached_probe(path, {"cpu": "y"}, measure, ["16"], **quiet)
+    assert timed[-1] == ["16"]  # another machine's record is not this one's
+
+
+def test_a_contended_calibration_is_reused_while_busy_and_redone_when_idle(tmp_path, monkeypatch):
+    from specbench.costs import autotune, contention
+
+    monkeypatch.setenv("SPECBENCH_CONTENDED_CORES", "0.25")
+    path = tmp_path / "autotune.json"
+    autotune.keep({"candidates": [], "contended_cores": 1.4}, path, lambda *_: None)
+    monkeypatch.setattr(contention, "idle_now", lambda: False)
+    assert autotune.reusable(path, lambda *_: None) == {"candidates": [], "contended_cores": 1.4}
+    monkeypatch.setattr(contention, "idle_now", lambda: True)
+    assert autotune.reusable(path, lambda *_: None) is None
+    autotune.keep({"candidates": [], "contended_cores": 0.1}, path, lambda *_: None)
+    assert autotune.reusable(path, lambda *_: None) is not None
+
+
+@pytest.mark.parametrize("method, parts", [
+    ({"drafter": None, "tree": DRAFTING_OFF}, ["n=1"]),  # AR: one-token forwards, no drafter projections
+    ({"drafter": {"_target_": "specbench.drafters.prompt_lookup.load"}, "tree": {"_target_": "specbench.trees.chain.Chain"}},
+     [f"n={n}" for n in (1, 2, 4, 8, 16, 64)]),  # PLD drafts without layers: no int8 projections to time
+    ({"drafter": {"_target_": "specbench.drafters.eagle3.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}},
+     [*(f"n={n}" for n in (1, 2, 4, 8, 16, 64)), "int8"]),
+])
+def test_the_compile_probe_times_what_the_method_runs(method, parts, tmp_path, monkeypatch):
+    from specbench.costs import compile as compile_rule
+
+    from conftest import tiny_llama
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(compile_rule, "measure", lambda model, forward, sizes, **_: {"plain": {str(n): 1.0 for n in sizes}})
+    monkeypatch.setattr(compile_rule, "measure_int8", lambda model, packed: {k: {str(n): 1.0 for n in compile_rule.INT8_ROWS} for k in ("float", "int8")})
+    cfg = {"model": {"name": "tiny"}, "hardware": {"dtype": "float32", "device": "cpu", "threads": 1}, "engine": {}, "method": method}
+    _, record = costs.target_lm(tiny_llama(0), cfg, cfg["hardware"], drafter_layers=methods.drafter_layers(method))
+    assert record["parts"] == parts
 
 
 def test_contention_counts_busy_cpu_time_outside_this_process(monkeypatch):
@@ -180,7 +275,7 @@ def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch,
     monkeypatch.setattr(dtype_rule, "make_lm", make_lm)
     choice = {torch.bfloat16: Compiled(packed_from=1), torch.float32: Compiled(packed_from=4)}
     _, record = dtype_rule.resolve({"dtype": "auto", "device": "cpu", "threads": 2}, "m", lambda d: tiny_llama(3).to(getattr(torch, d)),
-                                   tmp_path, log=lambda *_: None, compile_choice=lambda m: choice[next(m.parameters()).dtype], compile_mode="auto")
+                                   tmp_path, log=lambda *_: None, compile_choice=lambda m, sizes: choice[next(m.parameters()).dtype], compile_mode="auto")
     assert built == [(torch.bfloat16, Compiled(packed_from=1)), (torch.float32, Compiled(packed_from=4))]
     assert record["compile"] == "auto" and set(record["probe"]) == {"bfloat16", "float32"}
     assert [p.name.split("-")[1:5] for p in tmp_path.glob("dtype-*.json")] == [["m", "auto", "compile", "auto"]]
@@ -222,22 +317,33 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
     16 tokens on. AR (one token a step) decodes in bf16; a drafting method in fp32, with a
     note that plain AR would be faster in bf16; where bf16 wins everywhere, no note."""
     zen3 = {"bfloat16": {"1": 37, "4": 90, "16": 317, "64": 1180}, "float32": {"1": 67, "4": 129, "16": 151, "64": 315}}
-    monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto", **_: zen3)
+    timed = []
+
+    def probe(table):
+        def measure(load_model, sizes, forward="auto", **_):
+            timed.append(sizes)
+            return {d: {str(n): per[str(n)] for n in sizes} for d, per in table.items()}
+        return measure
+
+    monkeypatch.setattr(dtype_rule, "measure", probe(zen3))
     ar = {"drafter": None, "tree": DRAFTING_OFF}
     eagle3 = {"drafter": {"_target_": "specbench.drafters.eagle.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}}
     assert dtype_rule.verified_sizes(ar) == (1,) and dtype_rule.verified_sizes(eagle3) == dtype_rule.PROBE_SIZES
     cpu = {"dtype": "auto", "device": "cpu", "threads": 2}
     quiet = {"log": lambda *_: None}
     dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.verified_sizes(ar), **quiet)
-    assert dtype == "bfloat16" and "note" not in record
-    monkeypatch.setattr(dtype_rule, "measure", pytest.fail)  # the second answer comes from the cached probe
+    assert dtype == "bfloat16" and "note" not in record and timed == [(1,)]  # AR times one-token forwards alone
     dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.verified_sizes(eagle3), **quiet)
+    assert timed[-1] == (4, 16, 64)  # the drafting method adds the sizes the cached probe lacks
     assert dtype == "float32" and record["note"].startswith("plain AR would run in bfloat16 here (one-token forward 37 vs 67 ms)")
     native = tmp_path / "native"
-    monkeypatch.setattr(dtype_rule, "measure", lambda load_model, forward="auto", **_: {"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57},
-                                                                                   "float32": {"1": 40, "4": 44, "16": 60, "64": 120}})
+    monkeypatch.setattr(dtype_rule, "measure", probe({"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57}, "float32": {"1": 40, "4": 44, "16": 60, "64": 120}}))
     dtype, record = dtype_rule.resolve(cpu, "m", None, native, sizes=dtype_rule.PROBE_SIZES, **quiet)
     assert dtype == "bfloat16" and "note" not in record
+    tie = tmp_path / "tie"  # one-token forwards within 5%: AR's dtype is the wider sizes', so those are timed too
+    monkeypatch.setattr(dtype_rule, "measure", probe({"bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114}, "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294}}))
+    dtype, _ = dtype_rule.resolve(cpu, "m", None, tie, sizes=dtype_rule.ONE_TOKEN, **quiet)
+    assert dtype == "float32" and timed[-2:] == [(1,), (4, 16, 64)]
 
 
 def test_auto_candidates_fill_only_auto_keys():

@@ -14,7 +14,8 @@ from specbench.costs import compile as compile_rule
 from specbench.costs import contention
 from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
-from specbench.costs.profile import CostProfile, context_grid, load, measure_commit, measure_drafter, measure_target, save
+from specbench.costs.contention import contended
+from specbench.costs.profile import CostProfile, Curve, context_grid, load, measure_commit, measure_drafter, measure_target, save
 from specbench.engine.lean import make_lm
 from specbench.engine.lm import TreeLM
 from specbench.models import registry
@@ -36,21 +37,32 @@ def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method
     mode = (engine or {}).get("compile", "auto")
     fp16 = compile_rule.fp16_mode(engine or {}, hardware.get("dtype"))
 
-    def compile_choice(model):
-        return compile_rule.resolve(mode, model, model_cfg["name"], hardware, cache_root(), fp16=fp16)[0]
+    def compile_choice(model, sizes: tuple[int, ...]):  # the target's forward alone is timed: no drafter projections
+        return compile_rule.resolve(mode, model, model_cfg["name"], hardware, cache_root(), fp16=fp16, sizes=compile_sizes(sizes),
+                                    drafter_layers=False)[0]
 
     sizes = dtype_rule.verified_sizes(method_cfg) if method_cfg is not None else dtype_rule.PROBE_SIZES
     return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh, sizes=sizes,
                               compile_choice=compile_choice, compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}")
 
 
-def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False) -> tuple[TreeLM, dict | None]:
+def compile_sizes(verified: tuple[int, ...]) -> tuple[int, ...]:
+    """The forward sizes the compile probe times for a run that verifies `verified`
+    (dtype.verified_sizes): one token for AR, its whole grid for a method that drafts."""
+    return verified if verified == dtype_rule.ONE_TOKEN else compile_rule.PROBE_SIZES
+
+
+def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False, drafter_layers: bool = True) -> tuple[TreeLM, dict | None]:
     """(the target's KV-cached LM as hardware.forward and engine.compile ask, the probe
-    behind an `auto` compile choice or None)."""
+    behind an `auto` compile choice or None), chosen at the forward sizes the run's method
+    verifies; `drafter_layers`: whether its drafter has layers (methods.drafter_layers)."""
     engine = cfg.get("engine") or {}
     requested_dtype = (cfg.get("hardware") or {}).get("dtype")
+    method_cfg = cfg.get("method")
+    sizes = dtype_rule.verified_sizes(method_cfg) if method_cfg is not None else dtype_rule.PROBE_SIZES
     compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, cfg["model"]["name"], hardware, cache_root(), refresh=refresh,
-                                            int8_mode=engine.get("int8_drafts", "auto"), fp16=compile_rule.fp16_mode(engine, requested_dtype))
+                                            int8_mode=engine.get("int8_drafts", "auto"), fp16=compile_rule.fp16_mode(engine, requested_dtype),
+                                            sizes=compile_sizes(sizes), drafter_layers=drafter_layers)
     return make_lm(model, hardware.get("forward", "auto"), compiled), record
 
 
@@ -77,70 +89,106 @@ def ensure_profile(
     key: dict, target: TreeLM, longest_context: int, drafters: dict | None = None, *,
     repeats: int, max_n: int, refresh: bool = False, log=print, batch: int = 1,
 ) -> CostProfile:
-    """The cached profile for `key`, measuring what is missing: the target's curve (when
-    the cache has none, or its contexts stop short of `longest_context`) and the curve of
-    every drafter in `drafters` (id -> drafter) not profiled yet up to `max_n`; at batch
-    size `batch` > 1, the same curves at that batch size too."""
+    """The cached profile for `key`, measuring only what is missing: the target's curve at
+    the grid contexts up to `longest_context` it lacks, the curve of every drafter in
+    `drafters` (id -> drafter) not profiled yet up to `max_n`, and at batch size `batch` > 1
+    the same curves at that batch size. What was there stays. A curve timed while other
+    processes used the CPU is cached with that note and reused while the machine is busy;
+    the first run that needs it on an idle machine times it again."""
     path = profile_path(key)
     profile = None if refresh else load(path, key)
-    with contention.watch() as usage:
-        profile, measured = _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch)
-    if measured and usage.others is not None:
-        profile.contended_cores = max(profile.contended_cores, round(usage.others, 2))
-        if not profile.trusted:
-            log(f"warning: other processes kept {usage.others:.1f} cores busy while profiling; these timings are used "
-                f"for this run only (not cached): profile again on an idle machine")
-    if measured and profile.trusted:
+    needed = [profile.contended_for(name, batch) for name in (drafters or {None: None})] if profile is not None else []
+    refine = any(contended(cores) for cores in needed) and contention.idle_now()
+    if refine:
+        log(f"refining the curves of {path.name} this run needs ({contention.note(max(needed))}): the machine is idle now")
+    profile, measured = _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine)
+    if measured:
         save(profile, path)
+        cores = max(profile.contended_for(name, batch) for name in (drafters or {None: None}))
+        if contended(cores):
+            log(f"  note: cost profile {contention.note(cores)}; cached with this note, and timed again by the first run on an idle machine")
     if measured or not path.with_suffix(".png").is_file():
         draw_curves(profile, path.with_suffix(".png"), log)
     return profile
 
 
-def _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch) -> tuple[CostProfile, bool]:
+def timed_curve(measure) -> Curve:
+    """`measure()`'s curve, noting how many cores other processes used meanwhile."""
+    with contention.watch() as usage:
+        curve = measure()
+    curve.contended_cores = round(usage.others or 0.0, 2)
+    return curve
+
+
+def stale(curve: Curve | None, max_n: int, refine: bool) -> bool:
+    """Whether a cached curve must be timed (again): absent, shorter in n than this run
+    needs, or contended on a machine idle now."""
+    return curve is None or curve.max_n < max_n or (refine and contended(curve.contended_cores))
+
+
+def with_contexts(curve: Curve | None, contexts: list[int], measure, max_n: int, refine: bool) -> tuple[Curve, bool]:
+    """`curve` covering `contexts`: the rows it lacks are timed (`measure(contexts)`) and
+    added beside its others, or every row when it is stale; (curve, whether anything was timed)."""
+    if stale(curve, max_n, refine):
+        return timed_curve(lambda: measure(contexts)), True
+    missing = [c for c in contexts if c not in curve.contexts]
+    if not missing:
+        return curve, False
+    added = timed_curve(lambda: measure(missing))
+    rows = sorted(zip(curve.contexts + added.contexts, curve.ms + added.ms, curve.spread + added.spread))
+    return Curve(contexts=[r[0] for r in rows], max_n=curve.max_n, ms=[r[1] for r in rows], spread=[r[2] for r in rows], ns=curve.ns,
+                 contended_cores=max(curve.contended_cores, added.contended_cores)), True
+
+
+def _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine) -> tuple[CostProfile, bool]:
     """(the profile with every missing curve measured, whether anything was)."""
-    measured = False
     contexts = context_grid(longest_context)
-    if profile is None or profile.target.contexts[-1] < longest_context or profile.target.max_n < max_n:
-        log(f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {contexts} (cached in {path})")
+    known = profile.target if profile is not None else None
+    if stale(known, max_n, refine) or any(c not in known.contexts for c in contexts):
+        new = contexts if stale(known, max_n, refine) else [c for c in contexts if c not in known.contexts]
+        log(f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {new} (cached in {path})")
         start = time.perf_counter()
-        curve = measure_target(target, contexts, max_n, repeats)
-        kept = {"drafters": profile.drafters, "target_batches": profile.target_batches, "drafter_batches": profile.drafter_batches} if profile else {}
-        profile = CostProfile(key=key, target=curve, **kept)
-        profile.commit_ms = measure_commit(target, contexts[0], repeats)
-        profile.step_overhead_ms = measure_step_overhead(target, profile, contexts[0])
+        curve, _ = with_contexts(known, contexts, lambda cs: measure_target(target, cs, max_n, repeats), max_n, refine)
+        if profile is None:
+            profile = CostProfile(key=key, target=curve)
+        else:
+            profile.target = curve
+        if stale(known, max_n, refine) or not profile.commit_ms:
+            profile.commit_ms = measure_commit(target, contexts[0], repeats)
+            profile.step_overhead_ms = measure_step_overhead(target, profile, contexts[0])
         log(f"  target profiled in {time.perf_counter() - start:.0f} s: n=1 {curve.at(contexts[0], 1):.1f} ms, n={max_n} {curve.at(contexts[0], max_n):.1f} ms at c={contexts[0]}")
         measured = True
+    else:
+        measured = False
     for name, drafter in (drafters or {}).items():
-        known = profile.drafters.get(name)
-        if (known is not None and known.max_n >= max_n) or drafter is None:
+        if drafter is None or not stale(profile.drafters.get(name), max_n, refine):
             continue
         log(f"profiling drafter {name} (n = 1..{max_n})")
-        profile.drafters[name] = measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats)
+        profile.drafters[name] = timed_curve(lambda: measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats))
         measured = True
     if batch > 1:
-        measured = _ensure_batch(profile, target, drafters or {}, batch, longest_context, repeats, max_n, log) or measured
+        measured = _ensure_batch(profile, target, drafters or {}, batch, longest_context, repeats, max_n, log, refine) or measured
     return profile, measured
 
 
-def _ensure_batch(profile, target, drafters, batch, longest_context, repeats, max_n, log) -> bool:
-    """Target and drafter curves at batch size `batch`, where missing or too short."""
+def _ensure_batch(profile, target, drafters, batch, longest_context, repeats, max_n, log, refine) -> bool:
+    """Target and drafter curves at batch size `batch`, where missing, too short or contended."""
     measured = False
     known = profile.target_batches.get(str(batch))
-    if known is None or known.contexts[-1] < longest_context or known.max_n < max_n:
+    contexts = profile.target.contexts
+    if stale(known, max_n, refine) or any(c not in known.contexts for c in contexts):
         log(f"profiling {profile.key['model']} forwards at batch size {batch}")
-        profile.target_batches[str(batch)] = measure_target(target, profile.target.contexts, max_n, repeats, batch=batch)
+        profile.target_batches[str(batch)], _ = with_contexts(known, contexts, lambda cs: measure_target(target, cs, max_n, repeats, batch=batch), max_n, refine)
         measured = True
-    if str(batch) not in profile.step_overhead_batches:
+    if str(batch) not in profile.step_overhead_batches or measured:
         profile.step_overhead_batches[str(batch)] = measure_step_overhead(target, profile, profile.target.contexts[0], batch=batch)
         log(f"  engine work per AR step at batch size {batch}: {profile.step_overhead_batches[str(batch)]:.2f} ms (alone: {profile.step_overhead_ms:.2f})")
         measured = True
     for name, drafter in drafters.items():
-        known = profile.drafter_batches.get(name, {}).get(str(batch))
-        if drafter is None or (known is not None and known.max_n >= max_n):
+        if drafter is None or not stale(profile.drafter_batches.get(name, {}).get(str(batch)), max_n, refine):
             continue
         log(f"profiling drafter {name} at batch size {batch}")
-        curve = measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats, batch=batch)
+        curve = timed_curve(lambda: measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats, batch=batch))
         profile.drafter_batches.setdefault(name, {})[str(batch)] = curve
         measured = True
     return measured

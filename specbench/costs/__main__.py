@@ -27,7 +27,7 @@ def main(argv: list[str]) -> None:
 
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
-    target, _ = costs.target_lm(model, cfg, hardware, refresh=refresh)
+    target, _ = costs.target_lm(model, cfg, hardware, refresh=refresh, drafter_layers=methods.drafter_layers(cfg["method"]))
     drafter = methods.load_drafter(cfg["method"], model, hardware, target.compiled)
     name = costs.drafter_id(cfg["method"].get("drafter"))
     key = costs.profile_key(model_cfg["name"], hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)

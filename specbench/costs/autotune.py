@@ -193,9 +193,10 @@ class Calibration:
         key = [self.prompts_id, self.max_new_tokens, *purpose] + ([f"batch={self.batch_size}"] if self.batch_size > 1 else [])
         return cache_file(self.cache, profile, self.drafter_name, tree_cfg, self.sampling, key, verifier_id(verifier), self.weights)
 
-    def decode(self, methods: list[Method], target, profile: CostProfile) -> tuple[list[tuple[list[dict], dict]], list[list[int]], bool]:
+    def decode(self, methods: list[Method], target, profile: CostProfile) -> tuple[list[tuple[list[dict], dict]], list[list[int]], float]:
         """(per method: the calibration samples as a run records them and their forecast; the
-        prompts; whether the CPU was free enough while timing to cache the result)."""
+        prompts; the most cores other processes used while these decodes or the profile
+        pricing them were timed)."""
         prompts, size = self.make_prompts(), self.batch_size
         limits = Limits(max_new_tokens=self.max_new_tokens, stop_token_ids=self.stop_token_ids)
         batch0 = prompts[:size]
@@ -212,7 +213,7 @@ class Calibration:
                     for prompt, out in zip(batch, generate_batch(target, method, batch, self.sampling, limits, generators)):
                         runs.append(asdict(method_run([(len(prompt), out, "")], out.batch_size, out.batch_seconds, str(start), out.verify_seconds)))
                 measured.append((runs, predict(runs, profile, self.drafter_name)))
-        return measured, prompts, profile.trusted and not contention.contended(usage.others)
+        return measured, prompts, round(max(profile.contended_for(self.drafter_name, size), usage.others or 0.0), 2)
 
     def record(self, prompts: list[list[int]]) -> dict:
         return {"prompts": len(prompts), "max_new_tokens": self.max_new_tokens, "temperature": self.sampling.temperature, "batch_size": self.batch_size}
@@ -225,21 +226,22 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     options = candidates(tree_cfg)
     path = setup.cache_file(profile, tree_cfg, verifier, *(json.dumps(o, sort_keys=True) for o in options))  # a new grid re-measures
     log = setup.log
-    if path.is_file():
-        record = decide(json.loads(path.read_text()), options, setup.min_gain)
+    if (cached := reusable(path, log)) is not None:
+        record = decide(cached, options, setup.min_gain)
         return record["chosen"], record
     trees = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
     log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes"
         f"{f' in batches of {setup.batch_size}' if setup.batch_size > 1 else ''} (once; cached in {path})")
     step_costs = ProfileCosts(profile, setup.drafter_name)  # for policies that price their trees (CAST)
     methods = [Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs) for tree in trees]
-    measured, prompts, trusted = setup.decode(methods, target, profile)
+    measured, prompts, others = setup.decode(methods, target, profile)
     rows = list(zip(options, price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg), profile, setup.drafter_name)))
     for _, row in rows:
         log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
-    record = decide({"candidates": [r for _, r in rows], "calibration": setup.record(prompts), "runs": [m[0] for m in measured]}, options, setup.min_gain)
+    record = decide({"candidates": [r for _, r in rows], "calibration": setup.record(prompts), "runs": [m[0] for m in measured],
+                     "contended_cores": others}, options, setup.min_gain)
     log(f"  {record['note']}" if "note" in record else f"  chosen {describe(record)} (predicted {record['predicted_speedup']:.2f}x)")
-    keep(record, path, trusted, log)
+    keep(record, path, log)
     return record["chosen"], record
 
 
@@ -263,20 +265,34 @@ def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, 
     forwards ({"ms", "ms_per_node", "ms_per_draft"}), from a calibration decode like `tune`'s (cached the same
     way), so a run's summary predicts its speedup with the tree work included."""
     path = setup.cache_file(profile, tree_cfg, method.verifier, "tree-overhead")
-    if path.is_file():
-        return overhead_line(json.loads(path.read_text())["candidates"])
+    if (cached := reusable(path, setup.log)) is not None:
+        return overhead_line(cached["candidates"])
     setup.log(f"costs: timing tree building on calibration prompts (once; cached in {path})")
-    measured, prompts, trusted = setup.decode([method], target, profile)
+    measured, prompts, others = setup.decode([method], target, profile)
     keys = [k for k in tree_cfg if k != "_target_"]
-    record = {"candidates": price([(tree_cfg, *measured[0])], keys, profile, setup.drafter_name), "calibration": setup.record(prompts)}
-    keep(record, path, trusted, setup.log)
+    record = {"candidates": price([(tree_cfg, *measured[0])], keys, profile, setup.drafter_name), "calibration": setup.record(prompts),
+              "contended_cores": others}
+    keep(record, path, setup.log)
     return overhead_line(record["candidates"])
 
 
-def keep(record: dict, path: Path, trusted: bool, log) -> None:
-    """Cache a calibration record, unless it was timed beside another job: good enough
-    for this run, not for every later one."""
-    if trusted:
-        write_whole(path, json.dumps(record, indent=1))
-    else:
-        log("  (not cached: other processes used the CPU while the profile or the calibration was timed)")
+def reusable(path: Path, log) -> dict | None:
+    """The calibration record cached at `path`, unless it was timed beside another job and
+    the machine is idle now (then it is calibrated again: refined)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    others = record.get("contended_cores")
+    if contention.contended(others) and contention.idle_now():
+        log(f"method.tree: calibrating again ({path.name} was {contention.note(others)}): the machine is idle now")
+        return None
+    return record
+
+
+def keep(record: dict, path: Path, log) -> None:
+    """Cache a calibration record; one timed beside another job goes with that note, is
+    reused while the machine stays busy and calibrated again on an idle one (`reusable`)."""
+    write_whole(path, json.dumps(record, indent=1))
+    if contention.contended(record["contended_cores"]):
+        log(f"  note: calibration {contention.note(record['contended_cores'])}; cached with this note, and calibrated again by the first run on an idle machine")

@@ -11,14 +11,16 @@ timing on this machine.
   cores.
 - `off`: the plain lean forward.
 - `auto`: on a CPU, the plain and packed forwards are timed over n new tokens at the
-  probe sizes, and packing is used from the smallest n where it wins at that size and
-  every larger one (the plain weights stay for smaller forwards); in a dtype other than
+  sizes the run verifies (every probe size for a method that drafts, one token for AR; a
+  size is timed once per machine and kept in the record beside the others), and packing
+  is used from the smallest of them where it wins at that size and every larger one (the
+  plain weights stay for smaller forwards); in a dtype other than
   fp32, one-token forwards are also timed with fp32 attention at batch sizes 1 and 8,
   which is used where it wins at both (see `Compiled.float_attention`); and drafter-sized
   projections are timed on int8 and on float weights, each call after the cache is flushed
   as a target forward flushes it, and drafters' projections run on int8 weights below the
   smallest probed row count where int8 stops winning (`Compiled.int8_drafts_below`;
-  `engine.int8_drafts=off` never); off elsewhere. Cached per model, dtype and device
+  `engine.int8_drafts=off` never, nor where the drafter has no layers); off elsewhere. Cached per model, dtype and device
   fingerprint.
 - fp16 weights (`engine.fp16_weights`; Compiled.fp16_weights): an fp32 model's linear
   layers on FBGEMM's fp16-weight matmul. It rounds the weights, so `auto` considers it
@@ -48,7 +50,7 @@ FP16_SIZES = (1, 2, 4, 8, 16)  # decoding steps on a CPU: trees auto picks there
 PROBE_CONTEXT = 256
 PROBE_REPEATS = 5
 ATTENTION_BATCHES = (1, 8)
-PROBE_VERSION = 4  # 2: packed forwards pack the output layer too; 3: int8 drafter weights; 4: fp16 weights. Older records are re-measured
+PROBE_VERSION = 5  # 2: packed forwards pack the output layer too; 3: int8 drafter weights; 4: fp16 weights; 5: parts timed as runs need them. Older records are re-measured
 INT8_MODES = ("auto", "off")
 FP16_MODES = ("auto", "on", "off")
 INT8_ROWS = (1, 2, 4, 8, 16, 32)
@@ -69,9 +71,11 @@ def packed_from(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PRO
     return chosen
 
 
-def measure(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS, packed: bool = True, fp16: bool = False) -> dict[str, dict[str, float]]:
-    """Forward ms over n tree rows after PROBE_CONTEXT rows, plain, (where `packed`)
-    packed and (where `fp16`) fp16 weights timed alternately at each n (so drift hits all alike)."""
+def measure(model: torch.nn.Module, forward: str, sizes: tuple[int, ...] = PROBE_SIZES, repeats: int = PROBE_REPEATS, packed: bool = True,
+            fp16: bool = False) -> dict[str, dict[str, float]]:
+    """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, plain,
+    (where `packed`) packed and (where `fp16`) fp16 weights timed alternately at each n (so
+    drift hits all alike)."""
     lms = {"plain": make_lm(model, forward)} | ({"packed": make_lm(model, forward, Compiled(packed_from=1))} if packed else {})
     lms |= {"fp16": make_lm(model, forward, Compiled(fp16_weights=True))} if fp16 else {}
     context = torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist()
@@ -79,7 +83,7 @@ def measure(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS, 
     with torch.inference_mode():
         for lm in lms.values():
             lm.forward(contexts=[context])
-        for n in PROBE_SIZES:
+        for n in sizes:
             runs = {name: [] for name in lms}
             for _ in range(repeats):
                 for name, lm in lms.items():
@@ -188,10 +192,21 @@ def float_attention_wins(probe: dict[str, dict[str, float]]) -> bool:
     return all(probe["float32"][b] < probe["model dtype"][b] for b in probe["model dtype"])
 
 
+def probe_parts(sizes: tuple[int, ...], dtype: str, int8: bool) -> list[str]:
+    """The parts of the compile probe a run needs: its forward sizes, one-token attention in
+    fp32 (a dtype other than fp32), and drafter projections on int8 weights (a drafter with
+    layers, `int8`)."""
+    return [f"n={n}" for n in sizes] + (["attention"] if dtype != "float32" else []) + (["int8"] if int8 else [])
+
+
 def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, cache: Path, log=print, refresh: bool = False,
-            int8_mode: str = "auto", fp16: str = "off") -> tuple[Compiled, dict | None]:
+            int8_mode: str = "auto", fp16: str = "off", sizes: tuple[int, ...] = PROBE_SIZES, drafter_layers: bool = True) -> tuple[Compiled, dict | None]:
     """(how to run the lean forward, the probe behind an `auto` choice or None); `int8_mode`
-    is engine.int8_drafts, `fp16` engine.fp16_weights as it applies (fp16_mode)."""
+    is engine.int8_drafts, `fp16` engine.fp16_weights as it applies (fp16_mode). `auto`
+    times, and chooses over, only the forward `sizes` the run verifies (every probed size
+    for a method that drafts, one token for AR: packing from the smallest of them where it
+    wins at every larger one), and drafter projections only where a drafter with layers
+    (`drafter_layers`) runs."""
     check({"compile": mode, "int8_drafts": int8_mode})
     lean = hardware.get("forward", "auto") != "hf" and supports(model)
     device = hardware.get("device", "cpu")
@@ -216,36 +231,41 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
         return Compiled(), {"rule": "auto compiles nothing off the CPU (engine.compile=torch to try torch.compile)"}
     fingerprint = device_fingerprint(device, hardware.get("threads"))
     path = cache / f"compile-{model_name}-{dtype}-{fingerprint_id(fingerprint)}.json"
+    int8 = int8_mode == "auto" and drafter_layers
+    forward = hardware.get("forward", "auto")
 
-    def timed_probe() -> dict:
-        log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU (once; cached in {path})")
-        forward = hardware.get("forward", "auto")
+    def timed_parts(missing: list[str]) -> dict:
+        shown = ", ".join(missing)
+        log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU: {shown} (once; cached in {path})")
+        ns = tuple(int(part[2:]) for part in missing if part.startswith("n="))
         record = {"dtype": dtype, "context": PROBE_CONTEXT,
-                  "probe": measure(model, forward, packed=packs(weight_dtype), fp16=fp16_possible),
-                  "rule": "packed weights from the smallest n where they are faster at every larger n; "
+                  "rule": "packed weights from the smallest of the run's forward sizes where they are faster at every larger one; "
                           "fp32 attention for one-token forwards where it is faster at every probed batch size; "
-                          "fp16 weights (where hardware.dtype=auto) where they are at least as fast as plain or packed at every probed size up to 16"}
-        if dtype != "float32":
+                          "fp16 weights (where hardware.dtype=auto) where they are at least as fast as plain or packed at every size of the run up to 16"}
+        if ns:
+            record["probe"] = measure(model, forward, ns, packed=packs(weight_dtype), fp16=fp16_possible)
+        if "attention" in missing:
             record["attention"] = measure_attention(model, forward)
-        record["int8"] = measure_int8(model, packs(weight_dtype))
+        if "int8" in missing:
+            record["int8"] = measure_int8(model, packs(weight_dtype))
         return record
 
-    record, seconds = cached_probe(path, fingerprint, timed_probe, refresh, version=PROBE_VERSION)
+    record, seconds = cached_probe(path, fingerprint, timed_parts, probe_parts(sizes, dtype, int8), refresh, version=PROBE_VERSION, log=log)
     probe = record["probe"]
-    if fp16 == "auto" and fp16_possible and fp16_wins(probe):  # a probe cached under a torch that still had the ops
+    if fp16 == "auto" and fp16_possible and fp16_wins(probe, tuple(n for n in sizes if n <= FP16_SIZES[-1])):  # a probe cached under a torch that still had the ops
         chosen = Compiled(fp16_weights=True)
     else:
-        chosen = Compiled(packed_from=packed_from(probe), float_attention="attention" in record and float_attention_wins(record["attention"]),
-                          int8_drafts_below=int8_below(record["int8"]) if int8_mode == "auto" else 0)
+        chosen = Compiled(packed_from=packed_from(probe, sizes), float_attention="attention" in record and float_attention_wins(record["attention"]),
+                          int8_drafts_below=int8_below(record["int8"]) if int8 else 0)
     if seconds is not None:
         kinds = [kind for kind in ("plain", "packed", "fp16") if kind in probe]
-        shown = ", ".join(f"n={n}: " + " / ".join(f"{probe[kind][str(n)]:.1f}" for kind in kinds) + " ms" for n in PROBE_SIZES)
+        shown = ", ".join(f"n={n}: " + " / ".join(f"{probe[kind][str(n)]:.1f}" for kind in kinds) + " ms" for n in sizes)
         if "attention" in record:
             attention = record["attention"]
             shown += "; one token, " + dtype + " / fp32 attention: " + ", ".join(
                 f"B={b}: {attention['model dtype'][b]:.1f} / {attention['float32'][b]:.1f} ms" for b in attention["model dtype"])
-        int8 = record["int8"]
-        shown += "; drafter projections after a cache flush, float / int8: " + ", ".join(
-            f"n={n}: {int8['float'][str(n)]:.0f} / {int8['int8'][str(n)]:.0f} us" for n in INT8_ROWS)
+        if int8:
+            shown += "; drafter projections after a cache flush, float / int8: " + ", ".join(
+                f"n={n}: {record['int8']['float'][str(n)]:.0f} / {record['int8']['int8'][str(n)]:.0f} us" for n in INT8_ROWS)
         log(f"  {chosen} ({' / '.join(kinds)}: {shown}; {seconds:.0f} s)")
-    return chosen, record
+    return chosen, record | {"sizes": list(sizes)}

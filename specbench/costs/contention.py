@@ -1,7 +1,8 @@
-"""Whether other processes used the CPU while we timed. A cost profile measured beside
-another job (a training run, a test suite) prices every forward too high, and would be
-cached and trusted by every later run on the machine; so its measurement notes how many
-cores others used, and such a profile is neither reused nor trusted for cached choices."""
+"""Whether other processes used the CPU while we timed. A probe or profile measured beside
+another job (a training run, a test suite) prices every forward too high; thrown away, it
+would be paid again by every run while the machine stays busy. So a measurement records how
+many cores others used; a contended one is cached with that note, reused while the machine
+is busy, and measured again (refined) by the first run that finds the machine idle."""
 
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ def watch():
     elapsed = time.perf_counter() - wall
     if busy is not None and elapsed > 0:
         usage.others = max(0.0, ((_busy_seconds() - busy) - (time.process_time() - own)) / elapsed)
+
+
+def idle_now(seconds: float = 0.5) -> bool:
+    """Whether other processes leave the CPU free enough to time on, sampled over `seconds`
+    (False where unknown: a contended measurement is then kept, not refined)."""
+    with watch() as usage:
+        time.sleep(seconds)
+    return usage.others is not None and not contended(usage.others)
+
+
+def note(others: float | None) -> str:
+    """A contended measurement, in words, for a log line or a summary."""
+    return f"timed while other processes kept {others:.1f} cores busy"
 
 
 def _busy_seconds() -> float | None:

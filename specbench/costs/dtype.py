@@ -7,7 +7,9 @@ more than over one; on AVX2-only CPUs torch runs a bf16 linear layer as one GEMV
 token, so a 64-token bf16 forward costs many times the fp32 one. So we measure: one
 forward at a few sizes in both dtypes, each run as `engine.compile` runs it in that dtype
 (packed weights where they win for it: packing can help one dtype much more than the
-other), cached per model, compile mode and device fingerprint.
+other), cached per model, compile mode and device fingerprint. Only the sizes a run's
+decision needs are timed (one token for AR, unless the dtypes tie there), each at most
+once per machine: a later run adds the sizes it lacks to the same record.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ CANDIDATES = ("bfloat16", "float32")
 # AMD EPYC Zen 3 read AR's one-token forward 39.4 ms in bf16 and 39.7 on fp16 weights, and
 # AR decoded in bf16, where fp16 weights decoded 1.16x as fast side by side
 REPEATS = 5
-PROBE_VERSION = 2  # 2: both dtypes timed in the same shuffled passes. Older probes are re-measured
+PROBE_VERSION = 3  # 2: both dtypes timed in the same shuffled passes; 3: sizes timed as runs need them. Older probes are re-measured
 # one-token forwards this close are a tie: AMD EPYC Zen 3, fp32 on fp16 weights against bf16, two
 # probes an hour apart read 40.7 / 42.5 ms and 34.5 / 33.1 ms
 ONE_TOKEN_TIE = 0.05
@@ -49,39 +51,46 @@ def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SI
     tell them apart, and AR then decodes in the dtype drafting methods use. `probe` maps
     dtype -> {str(n): ms}."""
     bf16, fp32 = probe["bfloat16"], probe["float32"]
-    if sizes == ONE_TOKEN and abs(bf16["1"] - fp32["1"]) <= ONE_TOKEN_TIE * min(bf16["1"], fp32["1"]):
+    if sizes == ONE_TOKEN and one_token_tie(probe):
         return choose(probe)
     return "bfloat16" if all(bf16[str(n)] <= fp32[str(n)] for n in sizes) else "float32"
+
+
+def one_token_tie(probe: dict[str, dict[str, float]]) -> bool:
+    """Whether the one-token forwards are too close to tell the dtypes apart."""
+    bf16, fp32 = probe["bfloat16"]["1"], probe["float32"]["1"]
+    return abs(bf16 - fp32) <= ONE_TOKEN_TIE * min(bf16, fp32)
 
 
 def probe_path(cache: Path, model_name: str, fingerprint: dict) -> Path:
     return cache / f"dtype-{model_name}-{fingerprint_id(fingerprint)}.json"
 
 
-def measure(load_model, repeats: int = REPEATS, forward: str = "auto", compile_choice=lambda model: Compiled()) -> dict[str, dict[str, float]]:
-    """Forward ms over n tree rows after PROBE_CONTEXT rows, per candidate dtype;
-    `load_model(dtype)` returns the model in that dtype; `forward` as hardware.forward;
-    `compile_choice(model)` how a run would compile that model (engine.compile). Both
-    dtypes' points are timed in the same shuffled passes (profile.interleaved), so a slow
-    spell of the machine cannot fall on one dtype alone."""
+def measure(load_model, sizes: tuple[int, ...] = PROBE_SIZES, repeats: int = REPEATS, forward: str = "auto",
+            compile_choice=lambda model: Compiled()) -> dict[str, dict[str, float]]:
+    """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, per
+    candidate dtype; `load_model(dtype)` returns the model in that dtype; `forward` as
+    hardware.forward; `compile_choice(model)` how a run would compile that model
+    (engine.compile). Both dtypes' points are timed in the same shuffled passes
+    (profile.interleaved), so a slow spell of the machine cannot fall on one dtype alone."""
     lms = {}
     with torch.inference_mode():
         for dtype in CANDIDATES:
             model = load_model(dtype)
             lms[dtype] = make_lm(model, forward, compile_choice(model))
             lms[dtype].forward(contexts=[torch.randint(3, lms[dtype].vocab_size, (PROBE_CONTEXT,)).tolist()])
-        timings = interleaved({(dtype, n): (tree_forward(lm, n), None) for dtype, lm in lms.items() for n in PROBE_SIZES}, repeats)
-    return {dtype: {str(n): round(timings[dtype, n][0], 3) for n in PROBE_SIZES} for dtype in CANDIDATES}
+        timings = interleaved({(dtype, n): (tree_forward(lm, n), None) for dtype, lm in lms.items() for n in sizes}, repeats)
+    return {dtype: {str(n): round(timings[dtype, n][0], 3) for n in sizes} for dtype in CANDIDATES}
 
 
 def resolve(
     hardware: dict, model_name: str, load_model, cache: Path, log=print, refresh: bool = False, sizes: tuple[int, ...] = PROBE_SIZES,
-    compile_choice=lambda model: Compiled(), compile_mode: str = "off",
+    compile_choice=lambda model, sizes: Compiled(), compile_mode: str = "off",
 ) -> tuple[str, dict | None]:
     """(dtype, the probe it came from or None) for a hardware config; `auto` is decided
-    here at the forward sizes `sizes` (`refresh`: timed again), each dtype's model run as
-    `compile_choice(model)` says (the choice of engine.compile=`compile_mode`); explicit
-    dtypes pass through."""
+    here at the forward sizes `sizes`, timed where the cached probe lacks them (`refresh`:
+    timed again), each dtype's model run as `compile_choice(model, sizes)` says (the choice
+    of engine.compile=`compile_mode` for a run of those sizes); explicit dtypes pass through."""
     dtype = hardware.get("dtype")
     if dtype != "auto":
         return dtype, None
@@ -90,12 +99,19 @@ def resolve(
         return "bfloat16", {"rule": "bf16 on GPUs"}
     path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}-compile-{compile_mode}", fingerprint)
 
-    def timed_probe() -> dict:
-        log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU (once; cached in {path})")
-        return {"context": PROBE_CONTEXT, "compile": compile_mode,
-                "probe": measure(load_model, forward=hardware.get("forward", "auto"), compile_choice=compile_choice)}
+    def timed(needed: tuple[int, ...]) -> tuple[dict, float | None]:
+        def timed_parts(missing: list[str]) -> dict:
+            ns = tuple(int(part[2:]) for part in missing)
+            log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU at n = {', '.join(map(str, ns))} (once; cached in {path})")
+            return {"context": PROBE_CONTEXT, "compile": compile_mode,
+                    "probe": measure(load_model, ns, forward=hardware.get("forward", "auto"), compile_choice=lambda model: compile_choice(model, needed))}
 
-    record, seconds = cached_probe(path, fingerprint, timed_probe, refresh, version=PROBE_VERSION)
+        return cached_probe(path, fingerprint, timed_parts, [f"n={n}" for n in needed], refresh, version=PROBE_VERSION, log=log)
+
+    record, seconds = timed(sizes)
+    if sizes == ONE_TOKEN and one_token_tie(record["probe"]):  # the rule then looks at the wider sizes too
+        record, wider = timed(PROBE_SIZES)
+        seconds = wider if seconds is None else seconds + (wider or 0.0)
     probe = record["probe"]
     chosen = choose(probe, sizes)
     tie = f" (one-token forwards within {ONE_TOKEN_TIE:.0%}: the dtype of n in {list(PROBE_SIZES)})" if sizes == ONE_TOKEN else ""
@@ -105,6 +121,6 @@ def resolve(
         record["note"] = (f"plain AR would run in {plain} here (one-token forward {probe[plain]['1']:.0f} vs {probe[chosen]['1']:.0f} ms): "
                           f"this method's speedup is over AR in {chosen}, the dtype of the tree sizes it verifies")
     if seconds is not None:
-        shown = ", ".join(f"n={n}: bf16 {probe['bfloat16'][str(n)]:.0f} / fp32 {probe['float32'][str(n)]:.0f} ms" for n in PROBE_SIZES)
+        shown = ", ".join(f"n={n}: bf16 {probe['bfloat16'][n]:.0f} / fp32 {probe['float32'][n]:.0f} ms" for n in sorted(probe["float32"], key=int))
         log(f"  {chosen} at n in {list(sizes)} ({shown}; {seconds:.0f} s)")
     return chosen, record

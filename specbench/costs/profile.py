@@ -7,7 +7,8 @@ seconds each on a CPU) on a grid of n, interpolated between. Each point is the
 median of repeated timings after a warm-up, taken in shuffled passes over the points
 (see `interleaved`), with the spread beside it. A profile is
 keyed by model, dtype and the device fingerprint, cached as versioned JSON, and reused
-until the key changes.
+until the key changes; a run that needs more (longer contexts, another drafter, another
+batch size) times only that and adds it to the same file.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from specbench.costs.contention import contended
 from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
-VERSION = 6  # 2: attention reads grouped KV heads in place (forwards got faster); 3: points timed in shuffled passes; 4: drafters run on packed weights where the target does; 5: packed forwards pack the output layer too; 6: noisy points timed again. Older curves are re-measured
+VERSION = 7  # 2: attention reads grouped KV heads in place (forwards got faster); 3: points timed in shuffled passes; 4: drafters run on packed weights where the target does; 5: packed forwards pack the output layer too; 6: noisy points timed again; 7: contention noted per curve. Older curves are re-measured
 NOISY_SPREAD = 0.15  # (max - min) / median of a point's repeats past which it is timed more
 
 
@@ -43,6 +44,7 @@ class Curve:
     ms: list[list[float]]
     spread: list[list[float]]  # (max - min) / median of the repeats, per point
     ns: list[int] | None = None
+    contended_cores: float = 0.0  # the most cores other processes used while it was timed (costs.contention)
 
     def at(self, context: float, n: int) -> float:
         """Linear in context between grid points (clamped to the grid); n is clamped to
@@ -94,13 +96,27 @@ class CostProfile:
     target_batches: dict[str, Curve] = field(default_factory=dict)
     # drafter id -> batch size -> draft forward curve, for B > 1
     drafter_batches: dict[str, dict[str, Curve]] = field(default_factory=dict)
-    # the most cores other processes used while any of these curves was measured (costs.contention)
-    contended_cores: float = 0.0
     version: int = VERSION
+
+    def curves(self) -> list[Curve]:
+        return [self.target, *self.drafters.values(), *self.target_batches.values(), *(c for per in self.drafter_batches.values() for c in per.values())]
+
+    @property
+    def contended_cores(self) -> float:
+        """The most cores other processes used while any of its curves was timed."""
+        return max(curve.contended_cores for curve in self.curves())
+
+    def contended_for(self, drafter: str | None, batch: int = 1) -> float:
+        """The same over the curves that price `drafter` at batch size `batch` alone: another
+        drafter's curve timed beside a job says nothing about these."""
+        curves = [self.target, self.target_batches.get(str(batch)), self.drafters.get(drafter),
+                  self.drafter_batches.get(drafter, {}).get(str(batch))]
+        return max(curve.contended_cores for curve in curves if curve is not None)
 
     @property
     def trusted(self) -> bool:
-        """Measured on a machine otherwise idle: fit to cache, and to cache choices made with."""
+        """Every curve timed on a machine otherwise idle; else it is refined by the first run
+        that finds the machine idle (costs.ensure_profile)."""
         return not contended(self.contended_cores)
 
     def target_ms(self, batch: int, context: float, n: int) -> float:
@@ -134,7 +150,7 @@ class CostProfile:
             step_overhead_batches=raw.get("step_overhead_batches", {}),
             target_batches={b: Curve(**v) for b, v in raw.get("target_batches", {}).items()},
             drafter_batches={d: {b: Curve(**v) for b, v in per.items()} for d, per in raw.get("drafter_batches", {}).items()},
-            contended_cores=raw.get("contended_cores", 0.0), version=raw.get("version", 0),
+            version=raw.get("version", 0),
         )
 
 
@@ -181,14 +197,15 @@ def write_whole(path: Path, text: str) -> None:
 
 
 def load(path: Path, key: dict) -> CostProfile | None:
-    """The cached profile at `path` when its version and key match, else None."""
+    """The cached profile at `path` when its version and key match, else None (contended
+    curves included: they carry their note, and costs.ensure_profile refines them)."""
     if not path.is_file():
         return None
     try:
         profile = CostProfile.from_json(path.read_text())
     except (ValueError, KeyError, TypeError):
         return None
-    if profile.version != VERSION or profile.key != key or not profile.trusted:
+    if profile.version != VERSION or profile.key != key:
         return None
     return profile
 

@@ -22,10 +22,13 @@ class DrafterLoader:
     build(target, hardware, compiled, **params): the drafter for `target`, its layers run as
     `compiled` says the target's forward runs;
     check(**params): the ConfigError build would raise for these parameters, raised before
-    any model loads (methods.check)."""
+    any model loads (methods.check);
+    layers: whether the drafter runs linear layers (engine.int8_drafts can put them on int8
+    weights, so the compile probe times that only for a drafter that has them)."""
 
     build: Callable[..., Drafter]
     check: Callable[..., None] = nothing_to_check
+    layers: bool = True
 
     def __call__(self, target: torch.nn.Module, hardware: dict, compiled: Compiled, **params) -> Drafter:
         return self.build(target, hardware, compiled, **params)

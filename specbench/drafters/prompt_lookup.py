@@ -18,7 +18,7 @@ def build(target: torch.nn.Module, hardware: dict, compiled: Compiled, max_ngram
     return PromptLookupDrafter(target.config.vocab_size, max_ngram, min_ngram)
 
 
-load = DrafterLoader(build)
+load = DrafterLoader(build, layers=False)
 
 
 class PromptLookupDrafter(Drafter):

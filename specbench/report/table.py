@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specbench.costs.autotune import describe
-from specbench.costs.contention import contended
+from specbench.costs.contention import contended, note
 
 
 def _ci(interval) -> str:
@@ -75,5 +75,8 @@ def print_summary(summary: dict) -> None:
     commit = f"commit {env['git_commit'][:10]}{' (uncommitted changes)' if env.get('git_dirty') else ''} " if env.get("git_commit") else ""
     console.print(f"{env['hardware']}: {device} {env['precision']} {env.get('forward') or ''} threads={env['torch_threads']} "
                   f"torch {env['torch']} {commit}-> {summary['out_dir']}")
+    if contended(env.get("choices_contended_cores")):
+        console.print(f"note: the probes, profile or calibration behind this run's choices were {note(env['choices_contended_cores'])} "
+                      "(cached with that note; the first run on an idle machine times them again)")
     if contended(env.get("others_cores")):
         console.print(f"warning: other processes kept {env['others_cores']:.1f} cores busy while this run was timed: its speeds are not this machine's")
