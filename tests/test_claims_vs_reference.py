@@ -110,7 +110,7 @@ PUBLISHED = {  # (paper, claim text) -> the cases of the published tables that v
     ("mars", "At T=1 MARS is faster than EAGLE-3 on every dataset"):
         lambda: higher_everywhere("mars", "table1", "speedup", {"method": "mars"}, {"method": "eagle3"}),
     ("mars", "A longer draft (K) gives a larger tau"): k_rises,
-    ("mars", "MARS keeps CNN/DM ROUGE-L within 0.01 of AR"): lambda: rouge_within(0.01),
+    ("mars", "MARS keeps CNN/DM ROUGE-L within 0.002 of AR"): lambda: rouge_within(0.002),
     ("mars", "WMT19 BLEU is better preserved at theta >= 0.90 than below 0.88"): bleu_preserved,
     ("mars", "SpS+MARS has a higher tau than SpS (gamma 6)"):
         lambda: higher_everywhere("mars", "table5", "tau", {"method": "sps_mars"}, {"method": "sps"}),
@@ -134,6 +134,16 @@ PUBLISHED = {  # (paper, claim text) -> the cases of the published tables that v
         lambda: higher_everywhere("talon", "table1", "speedup", {"method": "talon"}, {"method": "eagle3"}),
     ("talon", "At T=0 TALON is faster than OPT-Tree on every dataset"):
         lambda: higher_everywhere("talon", "table1", "speedup", {"method": "talon", "model": "vicuna-13b"}, {"method": "opt_tree"}),
+    ("talon", "At T=0 TALON is faster than Medusa on every dataset"):
+        lambda: higher_everywhere("talon", "table1", "speedup", {"method": "talon", "model": "vicuna-13b"}, {"method": "medusa"}),
+    ("talon", "At T=0 TALON is faster than Hydra on every dataset"):
+        lambda: higher_everywhere("talon", "table1", "speedup", {"method": "talon", "model": "vicuna-13b"}, {"method": "hydra"}),
+    ("talon", "At T=1 TALON is faster than OPT-Tree on every dataset"):
+        lambda: higher_everywhere("talon", "table3", "speedup", {"method": "talon", "model": "vicuna-13b"}, {"method": "opt_tree"}),
+    ("talon", "At T=1 TALON is faster than Medusa on every dataset"):
+        lambda: higher_everywhere("talon", "table3", "speedup", {"method": "talon", "model": "vicuna-13b"}, {"method": "medusa"}),
+    ("talon", "At T=1 TALON is faster than Hydra on every dataset"):
+        lambda: higher_everywhere("talon", "table3", "speedup", {"method": "talon", "model": "vicuna-13b"}, {"method": "hydra"}),
     ("talon", "At T=1 TALON is faster than EAGLE-3 on most datasets (Table 3 ties on Vicuna-13B CNN/DM)"):
         lambda: higher_on_most("talon", "table3", "speedup", {"method": "talon"}, {"method": "eagle3"}),
     ("entmtp", "EntMTP's task-optimal static tree is faster than the default Hydra tree on every task"):
@@ -142,7 +152,7 @@ PUBLISHED = {  # (paper, claim text) -> the cases of the published tables that v
         lambda: higher_everywhere("entmtp", "table1", "speedup", {"method": "entmtp", "setting": "policy=tau"}, {"method": "entmtp", "setting": "policy=static"}),
     ("entmtp", "Hydra heads are faster than Medusa heads with their default trees on every task"):
         lambda: higher_everywhere("entmtp", "table1", "speedup", {"method": "hydra"}, {"method": "medusa"}),
-    ("entmtp", "The one-step (batched) accept-length estimate is biased by a few percent at most (paper: within ±3.3%; here: |bias| <= 5%)"):
+    ("entmtp", f"The one-step (batched) accept-length estimate is biased by a few percent at most (paper: within ±3.3%; here: every tree's 95% interval inside ±{entmtp.BIAS_TOLERANCE:g}%)"):
         lambda: bias_within(3.3),
 }
 

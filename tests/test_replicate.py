@@ -419,7 +419,7 @@ def test_entmtp_bias_and_default_claims_rest_on_intervals(tmp_path):
     partial = verdict(3, entmtp_bank(tmp_path / "partial.json", tasks=["gsm8k", "sharegpt"]))
     assert partial["verdict"] == "cannot tell" and "cannot tell for humaneval: no runs" in partial["ours"]
     few = verdict(4, entmtp_bank(tmp_path / "few.json", bias=[0.02] * 3))  # 3 search prompts: too few for an interval
-    assert few["verdict"] == "cannot tell" and "too few" in few["ours"]
+    assert few["verdict"] == "cannot tell" and "at least 10 needed" in few["ours"]
 
 
 def test_entmtp_search_runs_first_and_its_bank_follows_the_results(tmp_path):
@@ -509,10 +509,10 @@ def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path
     for runner in (mars,):  # TALON's sizes: tests/test_talon_replication.py
         found = sizes(runner, runner.CPU_PROMPTS, runner.CPU_MAX_NEW_TOKENS)
         assert all(found[name] == {("dataset.limit=20", "gen.max_new_tokens=128")} for name in runner.HEADLINE)
-        assert all(v == {("dataset.limit=5", "gen.max_new_tokens=64")} for n, v in found.items() if n not in runner.HEADLINE)
+        assert all(v == {("dataset.limit=10", "gen.max_new_tokens=64")} for n, v in found.items() if n not in runner.HEADLINE)  # verdicts.MIN_GROUPS
         assert all(v == {("dataset.limit=1", "gen.max_new_tokens=6")} for v in sizes(runner, 1, 6).values())  # a quick look
     paper = mars.sweeps("paper", 20, 128, tmp_path)
-    assert not any("dataset.limit=5" in s.overrides for s in paper)
+    assert not any("dataset.limit=10" in s.overrides for s in paper)
 
 
 def test_talon_figure6_claims_pair_prompts_of_one_run_per_cell(tmp_path):
