@@ -7,6 +7,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra_plugins.specbench_launcher import quiet_schema_match_warning
 from omegaconf import DictConfig, OmegaConf
 
 from specbench.config import check_command_line
@@ -31,4 +32,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     run_command(check_command_line, sys.argv[1:])
+    quiet_schema_match_warning()
     main()

@@ -69,7 +69,7 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", choices=sweep.SCALES, default="cpu", help="cpu: the embedded model on a seeded prompt subset; paper: the paper's setup (GPUs, hub)")
     parser.add_argument("--prompts", type=int, default=paper.cpu_prompts, help="prompts per dataset at cpu scale")
     parser.add_argument("--max-new-tokens", type=int, default=paper.cpu_max_new_tokens, help="new tokens per answer at cpu scale")
-    parser.add_argument("--launcher", choices=sweep.LAUNCHERS, default="basic", help="Hydra launcher: in this process, local processes, or SLURM jobs")
+    parser.add_argument("--launcher", choices=sweep.LAUNCHERS, default="basic", help="Hydra launcher: in this process, local processes (one at a time), or SLURM jobs")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these sweeps (table1, figure3, ...)")
     parser.add_argument("--datasets", nargs="+", metavar="NAME", help="run the sweeps on these datasets only (gsm8k, humaneval, ...)")
     parser.add_argument("--dry-run", action="store_true", help="print the multiruns instead of running them")

@@ -18,7 +18,8 @@ from pathlib import Path
 from specbench import ROOT
 
 SCALES = ("cpu", "paper")
-# basic: jobs one after another in one process; submitit_local: local processes;
+# basic: jobs one after another in one process; submitit_local: one after another, a local
+# process each (conf/hydra/launcher/submitit_local.yaml, hydra_plugins/specbench_launcher);
 # slurm: conf/hydra/launcher/slurm.yaml (hydra-submitit-launcher, GPUs per model's hardware)
 LAUNCHERS = ("basic", "submitit_local", "slurm")
 
