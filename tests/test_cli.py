@@ -368,7 +368,8 @@ def test_where_ar_is_faster_in_another_dtype_a_drafting_run_weighs_both(tmp_path
     cache = own_cache(tmp_path / "cache")  # the other tests keep this machine's real probe
     zen3 = {"bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0}, "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0}}
     here = device_fingerprint("cpu", 2)
-    dtype_rule.probe_path(cache / "costs", "smollm2-135m-auto-compile-off", here).write_text(json.dumps({"fingerprint": here, "version": dtype_rule.PROBE_VERSION, "context": 256, "probe": zen3}))
+    dtype_rule.probe_path(cache / "costs", "smollm2-135m-auto-compile-off", here).write_text(json.dumps({"fingerprint": here, "version": dtype_rule.PROBE_VERSION, "context": 256, "probe": zen3,
+                                                                                                       "parts": [f"n={n}" for n in dtype_rule.PROBE_SIZES]}))
     # fp16 weights and packing off: the probe above is of plain bf16 and fp32 forwards (its cache
     # name says so), and no compile probe of either dtype runs
     result = run("method=pld", "hardware=cpu", "engine.fp16_weights=off", "engine.compile=off", *QUICK, tmp_path=tmp_path, env={"SPECBENCH_CACHE": str(cache)})

@@ -114,6 +114,9 @@ def test_a_profile_run_that_needs_longer_contexts_times_only_those(tmp_path, mon
     assert longer.target.ms[0] == short.target.ms[0]  # the cached row is kept as it was
     costs.ensure_profile(key, TreeLM(target), 600, {"pld": PromptLookupDrafter(VOCAB)}, **quiet)
     assert len(contexts) == 2 and "pld" in costs.load(costs.profile_path(key), key).drafters
+    # a run that needs fewer n reaching a longer context adds rows as wide as the curve's
+    wider = costs.ensure_profile(key, TreeLM(target), 3000, **{**quiet, "max_n": 2})
+    assert wider.target.contexts == [128, 512, 2048, 8192] and {len(row) for row in wider.target.ms} == {3}
 
 
 def busy(others: float):

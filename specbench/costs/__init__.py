@@ -127,14 +127,15 @@ def stale(curve: Curve | None, max_n: int, refine: bool) -> bool:
 
 
 def with_contexts(curve: Curve | None, contexts: list[int], measure, max_n: int, refine: bool) -> tuple[Curve, bool]:
-    """`curve` covering `contexts`: the rows it lacks are timed (`measure(contexts)`) and
-    added beside its others, or every row when it is stale; (curve, whether anything was timed)."""
+    """`curve` covering `contexts`: the rows it lacks are timed (`measure(contexts, max_n)`)
+    over the n the curve already holds and added beside its others, or every row when it is
+    stale; (curve, whether anything was timed)."""
     if stale(curve, max_n, refine):
-        return timed_curve(lambda: measure(contexts)), True
+        return timed_curve(lambda: measure(contexts, max_n)), True
     missing = [c for c in contexts if c not in curve.contexts]
     if not missing:
         return curve, False
-    added = timed_curve(lambda: measure(missing))
+    added = timed_curve(lambda: measure(missing, curve.max_n))
     rows = sorted(zip(curve.contexts + added.contexts, curve.ms + added.ms, curve.spread + added.spread))
     return Curve(contexts=[r[0] for r in rows], max_n=curve.max_n, ms=[r[1] for r in rows], spread=[r[2] for r in rows], ns=curve.ns,
                  contended_cores=max(curve.contended_cores, added.contended_cores)), True
@@ -148,7 +149,7 @@ def _measure_missing(profile, path, key, target, longest_context, drafters, repe
         new = contexts if stale(known, max_n, refine) else [c for c in contexts if c not in known.contexts]
         log(f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {new} (cached in {path})")
         start = time.perf_counter()
-        curve, _ = with_contexts(known, contexts, lambda cs: measure_target(target, cs, max_n, repeats), max_n, refine)
+        curve, _ = with_contexts(known, contexts, lambda cs, n: measure_target(target, cs, n, repeats), max_n, refine)
         if profile is None:
             profile = CostProfile(key=key, target=curve)
         else:
@@ -178,7 +179,7 @@ def _ensure_batch(profile, target, drafters, batch, longest_context, repeats, ma
     contexts = profile.target.contexts
     if stale(known, max_n, refine) or any(c not in known.contexts for c in contexts):
         log(f"profiling {profile.key['model']} forwards at batch size {batch}")
-        profile.target_batches[str(batch)], _ = with_contexts(known, contexts, lambda cs: measure_target(target, cs, max_n, repeats, batch=batch), max_n, refine)
+        profile.target_batches[str(batch)], _ = with_contexts(known, contexts, lambda cs, n: measure_target(target, cs, n, repeats, batch=batch), max_n, refine)
         measured = True
     if str(batch) not in profile.step_overhead_batches or measured:
         profile.step_overhead_batches[str(batch)] = measure_step_overhead(target, profile, profile.target.contexts[0], batch=batch)
