@@ -41,8 +41,7 @@ def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method
         return compile_rule.resolve(mode, model, model_cfg["name"], hardware, cache_root(), fp16=fp16, sizes=compile_sizes(sizes),
                                     drafter_layers=False)[0]
 
-    sizes = dtype_rule.verified_sizes(method_cfg) if method_cfg is not None else dtype_rule.PROBE_SIZES
-    return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh, sizes=sizes,
+    return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh, sizes=dtype_rule.verified_sizes(method_cfg),
                               compile_choice=compile_choice, compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}")
 
 
@@ -58,11 +57,9 @@ def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool =
     verifies; `drafter_layers`: whether its drafter has layers (methods.drafter_layers)."""
     engine = cfg.get("engine") or {}
     requested_dtype = (cfg.get("hardware") or {}).get("dtype")
-    method_cfg = cfg.get("method")
-    sizes = dtype_rule.verified_sizes(method_cfg) if method_cfg is not None else dtype_rule.PROBE_SIZES
     compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, cfg["model"]["name"], hardware, cache_root(), refresh=refresh,
                                             int8_mode=engine.get("int8_drafts", "auto"), fp16=compile_rule.fp16_mode(engine, requested_dtype),
-                                            sizes=compile_sizes(sizes), drafter_layers=drafter_layers)
+                                            sizes=compile_sizes(dtype_rule.verified_sizes(cfg.get("method"))), drafter_layers=drafter_layers)
     return make_lm(model, hardware.get("forward", "auto"), compiled), record
 
 
@@ -97,16 +94,17 @@ def ensure_profile(
     the first run that needs it on an idle machine times it again."""
     path = profile_path(key)
     profile = None if refresh else load(path, key)
-    needed = [profile.contended_for(name, batch) for name in (drafters or {None: None})] if profile is not None else []
-    refine = any(contended(cores) for cores in needed) and contention.idle_now()
+
+    def contended_here() -> float:  # over the curves that price this run's drafters at its batch size
+        return max(profile.contended_for(name, batch) for name in drafters or [None])
+
+    refine = profile is not None and contention.retime(contended_here())
     if refine:
-        log(f"refining the curves of {path.name} this run needs ({contention.note(max(needed))}): the machine is idle now")
+        log(f"refining the curves of {path.name} this run needs ({contention.note(contended_here())}): the machine is idle now")
     profile, measured = _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine)
     if measured:
         save(profile, path)
-        cores = max(profile.contended_for(name, batch) for name in (drafters or {None: None}))
-        if contended(cores):
-            log(f"  note: cost profile {contention.note(cores)}; cached with this note, and timed again by the first run on an idle machine")
+        contention.kept("cost profile", contended_here(), log)
     if measured or not path.with_suffix(".png").is_file():
         draw_curves(profile, path.with_suffix(".png"), log)
     return profile
@@ -126,30 +124,32 @@ def stale(curve: Curve | None, max_n: int, refine: bool) -> bool:
     return curve is None or curve.max_n < max_n or (refine and contended(curve.contended_cores))
 
 
-def with_contexts(curve: Curve | None, contexts: list[int], measure, max_n: int, refine: bool) -> tuple[Curve, bool]:
-    """`curve` covering `contexts`: the rows it lacks are timed (`measure(contexts, max_n)`)
-    over the n the curve already holds and added beside its others, or every row when it is
-    stale; (curve, whether anything was timed)."""
+def to_time(curve: Curve | None, contexts: list[int], max_n: int, refine: bool) -> list[int]:
+    """The contexts of `contexts` whose rows must be timed: all of them when the curve is
+    stale, else those it lacks."""
+    return list(contexts) if stale(curve, max_n, refine) else [c for c in contexts if c not in curve.contexts]
+
+
+def with_contexts(curve: Curve | None, contexts: list[int], measure, max_n: int, refine: bool) -> Curve:
+    """`curve` covering `contexts`: every row timed (`measure(contexts, max_n)`) when it is
+    stale, else the rows it lacks, over the n it already holds, added beside its others."""
     if stale(curve, max_n, refine):
-        return timed_curve(lambda: measure(contexts, max_n)), True
-    missing = [c for c in contexts if c not in curve.contexts]
-    if not missing:
-        return curve, False
-    added = timed_curve(lambda: measure(missing, curve.max_n))
+        return timed_curve(lambda: measure(contexts, max_n))
+    added = timed_curve(lambda: measure(to_time(curve, contexts, max_n, refine), curve.max_n))
     rows = sorted(zip(curve.contexts + added.contexts, curve.ms + added.ms, curve.spread + added.spread))
     return Curve(contexts=[r[0] for r in rows], max_n=curve.max_n, ms=[r[1] for r in rows], spread=[r[2] for r in rows], ns=curve.ns,
-                 contended_cores=max(curve.contended_cores, added.contended_cores)), True
+                 contended_cores=max(curve.contended_cores, added.contended_cores))
 
 
 def _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine) -> tuple[CostProfile, bool]:
     """(the profile with every missing curve measured, whether anything was)."""
     contexts = context_grid(longest_context)
     known = profile.target if profile is not None else None
-    if stale(known, max_n, refine) or any(c not in known.contexts for c in contexts):
-        new = contexts if stale(known, max_n, refine) else [c for c in contexts if c not in known.contexts]
+    new = to_time(known, contexts, max_n, refine)
+    if new:
         log(f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {new} (cached in {path})")
         start = time.perf_counter()
-        curve, _ = with_contexts(known, contexts, lambda cs, n: measure_target(target, cs, n, repeats), max_n, refine)
+        curve = with_contexts(known, contexts, lambda cs, n: measure_target(target, cs, n, repeats), max_n, refine)
         if profile is None:
             profile = CostProfile(key=key, target=curve)
         else:
@@ -177,9 +177,9 @@ def _ensure_batch(profile, target, drafters, batch, longest_context, repeats, ma
     measured = False
     known = profile.target_batches.get(str(batch))
     contexts = profile.target.contexts
-    if stale(known, max_n, refine) or any(c not in known.contexts for c in contexts):
+    if to_time(known, contexts, max_n, refine):
         log(f"profiling {profile.key['model']} forwards at batch size {batch}")
-        profile.target_batches[str(batch)], _ = with_contexts(known, contexts, lambda cs, n: measure_target(target, cs, n, repeats, batch=batch), max_n, refine)
+        profile.target_batches[str(batch)] = with_contexts(known, contexts, lambda cs, n: measure_target(target, cs, n, repeats, batch=batch), max_n, refine)
         measured = True
     if str(batch) not in profile.step_overhead_batches or measured:
         profile.step_overhead_batches[str(batch)] = measure_step_overhead(target, profile, profile.target.contexts[0], batch=batch)

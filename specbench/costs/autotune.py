@@ -284,7 +284,7 @@ def reusable(path: Path, log) -> dict | None:
     except (OSError, ValueError):
         return None
     others = record.get("contended_cores")
-    if contention.contended(others) and contention.idle_now():
+    if contention.retime(others):
         log(f"method.tree: calibrating again ({path.name} was {contention.note(others)}): the machine is idle now")
         return None
     return record
@@ -294,5 +294,4 @@ def keep(record: dict, path: Path, log) -> None:
     """Cache a calibration record; one timed beside another job goes with that note, is
     reused while the machine stays busy and calibrated again on an idle one (`reusable`)."""
     write_whole(path, json.dumps(record, indent=1))
-    if contention.contended(record["contended_cores"]):
-        log(f"  note: calibration {contention.note(record['contended_cores'])}; cached with this note, and calibrated again by the first run on an idle machine")
+    contention.kept("calibration", record["contended_cores"], log)

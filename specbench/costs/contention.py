@@ -46,9 +46,21 @@ def idle_now(seconds: float = 0.5) -> bool:
     return usage.others is not None and not contended(usage.others)
 
 
+def retime(others: float | None) -> bool:
+    """Whether a cached measurement timed while others used `others` cores is to be timed
+    again now: it was contended, and the machine is idle (looked at only then)."""
+    return contended(others) and idle_now()
+
+
 def note(others: float | None) -> str:
     """A contended measurement, in words, for a log line or a summary."""
     return f"timed while other processes kept {others:.1f} cores busy"
+
+
+def kept(what: str, others: float | None, log) -> None:
+    """Say, where `what` was timed beside another job, that it is cached with that note."""
+    if contended(others):
+        log(f"  note: {what} {note(others)}; cached with this note, and timed again by the first run on an idle machine")
 
 
 def _busy_seconds() -> float | None:

@@ -38,9 +38,11 @@ PROBE_VERSION = 3  # 2: both dtypes timed in the same shuffled passes; 3: sizes 
 ONE_TOKEN_TIE = 0.05
 
 
-def verified_sizes(method_cfg: dict) -> tuple[int, ...]:
+def verified_sizes(method_cfg: dict | None) -> tuple[int, ...]:
     """The forward sizes whose cost decides a method's dtype: one token for a method that
-    drafts nothing, every probed size otherwise."""
+    drafts nothing, every probed size otherwise (and without a method)."""
+    if method_cfg is None:
+        return PROBE_SIZES
     drafts = method_cfg.get("drafter") is not None or (method_cfg.get("tree") or {}).get("_target_") != DRAFTING_OFF["_target_"]
     return PROBE_SIZES if drafts else ONE_TOKEN
 

@@ -87,7 +87,7 @@ def cached_probe(path: Path, fingerprint: dict, measure: Callable[[list[str]], d
     the machine idle times all its parts again (refines it). `refresh`: time again anyway.
     Also returns the seconds measuring took (None when nothing was measured)."""
     record = None if refresh else _load_probe(path, fingerprint, version)
-    if record is not None and contention.contended(record.get("contended_cores")) and contention.idle_now():
+    if record is not None and contention.retime(record.get("contended_cores")):
         log(f"refining {path.name} ({contention.note(record['contended_cores'])}): the machine is idle now")
         parts, record = list(dict.fromkeys([*record["parts"], *parts])), None
     have = record["parts"] if record is not None else []
@@ -105,8 +105,7 @@ def cached_probe(path: Path, fingerprint: dict, measure: Callable[[list[str]], d
     record = merged(record, fresh)
     record["parts"] = [*have, *missing]
     write_whole(path, json.dumps(record, indent=1))
-    if contention.contended(others):
-        log(f"  note: {contention.note(others)}; cached with this note, and timed again by the first run on an idle machine")
+    contention.kept(path.name, others, log)
     return record, time.perf_counter() - start
 
 
