@@ -462,8 +462,7 @@ def every_batch(runs) -> dict[int, dict[str, pd.Series]]:
     """by_batch with every batch size of Table 3's sweep at the runs' scale (cpu: our model
     only), a batch size without runs empty, so a claim "at every batch size" names it."""
     found = by_batch(runs)
-    scale = "cpu" if set(runs["config.model.name"]) == {OUR_MODEL} else "paper"
-    return {b: found.get(b, {}) for b in sorted(set(BATCHES[scale]) | set(found))}
+    return {b: found.get(b, {}) for b in sorted(set(BATCHES["cpu" if at_cpu_scale(runs) else "paper"]) | set(found))}
 
 
 def _never_behind(runs):
