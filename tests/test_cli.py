@@ -384,6 +384,8 @@ def test_where_ar_is_faster_in_another_dtype_a_drafting_run_weighs_both(tmp_path
     assert summary["environment"]["dtype"] == joint["dtype"] and summary["baseline_source"].startswith("paired")
     assert joint["dtype"] in summary["environment"]["dtype_note"] and "dtype:" in result.stdout
     if joint["chosen"] == DRAFTING_OFF:
-        assert summary["results"]["draft_forwards"] == 0 and joint["dtype"] == "bfloat16"  # AR's faster dtype in the probe
+        # AR's faster dtype by the two cost profiles this run measured (not by the probe above:
+        # where the two are close for AR, as on an AMX Xeon, either can win)
+        assert summary["results"]["draft_forwards"] == 0 and joint["dtype"] == min(joint["ar_ms"], key=joint["ar_ms"].get)
     else:
         assert summary["tree_choice"]["chosen"] == joint["chosen"] and joint["predicted_gain"] > 1.0 + MIN_GAIN
