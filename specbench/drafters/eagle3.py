@@ -9,7 +9,7 @@ from specbench.drafters import DrafterLoader
 from specbench.drafters.eagle import EagleDrafter
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.models import registry
-from specbench.models.eagle3 import feature_layers, load_head
+from specbench.models.eagle3 import check_fits, feature_layers, load_head
 
 
 WEIGHTS = ("method.drafter.head", "EAGLE-3 head")  # the key naming its weights, and what they are
@@ -24,6 +24,7 @@ def build(target: torch.nn.Module, hardware: dict, compiled: Compiled, head: dic
     """The drafter named by a method config: `head` is a model entry (see registry)."""
     directory = registry.resolve_part(head, *WEIGHTS)
     loaded = load_head(directory, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
+    check_fits(loaded, target.config, directory, key="method.drafter.head")
     return EagleDrafter(pack_linears(loaded, compiled), target, feature_layers(target.config.num_hidden_layers))
 
 

@@ -81,4 +81,5 @@ def load_head(directory: str, lm_head_weight: torch.Tensor, dtype: torch.dtype, 
     if tuple(lm_head_weight.shape) != (config.vocab_size, config.hidden_size):
         raise ConfigError(f"{key}: {path} is for vocabulary {config.vocab_size} x hidden {config.hidden_size}; the target's lm_head is {tuple(lm_head_weight.shape)}")
     head = Eagle1Head(config, lm_head_weight)
-    return placed(load_checked(head, read_weights(path, key), path, key, "an EAGLE-1"), device, dtype)
+    file, state = read_weights(path, key)
+    return placed(load_checked(head, state, file, key, "an EAGLE-1 checkpoint of this shape"), device, dtype)

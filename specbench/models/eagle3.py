@@ -18,18 +18,18 @@ columns of a deeper head's cache as it does a one-layer head's.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from specbench.engine.lean import RopeTable
 from specbench.errors import ConfigError
+from specbench.models.checkpoint import load_strictly, read, read_config
 
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # present in some checkpoints; when it is, it replaces the target's embedding for the head
 EMBEDDING_KEY = "embed_tokens.weight"
 
@@ -152,11 +152,26 @@ class Eagle3Head(nn.Module):
 
 
 def load_head(directory: str, dtype: torch.dtype, device: str, key: str) -> Eagle3Head:
-    """Strict: any missing or unexpected key fails, listing them."""
+    """Strict: a missing or unexpected key, or a shape config.json does not give, fails
+    with one line naming the file and the keys."""
     path = Path(directory)
     head = Eagle3Head(head_config(read_config(path, key)))
-    optional = set() if head.uses_reduced_vocab else {"d2t", "t2d"}
-    return placed(load_checked(head, read_weights(path, key), path, key, "an EAGLE-3", optional), device, dtype)
+    optional = frozenset() if head.uses_reduced_vocab else frozenset({"d2t", "t2d"})  # the release drops both then
+    file, state = read_weights(path, key)
+    load_checked(head, state, file, key, "an EAGLE-3 head as its config.json describes it", optional)
+    ids = head.target_ids()
+    if head.uses_reduced_vocab and (int(ids.min()) < 0 or int(ids.max()) >= head.config.vocab_size):
+        raise ConfigError(f"{key}: {file}: d2t maps draft ids to target ids outside 0..{head.config.vocab_size - 1} (vocab_size in config.json)")
+    return placed(head, device, dtype)
+
+
+def check_fits(head: Eagle3Head, target_config, directory: str, key: str) -> None:
+    """One line when the head was made for another target: its fc reads 3 target hidden
+    states and d2t/t2d index the target's vocabulary, so both must be this target's."""
+    config = head.config
+    if config.vocab_size != target_config.vocab_size or config.target_hidden_size != target_config.hidden_size:
+        raise ConfigError(f"{key}: {directory} is an EAGLE-3 head for a target with vocabulary {config.vocab_size} and hidden size "
+                          f"{config.target_hidden_size}; this target has vocabulary {target_config.vocab_size} and hidden size {target_config.hidden_size}")
 
 
 def placed(head: nn.Module, device: str, dtype: torch.dtype) -> nn.Module:
@@ -173,36 +188,18 @@ def trained_state(head: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in head.state_dict().items() if k != EMBEDDING_KEY}
 
 
-def read_config(path: Path, key: str) -> dict:
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"{key}: {path} has no config.json")
-    return json.loads((path / "config.json").read_text())
+def read_weights(path: Path, key: str) -> tuple[Path, dict[str, torch.Tensor]]:
+    """(file, tensors) from model.safetensors or, as the EAGLE releases ship, pytorch_model.bin."""
+    return read(path, WEIGHT_FILES, key)
 
 
-def read_weights(path: Path, key: str) -> dict[str, torch.Tensor]:
-    """The checkpoint's tensors, from model.safetensors or (older releases) pytorch_model.bin."""
-    if (path / "model.safetensors").is_file():
-        return load_file(path / "model.safetensors")
-    if (path / "pytorch_model.bin").is_file():
-        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise ConfigError(f"{key}: {path} has neither model.safetensors nor pytorch_model.bin")
-
-
-def load_checked(head: nn.Module, state: dict, path: Path, key: str, kind: str, optional: set[str] = frozenset()) -> nn.Module:
-    """Load `state` into `head` when its keys are exactly the head's (less `optional`), and
-    set `head.embed_tokens` from a shipped embedding; otherwise one error listing the keys."""
+def load_checked(head: nn.Module, state: dict, file: Path, key: str, kind: str, optional: frozenset[str] = frozenset()) -> nn.Module:
+    """Load `state` into `head` strictly (checkpoint.load_strictly), and set
+    `head.embed_tokens` from an embedding the checkpoint ships."""
     shipped = state.pop(EMBEDDING_KEY, None)
     hidden = head.config.hidden_size
     if shipped is not None and (shipped.dim() != 2 or shipped.shape[1] != hidden):
-        raise ConfigError(f"{key}: {path}: {EMBEDDING_KEY} is {tuple(shipped.shape)}, not [vocab, {hidden}]")
-    expected = set(head.state_dict())
-    missing = sorted(expected - set(state) - optional)
-    unexpected = sorted(set(state) - expected)
-    if missing or unexpected:
-        raise ConfigError(f"{key}: {path} is not {kind} checkpoint of this shape: missing keys {missing}, unexpected keys {unexpected}")
-    try:
-        head.load_state_dict(state, strict=False)
-    except RuntimeError as error:
-        raise ConfigError(f"{key}: {path}: {str(error).splitlines()[0]} {' '.join(str(error).split())[:300]}") from None
+        raise ConfigError(f"{key}: {file}: {EMBEDDING_KEY} is {tuple(shipped.shape)}, not [vocab, {hidden}]")
+    load_strictly(head, state, file, key, kind, optional)
     head.embed_tokens = None if shipped is None else nn.Embedding.from_pretrained(shipped.float(), freeze=True)
     return head

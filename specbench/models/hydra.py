@@ -28,7 +28,6 @@ embedding, which keeps a 49k-vocabulary head file small.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 
@@ -38,10 +37,14 @@ from torch import nn
 from transformers import LlamaConfig, LlamaModel
 
 from specbench.errors import ConfigError
-from specbench.models.medusa import check_draft_vocab, full_vocabulary, load_strictly, read_state
+from specbench.models.checkpoint import load_strictly, read, read_config, shown
+from specbench.models.medusa import check_draft_vocab, full_vocabulary
 
 WEIGHT_FILES = ("hydra_lm_head.safetensors", "hydra_lm_head.pt")
 UNUSED_PREFIX_EMBEDDING = "prefix_embeding_layer.embed_tokens.weight"
+# the release's own Llama copy keeps RoPE's inverse frequencies as a saved buffer; the prefix
+# layer here computes them from the target's config, so the file's copy is checked for shape and dropped
+RELEASE_ROPE_FREQUENCIES = "prefix_embeding_layer.layers.0.self_attn.rotary_emb.inv_freq"
 
 
 class ResBlock(nn.Module):
@@ -113,26 +116,27 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     architecture other than grounded prefix-MLP, or a shape that does not fit the target
     fails with one line."""
     path = Path(directory)
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise ConfigError(f"{key}: {path} has no config.json")
-    config = json.loads(config_file.read_text())
+    config = read_config(path, key)
     arch, grounded = config.get("hydra_head_arch", "mlp"), config.get("grounded_heads", False)
     if arch != "prefix-mlp" or not grounded:
         raise ConfigError(f"{key}: {path} is a Hydra {arch!r} checkpoint with grounded_heads={grounded}; specbench runs the released prefix-mlp variant with grounded heads")
-    state = read_state(path, key, WEIGHT_FILES)
+    file, state = read(path, WEIGHT_FILES, key)
     target_config = target.config
     hidden, vocab = target_config.hidden_size, target_config.vocab_size
     shared = bool(config.get("shared_lm_head", False))
     draft_vocab = state.pop("draft_vocab", None) if shared else None
-    check_draft_vocab(draft_vocab, vocab, path, key)
+    check_draft_vocab(draft_vocab, vocab, file, key)
     unused = state.pop(UNUSED_PREFIX_EMBEDDING, None)
     if unused is not None and unused.shape[-1] != hidden:
-        raise ConfigError(f"{key}: {path} does not fit this target (hidden {hidden}): {UNUSED_PREFIX_EMBEDDING} is {tuple(unused.shape)}")
+        raise ConfigError(f"{key}: {file}: {UNUSED_PREFIX_EMBEDDING} is {list(unused.shape)}, expected [vocab, {hidden}] for this target")
+    head_dim = getattr(target_config, "head_dim", None) or hidden // target_config.num_attention_heads
+    frequencies = state.pop(RELEASE_ROPE_FREQUENCIES, None)
+    if frequencies is not None and frequencies.shape != (head_dim // 2,):
+        raise ConfigError(f"{key}: {file}: {RELEASE_ROPE_FREQUENCIES} is {list(frequencies.shape)}, expected [{head_dim // 2}] for this target")
     blocks = re.compile(r"^hydra_mlp\.(\d+)\.(\d+)\.")
     found = [blocks.match(k) for k in state]
     if not any(found):
-        raise ConfigError(f"{key}: {path} is not a Hydra checkpoint: no hydra_mlp.* keys (keys {sorted(state)[:8]})")
+        raise ConfigError(f"{key}: {file} is not a Hydra checkpoint: no hydra_mlp.* keys (keys {shown(sorted(state))})")
     heads = 1 + max(int(m.group(1)) for m in found if m)
     layers = (1 + max(int(m.group(2)) for m in found if m)) // 2
     output = target.get_output_embeddings().weight
@@ -140,8 +144,7 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     model = HydraHeads(target_config, heads, layers, shared=weights, draft_vocab=draft_vocab)
     if draft_vocab is not None:
         state["draft_vocab"] = draft_vocab
-    load_strictly(model, state, f"{key}: {path} is not a Hydra checkpoint of {heads} heads x {layers} blocks",
-                  f"{key}: {path} does not fit this target (hidden {hidden}, vocab {vocab})")
+    load_strictly(model, state, file, key, f"Hydra heads ({heads} heads x {layers} blocks) that fit this target (hidden {hidden}, vocab {vocab})")
     facts = {"heads_in_file": heads, "heads_in_config": config.get("hydra_num_heads"), "blocks": layers,
              "hidden_state_offset": int(config.get("hidden_state_offset", 0)), "shared_lm_head": shared,
              "draft_vocab": None if draft_vocab is None else int(draft_vocab.numel())}

@@ -18,16 +18,15 @@ other tokens get -inf.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
 from specbench.errors import ConfigError
+from specbench.models.checkpoint import load_strictly, read, read_config, shown
 
 WEIGHT_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
 
@@ -92,55 +91,28 @@ def check_draft_vocab(draft_vocab: torch.Tensor | None, vocab: int, path: Path, 
         raise ConfigError(f"{key}: {path}: draft_vocab must hold int64 target ids below {vocab}")
 
 
-def load_strictly(model: nn.Module, state: dict[str, torch.Tensor], not_this: str, does_not_fit: str) -> None:
-    """model.load_state_dict(state), failing with one line (`not_this: missing / unexpected
-    keys`, or `does_not_fit: shapes differ`) before anything loads."""
-    expected = set(model.state_dict())
-    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
-    if missing or unexpected:
-        raise ConfigError(f"{not_this}: missing keys {missing[:8]}, unexpected keys {unexpected[:8]}")
-    wrong = [k for k, v in model.state_dict().items() if state[k].shape != v.shape]
-    if wrong:
-        raise ConfigError(f"{does_not_fit}: shapes differ for {wrong[:4]}")
-    model.load_state_dict(state)
-
-
-def read_state(path: Path, key: str, files: tuple[str, ...] = WEIGHT_FILES) -> dict[str, torch.Tensor]:
-    """The first of `files` in `path` (safetensors, or a torch pickle of tensors only)."""
-    for name in files:
-        file = path / name
-        if file.is_file():
-            if file.suffix == ".safetensors":
-                return load_file(file)
-            return torch.load(file, map_location="cpu", weights_only=True)
-    raise ConfigError(f"{key}: {path} has none of {', '.join(files)}")
-
-
 def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) -> tuple[MedusaHeads, dict]:
     """(heads, facts about the checkpoint). Strict: any missing or unexpected key, or a
-    shape that does not fit the target, fails with one line listing them."""
+    shape that does not fit the target, fails with one line naming the file and the key."""
     path = Path(directory)
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise ConfigError(f"{key}: {path} has no config.json")
-    config = json.loads(config_file.read_text())
-    state = read_state(path, key)
+    config = read_config(path, key)
+    file, state = read(path, WEIGHT_FILES, key)
     pattern = re.compile(r"^(\d+)\.(\d+)\.")
     shared = bool(config.get("shared_lm_head", False))
     draft_vocab = state.pop("draft_vocab", None) if shared else None
     unexpected = sorted(k for k in state if not pattern.match(k))
-    if unexpected:
-        raise ConfigError(f"{key}: {path} is not a Medusa checkpoint: unexpected keys {unexpected[:8]}")
+    if unexpected or not state:
+        raise ConfigError(f"{key}: {file} is not a Medusa checkpoint (keys {{head}}.{{block}}.linear.weight/bias, {{head}}.{{blocks}}.weight): "
+                          f"unexpected keys {shown(unexpected)}")
     heads = 1 + max(int(pattern.match(k).group(1)) for k in state)
     blocks = 1 + max(int(pattern.match(k).group(2)) for k in state) - (0 if shared else 1)
     hidden, vocab = target.config.hidden_size, target.config.vocab_size
     output = target.get_output_embeddings().weight
-    check_draft_vocab(draft_vocab, vocab, path, key)
+    check_draft_vocab(draft_vocab, vocab, file, key)
     model = MedusaHeads(hidden, vocab, heads, blocks, shared=output.detach() if shared else None, draft_vocab=draft_vocab)
     if draft_vocab is not None:
         state["draft_vocab"] = draft_vocab
-    load_strictly(model, state, f"{key}: {path} is not a Medusa checkpoint of {heads} heads x {blocks} blocks",
-                  f"{key}: {path} does not fit this target (hidden {hidden}, vocab {vocab})")
+    load_strictly(model, state, file, key, f"Medusa heads ({heads} heads x {blocks} blocks) that fit this target (hidden {hidden}, vocab {vocab})")
     facts = {"heads_in_file": heads, "heads_in_config": config.get("medusa_num_heads"), "blocks": blocks, "shared_lm_head": shared,
              "draft_vocab": None if draft_vocab is None else int(draft_vocab.numel())}
     return model.to(device=output.device, dtype=dtype).eval(), facts
