@@ -344,3 +344,13 @@ def test_an_integer_map_stored_as_floats_is_refused(tmp_path, targets):
     with pytest.raises(ConfigError) as error:
         build(targets(llama31_target), path)
     assert_one_line(error, str(file), "d2t is torch.float32, expected integer (torch.int64)")
+
+
+@pytest.mark.parametrize("name", ["eagle1-vicuna-7b", "medusa-vicuna-7b"])
+def test_a_truncated_pickle_is_one_line(name, tmp_path, targets):
+    """A .bin / .pt whose copy stopped midway (the safetensors case is refused from its header by the registry)."""
+    target, build, path, file, _ = checkpoint(name, tmp_path, targets)
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+    with pytest.raises(ConfigError) as error:
+        build(target, path)
+    assert_one_line(error, str(file), "could not be read", "copy it again")
