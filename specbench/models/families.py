@@ -68,11 +68,17 @@ def config(family: str, shape: Shape = TINY) -> PretrainedConfig:
 
 
 def random_model(family: str, shape: Shape = TINY, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """A random-weight model of `family` at `shape`, in eval mode, its output layer
-    sharpened so greedy continuations are not near-ties (random weights give almost flat
-    logits); a tied output layer is the embedding, which is sharpened instead."""
+    """A random-weight model of `family` at `shape`, in eval mode. Biases and norm weights
+    are random too (transformers starts them at zeros and ones, which would hide one not
+    applied), and the output layer is sharpened so greedy continuations are not near-ties
+    (random weights give almost flat logits; a tied output layer is the embedding)."""
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config(family, shape), dtype=dtype).eval()
     with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0.0, 0.1)
+            elif "norm" in name:
+                parameter.normal_(1.0, 0.1)
         model.get_output_embeddings().weight.mul_(8)
     return model
