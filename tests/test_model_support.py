@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import BertConfig, GPT2Config, GPT2LMHeadModel
 
-from specbench import costs, plan
+from specbench import costs, plan, summary
 from specbench.costs import compile as compile_rule
 from specbench.costs import dtype as dtype_rule
 from specbench.errors import ConfigError
@@ -58,6 +58,9 @@ def test_the_run_says_which_forward_ran_and_why(tmp_path, capsys):
                "hardware": {"device": "cpu", "forward": "auto"}, "engine": {"compile": "off"}}
         target = plan.forward_of(cfg, model, "float32")
         assert target.forward_note == note and f"forward: {note} [{target.lm.kind}, float32]" in capsys.readouterr().out
+        run_cfg = {**cfg, "hardware": {**cfg["hardware"], "dtype": "float32", "name": "cpu-fp32"}, "seed": 0, "gen": {"batch_size": 1}}
+        env = summary.environment(run_cfg, {"forward": target.lm.kind, "forward_note": target.forward_note, "fingerprint": {}})
+        assert (env["forward"], env["forward_note"]) == (target.lm.kind, note)
 
 
 def test_caches_are_keyed_by_the_weights_not_the_config_name(tmp_path, monkeypatch):
