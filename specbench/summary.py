@@ -118,6 +118,7 @@ def environment(cfg: dict, decisions: dict) -> dict:
         "dtype_rule": (decisions.get("dtype_choice") or {}).get("rule") if cfg["hardware"]["dtype"] == "auto" else "set by hardware.dtype",
         "dtype_note": (decisions.get("dtype_choice") or {}).get("note") if cfg["hardware"]["dtype"] == "auto" else None,
         "forward": decisions.get("forward"),
+        "forward_note": decisions.get("forward_note"),
         "device": cfg["hardware"]["device"],
         "hardware": cfg["hardware"]["name"],
         "fingerprint": decisions.get("fingerprint") or device_fingerprint(cfg["hardware"]["device"], torch.get_num_threads()),

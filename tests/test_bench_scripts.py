@@ -68,3 +68,19 @@ def test_transformers_gets_an_own_vocabulary_draft_over_the_full_vocabulary(targ
     ids = torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.allclose(expanded(input_ids=ids).logits, vocab.to_target(own(input_ids=ids).logits), atol=1e-5)
+
+
+def test_bench_families_compares_our_ar_with_transformers_per_family(tmp_path):
+    """At its smallest setting (tiny shapes, one prompt, 8 tokens): a row per family with a
+    ratio and identical ids (fp32), the dense families on the lean forward, Qwen3-MoE on its own."""
+    from specbench.models.families import FAMILIES
+
+    out = tmp_path / "families.json"
+    result = run_in_process([sys.executable, "scripts/bench_families.py", "--shapes", "tiny", "--prompts", "1", "--prompt-tokens", "12",
+                             "--max-new-tokens", "8", "--threads", "1", "--out", str(out)])
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = {r["family"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == set(FAMILIES) and all(r["identical"] == 1 and r["median_ratio"] > 0 for r in rows.values())
+    assert {f for f, r in rows.items() if r["forward"] == "lean"} == set(FAMILIES) - {"qwen3-moe"}
+    assert rows["qwen3-moe"]["forward"].startswith("hf (Qwen3MoeForCausalLM: mixture-of-experts")
+    assert "| qwen3-moe | tiny | Qwen3MoeForCausalLM |" in result.stdout

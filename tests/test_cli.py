@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from conftest import MIN_GAIN, run_in_process
 from specbench.auto import DRAFTING_OFF
+from specbench.models import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 # small cost profile and calibration: the first run on a machine measures them (cached after)
@@ -368,7 +370,8 @@ def test_where_ar_is_faster_in_another_dtype_a_drafting_run_weighs_both(tmp_path
     cache = own_cache(tmp_path / "cache")  # the other tests keep this machine's real probe
     zen3 = {"bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0}, "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0}}
     here = device_fingerprint("cpu", 2)
-    dtype_rule.probe_path(cache / "costs", "smollm2-135m-auto-compile-off", here).write_text(json.dumps({"fingerprint": here, "version": dtype_rule.PROBE_VERSION, "context": 256, "probe": zen3,
+    target = registry.cache_name(OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "smollm2-135m.yaml")))  # caches name the weights
+    dtype_rule.probe_path(cache / "costs", f"{target}-auto-compile-off", here).write_text(json.dumps({"fingerprint": here, "version": dtype_rule.PROBE_VERSION, "context": 256, "probe": zen3,
                                                                                                        "parts": [f"n={n}" for n in dtype_rule.PROBE_SIZES]}))
     # fp16 weights and packing off: the probe above is of plain bf16 and fp32 forwards (its cache
     # name says so), and no compile probe of either dtype runs
@@ -379,7 +382,7 @@ def test_where_ar_is_faster_in_another_dtype_a_drafting_run_weighs_both(tmp_path
     joint = decisions["dtype_choice"]["joint"]
     assert set(joint["best_gain"]) == {"float32", "bfloat16"} and decisions["dtype"] == joint["dtype"]
     assert json.loads(decisions["profile"])["key"]["dtype"] == joint["dtype"]
-    assert {p.name.split("-")[2] for p in (cache / "costs").glob("smollm2-135m-*-LeanTreeLM*.json")} == {"float32", "bfloat16"}
+    assert {p.name.removeprefix(f"{target}-").split("-")[0] for p in (cache / "costs").glob(f"{target}-*-LeanTreeLM*.json")} == {"float32", "bfloat16"}
     summary = summary_of(tmp_path, "pld")
     assert summary["environment"]["dtype"] == joint["dtype"] and summary["baseline_source"].startswith("paired")
     assert joint["dtype"] in summary["environment"]["dtype_note"] and "dtype:" in result.stdout

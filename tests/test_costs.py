@@ -219,8 +219,10 @@ def test_the_compile_probe_times_what_the_method_runs(method, parts, tmp_path, m
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
     monkeypatch.setattr(compile_rule, "measure", lambda model, forward, sizes, **_: {"plain": {str(n): 1.0 for n in sizes}})
     monkeypatch.setattr(compile_rule, "measure_int8", lambda model, packed: {k: {str(n): 1.0 for n in compile_rule.INT8_ROWS} for k in ("float", "int8")})
-    cfg = {"model": {"name": "tiny"}, "hardware": {"dtype": "float32", "device": "cpu", "threads": 1}, "engine": {}, "method": method}
-    _, record = costs.target_lm(tiny_llama(0), cfg, cfg["hardware"], drafter_layers=methods.drafter_layers(method))
+    model = tiny_llama(0)
+    model.config.save_pretrained(tmp_path / "tiny")  # caches are named by the weights' files: here config.json alone
+    cfg = {"model": {"name": "tiny", "path": str(tmp_path / "tiny")}, "hardware": {"dtype": "float32", "device": "cpu", "threads": 1}, "engine": {}, "method": method}
+    _, record = costs.target_lm(model, cfg, cfg["hardware"], drafter_layers=methods.drafter_layers(method))
     assert record["parts"] == parts
 
 

@@ -1,5 +1,6 @@
-"""The lean Llama forward computes what the model's own forward does (fp32): logits and
-features over context, trees and after commits, and identical ids when decoding."""
+"""The lean forward computes what the model's own forward does (fp32) for every dense model
+family: logits and features over context, trees and after commits, and identical ids when
+decoding."""
 
 import copy
 import json
@@ -8,18 +9,21 @@ import sys
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from specbench import methods
 from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.costs import compile as compile_rule
 from specbench.engine import kernels
 from specbench.engine.kernels import Compiled, PackedLinear, pack_linears
-from specbench.engine.lean import INITIAL_ROWS, LeanTreeLM, RopeTable, make_lm, supports
+from specbench.engine.lean import INITIAL_ROWS, LeanTreeLM, RopeTable, forward_note, make_lm, supports, unsupported
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
+from specbench.models import families
+from specbench.models.families import FAMILIES, random_model
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
@@ -47,10 +51,20 @@ def chain(root: int, tokens: list[int]) -> DraftTree:
 
 
 PACKED = [Compiled(), Compiled(packed_from=1), Compiled(packed_from=4)]
+DENSE_FAMILIES = [family for family in FAMILIES if family != "qwen3-moe"]
+
+
+@pytest.fixture(scope="module", params=DENSE_FAMILIES)
+def family_target(request):
+    """A tiny random model of each dense family (Llama-3.1's rope scaling, Vicuna's full
+    attention heads, Qwen2's q/k/v biases, Qwen3's head norms, tied embeddings)."""
+    return random_model(request.param)
 
 
 @pytest.mark.parametrize("compiled", PACKED, ids=str)
-def test_logits_and_features_match_the_model_forward(target, compiled):
+def test_logits_and_features_match_the_model_forward(family_target, compiled):
+    target = family_target
+    assert supports(target)
     ours, theirs = LeanTreeLM(target, compiled), TreeLM(target)
     assert isinstance(ours.lm_head, PackedLinear) == (compiled.packed_from is not None)  # the output layer too
     ours.feature_layers = theirs.feature_layers = (0, 1, 2)
@@ -74,9 +88,10 @@ def test_logits_and_features_match_the_model_forward(target, compiled):
         check(lambda lm: lm.forward(trees=[DraftTree.root(4)], nodes=[[0]]))
 
 
-def test_batched_logits_and_features_match_the_model_forward(target):
+def test_batched_logits_and_features_match_the_model_forward(family_target):
     """Three rows of different prompt lengths, trees and accepted path lengths (rows move
     and leave masked holes), some rows feeding nothing, then a row leaving the batch."""
+    target = family_target
     ours, theirs = LeanTreeLM(target), TreeLM(target)
     ours.feature_layers = theirs.feature_layers = (0, 1, 2)
     for lm in (ours, theirs):
@@ -248,12 +263,22 @@ def test_lean_cache_grows_past_its_first_allocation(target, batch):
 
 
 def test_forward_choice():
+    """Every dense family runs lean; mixture-of-experts and variants the lean forward does not
+    compute run on the model's own forward, and the note a run reports says which and why."""
+    for family in DENSE_FAMILIES:
+        model = random_model(family)
+        assert isinstance(make_lm(model), LeanTreeLM) and forward_note(model) == "lean", family
     llama = tiny_llama(3)
-    assert isinstance(make_lm(llama), LeanTreeLM) and type(make_lm(llama, "hf")) is TreeLM
-    llama.config.attention_bias = True  # a variant the lean forward does not compute
-    assert not supports(llama) and type(make_lm(llama)) is TreeLM
-    with pytest.raises(ConfigError, match="hardware.forward"):
-        make_lm(llama, "lean")
+    assert type(make_lm(llama, "hf")) is TreeLM and forward_note(llama, "hf") == "hf (hardware.forward=hf)"
+    moe = random_model("qwen3-moe")
+    assert type(make_lm(moe)) is TreeLM
+    assert forward_note(moe) == "hf (Qwen3MoeForCausalLM: mixture-of-experts runs on the model's own forward)"
+    windowed = families.config("qwen2")  # a variant the lean forward does not compute
+    windowed.use_sliding_window, windowed.sliding_window, windowed.layer_types = True, 16, ["sliding_attention", "full_attention"]
+    windowed = AutoModelForCausalLM.from_config(windowed)
+    assert "sliding-window" in unsupported(windowed) and type(make_lm(windowed)) is TreeLM
+    with pytest.raises(ConfigError, match="hardware.forward: lean: Qwen2ForCausalLM: sliding-window"):
+        make_lm(windowed, "lean")
     with pytest.raises(ConfigError, match="hardware.forward"):
         make_lm(llama, "fast")
 
@@ -373,10 +398,11 @@ def fp16_rounded(model: torch.nn.Module) -> torch.nn.Module:
     return rounded
 
 
-def test_fp16_weights_compute_the_model_forward_on_fp16_rounded_weights(target):
+def test_fp16_weights_compute_the_model_forward_on_fp16_rounded_weights(family_target):
     """Projections and output layer on FBGEMM's fp16 weights with fp32 activations: the
-    model's own forward over fp16-rounded linear weights (embeddings and norms untouched),
-    over context, a tree and after a commit; the rounding changes the logits."""
+    model's own forward over fp16-rounded linear weights (embeddings, norms and biases
+    untouched), over context, a tree and after a commit; the rounding changes the logits."""
+    target = family_target
     ours, theirs, exact = LeanTreeLM(target, Compiled(fp16_weights=True)), TreeLM(fp16_rounded(target)), TreeLM(target)
     assert ours.kind == "LeanTreeLM-fp16-weights" and ours.lm_head.fp16 is not None
     prompt, tree = random_ids(30, 1), binary_tree(5, 12)
@@ -388,6 +414,26 @@ def test_fp16_weights_compute_the_model_forward_on_fp16_rounded_weights(target):
         for lm in (ours, theirs):
             lm.commit([[0, 2, 5]])
         torch.testing.assert_close(ours.forward(contexts=[[7, 8]]), theirs.forward(contexts=[[7, 8]]), rtol=1e-4, atol=1e-4)
+
+
+def int8_rounded(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy whose linear layers hold their int8 weights dequantized (quantize_int8):
+    what a draft forward on int8 weights computes with."""
+    rounded = copy.deepcopy(model)
+    for module in rounded.modules():
+        if isinstance(module, torch.nn.Linear):
+            weight, scales = kernels.quantize_int8(module.weight)
+            module.weight = torch.nn.Parameter(weight.float() * scales[:, None])
+    return rounded
+
+
+def test_a_drafts_int8_weights_compute_the_model_forward_on_them(family_target):
+    """A draft model's one-token forwards (below int8_drafts_below rows) on int8 weights,
+    biases and head norms as they are: the model's own forward over its dequantized weights."""
+    ours, theirs = LeanTreeLM(family_target, Compiled(int8_drafts_below=2), draft=True), TreeLM(int8_rounded(family_target))
+    with torch.inference_mode():
+        for token in random_ids(12, 3):
+            torch.testing.assert_close(ours.forward(contexts=[[token]]), theirs.forward(contexts=[[token]]), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("batch", [1, 3])

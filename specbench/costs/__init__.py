@@ -36,12 +36,13 @@ def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method
 
     mode = (engine or {}).get("compile", "auto")
     fp16 = compile_rule.fp16_mode(engine or {}, hardware.get("dtype"))
+    name = registry.cache_name(model_cfg)
 
     def compile_choice(model, sizes: tuple[int, ...]):  # the target's forward alone is timed: no drafter projections
-        return compile_rule.resolve(mode, model, model_cfg["name"], hardware, cache_root(), fp16=fp16, sizes=compile_sizes(sizes),
+        return compile_rule.resolve(mode, model, name, hardware, cache_root(), fp16=fp16, sizes=compile_sizes(sizes),
                                     drafter_layers=False)[0]
 
-    return dtype_rule.resolve(hardware, model_cfg["name"], load_model, cache_root(), refresh=refresh, sizes=dtype_rule.verified_sizes(method_cfg),
+    return dtype_rule.resolve(hardware, name, load_model, cache_root(), refresh=refresh, sizes=dtype_rule.verified_sizes(method_cfg),
                               compile_choice=compile_choice, compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}")
 
 
@@ -57,15 +58,16 @@ def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool =
     verifies; `drafter_layers`: whether its drafter has layers (methods.drafter_layers)."""
     engine = cfg.get("engine") or {}
     requested_dtype = (cfg.get("hardware") or {}).get("dtype")
-    compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, cfg["model"]["name"], hardware, cache_root(), refresh=refresh,
+    compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, registry.cache_name(cfg["model"]), hardware, cache_root(), refresh=refresh,
                                             int8_mode=engine.get("int8_drafts", "auto"), fp16=compile_rule.fp16_mode(engine, requested_dtype),
                                             sizes=compile_sizes(dtype_rule.verified_sizes(cfg.get("method"))), drafter_layers=drafter_layers)
     return make_lm(model, hardware.get("forward", "auto"), compiled), record
 
 
 def profile_key(model_name: str, dtype: str, device: str, threads: int | None, forward: str = "TreeLM") -> dict:
-    """What a profile is valid for; `forward` names the forward implementation (the lean
-    Llama forward and the model's own cost differently)."""
+    """What a profile is valid for: `model_name` is the target's registry.cache_name (its
+    config name and a hash of its weights); `forward` names the forward implementation (the
+    lean forward and the model's own cost differently)."""
     return {"model": model_name, "dtype": dtype, "forward": forward, "fingerprint": device_fingerprint(device, threads)}
 
 

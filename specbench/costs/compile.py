@@ -41,7 +41,7 @@ import torch
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
 from specbench.engine.kernels import Compiled, has_fp16_weights, int8_linear, pack, packed_linear, packs, quantize_int8
-from specbench.engine.lean import make_lm, supports
+from specbench.engine.lean import forward_note, make_lm, supports
 from specbench.errors import require
 
 MODES = ("auto", "packed", "torch", "off")
@@ -217,7 +217,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
                                                        f"(here: {device}, {str(weight_dtype).removeprefix('torch.')}); use auto or off")
         return Compiled(fp16_weights=True), None
     if mode == "off" or not lean:
-        require(mode in ("off", "auto"), "engine.compile", f"{mode} needs the lean forward (hardware.forward auto or lean on a Llama-architecture model)")
+        require(mode in ("off", "auto"), "engine.compile", f"{mode} needs the lean forward, and this run's is {forward_note(model, hardware.get('forward', 'auto'))}")
         return Compiled(), None
     if mode == "torch":
         return Compiled(torch=True), None

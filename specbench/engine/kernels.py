@@ -86,9 +86,9 @@ def int8_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bia
     return out if bias is None else out + bias
 
 
-def paired_int8_linear(x: torch.Tensor, weight: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def paired_int8_linear(x: torch.Tensor, weight: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None = None) -> torch.Tensor:
     """int8_linear with the (int8 weight, scales) pair quantize_int8 gives, as the lean layer calls its kernel."""
-    return int8_linear(x, *weight)
+    return int8_linear(x, *weight, bias)
 
 
 class PackedLinear(torch.nn.Module):

@@ -1,20 +1,24 @@
-"""A lean forward for Llama-architecture models: the same weights, a preallocated KV
-cache, and none of the per-call machinery of a general model class.
+"""A lean forward for the dense model families (Llama, Vicuna, DeepSeek-R1-Distill-Llama,
+Qwen2, Qwen3): the same weights, a preallocated KV cache, and none of the per-call
+machinery of a general model class.
 
 On a CPU about half of a 135M model's decoding step is per-op dispatch and Python over
 30 layers, not arithmetic. This forward runs each layer as: RMSNorm, the Q, K and V
-projections, RoPE from a precomputed table, an in-place cache write, SDPA over the cache
-(KV heads expanded to the query heads), the output projection, RMSNorm, gate and up
-projections, SiLU, the down projection. Fused QKV / gate-up weights and GQA inside SDPA
-were measured slower on an AVX2 CPU (bigger GEMMs ran slower per FLOP; SDPA fell back to
-its math kernel), so they are not used. Committing a path moves rows inside the cache.
-It computes what the Hugging Face forward computes (ids equal in fp32; tested), and
-`TreeLM` falls back to that forward for any architecture not listed here.
+projections (with their biases where the model has them: Qwen2), RMSNorm over each query
+and key head where the model has it (Qwen3), RoPE from a precomputed table, an in-place
+cache write, SDPA over the cache (KV heads expanded to the query heads), the output
+projection, RMSNorm, gate and up projections, SiLU, the down projection. Fused QKV /
+gate-up weights and GQA inside SDPA were measured slower on an AVX2 CPU (bigger GEMMs ran
+slower per FLOP; SDPA fell back to its math kernel), so they are not used. Committing a
+path moves rows inside the cache. It computes what the Hugging Face forward computes
+(logits equal in fp32 for every dense family; tested), and `TreeLM` runs the model's own
+forward for anything else (`unsupported`: mixture-of-experts, sliding-window attention,
+other families), which the run's summary reports with the reason.
 
 `engine.compile` (see specbench/costs/compile.py) can run the projections and the output
 layer on weights prepacked once in oneDNN's layout (on an AMX CPU in bf16: 1.2x faster per
-decoding step), on fp16 or int8 weights (specbench/engine/kernels.py has the kernels),
-and/or the decoder layer through torch.compile.
+decoding step), on fp16 or int8 weights (specbench/engine/kernels.py has the kernels; each
+adds a projection's bias as F.linear does), and/or the decoder layer through torch.compile.
 """
 
 from __future__ import annotations
@@ -30,22 +34,47 @@ ROPE_TYPES = ("default", "llama3", "linear")  # inv_freq fixed at load time
 INITIAL_ROWS = 1024
 
 
+LEAN_FAMILIES = ("llama", "qwen2", "qwen3")  # config model_type
+
+
+def unsupported(model: torch.nn.Module) -> str | None:
+    """Why the lean forward would not compute exactly what this model's own forward does
+    (None: it does)."""
+    config = model.config
+    model_type = getattr(config, "model_type", None)
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None):
+        return "mixture-of-experts runs on the model's own forward"
+    if model_type not in LEAN_FAMILIES:
+        return f"model_type {model_type!r} is not one the lean forward computes ({', '.join(LEAN_FAMILIES)})"
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+        return "sliding-window attention layers run on the model's own forward"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"hidden_act {config.hidden_act!r} (the lean forward computes silu)"
+    if getattr(config, "pretraining_tp", 1) != 1:
+        return f"pretraining_tp {config.pretraining_tp} (the lean forward computes 1)"
+    if rope not in ROPE_TYPES:
+        return f"rope_type {rope!r} (the lean forward computes {', '.join(ROPE_TYPES)})"
+    if not (hasattr(model, "model") and hasattr(model.model, "rotary_emb")):
+        return f"{type(model).__name__} has no model.rotary_emb"
+    return None
+
+
 def supports(model: torch.nn.Module) -> bool:
     """Whether the lean forward computes exactly what this model's own forward does."""
-    config = model.config
-    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-    return (
-        getattr(config, "model_type", None) == "llama"
-        and not getattr(config, "attention_bias", False)
-        and not getattr(config, "mlp_bias", False)
-        and getattr(config, "hidden_act", "silu") == "silu"
-        and getattr(config, "pretraining_tp", 1) == 1
-        and rope in ROPE_TYPES
-        and hasattr(model, "model") and hasattr(model.model, "rotary_emb")
-    )
+    return unsupported(model) is None
 
 
-PROJECTIONS = (1, 2, 3, 4, 6, 7, 8)  # the linear weights in a layer's tuple
+def forward_note(model: torch.nn.Module, forward: str = "auto") -> str:
+    """Which forward runs `model` under hardware.forward=`forward`, and why not the lean one
+    where it does not: what a run's summary and console say."""
+    if forward == "hf":
+        return "hf (hardware.forward=hf)"
+    reason = unsupported(model)
+    return "lean" if reason is None else f"hf ({type(model).__name__}: {reason})"
+
+
+PROJECTIONS = (1, 2, 3, 4, 6, 7, 8)  # the linear weights in a layer's tuple (q, k, v, o, gate, up, down)
 
 
 class RopeTable(torch.nn.Module):
@@ -90,10 +119,13 @@ class LeanTreeLM(TreeLM):
         with torch.no_grad():
             for layer in inner.layers:
                 attn, mlp = layer.self_attn, layer.mlp
-                self.layers.append((  # the weights in _layer's argument order, then its eps
+                linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+                head_norms = (attn.q_norm.weight, attn.k_norm.weight) if hasattr(attn, "q_norm") else None  # Qwen3
+                self.layers.append((  # the weights in _layer's argument order, then the biases, head norms and eps
                     layer.input_layernorm.weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight,
                     attn.o_proj.weight, layer.post_attention_layernorm.weight,
                     mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
+                    tuple(linear.bias for linear in linears), head_norms,
                     layer.input_layernorm.variance_epsilon,
                 ))
             self.final_norm = (inner.norm.weight, inner.norm.variance_epsilon)
@@ -191,15 +223,22 @@ class LeanTreeLM(TreeLM):
             hidden.append(normed)
         return normed, hidden
 
-    def _layer(self, x, cos, sin, attn_mask, k_cache, v_cache, start: int, linear, norm1, q_proj, k_proj, v_proj, o_proj, norm2, gate, up, down, eps: float):
+    def _layer(self, x, cos, sin, attn_mask, k_cache, v_cache, start: int, linear, norm1, q_proj, k_proj, v_proj, o_proj, norm2, gate, up, down,
+               biases, head_norms, eps: float):
         """One decoder layer (tensors, ints and the linear kernel: the unit torch.compile
-        compiles, once for all layers). Writes this forward's K and V into the layer's cache [B, kv, rows, d]."""
+        compiles, once for all layers). `biases`: the q, k, v, o, gate, up and down
+        projections' (None where a projection has none); `head_norms`: the query and key
+        heads' RMSNorm weights, or None. Writes this forward's K and V into the layer's
+        cache [B, kv, rows, d]."""
         batch, n = x.shape[:2]
         h, d, kv = self.heads, self.head_dim, self.kv_heads
+        q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias = biases
         normed = self._norm(x, norm1, eps)
-        q = linear(normed, q_proj).view(batch, n, h, d).transpose(1, 2)
-        k = linear(normed, k_proj).view(batch, n, kv, d).transpose(1, 2)
-        v = linear(normed, v_proj).view(batch, n, kv, d).transpose(1, 2)
+        q = linear(normed, q_proj, q_bias).view(batch, n, h, d).transpose(1, 2)
+        k = linear(normed, k_proj, k_bias).view(batch, n, kv, d).transpose(1, 2)
+        v = linear(normed, v_proj, v_bias).view(batch, n, kv, d).transpose(1, 2)
+        if head_norms is not None:
+            q, k = self._norm(q, head_norms[0], eps), self._norm(k, head_norms[1], eps)
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         k_cache[:, :, start : start + n] = k
         v_cache[:, :, start : start + n] = v
@@ -210,9 +249,9 @@ class LeanTreeLM(TreeLM):
             attended = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=kv != h).to(q.dtype)
         else:
             attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, enable_gqa=kv != h)
-        x = x + linear(attended.transpose(1, 2).reshape(batch, n, h * d), o_proj)
+        x = x + linear(attended.transpose(1, 2).reshape(batch, n, h * d), o_proj, o_bias)
         normed = self._norm(x, norm2, eps)
-        return x + linear(F.silu(linear(normed, gate)) * linear(normed, up), down)
+        return x + linear(F.silu(linear(normed, gate, gate_bias)) * linear(normed, up, up_bias), down, down_bias)
 
     def _move(self, row_moves, columns: int) -> None:
         for b, cols, dest in row_moves:
@@ -237,5 +276,6 @@ def make_lm(model: torch.nn.Module, forward: str = "auto", compiled: Compiled = 
     says drafters run so); the model's own forward otherwise or when asked (`hf`)."""
     require(forward in FORWARDS, "hardware.forward", f"unknown {forward!r}; choose one of {', '.join(FORWARDS)}")
     if forward == "lean":
-        require(supports(model), "hardware.forward", f"lean supports Llama-architecture models; {type(model).__name__} needs hardware.forward=hf or auto")
+        reason = unsupported(model)
+        require(reason is None, "hardware.forward", f"lean: {type(model).__name__}: {reason}; use hardware.forward=auto or hf")
     return LeanTreeLM(model, compiled, draft) if forward != "hf" and supports(model) else TreeLM(model)

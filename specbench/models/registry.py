@@ -16,9 +16,10 @@ from urllib.parse import urlparse
 
 import torch
 from safetensors import SafetensorError, safe_open
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from specbench.errors import ConfigError
+from specbench.models.families import MODEL_TYPES
 from specbench.package_data import package_dir
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
@@ -45,10 +46,24 @@ def load_model(entry: dict, dtype: str, device: str, key: str = "model") -> torc
     """The model alone (drafts share the target's tokenizer and may ship none)."""
     if dtype not in DTYPES:
         raise ConfigError(f"hardware.dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    model = AutoModelForCausalLM.from_pretrained(
-        resolve(entry, key), dtype=DTYPES[dtype], attn_implementation="sdpa", device_map=device
-    )
+    directory = resolve(entry, key)
+    check_family(directory, key)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=DTYPES[dtype], attn_implementation="sdpa", device_map=device)
     return model.eval()
+
+
+def check_family(directory: str, key: str) -> None:
+    """Refuse, from config.json alone (before any weights load), a model of a family this
+    tool does not run: the families of conf/model (families.MODEL_TYPES)."""
+    supported = f"specbench runs the model families of conf/model: model_type {', '.join(MODEL_TYPES)}"
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except (ValueError, OSError, KeyError) as error:
+        raise ConfigError(f"{key}: {directory}/config.json is not a model config transformers knows "
+                          f"({str(error).splitlines()[0]}); {supported}") from None
+    if config.model_type not in MODEL_TYPES:
+        architectures = ", ".join(getattr(config, "architectures", None) or []) or "no architectures listed"
+        raise ConfigError(f"{key}: {directory} holds a {config.model_type!r} model ({architectures}); {supported}")
 
 
 def resolve_part(entry: dict | None, key: str, what: str) -> str:
@@ -168,9 +183,11 @@ def hub_reachable() -> bool:
 
 
 WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin", "*.pt", "*.gguf")
+SAMPLE_BYTES = 1 << 20
+SPREAD_SAMPLES, SPREAD_BYTES = 16, 1 << 16
 
 
-def weights_id(cfg: dict | None, sample_bytes: int = 1 << 20) -> str:
+def weights_id(cfg: dict | None, sample_bytes: int = SAMPLE_BYTES) -> str:
     """What the local weights a config names are (every entry with a path or a package, at
     any depth): a head retrained and shipped under the same name must neither resume the
     old head's runs nor reuse its cached shape choice. Hashes the name, size and first
@@ -183,12 +200,48 @@ def weights_id(cfg: dict | None, sample_bytes: int = 1 << 20) -> str:
             directory = Path(resolve(entry, "weights"))
         except ConfigError:
             continue
-        files = sorted({f for pattern in WEIGHT_FILES for f in directory.glob(pattern) if f.is_file()})
-        for file in files:
-            digest.update(f"{file.name}:{file.stat().st_size}".encode())
-            with file.open("rb") as handle:
-                digest.update(handle.read(sample_bytes))
+        for file in weight_files(directory):
+            _digest_file(digest, file, sample_bytes)
     return digest.hexdigest()[:16]
+
+
+def weights_fingerprint(entry: dict, key: str = "model") -> str:
+    """What the weights a model entry loads are, wherever they come from (a path, a package
+    or the hub's local cache): each weight file's name, size and first MB (which holds a
+    safetensors file's header: every tensor's name, dtype, shape and offsets) and
+    SPREAD_SAMPLES stretches spread through the rest, so two fine-tunes of one model that
+    share their first tensor (a frozen output layer or embedding) still differ. What every
+    measured cache (probes, profiles, calibrated shapes) is keyed by: two sets of weights
+    under one config name never share a timing decision."""
+    digest = hashlib.sha256()
+    for file in weight_files(Path(resolve(entry, key))):
+        _digest_file(digest, file, SAMPLE_BYTES, SPREAD_SAMPLES)
+    return digest.hexdigest()[:16]
+
+
+def cache_name(entry: dict, key: str = "model") -> str:
+    """The entry's name in cache file names: its config name (readable) and a short hash
+    of its weights (weights_fingerprint)."""
+    return f"{entry['name']}-{weights_fingerprint(entry, key)[:8]}"
+
+
+def weight_files(directory: Path) -> list[Path]:
+    return sorted({f for pattern in WEIGHT_FILES for f in directory.glob(pattern) if f.is_file()})
+
+
+def _digest_file(digest, file: Path, sample_bytes: int, spread: int = 0) -> None:
+    """Add `file`'s name, size, first `sample_bytes` and `spread` stretches of SPREAD_BYTES
+    at evenly spaced offsets after them to `digest`."""
+    size = file.stat().st_size
+    digest.update(f"{file.name}:{size}".encode())
+    with file.open("rb") as handle:
+        digest.update(handle.read(sample_bytes))
+        for i in range(spread):
+            offset = sample_bytes + (size - sample_bytes) * i // spread
+            if offset >= size:
+                break
+            handle.seek(offset)
+            digest.update(handle.read(SPREAD_BYTES))
 
 
 def _local_entries(cfg):

@@ -73,7 +73,8 @@ def print_summary(summary: dict) -> None:
     fingerprint = env.get("fingerprint") or {}
     device = fingerprint.get("gpu") or f"{fingerprint.get('cpu_model', env['device'])} [{' '.join(fingerprint.get('isa', []))}]"
     commit = f"commit {env['git_commit'][:10]}{' (uncommitted changes)' if env.get('git_dirty') else ''} " if env.get("git_commit") else ""
-    console.print(f"{env['hardware']}: {device} {env['precision']} {env.get('forward') or ''} threads={env['torch_threads']} "
+    forward = f"{env.get('forward') or ''} (forward: {env['forward_note']})" if env.get("forward_note") else env.get("forward") or ""
+    console.print(f"{env['hardware']}: {device} {env['precision']} {forward} threads={env['torch_threads']} "
                   f"torch {env['torch']} {commit}-> {summary['out_dir']}")
     if contended(env.get("choices_contended_cores")):
         console.print(f"note: the probes, profile or calibration behind this run's choices were {note(env['choices_contended_cores'])} "
