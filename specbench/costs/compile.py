@@ -10,6 +10,9 @@ timing on this machine.
   does not try it; whole-model compiles with freezing did not finish in 12 minutes on 2
   cores.
 - `off`: the plain lean forward.
+- `static`: forwards of up to 64 tokens per row with static shapes, each width padded to a
+  bucket, captured as a CUDA graph per batch size and bucket on a GPU
+  (specbench/engine/static.py); on a CPU the same forward runs eagerly (to check it).
 - `auto`: on a CPU, the plain and packed forwards are timed over n new tokens at the
   sizes the run verifies (every probe size for a method that drafts, one token for AR; a
   size is timed once per machine and kept in the record beside the others), and packing
@@ -20,8 +23,8 @@ timing on this machine.
   projections are timed on int8 and on float weights, each call after the cache is flushed
   as a target forward flushes it, and drafters' projections run on int8 weights below the
   smallest probed row count where int8 stops winning (`Compiled.int8_drafts_below`;
-  `engine.int8_drafts=off` never, nor where the drafter has no layers); off elsewhere. Cached per model, dtype and device
-  fingerprint.
+  `engine.int8_drafts=off` never, nor where the drafter has no layers). Cached per model, dtype and device
+  fingerprint. On a GPU, `static`; elsewhere off.
 - fp16 weights (`engine.fp16_weights`; Compiled.fp16_weights): an fp32 model's linear
   layers on FBGEMM's fp16-weight matmul. It rounds the weights, so `auto` considers it
   only where hardware.dtype is `auto` (the run left the numbers to the tool, as it does
@@ -41,10 +44,10 @@ import torch
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import tree_forward_ms
 from specbench.engine.kernels import Compiled, has_fp16_weights, int8_linear, pack, packed_linear, packs, quantize_int8
-from specbench.engine.lean import make_lm, supports
+from specbench.engine.lean import make_lm, spread, supports
 from specbench.errors import require
 
-MODES = ("auto", "packed", "torch", "off")
+MODES = ("auto", "packed", "torch", "static", "off")
 PROBE_SIZES = (1, 2, 4, 8, 16, 64)
 FP16_SIZES = (1, 2, 4, 8, 16)  # decoding steps on a CPU: trees auto picks there verify at most 16 tokens
 PROBE_CONTEXT = 256
@@ -208,7 +211,7 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     wins at every larger one), and drafter projections only where a drafter with layers
     (`drafter_layers`) runs."""
     check({"compile": mode, "int8_drafts": int8_mode})
-    lean = hardware.get("forward", "auto") != "hf" and supports(model)
+    lean = hardware.get("forward", "auto") != "hf" and supports(model) and not spread(model)
     device = hardware.get("device", "cpu")
     weight_dtype = next(model.parameters()).dtype
     fp16_possible = lean and device == "cpu" and weight_dtype == torch.float32 and has_fp16_weights()
@@ -217,10 +220,14 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
                                                        f"(here: {device}, {str(weight_dtype).removeprefix('torch.')}); use auto or off")
         return Compiled(fp16_weights=True), None
     if mode == "off" or not lean:
-        require(mode in ("off", "auto"), "engine.compile", f"{mode} needs the lean forward (hardware.forward auto or lean on a Llama-architecture model)")
+        require(mode in ("off", "auto"), "engine.compile", f"{mode} needs the lean forward (hardware.forward auto or lean on a Llama-architecture model on one device)")
         return Compiled(), None
     if mode == "torch":
         return Compiled(torch=True), None
+    if mode == "static":
+        return Compiled(static=True), None
+    if next(model.parameters()).is_cuda:
+        return Compiled(static=True), {"rule": "auto on a GPU: static shapes, each forward's width padded to a bucket, CUDA graphs per batch size and bucket"}
     on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
     dtype = str(weight_dtype).removeprefix("torch.")
     if mode == "packed":

@@ -135,8 +135,10 @@ class LeanTreeLM(TreeLM):
             return
         capacity = max(rows, 2 * (self._k.shape[3] if self._k is not None else 0), INITIAL_ROWS)
         shape = (len(self.layers), self._batch, self.kv_heads, capacity, self.head_dim)
-        k = torch.empty(shape, dtype=self.embed.dtype, device=self.embed.device)
-        v = torch.empty_like(k)
+        # zeros, not garbage: a static forward (engine/static.py) attends over every column,
+        # the unused ones masked, and a masked NaN would still reach the output (0 * NaN)
+        k = torch.zeros(shape, dtype=self.embed.dtype, device=self.embed.device)
+        v = torch.zeros_like(k)
         if self._k is not None:
             k[..., : self._rows, :] = self._k[..., : self._rows, :]
             v[..., : self._rows, :] = self._v[..., : self._rows, :]
@@ -201,11 +203,9 @@ class LeanTreeLM(TreeLM):
         k = linear(normed, k_proj).view(batch, n, kv, d).transpose(1, 2)
         v = linear(normed, v_proj).view(batch, n, kv, d).transpose(1, 2)
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-        k_cache[:, :, start : start + n] = k
-        v_cache[:, :, start : start + n] = v
         # grouped-query attention on the cache as it is: copying each KV head h // kv times
         # per layer (repeat_interleave) cost more than the attention itself on CPU
-        keys, values = k_cache[:, :, : start + n], v_cache[:, :, : start + n]
+        keys, values = self._cached_kv(k_cache, v_cache, k, v, start)
         if n == 1 and self.compiled.float_attention and q.dtype != torch.float32:
             attended = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=kv != h).to(q.dtype)
         else:
@@ -213,6 +213,15 @@ class LeanTreeLM(TreeLM):
         x = x + linear(attended.transpose(1, 2).reshape(batch, n, h * d), o_proj)
         normed = self._norm(x, norm2, eps)
         return x + linear(F.silu(linear(normed, gate)) * linear(normed, up), down)
+
+    @staticmethod
+    def _cached_kv(k_cache, v_cache, k, v, start: int):
+        """Write this forward's K and V [B, kv, n, d] at cache columns start..start+n; the
+        keys and values its attention reads: every column up to them."""
+        n = k.shape[2]
+        k_cache[:, :, start : start + n] = k
+        v_cache[:, :, start : start + n] = v
+        return k_cache[:, :, : start + n], v_cache[:, :, : start + n]
 
     def _move(self, row_moves, columns: int) -> None:
         for b, cols, dest in row_moves:
@@ -238,4 +247,17 @@ def make_lm(model: torch.nn.Module, forward: str = "auto", compiled: Compiled = 
     require(forward in FORWARDS, "hardware.forward", f"unknown {forward!r}; choose one of {', '.join(FORWARDS)}")
     if forward == "lean":
         require(supports(model), "hardware.forward", f"lean supports Llama-architecture models; {type(model).__name__} needs hardware.forward=hf or auto")
-    return LeanTreeLM(model, compiled, draft) if forward != "hf" and supports(model) else TreeLM(model)
+        require(not spread(model), "hardware.forward", "lean runs a model on one device; this one is spread over several (hardware=multi-gpu): use hardware.forward=auto or hf")
+    if forward == "hf" or not supports(model) or spread(model):
+        return TreeLM(model)
+    if compiled.static:
+        from specbench.engine.static import StaticTreeLM  # a subclass of LeanTreeLM
+
+        return StaticTreeLM(model, compiled, draft)
+    return LeanTreeLM(model, compiled, draft)
+
+
+def spread(model: torch.nn.Module) -> bool:
+    """Whether the model's weights lie on several devices (a device map across GPUs): its
+    own forward then runs, moving activations between them."""
+    return len({p.device for p in model.parameters()}) > 1
