@@ -15,22 +15,27 @@ on the weights' values) with random EAGLE-3 heads, written to one markdown and o
     PYTHONPATH=. python scripts/device_check.py                # CUDA: under 8 minutes on one H100-class GPU
     PYTHONPATH=. python scripts/device_check.py --tiny         # tiny shapes on a CPU, engine.compile=static
 
-The GPU machine needs torch (with CUDA) and transformers 5.x, plus the wheels specbench
-imports on this path: hydra-core (with omegaconf and antlr4-python3-runtime), accelerate,
-safetensors, numpy, scipy, tqdm, rich, gguf, psutil, pandas, jinja2 and tabulate. With no package
-index there, download them on a connected machine of the same OS, CPU architecture and
-Python version, copy the directory, and install from it:
+The GPU machine needs torch (with CUDA) and transformers 5.x, and specbench's imports on
+this path beyond them: hydra-core (which brings omegaconf, antlr4-python3-runtime and
+PyYAML); numpy, safetensors and tqdm are transformers' own dependencies, so already there
+(accelerate, for hardware=multi-gpu runs, is not needed here). With no package index there,
+download them on a connected machine, copy the directory over, and install from it:
 
-    pip download -d wheels hydra-core accelerate safetensors numpy scipy tqdm rich gguf psutil pandas jinja2 tabulate
-    pip install --no-index --find-links wheels hydra-core accelerate safetensors numpy scipy tqdm rich gguf psutil pandas jinja2 tabulate
+    pip download -d wheels hydra-core numpy safetensors tqdm     # on the connected machine
+    pip install --no-index --find-links wheels hydra-core numpy safetensors tqdm
 
-(leave torch and transformers out of both lists: pip would replace the machine's CUDA build).
-Nothing is downloaded from the Hugging Face hub.
+For another Python or platform than the connected machine's, add e.g. `--python-version 3.11
+--platform manylinux2014_x86_64 --only-binary=:all:` to the download (antlr4-python3-runtime 4.9
+is published as a source archive only: download it without --only-binary, in a second
+`pip download -d wheels --no-deps antlr4-python3-runtime==4.9.3`; installing it needs
+setuptools, which a Python with pip has). Leave torch and transformers out of both lists: pip
+would replace the machine's CUDA build. Nothing is downloaded from the Hugging Face hub.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import sys
@@ -253,6 +258,7 @@ def check_model(name: str, model_config, scale: Scale, tiny: bool, workdir: Path
     identity = identity_rows(model, engine, random_prompts(scale.prompt_lengths, vocab, seed=0), identity_limits)
     log(f"{name}: identity {['identical' if r['identical'] else 'DIFFERENT' for r in identity]} ({time.perf_counter() - started:.0f} s)")
     del engine
+    gc.collect()  # the fp32 forward's cache and graphs (they refer back to it) go before the bf16 copy
     dtype = "float32" if tiny else "bfloat16"
     model.to(getattr(torch, dtype))
     engine = Engine(name, model, dtype, scale, head, tiny)
@@ -269,6 +275,7 @@ def check_model(name: str, model_config, scale: Scale, tiny: bool, workdir: Path
         "ar_vs_generate": ar_vs_generate, "engine_overhead": overhead, "seconds": round(time.perf_counter() - started, 1),
     }
     del engine, model
+    gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result
