@@ -1,4 +1,4 @@
-"""The static-shape forward (engine.compile=static; CUDA graphs on a GPU) computes what the
+"""The static-shape forward (engine.compile=static; CUDA graphs on a GPU, engine/graphs.py) computes what the
 lean forward computes: it runs here on a CPU, eagerly, through the same static buffers."""
 
 import pytest
@@ -11,7 +11,8 @@ from specbench.engine.lean import LeanTreeLM, make_lm
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
-from specbench.engine.static import BUCKETS, Replay, StaticTreeLM, bucket
+from specbench.engine.graphs import BUCKETS, Replay, bucket
+from specbench.engine.lean import StaticTreeLM
 from specbench.engine.tree import DraftTree
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain

@@ -12,7 +12,7 @@ timing on this machine.
 - `off`: the plain lean forward.
 - `static`: forwards of up to 64 tokens per row with static shapes, each width padded to a
   bucket, captured as a CUDA graph per batch size and bucket on a GPU
-  (specbench/engine/static.py); on a CPU the same forward runs eagerly (to check it).
+  (StaticTreeLM in specbench/engine/lean.py); on a CPU the same forward runs eagerly (to check it).
 - `auto`: on a CPU, the plain and packed forwards are timed over n new tokens at the
   sizes the run verifies (every probe size for a method that drafts, one token for AR; a
   size is timed once per machine and kept in the record beside the others), and packing

@@ -159,7 +159,7 @@ class Compiled:
     engine.fp16_weights=on chooses it.
     static: every forward of at most 64 tokens per row runs with static shapes (its width
     padded to a bucket, the whole preallocated cache attended under a mask;
-    engine/static.py), captured as a CUDA graph per batch size and bucket on a GPU."""
+    StaticTreeLM in engine/lean.py), captured as a CUDA graph per batch size and bucket on a GPU."""
 
     packed_from: int | None = None
     torch: bool = False
