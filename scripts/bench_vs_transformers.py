@@ -40,7 +40,7 @@ def config(*overrides: str) -> dict:
 
 
 def hf_generate(model, prompt, max_new_tokens, eos, **kwargs):
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     start = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0], **kwargs)

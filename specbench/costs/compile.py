@@ -10,6 +10,9 @@ timing on this machine.
   does not try it; whole-model compiles with freezing did not finish in 12 minutes on 2
   cores.
 - `off`: the plain lean forward.
+- `static`: forwards of up to 64 tokens per row with static shapes, each width padded to a
+  bucket, captured as a CUDA graph per batch size and bucket on a GPU
+  (StaticTreeLM in specbench/engine/lean.py); on a CPU the same forward runs eagerly (to check it).
 - `auto`: on a CPU, the plain and packed forwards are timed over n new tokens at the
   sizes the run verifies (every probe size for a method that drafts, one token for AR; a
   size is timed once per machine and kept in the record beside the others), and packing
@@ -20,8 +23,8 @@ timing on this machine.
   projections are timed on int8 and on float weights, each call after the cache is flushed
   as a target forward flushes it, and drafters' projections run on int8 weights below the
   smallest probed row count where int8 stops winning (`Compiled.int8_drafts_below`;
-  `engine.int8_drafts=off` never, nor where the drafter has no layers); off elsewhere. Cached per model, dtype and device
-  fingerprint.
+  `engine.int8_drafts=off` never, nor where the drafter has no layers). Cached per model, dtype and device
+  fingerprint. On a GPU, `static`; elsewhere off.
 - fp16 weights (`engine.fp16_weights`; Compiled.fp16_weights): an fp32 model's linear
   layers on FBGEMM's fp16-weight matmul. It rounds the weights, so `auto` considers it
   only where hardware.dtype is `auto` (the run left the numbers to the tool, as it does
@@ -44,7 +47,7 @@ from specbench.engine.kernels import Compiled, has_fp16_weights, int8_linear, pa
 from specbench.engine.lean import forward_note, make_lm, supports
 from specbench.errors import require
 
-MODES = ("auto", "packed", "torch", "off")
+MODES = ("auto", "packed", "torch", "static", "off")
 PROBE_SIZES = (1, 2, 4, 8, 16, 64)
 FP16_SIZES = (1, 2, 4, 8, 16)  # decoding steps on a CPU: trees auto picks there verify at most 16 tokens
 PROBE_CONTEXT = 256
@@ -221,6 +224,10 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
         return Compiled(), None
     if mode == "torch":
         return Compiled(torch=True), None
+    if mode == "static":
+        return Compiled(static=True), None
+    if next(model.parameters()).is_cuda:
+        return Compiled(static=True), {"rule": "auto on a GPU: static shapes, each forward's width padded to a bucket, CUDA graphs per batch size and bucket"}
     on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
     dtype = str(weight_dtype).removeprefix("torch.")
     if mode == "packed":

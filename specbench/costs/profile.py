@@ -258,8 +258,10 @@ def interleaved(points: dict, repeats: int, seed: int = 0) -> dict:
         fn, setup = points[key]
         if setup is not None:
             setup()
+        finish_gpu_work()
         start = time.perf_counter()
         fn()
+        finish_gpu_work()
         return (time.perf_counter() - start) * 1000
 
     def timed_passes(keys: list, passes: int) -> None:
@@ -276,6 +278,13 @@ def interleaved(points: dict, repeats: int, seed: int = 0) -> dict:
     if noisy:
         timed_passes(noisy, 2 * repeats)
     return {key: (median(point), spread(point)) for key, point in times.items()}
+
+
+def finish_gpu_work() -> None:
+    """Wait for the GPU work queued so far (none without CUDA): a CUDA forward returns once
+    its kernels are queued, so a timing that does not wait measures the launches."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def spread(timings: list[float]) -> float:
@@ -300,12 +309,13 @@ def tree_forward_ms(lm: TreeLM, n: int, repeats: int) -> tuple[float, float]:
     return timed(tree_forward(lm, n), repeats)
 
 
-def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1) -> Curve:
-    """Target forward over n tree rows per sequence after c context rows, B sequences;
-    the cache is cut back to the context after each timing, so every point sees exactly
-    c rows."""
+def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1, every_n: bool = False) -> Curve:
+    """Target forward over n tree rows per sequence after c context rows, B sequences, at
+    every n to max_n (at B > 1 on batch_grid unless `every_n`); the cache is cut back to the
+    context after each timing, so every point sees exactly c rows."""
     vocab = lm.vocab_size
-    ns = list(range(1, max_n + 1)) if batch == 1 else batch_grid(max_n)
+    every_n = every_n or batch == 1
+    ns = list(range(1, max_n + 1)) if every_n else batch_grid(max_n)
     ms, spread = [], []
     bar = tqdm(total=len(contexts) * len(ns), desc=f"profiling target forwards (B={batch})", unit="point")
     with torch.inference_mode():
@@ -318,7 +328,7 @@ def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, ba
             bar.set_postfix(c=context, ms_at_1=f"{timings[ns[0]][0]:.1f}", refresh=False)
             bar.update(len(ns))
     bar.close()
-    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread, ns=None if batch == 1 else ns)
+    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread, ns=None if every_n else ns)
 
 
 def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1) -> Curve:

@@ -156,18 +156,23 @@ class Compiled:
     to fp16 (`fp16_linear`), with fp32 activations: on an AVX2 CPU without native bf16 this
     reads bf16's bytes per token while multi-token forwards stay cheap. It changes the
     target's numbers (fp16 keeps 10 mantissa bits, bf16 7), so only hardware.dtype=auto or
-    engine.fp16_weights=on chooses it."""
+    engine.fp16_weights=on chooses it.
+    static: every forward of at most 64 tokens per row runs with static shapes (its width
+    padded to a bucket, the whole preallocated cache attended under a mask;
+    StaticTreeLM in engine/lean.py), captured as a CUDA graph per batch size and bucket on a GPU."""
 
     packed_from: int | None = None
     torch: bool = False
     float_attention: bool = False
     int8_drafts_below: int = 0
     fp16_weights: bool = False
+    static: bool = False
 
     def __str__(self) -> str:
         parts = ([f"packed>={self.packed_from}"] if self.packed_from else []) + (["torch"] if self.torch else [])
         parts += (["fp32-attention"] if self.float_attention else []) + ([f"int8-drafts<{self.int8_drafts_below}"] if self.int8_drafts_below else [])
         parts += ["fp16-weights"] if self.fp16_weights else []
+        parts += ["static"] if self.static else []
         return "+".join(parts) or "eager"
 
     def precision(self, dtype: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specbench.engine.graphs import Replay, bucket
 from specbench.engine.kernels import Compiled, PackedLinear, fp16_linear, pack, pack_fp16, packed_linear, paired_int8_linear, quantize_int8
 from specbench.engine.lm import TreeLM
 from specbench.errors import require
@@ -57,6 +58,8 @@ def unsupported(model: torch.nn.Module) -> str | None:
         return f"rope_type {rope!r} (the lean forward computes {', '.join(ROPE_TYPES)})"
     if not (hasattr(model, "model") and hasattr(model.model, "rotary_emb")):
         return f"{type(model).__name__} has no model.rotary_emb"
+    if spread(model):
+        return "weights spread over several devices (hardware=multi-gpu) run on the model's own forward"
     return None
 
 
@@ -167,8 +170,10 @@ class LeanTreeLM(TreeLM):
             return
         capacity = max(rows, 2 * (self._k.shape[3] if self._k is not None else 0), INITIAL_ROWS)
         shape = (len(self.layers), self._batch, self.kv_heads, capacity, self.head_dim)
-        k = torch.empty(shape, dtype=self.embed.dtype, device=self.embed.device)
-        v = torch.empty_like(k)
+        # zeros, not garbage: StaticTreeLM attends over every column, the unused ones masked,
+        # and a masked NaN would still reach the output (0 * NaN)
+        k = torch.zeros(shape, dtype=self.embed.dtype, device=self.embed.device)
+        v = torch.zeros_like(k)
         if self._k is not None:
             k[..., : self._rows, :] = self._k[..., : self._rows, :]
             v[..., : self._rows, :] = self._v[..., : self._rows, :]
@@ -240,11 +245,9 @@ class LeanTreeLM(TreeLM):
         if head_norms is not None:
             q, k = self._norm(q, head_norms[0], eps), self._norm(k, head_norms[1], eps)
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-        k_cache[:, :, start : start + n] = k
-        v_cache[:, :, start : start + n] = v
         # grouped-query attention on the cache as it is: copying each KV head h // kv times
         # per layer (repeat_interleave) cost more than the attention itself on CPU
-        keys, values = k_cache[:, :, : start + n], v_cache[:, :, : start + n]
+        keys, values = self._cached_kv(k_cache, v_cache, k, v, start)
         if n == 1 and self.compiled.float_attention and q.dtype != torch.float32:
             attended = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=kv != h).to(q.dtype)
         else:
@@ -252,6 +255,15 @@ class LeanTreeLM(TreeLM):
         x = x + linear(attended.transpose(1, 2).reshape(batch, n, h * d), o_proj, o_bias)
         normed = self._norm(x, norm2, eps)
         return x + linear(F.silu(linear(normed, gate, gate_bias)) * linear(normed, up, up_bias), down, down_bias)
+
+    @staticmethod
+    def _cached_kv(k_cache, v_cache, k, v, start: int):
+        """Write this forward's K and V [B, kv, n, d] at cache columns start..start+n; the
+        keys and values its attention reads: every column up to them."""
+        n = k.shape[2]
+        k_cache[:, :, start : start + n] = k
+        v_cache[:, :, start : start + n] = v
+        return k_cache[:, :, : start + n], v_cache[:, :, : start + n]
 
     def _move(self, row_moves, columns: int) -> None:
         for b, cols, dest in row_moves:
@@ -267,6 +279,74 @@ class LeanTreeLM(TreeLM):
         self._batch = len(rows)
 
 
+class StaticTreeLM(LeanTreeLM):
+    """LeanTreeLM with static shapes for CUDA graphs (`engine.compile=static`; what `auto`
+    picks on a GPU). Each forward of up to 64 tokens per row is padded to a width bucket
+    (graphs.BUCKETS), writes K and V at cache columns given as a tensor, attends over the whole
+    preallocated cache (SDPA in the model's dtype, bf16 on a GPU) under a mask that hides the
+    columns not in use, and reads RoPE from a table covering every cache column. A padding
+    row attends to itself alone and no real row attends to it, so real rows get the logits of
+    the unpadded forward. Wider forwards (prefill) run LeanTreeLM's own path on the same
+    cache. On a GPU each (batch size, bucket) is captured once as a CUDA graph (graphs.Replay);
+    a new cache (it grew, or the batch changed) captures again. Elsewhere the same static
+    forward runs eagerly."""
+
+    def __init__(self, *args, **kwargs):
+        self._replays: dict = {}
+        self._replays_for: tuple = ()  # the cache and RoPE table the replays were built on
+        super().__init__(*args, **kwargs)
+        self._pool = torch.cuda.graph_pool_handle() if self.embed.is_cuda else None  # one pool: replays never overlap
+
+    def _reserve(self, rows: int) -> None:
+        """The cache for `rows` columns, and RoPE rows for all of its columns."""
+        super()._reserve(rows)
+        columns = self._k.shape[3]
+        if self._rope.rows < columns:
+            self._rope(self.embed, torch.tensor([columns - 1], device=self.device))
+
+    @staticmethod
+    def _cached_kv(k_cache, v_cache, k, v, start: int | torch.Tensor):
+        """Write K and V at the cache columns `start` holds; attention reads the whole cache.
+        An int `start`: a forward wider than every bucket, on LeanTreeLM's own path."""
+        if isinstance(start, int):
+            return LeanTreeLM._cached_kv(k_cache, v_cache, k, v, start)
+        k_cache.index_copy_(2, start, k)
+        v_cache.index_copy_(2, start, v)
+        return k_cache, v_cache
+
+    def _run(self, tokens: torch.Tensor, plan):
+        batch, n = tokens.shape
+        width = bucket(n)
+        if width is None:
+            return super()._run(tokens, plan)
+        start = self._rows
+        self._reserve(start + width)
+        mask = torch.zeros(batch, 1, width, self._k.shape[3], dtype=torch.bool, device=self.device)
+        mask[:, 0, :n, : start + n] = plan.mask if plan.mask is not None else plan.causal_mask()
+        padding = torch.arange(n, width, device=self.device)
+        mask[:, 0, padding, start + padding] = True
+        inputs = (F.pad(tokens, (0, width - n)), F.pad(plan.positions, (0, width - n)), mask, torch.arange(start, start + width, device=self.device))
+        normed, hidden = self._replay(inputs)
+        self._rows = start + n
+        return normed[:, :n], None if hidden is None else [h[:, :n] for h in hidden]
+
+    def _replay(self, inputs: tuple[torch.Tensor, ...]):
+        """The static forward over `inputs`, through the Replay of its shapes."""
+        table = self._rope.tables[(self.embed.dtype, self.embed.device)]
+        if len(self._replays_for) != 2 or self._replays_for[0] is not self._k or self._replays_for[1] is not table:
+            self._replays, self._replays_for = {}, (self._k, table)  # graphs hold addresses: a new cache needs new ones
+        key = (inputs[2].shape, bool(self.feature_layers))
+        if key not in self._replays:
+            self._replays[key] = Replay(self._static_forward, inputs, self._pool)
+        return self._replays[key](*inputs)
+
+    def _static_forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, columns: torch.Tensor):
+        """The lean layers over padded `tokens` [B, W] at `positions`, attending as `mask`
+        [B, 1, W, cache columns] says, their K and V written at `columns` [W]."""
+        cos, sin = self._rope.tables[(self.embed.dtype, self.embed.device)]
+        return self._layers(F.embedding(tokens, self.embed), cos[positions][:, None], sin[positions][:, None], mask, columns)
+
+
 FORWARDS = ("auto", "lean", "hf")
 
 
@@ -278,4 +358,12 @@ def make_lm(model: torch.nn.Module, forward: str = "auto", compiled: Compiled = 
     if forward == "lean":
         reason = unsupported(model)
         require(reason is None, "hardware.forward", f"lean: {type(model).__name__}: {reason}; use hardware.forward=auto or hf")
-    return LeanTreeLM(model, compiled, draft) if forward != "hf" and supports(model) else TreeLM(model)
+    if forward == "hf" or not supports(model):
+        return TreeLM(model)
+    return (StaticTreeLM if compiled.static else LeanTreeLM)(model, compiled, draft)
+
+
+def spread(model: torch.nn.Module) -> bool:
+    """Whether the model's weights lie on several devices (a device map across GPUs): its
+    own forward then runs, moving activations between them."""
+    return len({p.device for p in model.parameters()}) > 1

@@ -78,7 +78,8 @@ class TreeLM:
         self.forwards += 1
         counts = [len(c) + len(n) for c, n in zip(contexts, nodes)]
         if self.feature_layers:
-            features = torch.cat([hidden[i] for i in self.feature_layers], dim=-1)
+            # on the model's first device: layers spread over GPUs leave each state on its own
+            features = torch.cat([hidden[i].to(self.device) for i in self.feature_layers], dim=-1)
             self.features = [features[b, :count] for b, count in enumerate(counts)]
         wanted = [
             (b, range(len(c), len(c) + len(n)) if n else range(len(c) - 1, len(c)))

@@ -1,0 +1,125 @@
+"""The static-shape forward (engine.compile=static; CUDA graphs on a GPU, engine/graphs.py) computes what the
+lean forward computes: it runs here on a CPU, eagerly, through the same static buffers."""
+
+import pytest
+import torch
+
+from specbench.costs import compile as compile_rule
+from specbench.drafters.small_lm import SmallLMDrafter
+from specbench.engine.kernels import Compiled
+from specbench.engine.lean import LeanTreeLM, make_lm
+from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Limits, Method, generate, generate_batch
+from specbench.engine.sampling import Sampling
+from specbench.engine.graphs import BUCKETS, Replay, bucket
+from specbench.engine.lean import StaticTreeLM
+from specbench.engine.tree import DraftTree
+from specbench.trees.autoregressive import Autoregressive
+from specbench.trees.chain import Chain
+from specbench.trees.eagle import EagleDynamicTree
+from specbench.verify.standard import StandardVerifier
+
+from conftest import VOCAB
+from test_lean import binary_tree, chain, random_ids
+
+STATIC = Compiled(static=True)
+LIMITS = Limits(max_new_tokens=40, stop_token_ids=frozenset({2}))
+
+
+def test_widths_pad_to_the_next_bucket():
+    assert [bucket(n) for n in (1, 2, 3, 5, 9, 17, 33, 64)] == [1, 2, 4, 8, 16, 32, 64, 64]
+    assert bucket(max(BUCKETS) + 1) is None  # prefill: the lean forward's own path
+
+
+def test_static_mode_builds_the_static_forward(target, tmp_path):
+    compiled, record = compile_rule.resolve("static", target, "tiny", {"device": "cpu"}, tmp_path)
+    assert compiled == STATIC and record is None
+    lm = make_lm(target, "auto", compiled)
+    assert isinstance(lm, StaticTreeLM) and lm.kind == "LeanTreeLM-static"
+    assert type(make_lm(target, "hf", compiled)) is TreeLM
+
+
+def test_padded_forwards_give_the_unpadded_logits_and_features(target):
+    """Three rows of different prompt lengths, trees of widths that pad (3, 5, 7, 12), holes
+    where rows accept fewer tokens, rows feeding nothing, a row leaving, and a prefill wider
+    than every bucket."""
+    ours, theirs = make_lm(target, "lean", STATIC), LeanTreeLM(target)
+    ours.feature_layers = theirs.feature_layers = (0, 1, 2)
+    for lm in (ours, theirs):
+        lm.reset(3)
+    prompts = [random_ids(80, 0), random_ids(7, 1), random_ids(19, 2)]
+    trees = [binary_tree(5, 12), chain(6, [20, 21, 22, 23]), binary_tree(8, 5)]
+    follow_ups = [chain(7, [9, 10]), binary_tree(11, 7), DraftTree.root(4)]
+
+    def check(run):
+        ours_out, theirs_out = run(ours), run(theirs)
+        assert [z is None for z in ours_out] == [z is None for z in theirs_out]
+        torch.testing.assert_close(ours_out, theirs_out, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ours.features, theirs.features, rtol=1e-5, atol=1e-5)
+
+    with torch.inference_mode():
+        check(lambda lm: lm.forward(contexts=prompts))
+        check(lambda lm: lm.forward(trees=trees, nodes=[range(len(t)) for t in trees]))
+        for lm in (ours, theirs):
+            lm.commit([[0, 2, 5], [0, 1, 2, 3, 4], [0]])
+        check(lambda lm: lm.forward(trees=follow_ups, nodes=[range(3), [0, 1, 3], []]))
+        check(lambda lm: lm.forward(trees=follow_ups, nodes=[[], [2, 5, 6], [0]]))
+        for lm in (ours, theirs):
+            lm.commit([[0, 1], [0, 2, 6], [0]])
+        check(lambda lm: lm.forward(contexts=[[12], [13, 14, 15], []]))
+        for lm in (ours, theirs):
+            lm.keep([0, 1])
+        check(lambda lm: lm.forward(trees=[trees[2], trees[0]], nodes=[range(5), range(12)]))
+    assert {key[0][2] for key in ours._replays} == {16}  # the widest forward since the last keep ran padded
+    assert all(key[0][3] == ours._k.shape[3] for key in ours._replays)  # over the whole cache
+
+
+@pytest.fixture(scope="module")
+def reference_ids(target, prompts):
+    """AR with the model's own forward, one prompt at a time."""
+    ar = Method(Autoregressive(), StandardVerifier())
+    return [generate(TreeLM(target), ar, prompt, Sampling(), LIMITS).ids for prompt in prompts[:6]]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("tree", ["ar", "dynamic"])
+def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree, batch):
+    """AR and a dynamic tree (a draft model that runs static too) at T=0 on the static
+    forward give the model's own AR ids."""
+    if tree == "ar":
+        method = Method(Autoregressive(), StandardVerifier())
+    else:
+        method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean", STATIC))
+        assert isinstance(method.drafter.lm, StaticTreeLM)
+    lm = make_lm(target, "lean", STATIC)
+    ids = []
+    for start in range(0, 6, batch):
+        ids += [out.ids for out in generate_batch(lm, method, prompts[start : start + batch], Sampling(), LIMITS)]
+    assert ids == reference_ids
+
+
+def test_a_replay_reads_each_calls_inputs_from_its_own_buffers():
+    """Off a GPU a Replay calls its function on its static buffers (what a graph replays):
+    new inputs are copied in, the caller's tensors are never the ones read."""
+    seen = []
+
+    def double(x):
+        seen.append(x)
+        return 2 * x
+
+    first = torch.tensor([1.0, 2.0])
+    replay = Replay(double, (first,))
+    assert replay(first).tolist() == [2.0, 4.0]
+    assert replay(torch.tensor([5.0, 7.0])).tolist() == [10.0, 14.0]
+    assert seen[0] is seen[1] is replay.inputs[0] and seen[0] is not first
+
+
+def test_a_model_spread_over_devices_runs_its_own_forward(tmp_path):
+    """A device map across GPUs (hardware=multi-gpu) leaves the lean forward, which keeps one
+    cache on one device; engine.compile=auto then compiles nothing."""
+    from conftest import tiny_llama
+
+    model = tiny_llama(0)
+    model.model.layers[1].to("meta")  # stands for a second GPU
+    assert type(make_lm(model, "auto", STATIC)) is TreeLM
+    assert compile_rule.resolve("auto", model, "tiny", {"device": "auto"}, tmp_path)[0] == Compiled()
