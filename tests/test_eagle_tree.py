@@ -163,7 +163,7 @@ def test_each_verification_records_the_trees_summed_draft_confidence():
     tree.add(0, 2, math.log(0.25))
     tree.add(a, 3, math.log(0.5))  # 0.25
     row = _Row(prompt=[7], generator=None, new=[1, 3, 4])
-    _record_step(row, tree, Acceptance(path=[0, a], next_token=4), torch.zeros(len(tree), 8), drafted=2)
-    _record_step(row, DraftTree.root(4), Acceptance(path=[0], next_token=5), torch.zeros(1, 8), drafted=0)
+    _record_step(row, tree, Acceptance(path=[0, a], next_token=4), [2.0, 2.0], drafted=2)
+    _record_step(row, DraftTree.root(4), Acceptance(path=[0], next_token=5), [2.0], drafted=0)
     assert row.tree_scores == [1.0, 0.0]
     assert row.accept_lengths == [2, 1]
