@@ -5,7 +5,6 @@ does not grow with the batch size or the tree's size, for every method family.""
 import pytest
 import torch
 
-from specbench.drafters.eagle import EagleDrafter
 from specbench.drafters.hydra import HydraDrafter
 from specbench.drafters.medusa import MedusaDrafter
 from specbench.drafters.prompt_lookup import PromptLookupDrafter

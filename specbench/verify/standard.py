@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 
 from specbench.engine.parts import Acceptance, Verifier, read_back
-from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 
 

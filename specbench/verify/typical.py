@@ -20,7 +20,6 @@ from __future__ import annotations
 import torch
 
 from specbench.engine.parts import Acceptance, Verifier, read_back
-from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
 from specbench.verify.standard import row_starts, greedy_accept, sample_rows
