@@ -43,7 +43,7 @@ import torch
 from specbench.engine.parts import Acceptance, Verifier, read_back
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
-from specbench.verify.standard import greedy_accept, rejection_sample, sample_rows
+from specbench.verify.standard import greedy_accept, rejection_sample, sample_rows, sibling_uniforms
 
 
 RULES = ("paper", "release")
@@ -148,7 +148,7 @@ class MarsVerifier(Verifier):
         token = torch.tensor(pad(tokens, 0), device=p.device)
         q = torch.tensor(pad(steps, 1.0), dtype=torch.float64, device=p.device)
         valid = torch.tensor(pad([[True] * len(row) for row in children], False), device=p.device)
-        uniforms = torch.cat([torch.rand(len(tree), width, generator=g, device=p.device) for tree, g in zip(trees, generators)])
+        uniforms = sibling_uniforms(trees, generators, width, p.device)
         for rank in range(width):
             x, ok = token[:, rank : rank + 1], valid[:, rank]
             p_x = p.gather(1, x)[:, 0].double()

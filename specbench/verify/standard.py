@@ -69,7 +69,7 @@ def rejection_sample(trees: list[DraftTree], probs: torch.Tensor, generators: li
         tokens = torch.tensor([row + [0] * (width - len(row)) for row in children], device=p.device)
         valid = torch.tensor([[True] * len(row) + [False] * (width - len(row)) for row in children], device=p.device)
         q = _draft_dists(trees, probs)
-        uniforms = _per_row(trees, generators, lambda n, g: torch.rand(n, width, generator=g, device=p.device))
+        uniforms = sibling_uniforms(trees, generators, width, p.device)
         for rank in range(width):
             token, ok = tokens[:, rank : rank + 1], valid[:, rank]
             q_token = q.gather(1, token)
@@ -92,9 +92,16 @@ def sample_rows(trees: list[DraftTree], probs: torch.Tensor, generators: list) -
     ])
 
 
-def _per_row(trees, generators, draw) -> torch.Tensor:
-    """`draw(nodes, generator)` for each row, concatenated: each row's random numbers from its own generator."""
-    return torch.cat([draw(len(tree), g) for tree, g in zip(trees, generators)])
+def sibling_uniforms(trees: list[DraftTree], generators: list, width: int, device) -> torch.Tensor:
+    """[nodes of all rows, width] uniforms for the sibling tests, each row's drawn from its own
+    generator as [its nodes, its own widest sibling count] (so a row draws the same numbers
+    alone as in any batch), padded to `width`."""
+    blocks = []
+    for tree, g in zip(trees, generators):
+        own = max(map(len, tree.child_lists()))
+        drawn = torch.rand(len(tree), own, generator=g, device=device)
+        blocks.append(torch.nn.functional.pad(drawn, (0, width - own), value=1.0))
+    return torch.cat(blocks)
 
 
 def row_starts(trees: list[DraftTree]) -> list[int]:
