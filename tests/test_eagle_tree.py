@@ -7,7 +7,7 @@ import torch
 
 from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
-from specbench.engine.tree import DraftTree
+from specbench.engine.tree import DraftTree, top_tokens
 from specbench.errors import ConfigError
 from specbench.trees.eagle import EagleDynamicTree, expand_top_k, keep_best
 
@@ -97,11 +97,11 @@ def test_budget_is_never_exceeded(total):
 
 def test_expand_top_k_and_keep_best():
     tree = DraftTree.root(0)
-    first = expand_top_k(tree, [0], torch.tensor([[0.1, 0.6, 0.3, 0.0]]).log(), 2)
+    first = expand_top_k(tree, [0], top_tokens([torch.tensor([[0.1, 0.6, 0.3, 0.0]]).log()], 2)[0], 2)
     assert first == [1, 2] and [tree.tokens[n] for n in first] == [1, 2]
     # each frontier node (logits row) gets its top-2 children; the 2 best of the 4 new
     # nodes (cumulative .3, .18, .12, .105) are the next frontier
-    second = expand_top_k(tree, first, torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.4, 0.0, 0.35, 0.25]]).log(), 2)
+    second = expand_top_k(tree, first, top_tokens([torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.4, 0.0, 0.35, 0.25]]).log()], 2)[0], 2)
     assert [tree.parents[n] for n in range(3, 7)] == [1, 1, 2, 2]
     assert [tree.tokens[n] for n in range(3, 7)] == [0, 2, 0, 2]
     assert second == [3, 4]
@@ -163,7 +163,7 @@ def test_each_verification_records_the_trees_summed_draft_confidence():
     tree.add(0, 2, math.log(0.25))
     tree.add(a, 3, math.log(0.5))  # 0.25
     row = _Row(prompt=[7], generator=None, new=[1, 3, 4])
-    _record_step(row, tree, Acceptance(path=[0, a], next_token=4), torch.zeros(len(tree), 8), drafted=2)
-    _record_step(row, DraftTree.root(4), Acceptance(path=[0], next_token=5), torch.zeros(1, 8), drafted=0)
+    _record_step(row, tree, Acceptance(path=[0, a], next_token=4), [2.0, 2.0], drafted=2)
+    _record_step(row, DraftTree.root(4), Acceptance(path=[0], next_token=5), [2.0], drafted=0)
     assert row.tree_scores == [1.0, 0.0]
     assert row.accept_lengths == [2, 1]

@@ -147,8 +147,8 @@ def generate_batch(
             row.new.append(sampling.pick(logits[-1], row.generator))
         with clock.paused():
             prefill_seconds = clock.seconds
-            for row, logits in zip(rows, prefill):
-                row.nll += _nll(logits[-1:], row.new)
+            for row, nll in zip(rows, _nll_rows([logits[-1:] for logits in prefill], [row.new for row in rows])):
+                row.nll += nll
         if drafter is not None:
             drafter.begin([r.prompt for r in rows], target.features)
         tree.begin(len(rows), method.costs)
@@ -162,7 +162,7 @@ def generate_batch(
             verify_start = time.perf_counter()
             logits = target.forward(trees=drafts, nodes=[range(len(t)) for t in drafts])
             verify_seconds += time.perf_counter() - verify_start
-            accepted = [method.verifier.accept(t, z, sampling, r.generator) for t, z, r in zip(drafts, logits, active)]
+            accepted = method.verifier.accept_rows(drafts, logits, sampling, [r.generator for r in active])
             paths = [a.path for a in accepted]
             target.commit(paths)
             if drafter is not None:
@@ -172,8 +172,9 @@ def generate_batch(
             for row, draft, a in zip(active, drafts, accepted):
                 row.new += [draft.tokens[n] for n in a.path[1:]] + [a.next_token]
             with clock.paused():
-                for row, draft, a, z in zip(active, drafts, accepted, logits):
-                    _record_step(row, draft, a, z, drafted)
+                nlls = _nll_rows([z[a.path] for z, a in zip(logits, accepted)], [r.new[len(r.new) - len(a.path) :] for r, a in zip(active, accepted)])
+                for row, draft, a, nll in zip(active, drafts, accepted, nlls):
+                    _record_step(row, draft, a, nll, drafted)
                 if on_step is not None:
                     on_step(sum(len(a.path) for a in accepted), len(active))
                 still = [r for r, a in zip(active, accepted) if not _finished(r.new, limits, decode, len(a.path))]
@@ -183,15 +184,15 @@ def generate_batch(
     return [_generation(row, limits, decode, prefill_seconds, seconds, len(rows), verify_seconds) for row in rows]
 
 
-def _record_step(row: _Row, draft, accepted, logits: torch.Tensor, drafted: int) -> None:
+def _record_step(row: _Row, draft, accepted, nll: list[float], drafted: int) -> None:
     """What one verification of this row adds to its statistics (`accepted`'s tokens are
-    already in row.new)."""
+    already in row.new, `nll` theirs)."""
     row.step_draft_forwards.append(drafted)
     row.tree_widths.append(_widths(draft.depths))
     merge_notes(row.notes, accepted.notes)
     row.accepted_sibling_ranks.append(_sibling_ranks(draft, accepted.path[1:]))
     row.tree_scores.append(round(sum(math.exp(v) for v in draft.logps[1:]), 4))
-    row.nll += _nll(logits[accepted.path], row.new[len(row.new) - len(accepted.path) :])
+    row.nll += nll
     row.accept_lengths.append(len(accepted.path))
 
 
@@ -237,10 +238,17 @@ def _leave(active: list[_Row], still: list[_Row], target: TreeLM, method: Method
     clock.stop()
 
 
-def _nll(logits: torch.Tensor, tokens: list[int]) -> list[float]:
-    """-log p(token) under the target at T=1, one per row."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return (-logp[torch.arange(len(tokens)), torch.tensor(tokens)]).tolist()
+def _nll_rows(logits: list[torch.Tensor], tokens: list[list[int]]) -> list[list[float]]:
+    """Per batch row, -log p(token) under the target at T=1 for each of its `tokens` (given
+    the logits before each), read back in one transfer."""
+    logp = torch.log_softmax(torch.cat(logits).float(), dim=-1)
+    flat = torch.tensor([t for row in tokens for t in row], device=logp.device)
+    values = (-logp[torch.arange(len(flat), device=logp.device), flat]).tolist()
+    out, start = [], 0
+    for row in tokens:
+        out.append(values[start : start + len(row)])
+        start += len(row)
+    return out
 
 
 def _widths(depths: list[int]) -> list[int]:

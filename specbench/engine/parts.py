@@ -88,11 +88,30 @@ class Acceptance:
 
 
 class Verifier(ABC):
-    """Verification is per sequence (each row's tree and logits are its own); the loop
-    calls it for every row of the batch."""
+    """Decides every row of the batch at once (each row's tree and logits are its own): what
+    a verifier needs of the target's logits is computed for every node of every row on the
+    device and read back in one transfer (`read_back`), then each row's path is walked on
+    the host, so a step waits for the device a fixed number of times whatever the batch
+    size and tree size."""
 
     @abstractmethod
-    def accept(
-        self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
-    ) -> Acceptance:
-        """Given target logits at every tree node, the accepted path and the next token."""
+    def accept_rows(
+        self, trees: list[DraftTree], logits: list[torch.Tensor], sampling: Sampling, generators: list[torch.Generator | None]
+    ) -> list[Acceptance]:
+        """Per row, given target logits at every node of its tree, the accepted path and the next token."""
+
+    def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+        """One row: the batch of one."""
+        return self.accept_rows([tree], [logits], sampling, [generator])[0]
+
+
+def read_back(trees: list[DraftTree], *columns: torch.Tensor) -> list[list[list[float]]]:
+    """Per-node device columns (each [sum of the trees' sizes], rows' nodes in order) read to
+    the host in one transfer; per row, per column, that row's values. Float64 carries token
+    ids and counts exactly."""
+    values = torch.stack([c.double() for c in columns]).tolist()
+    out, start = [], 0
+    for tree in trees:
+        out.append([column[start : start + len(tree)] for column in values])
+        start += len(tree)
+    return out

@@ -48,6 +48,13 @@ class DraftTree:
     def children(self, node: int) -> list[int]:
         return [i for i, p in enumerate(self.parents) if p == node]
 
+    def child_lists(self) -> list[list[int]]:
+        """Every node's children, in order (one pass, for walks that visit many nodes)."""
+        out: list[list[int]] = [[] for _ in self.tokens]
+        for node, parent in enumerate(self.parents[1:], start=1):
+            out[parent].append(node)
+        return out
+
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root down to `node`, both included."""
         path = []
@@ -88,3 +95,27 @@ class DraftTree:
                 mask[i] = mask[p]
             mask[i, i] = True
         return mask
+
+
+TopTokens = tuple[list[list[float]], list[list[int]]]  # per node asked: top log-probs, best first, and their tokens
+
+
+def top_tokens(rows: list[torch.Tensor | None], k: int) -> list[TopTokens | None]:
+    """Per row of draft logits ([nodes, V], None: nothing proposed), each node's `k` most
+    likely tokens and their log-probs, read back in one transfer for the whole batch (tree
+    policies grow every row from these lists on the host)."""
+    present = [z for z in rows if z is not None]
+    if not present:
+        return [None] * len(rows)
+    logp = torch.log_softmax(torch.cat(present).float(), dim=-1)
+    top = logp.topk(min(k, logp.shape[-1]), dim=-1)
+    values, tokens = torch.stack([top.values.double(), top.indices.double()]).tolist()
+    out, start = [], 0
+    for z in rows:
+        if z is None:
+            out.append(None)
+            continue
+        end = start + z.shape[0]
+        out.append((values[start:end], [[int(t) for t in row] for row in tokens[start:end]]))
+        start = end
+    return out

@@ -73,9 +73,16 @@ class WhatIf(Verifier):
         self.prompt_totals.append([0] * len(self.candidates))
         self.prompt_steps.append(0)
 
-    def accept(self, tree, logits, sampling, generator) -> Acceptance:
+    def accept_rows(self, trees, logits, sampling, generators) -> list[Acceptance]:
         if not self.prompt_steps:
             self.start_prompt()
+        for tree, row_logits in zip(trees, logits):
+            self._score(tree, row_logits, sampling)
+        subs = [tree.subtree(self.base) for tree in trees]
+        inner = self.verifier.accept_rows(subs, [z[sub.origin] for z, sub in zip(logits, subs)], sampling, generators)
+        return [Acceptance([sub.origin[n] for n in a.path], a.next_token, a.notes) for sub, a in zip(subs, inner)]
+
+    def _score(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling) -> None:
         passes = node_passes(self.verifier, tree, logits, sampling)
         reached = [True] * len(tree)
         for n in range(1, len(tree)):
@@ -88,9 +95,6 @@ class WhatIf(Verifier):
             self.prompt_totals[-1][j] += accepted
         self.steps += 1
         self.prompt_steps[-1] += 1
-        sub = tree.subtree(self.base)
-        inner = self.verifier.accept(sub, logits[sub.origin], sampling, generator)
-        return Acceptance([sub.origin[n] for n in inner.path], inner.next_token, inner.notes)
 
 
 def rollout(target, drafter, tree, verifier, prompts, sampling: Sampling, limits: Limits, seed: int) -> None:
@@ -144,10 +148,10 @@ class CountingVerifier(Verifier):
         self.accepted.append(0)
         self.steps.append(0)
 
-    def accept(self, tree, logits, sampling, generator) -> Acceptance:
-        out = self.verifier.accept(tree, logits, sampling, generator)
-        self.accepted[-1] += len(out.path) - 1
-        self.steps[-1] += 1
+    def accept_rows(self, trees, logits, sampling, generators) -> list[Acceptance]:
+        out = self.verifier.accept_rows(trees, logits, sampling, generators)
+        self.accepted[-1] += sum(len(a.path) - 1 for a in out)
+        self.steps[-1] += len(out)
         return out
 
 

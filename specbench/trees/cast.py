@@ -60,10 +60,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-import torch
-
 from specbench.engine.parts import TreePolicy
-from specbench.engine.tree import DraftTree
+from specbench.engine.tree import DraftTree, TopTokens, top_tokens
 from specbench.engine.values import integer, number, switch
 from specbench.errors import ConfigError
 from specbench.trees.eagle import add_top_children, best_first, keep_best
@@ -155,8 +153,8 @@ class CastTree(TreePolicy):
         retained = [[] for _ in roots]  # per row: the nodes each layer kept (n_i of them)
         last = self.depth + 1
         for layer in range(1, last + 1):
-            logits = drafter.logits(contexts, trees, frontiers)
-            layer_nodes = [best_first(t, self._expand(t, f, z)) for t, f, z in zip(trees, frontiers, logits)]
+            tops = top_tokens(drafter.logits(contexts, trees, frontiers), self.top_k)
+            layer_nodes = [best_first(t, self._expand(t, f, top)) for t, f, top in zip(trees, frontiers, tops)]
             scores = [[math.exp(t.logps[n]) for n in nodes[: self.top_k]] for t, nodes in zip(trees, layer_nodes)]
             u = batch_utility(scores, max(len(s) for s in scores))
             if not u:
@@ -190,8 +188,8 @@ class CastTree(TreePolicy):
         keep = select_count(batch_utility(scores, size), cost, self.c3)
         return [t.subtree(nodes[: keep - 1]) for t, nodes in zip(trees, ranked)]
 
-    def _expand(self, tree: DraftTree, frontier: list[int], logits: torch.Tensor | None) -> list[int]:
+    def _expand(self, tree: DraftTree, frontier: list[int], top: TopTokens | None) -> list[int]:
         """Add each frontier node's top-K children (deterministic, as EAGLE); the new nodes."""
-        if logits is None or not frontier:
+        if top is None or not frontier:
             return []
-        return add_top_children(tree, frontier, logits, self.top_k)
+        return add_top_children(tree, frontier, top, self.top_k)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import torch
+
 from specbench.engine.parts import TreePolicy
-from specbench.engine.sampling import sample
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import integer
 
@@ -24,16 +25,19 @@ class Chain(TreePolicy):
             if all(tip is None for tip in tips):
                 break
             rows = drafter.logits(contexts, trees, [[tip] if tip is not None else [] for tip in tips])
-            for b, (tree, logits) in enumerate(zip(trees, rows)):
-                if tips[b] is None:
-                    continue
-                if logits is None:
-                    tips[b] = None
-                elif sampling.greedy:
-                    tips[b] = tree.add(tips[b], int(logits[0].argmax()))
-                else:
-                    q = sampling.probs(logits[0])
-                    token = sample(q, generators[b])
-                    tree.child_dists[tips[b]] = q
-                    tips[b] = tree.add(tips[b], token, float(q[token].log()))
+            drafting = [b for b, (tip, logits) in enumerate(zip(tips, rows)) if tip is not None and logits is not None]
+            tips = [tip if b in drafting else None for b, tip in enumerate(tips)]
+            if not drafting:
+                break
+            q = sampling.probs(torch.cat([rows[b][:1] for b in drafting]))
+            if sampling.greedy:
+                tokens = q.argmax(-1)
+            else:
+                tokens = torch.cat([torch.multinomial(q[i], 1, generator=generators[b]) for i, b in enumerate(drafting)])
+            # one read per draft position for the whole batch: the tokens and their draft log-probs
+            picked, logps = torch.stack([tokens.double(), q.gather(1, tokens[:, None])[:, 0].log().double()]).tolist()
+            for i, b in enumerate(drafting):
+                if not sampling.greedy:
+                    trees[b].child_dists[tips[b]] = q[i]
+                tips[b] = trees[b].add(tips[b], int(picked[i]), logps[i] if not sampling.greedy else 0.0)
         return trees

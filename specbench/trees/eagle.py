@@ -16,10 +16,8 @@ residual, without the draft's q.
 
 from __future__ import annotations
 
-import torch
-
 from specbench.engine.parts import TreePolicy
-from specbench.engine.tree import DraftTree
+from specbench.engine.tree import DraftTree, TopTokens, top_tokens
 from specbench.engine.values import integer
 
 
@@ -42,28 +40,26 @@ class EagleDynamicTree(TreePolicy):
         for _ in range(self.depth + 1):
             if not any(frontiers):
                 break
-            rows = drafter.logits(contexts, trees, frontiers)
+            rows = top_tokens(drafter.logits(contexts, trees, frontiers), self.top_k)
             frontiers = [
-                expand_top_k(tree, frontier, logits, self.top_k) if logits is not None else []
-                for tree, frontier, logits in zip(trees, frontiers, rows)
+                expand_top_k(tree, frontier, top, self.top_k) if top is not None else []
+                for tree, frontier, top in zip(trees, frontiers, rows)
             ]
         return [keep_best(tree, self.total_tokens) for tree in trees]
 
 
-def expand_top_k(tree: DraftTree, frontier: list[int], logits: torch.Tensor, top_k: int) -> list[int]:
+def expand_top_k(tree: DraftTree, frontier: list[int], top: TopTokens, top_k: int) -> list[int]:
     """Add each frontier node's top-k children; return the k best new nodes (by
     cumulative log-prob), in tree order: the next frontier."""
-    return sorted(best_first(tree, add_top_children(tree, frontier, logits, top_k))[:top_k])
+    return sorted(best_first(tree, add_top_children(tree, frontier, top, top_k))[:top_k])
 
 
-def add_top_children(tree: DraftTree, frontier: list[int], logits: torch.Tensor, top_k: int) -> list[int]:
+def add_top_children(tree: DraftTree, frontier: list[int], top: TopTokens, top_k: int) -> list[int]:
     """Add each frontier node's top-k children (deterministic: the verifier treats them
-    as point masses); returns the new nodes."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    top = logp.topk(min(top_k, logp.shape[-1]), dim=-1)
+    as point masses) from its row's `top_tokens`; returns the new nodes."""
     children = []
-    for row, parent in enumerate(frontier):
-        for value, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+    for parent, values, tokens in zip(frontier, *top):
+        for value, token in zip(values[:top_k], tokens[:top_k]):
             if value > float("-inf"):
                 children.append(tree.add(parent, token, value))
     return children

@@ -134,7 +134,7 @@ class ScheduledTree(TreePolicy):
     def observe(self, trees: list[DraftTree], paths: list[list[int]], logits: list[torch.Tensor]) -> None:
         if self.policy == "static":
             return
-        self.p0 = [float(z[p[-1]].float().softmax(-1).max()) for z, p in zip(logits, paths)]
+        self.p0 = torch.stack([z[p[-1]] for z, p in zip(logits, paths)]).float().softmax(-1).amax(-1).tolist()  # one read for the batch
         self.branch = [greedy_branch(self.task.topologies[i], tree) for i, tree in zip(self.current, trees)]
 
     def keep(self, rows: list[int]) -> None:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import torch
+
 from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import integer
@@ -70,9 +72,12 @@ class LookaheadTree(TreePolicy):
         return [self._tree(state, root) for state, root in zip(self.rows, roots)]
 
     def observe(self, trees, paths, logits) -> None:
-        for state, row_logits in zip(self.rows, logits):
-            top = state.window_nodes[-1]
-            predicted = row_logits[top].argmax(-1).tolist()
+        # the target's next token after every row's top window level, read once for the batch
+        flat = torch.cat([z[state.window_nodes[-1]] for state, z in zip(self.rows, logits)]).argmax(-1).tolist()
+        start = 0
+        for state in self.rows:
+            predicted = flat[start : start + len(state.window_nodes[-1])]
+            start += len(predicted)
             for k, token in enumerate(predicted):
                 gram = [level[k] for level in state.levels] + [token]
                 continuations = state.pool.setdefault(gram[0], {})

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from specbench.engine.parts import TreePolicy
-from specbench.engine.tree import DraftTree
+from specbench.engine.tree import DraftTree, top_tokens
 from specbench.engine.values import integer, number
 from specbench.trees.eagle import add_top_children, best_first
 
@@ -42,12 +42,12 @@ class OptTree(TreePolicy):
         for _ in range(self.max_depth):
             if not any(frontiers):
                 break
-            rows = drafter.logits(contexts, trees, frontiers)
-            for b, (tree, frontier, logits) in enumerate(zip(trees, frontiers, rows)):
-                if not frontier or logits is None:
+            rows = top_tokens(drafter.logits(contexts, trees, frontiers), self.nodes)
+            for b, (tree, frontier, top) in enumerate(zip(trees, frontiers, rows)):
+                if not frontier or top is None:
                     frontiers[b] = []
                     continue
-                layer = best_first(tree, add_top_children(tree, frontier, logits, self.nodes))[: self.nodes]
+                layer = best_first(tree, add_top_children(tree, frontier, top, self.nodes))[: self.nodes]
                 kept[b] += layer
                 gain = self.expected_accepted(tree, kept[b]) - value[b]
                 value[b] += gain

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from specbench.engine.parts import TreePolicy
-from specbench.engine.tree import DraftTree
+from specbench.engine.tree import DraftTree, top_tokens
 from specbench.engine.values import integer, is_integer
 from specbench.errors import ConfigError, require
 
@@ -126,16 +126,16 @@ def grow(topologies: list[Topology], drafter, contexts, roots) -> list[DraftTree
     for depth in range(1, max(t.depth for t in topologies) + 1):
         asked = [list(t.expanded[depth - 1]) if depth <= t.depth else [] for t in topologies]
         rows = drafter.logits(contexts, trees, asked)
-        for topology, tree, parents, logits in zip(topologies, trees, asked, rows):
+        for topology, parents, logits in zip(topologies, asked, rows):
+            if parents and (logits is None or logits.shape[0] != len(parents)):
+                raise ConfigError(f"method.tree: the drafter proposes nothing at depth {depth}; the tree is {topology.depth} deep")
+        k = max(t.top_k[parent] for t, parents in zip(topologies, asked) for parent in parents)
+        for topology, tree, parents, top in zip(topologies, trees, asked, top_tokens(rows, k)):
             if not parents:
                 continue
-            if logits is None or logits.shape[0] != len(parents):
-                raise ConfigError(f"method.tree: the drafter proposes nothing at depth {depth}; the tree is {topology.depth} deep")
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            for parent, row in zip(parents, logp):
-                top = row.topk(topology.top_k[parent])
+            for parent, values, tokens in zip(parents, *top):
                 for node in topology.children[parent]:
                     rank = topology.ranks[node]
-                    tree.tokens[node] = int(top.indices[rank])
-                    tree.logps[node] = tree.logps[parent] + float(top.values[rank])
+                    tree.tokens[node] = tokens[rank]
+                    tree.logps[node] = tree.logps[parent] + values[rank]
     return trees

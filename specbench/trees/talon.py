@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from specbench.engine.parts import TreePolicy
-from specbench.engine.tree import DraftTree
+from specbench.engine.tree import DraftTree, TopTokens, top_tokens
 from specbench.engine.values import integer, number
 
 
@@ -41,33 +39,36 @@ class TalonTree(TreePolicy):
             asked = [p if len(t) < self.budget else [] for t, p in zip(trees, parents)]
             if not any(asked):
                 break
-            rows = drafter.logits(contexts, trees, asked)
+            rows = top_tokens(drafter.logits(contexts, trees, asked), max(self._keep(tree, depth) for tree in trees))
             parents = [
-                self._grow(tree, row_parents, logits, depth) if logits is not None else []
-                for tree, row_parents, logits in zip(trees, asked, rows)
+                self._grow(tree, row_parents, top, depth) if top is not None else []
+                for tree, row_parents, top in zip(trees, asked, rows)
             ]
             depth += 1
         return trees
 
-    def _grow(self, tree: DraftTree, parents: list[int], logits: torch.Tensor, depth: int) -> list[int]:
-        """One depth of Algorithm 2 for one row; returns the new nodes (next parents)."""
+    def _keep(self, tree: DraftTree, depth: int) -> int:
+        """How many children one depth may add to this row: top-K in the robust layers, else the room left."""
         room = self.budget - len(tree)
+        return min(room, self.top_k) if depth < self.robust_layers else room
+
+    def _grow(self, tree: DraftTree, parents: list[int], top: TopTokens, depth: int) -> list[int]:
+        """One depth of Algorithm 2 for one row; returns the new nodes (next parents)."""
         robust = depth < self.robust_layers
-        keep = min(room, self.top_k) if robust else room
-        candidates = self._candidates(tree, parents, torch.log_softmax(logits.float(), dim=-1), keep)
+        keep = self._keep(tree, depth)
+        candidates = self._candidates(tree, parents, top, keep)
         if not robust and candidates:
             floor = candidates[0][0] + math.log(self.mu)  # p(u) >= mu * max p(u), in logs
             candidates = [c for c in candidates if c[0] >= floor]
         return [tree.add(parent, token, logp) for _, parent, token, logp in candidates[:keep]]
 
     @staticmethod
-    def _candidates(tree: DraftTree, parents: list[int], logp: torch.Tensor, keep: int) -> list[tuple[float, int, int, float]]:
+    def _candidates(tree: DraftTree, parents: list[int], top: TopTokens, keep: int) -> list[tuple[float, int, int, float]]:
         """(cumulative log p, parent, token, token log p) of the best `keep` children of
         each parent, best first (no other child can make the cut)."""
-        top = logp.topk(min(keep, logp.shape[-1]), dim=-1)
         found = []
-        for row, parent in enumerate(parents):
-            for value, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+        for parent, values, tokens in zip(parents, *top):
+            for value, token in zip(values[:keep], tokens[:keep]):
                 if value > float("-inf"):
                     found.append((tree.logps[parent] + value, parent, token, value))
         found.sort(key=lambda c: -c[0])

@@ -40,11 +40,10 @@ import math
 
 import torch
 
-from specbench.engine.parts import Acceptance, Verifier
-from specbench.engine.sampling import Sampling, sample
+from specbench.engine.parts import Acceptance, Verifier, read_back
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
-from specbench.verify.standard import try_children
+from specbench.verify.standard import greedy_accept, rejection_sample, sample_rows, sibling_uniforms
 
 
 RULES = ("paper", "release")
@@ -56,31 +55,41 @@ class MarsVerifier(Verifier):
         self.theta = number("method.verifier.theta", theta, above=0, at_most=1)
         self.rule = choice("method.verifier.rule", rule, RULES)
 
-    def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+    def accept_rows(self, trees, logits, sampling, generators) -> list[Acceptance]:
         if self.rule == "release":
-            return self.accept_as_released(tree, logits, sampling, generator)
+            return self.accept_as_released(trees, logits, sampling, generators)
+        z = torch.cat(logits).float()
+        v1, v2 = top_two(z)
+        columns = [v1, v2, z.gather(1, v1[:, None])[:, 0], z.gather(1, v2[:, None])[:, 0], z.logsumexp(-1)]
+        if not sampling.greedy:
+            p = sampling.probs(z)
+            columns += [p.gather(1, v1[:, None])[:, 0] > 0, p.gather(1, v2[:, None])[:, 0] > 0, *rejection_sample(trees, p, generators)]
+        return [self._walk_paper(tree, values, sampling.greedy) for tree, values in zip(trees, read_back(trees, *columns))]
+
+    def _walk_paper(self, tree: DraftTree, values: list[list[float]], greedy: bool) -> Acceptance:
+        """Algorithm 1 down one row's tree, from every node's top two (and, at T>0, whether
+        they can be sampled and the rejection-sampling outcome there)."""
+        top1, top2, logit1, logit2, lse = values[:5]
         notes = {"exact": 0, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "decisions": []}
-
-        def decided(outcome: str) -> None:
-            notes[outcome] += 1
-            notes["decisions"].append([round(z1, 4), round(z2, 4), round(float(z.logsumexp(0)), 4), outcome])
-
+        children = tree.child_lists()
         path = [0]
         while True:
             node = path[-1]
-            children = tree.children(node)
-            z = logits[node].float()
-            if not children:
-                return Acceptance(path, sampling.pick(z, generator), notes)
-            v1, v2 = top_two(z)
-            z1, z2 = float(z[v1]), float(z[v2])
+            v1, v2, z1, z2 = int(top1[node]), int(top2[node]), logit1[node], logit2[node]
+
+            def decided(outcome: str) -> None:
+                notes[outcome] += 1
+                notes["decisions"].append([round(z1, 4), round(z2, 4), round(lse[node], 4), outcome])
+
+            if not children[node]:
+                return Acceptance(path, v1 if greedy else int(values[8][node]), notes)
             margin_ok = z1 > 0 and z2 / z1 > self.theta
             if z1 <= 0:
                 notes["ratio_undefined"] += 1
             by_token = {}
-            for child in children:
+            for child in children[node]:
                 by_token.setdefault(tree.tokens[child], child)
-            if sampling.greedy:
+            if greedy:
                 if v1 in by_token:
                     decided("exact")
                     path.append(by_token[v1])
@@ -91,66 +100,90 @@ class MarsVerifier(Verifier):
                     decided("rejected")
                     return Acceptance(path, v1, notes)
                 continue
-            p = sampling.probs(z)
+            samplable1, samplable2, rank, correction = (values[i][node] for i in range(5, 9))
             # Algorithm 1 lines 6-9: the top-1 child before the top-2 one, whatever the tree's order
-            token = next((v for v in (v1, v2) if v in by_token and p[v] > 0), None) if margin_ok else None
+            token = next((v for v, ok in ((v1, samplable1), (v2, samplable2)) if v in by_token and ok), None) if margin_ok else None
             if token is not None:
                 decided("exact" if token == v1 else "relaxed")
                 path.append(by_token[token])
-                continue
-            child = try_children(tree, node, p, generator)
-            if child is None:
+            elif rank < 0:
                 decided("rejected")
-                return Acceptance(path, sample(p, generator), notes)
-            decided("sampled")
-            path.append(child)
+                return Acceptance(path, int(correction), notes)
+            else:
+                decided("sampled")
+                path.append(children[node][int(rank)])
 
-    def accept_as_released(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+    def accept_as_released(self, trees, logits, sampling, generators) -> list[Acceptance]:
         """The release's rule (see the module docstring), with the same notes."""
+        if sampling.greedy:
+            out = greedy_accept(trees, logits)
+            for a in out:
+                a.notes = {"exact": len(a.path) - 1, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "decisions": []}
+            return out
+        z = torch.cat(logits).float()
+        p = sampling.probs(z)
+        processed = torch.where(p > 0, z / sampling.temperature, torch.full_like(z, float("-inf")))
+        v1, v2 = top_two(processed)
+        z1, z2 = processed.gather(1, v1[:, None])[:, 0], processed.gather(1, v2[:, None])[:, 0]
+        relaxes = z2.double() / (z1.double() + 1e-10) > self.theta
+        accepted, residual = self._draft_weighted(trees, p, generators)
+        # the correction: from p untouched where the margin rule ran, else from what the q-weighted tests left
+        correction = sample_rows(trees, torch.where(relaxes[:, None], p, residual), generators)
+        columns = read_back(trees, v1, v2, z1, z2, z.logsumexp(-1), relaxes, accepted, correction)
+        return [self._walk_released(tree, values, sampling.temperature) for tree, values in zip(trees, columns)]
+
+    def _draft_weighted(self, trees, p: torch.Tensor, generators) -> tuple[torch.Tensor, torch.Tensor]:
+        """The release's test at every node at once, looping over sibling rank: child x is
+        accepted with probability min(1, p(x) / q(x)), q(x) the draft's own probability of
+        it; on rejection only p(x) becomes max(0, p(x) - q(x)), renormalised. Per node: the
+        accepted child's rank (-1: none) and p as the tests left it."""
+        children = [row for tree in trees for row in tree.child_lists()]
+        steps = [[max(math.exp(tree.logps[c] - tree.logps[node]), 1e-10) for c in row] for tree in trees for node, row in enumerate(tree.child_lists())]
+        tokens = [[tree.tokens[c] for c in row] for tree in trees for row in tree.child_lists()]
+        width = max(map(len, children), default=0)
+        accepted = torch.full((len(p),), -1, dtype=torch.long, device=p.device)
+        if not width:
+            return accepted, p
+        pad = lambda rows, value: [row + [value] * (width - len(row)) for row in rows]  # noqa: E731
+        token = torch.tensor(pad(tokens, 0), device=p.device)
+        q = torch.tensor(pad(steps, 1.0), dtype=torch.float64, device=p.device)
+        valid = torch.tensor(pad([[True] * len(row) for row in children], False), device=p.device)
+        uniforms = sibling_uniforms(trees, generators, width, p.device)
+        for rank in range(width):
+            x, ok = token[:, rank : rank + 1], valid[:, rank]
+            p_x = p.gather(1, x)[:, 0].double()
+            hit = uniforms[:, rank].double() <= torch.clamp(p_x / q[:, rank], max=1.0)
+            accepted = torch.where(ok & (accepted < 0) & hit, rank, accepted)
+            lowered = p.scatter(1, x, (p_x - q[:, rank]).clamp_min(0.0).to(p.dtype)[:, None])
+            p = torch.where(ok[:, None], lowered / lowered.sum(-1, keepdim=True), p)
+        return accepted, p
+
+    def _walk_released(self, tree: DraftTree, values: list[list[float]], temperature: float) -> Acceptance:
+        top1, top2, logit1, logit2, lse, relaxes, ranks, corrections = values
         notes = {"exact": 0, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "decisions": []}
+        children = tree.child_lists()
         path = [0]
         while True:
             node = path[-1]
-            children = tree.children(node)
-            z = logits[node].float()
-            if sampling.greedy:
-                matched = next((c for c in children if tree.tokens[c] == int(z.argmax())), None)
-                if matched is None:
-                    return Acceptance(path, int(z.argmax()), notes)
-                notes["exact"] += 1
-                path.append(matched)
-                continue
-            p = sampling.probs(z)
-            if not children:
-                return Acceptance(path, sample(p, generator), notes)
-            processed = torch.where(p > 0, z / sampling.temperature, torch.full_like(z, float("-inf")))
-            v1, v2 = top_two(processed)
-            z1, z2 = float(processed[v1]), float(processed[v2])
+            if not children[node]:
+                return Acceptance(path, int(corrections[node]), notes)
+            z1, z2 = logit1[node], logit2[node]
             notes["ratio_undefined"] += z1 <= 0
-            outcome = None
-            if z2 / (z1 + 1e-10) > self.theta:
-                child = next((c for c in children if tree.tokens[c] in (v1, v2)), None)
+            outcome, child = None, None
+            if relaxes[node]:
+                child = next((c for c in children[node] if tree.tokens[c] in (top1[node], top2[node])), None)
                 if child is not None:
-                    outcome = "exact" if tree.tokens[child] == v1 else "relaxed"
-            else:
-                for child in children:
-                    token = tree.tokens[child]
-                    q = max(math.exp(tree.logps[child] - tree.logps[node]), 1e-10)
-                    if float(torch.rand((), generator=generator)) <= min(1.0, float(p[token]) / q):
-                        outcome = "sampled"
-                        break
-                    p[token] = max(0.0, float(p[token]) - q)
-                    p = p / p.sum()
+                    outcome = "exact" if tree.tokens[child] == top1[node] else "relaxed"
+            elif ranks[node] >= 0:
+                outcome, child = "sampled", children[node][int(ranks[node])]
             notes[outcome or "rejected"] += 1
-            notes["decisions"].append([round(z1 * sampling.temperature, 4), round(z2 * sampling.temperature, 4), round(float(z.logsumexp(0)), 4), outcome or "rejected"])
+            notes["decisions"].append([round(z1 * temperature, 4), round(z2 * temperature, 4), round(lse[node], 4), outcome or "rejected"])
             if outcome is None:
-                return Acceptance(path, sample(p, generator), notes)
+                return Acceptance(path, int(corrections[node]), notes)
             path.append(child)
 
 
-def top_two(z: torch.Tensor) -> tuple[int, int]:
-    """The target's top-1 (argmax, with the same tie-breaking as greedy decoding) and top-2."""
-    first = int(z.argmax())
-    rest = z.clone()
-    rest[first] = float("-inf")
-    return first, int(rest.argmax())
+def top_two(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the top-1 (argmax, with the same tie-breaking as greedy decoding) and the top-2."""
+    first = z.argmax(-1)
+    return first, z.scatter(-1, first[:, None], float("-inf")).argmax(-1)

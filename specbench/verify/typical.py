@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.parts import Acceptance, Verifier
-from specbench.engine.sampling import Sampling, sample
+from specbench.engine.parts import Acceptance, Verifier, read_back
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
-from specbench.verify.standard import greedy_accept
+from specbench.verify.standard import row_starts, greedy_accept, sample_rows
 
 
 NEXT_TOKEN = ("argmax", "typical")
@@ -35,27 +34,32 @@ class TypicalVerifier(Verifier):
         self.alpha = number("method.verifier.posterior_alpha", posterior_alpha, above=0, at_most=1)
         self.next_token = choice("method.verifier.next_token", next_token, NEXT_TOKEN)
 
-    def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+    def accept_rows(self, trees, logits, sampling, generators) -> list[Acceptance]:
         if sampling.greedy:
-            return greedy_accept(tree, logits)
-        p = sampling.probs(logits)  # [n, V]
+            return greedy_accept(trees, logits)
+        p = sampling.probs(torch.cat(logits))  # [nodes of all rows, V]
         thresholds = self.thresholds(p)
-        passes, logp = self.passes(tree, p, thresholds)
-        best, best_key = 0, (0, 0.0)
-        length, total = [0] * len(tree), [0.0] * len(tree)
-        for node in range(1, len(tree)):  # parents precede children
-            parent = tree.parents[node]
-            if passes[node] and length[parent] == tree.depths[parent]:
-                length[node], total[node] = length[parent] + 1, total[parent] + logp[node]
-                if (length[node], total[node]) > best_key:
-                    best, best_key = node, (length[node], total[node])
-        path = tree.path_to(best)
+        parents = torch.tensor([max(parent, 0) + start for tree, start in zip(trees, row_starts(trees)) for parent in tree.parents], device=p.device)
+        tokens = torch.tensor([token for tree in trees for token in tree.tokens], device=p.device)
+        ok, logp = passing(p, thresholds, parents, tokens)
         if self.next_token == "argmax":
-            token = int(p[best].argmax())
+            after = p.argmax(-1)
         else:
-            typical = p[best].masked_fill(p[best] < thresholds[best], 0.0)
-            token = sample(typical / typical.sum(), generator)
-        return Acceptance(path, token, {"typical_accepted": len(path) - 1})
+            typical = p.masked_fill(p < thresholds[:, None], 0.0)
+            after = sample_rows(trees, typical / typical.sum(-1, keepdim=True), generators)
+        out = []
+        for tree, (passes, logps, tokens_after) in zip(trees, read_back(trees, ok, logp, after)):
+            best, best_key = 0, (0, 0.0)
+            length, total = [0] * len(tree), [0.0] * len(tree)
+            for node in range(1, len(tree)):  # parents precede children
+                parent = tree.parents[node]
+                if passes[node] and length[parent] == tree.depths[parent]:
+                    length[node], total[node] = length[parent] + 1, total[parent] + logps[node]
+                    if (length[node], total[node]) > best_key:
+                        best, best_key = node, (length[node], total[node])
+            path = tree.path_to(best)
+            out.append(Acceptance(path, int(tokens_after[best]), {"typical_accepted": len(path) - 1}))
+        return out
 
     def thresholds(self, p: torch.Tensor) -> torch.Tensor:
         """Per row of p: min(ε, α·exp(−H))."""
@@ -67,6 +71,12 @@ class TypicalVerifier(Verifier):
         distribution, and that token's target log-probability (root: False, 0)."""
         parents = torch.tensor(tree.parents[1:], dtype=torch.long)
         tokens = torch.tensor(tree.tokens[1:], dtype=torch.long)
-        prob = p[parents, tokens]
-        ok = (prob > threshold[parents]).tolist()
-        return [False] + ok, [0.0] + prob.clamp_min(1e-30).log().tolist()
+        ok, logp = passing(p, threshold, parents, tokens)
+        return [False] + ok.tolist(), [0.0] + logp.tolist()
+
+
+def passing(p: torch.Tensor, threshold: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whether each token passes the typical test under the row `parents` of p, and its
+    target log-probability there."""
+    prob = p[parents, tokens]
+    return prob > threshold[parents], prob.clamp_min(1e-30).log()

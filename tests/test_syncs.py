@@ -1,0 +1,108 @@
+"""Host synchronisations per decode step (issue 54, section 3): on a GPU every read of a
+tensor's values waits for the device, so a step must read a small number of times that
+does not grow with the batch size or the tree's size, for every method family."""
+
+import pytest
+import torch
+
+from specbench.drafters.hydra import HydraDrafter
+from specbench.drafters.medusa import MedusaDrafter
+from specbench.drafters.prompt_lookup import PromptLookupDrafter
+from specbench.drafters.small_lm import SmallLMDrafter
+from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Limits, Method, generate_batch
+from specbench.engine.sampling import Sampling
+from specbench.engine.syncs import counting_syncs
+from specbench.models import hydra, medusa
+from specbench.trees.autoregressive import Autoregressive
+from specbench.trees.cast import CastTree
+from specbench.trees.chain import Chain
+from specbench.trees.eagle import EagleDynamicTree
+from specbench.trees.entmtp import ScheduledTree
+from specbench.trees.lookahead import LookaheadTree
+from specbench.trees.static import StaticTree
+from specbench.trees.talon import TalonTree
+from specbench.verify.mars import MarsVerifier
+from specbench.verify.standard import StandardVerifier
+from specbench.verify.typical import TypicalVerifier
+
+from test_cast import FakeCosts
+from test_eagle_heads import drafter_for
+from test_entmtp import small_bank
+from test_hydra import hydra_state, write_heads as write_hydra
+from test_medusa import medusa_state, write_heads as write_medusa
+
+SMALL_CHOICES = [[0], [1], [0, 0]]
+LARGE_CHOICES = [[r] for r in range(6)] + [[0, r] for r in range(4)] + [[1, 0], [1, 1], [2, 0]]
+
+
+def method_for(family: str, large: bool, target, draft, directory) -> Method:
+    """`family` on the tiny target with a small or a larger tree of the same depth."""
+    choices = LARGE_CHOICES if large else SMALL_CHOICES
+    dynamic = EagleDynamicTree(top_k=6 if large else 2, depth=2, total_tokens=16 if large else 5)
+    if family == "ar":
+        return Method(Autoregressive(), StandardVerifier())
+    if family == "sps":
+        return Method(Chain(gamma=5 if large else 2), StandardVerifier(), SmallLMDrafter(draft, target.config.vocab_size))
+    if family == "pld":
+        return Method(Chain(gamma=5 if large else 2), StandardVerifier(), PromptLookupDrafter(target.config.vocab_size))
+    if family == "lookahead":
+        return Method(LookaheadTree(window=4, ngram=3, candidates=6 if large else 2), StandardVerifier())
+    if family == "eagle":
+        return Method(StaticTree(choices=choices), StandardVerifier(), drafter_for(target, directory, kind="eagle1"))
+    if family in ("eagle3", "mars", "mars-paper"):
+        verifier = StandardVerifier() if family == "eagle3" else MarsVerifier(rule="paper" if family == "mars-paper" else "release")
+        return Method(dynamic, verifier, drafter_for(target, directory))
+    if family == "talon":
+        return Method(TalonTree(budget=16 if large else 5, top_k=6 if large else 2), StandardVerifier(), drafter_for(target, directory))
+    if family == "cast":
+        tree = CastTree(top_k=6 if large else 2, depth=2, total_tokens=16 if large else 5)
+        return Method(tree, StandardVerifier(), drafter_for(target, directory), FakeCosts())
+    if family == "medusa":
+        heads, facts = medusa.load_heads(write_medusa(directory, medusa_state(3, 1), {"medusa_num_heads": 3, "medusa_num_layers": 1}), target, torch.float32, "k")
+        return Method(StaticTree(choices=choices), TypicalVerifier(), MedusaDrafter(heads, target, facts))
+    if family == "hydra":
+        heads, _ = hydra.load_heads(write_hydra(directory, hydra_state(target, 3, 1)), target, torch.float32, "k")
+        return Method(StaticTree(choices=choices), TypicalVerifier(), HydraDrafter(heads, target))
+    if family == "entmtp":
+        heads, _ = hydra.load_heads(write_hydra(directory / "heads", hydra_state(target, 3, 1)), target, torch.float32, "k")
+        tree = ScheduledTree(str(small_bank(directory)), "gsm8k", policy="ladder", ladder=[1e-9, 1e-6] if large else [1.0, 2.0])
+        return Method(tree, TypicalVerifier(), HydraDrafter(heads, target))
+    raise ValueError(family)
+
+
+def reads_per_step(lm: TreeLM, method: Method, prompts, sampling: Sampling) -> list[tuple[int, int]]:
+    """Per decode step after the first (prefill excluded): (host reads, drafter calls)."""
+    marks, calls = [], [0]
+    if method.drafter is not None:
+        logits = method.drafter.logits
+
+        def counted(*args):
+            calls[0] += 1
+            return logits(*args)
+
+        method.drafter.logits = counted
+    generators = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
+    with counting_syncs() as counts:
+        generate_batch(lm, method, prompts, sampling, Limits(max_new_tokens=12), generators, on_step=lambda *_: marks.append((sum(counts.values()), calls[0])))
+    return [(reads - before, drafted - drafted_before) for (before, drafted_before), (reads, drafted) in zip(marks, marks[1:])]
+
+
+FAMILIES = ["ar", "sps", "pld", "lookahead", "eagle", "eagle3", "mars", "mars-paper", "talon", "cast", "medusa", "hydra", "entmtp"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_host_reads_per_step_do_not_grow_with_batch_or_tree(family, temperature, target, draft, prompts, tmp_path):
+    """A step reads back the verification, the NLL and a policy's observation (Lookahead's
+    window, EntMTP's confidence) once each, and at most twice per drafter call (the draft's
+    top tokens, a head's positions): a deeper tree takes more drafter calls, but no row and
+    no node of a level adds a read."""
+    if temperature and family in ("ar", "pld", "lookahead", "eagle", "talon", "cast", "hydra", "entmtp"):
+        pytest.skip("the same verifier and tree code as a family checked at T>0")
+    lm = TreeLM(target)
+    sampling = Sampling(temperature=temperature)
+    for batch in (1, 4):
+        for large in (False, True):
+            steps = reads_per_step(lm, method_for(family, large, target, draft, tmp_path / f"{batch}{large}"), prompts[:batch], sampling)
+            assert steps and all(reads <= 3 + 2 * calls for reads, calls in steps), (batch, large, steps)
