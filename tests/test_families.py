@@ -120,20 +120,18 @@ class Family:
     def target_args(self) -> list[str]:
         return [f"model={self.name}", f"model.path={self.path}"]
 
-    def drafter_args(self, method: str) -> list[str]:
-        """The overrides pointing `method` at this family's draft or trained heads."""
+    def drafter_args(self, method: str, draft: Path | None = None) -> list[str]:
+        """The overrides pointing `method` at this family's draft (or `draft`) or trained heads."""
         if method == "sps":
-            return [f"method.drafter.model={{name:draft,path:{self.draft_path}}}"]
+            return [f"method.drafter.model={{name:draft,path:{draft or self.draft_path}}}"]
         if method in ("eagle", "eagle3"):
             return [f"method.drafter.head={{name:{method},path:{self.heads / method}}}"]
         if method in ("medusa", "hydra"):
             return [f"method.drafter.heads={{name:{method},path:{self.heads / method}}}"]
         return []
 
-    def method(self, name: str) -> Method:
-        from specbench.engine.lean import make_lm  # noqa: F401  (the engine's forward choice, below)
-
-        cfg = compose_config([*self.target_args, f"method={name}", *TREES[name], *self.drafter_args(name)])
+    def method(self, name: str, draft: Path | None = None) -> Method:
+        cfg = compose_config([*self.target_args, f"method={name}", *TREES[name], *self.drafter_args(name, draft)])
         return assemble(cfg["method"], self.target, HARDWARE)
 
 
@@ -145,7 +143,7 @@ built: dict[str, Family] = {}
 def family(request, tmp_path_factory):
     name = request.param
     if name not in built:
-        built[name] = Family(name, tmp_path_factory.mktemp(name), STEPS.get(name, 30))
+        built[name] = Family(name, tmp_path_factory.mktemp(name), STEPS.get(name, 20))
     return built[name]
 
 
@@ -184,12 +182,33 @@ def test_every_method_equals_ar(family, method):
 
 
 def tau(outputs) -> float:
-    """Mean tokens per target forward."""
+    """Tokens per target forward."""
     return sum(len(o.ids) for o in outputs) / sum(len(o.accept_lengths) for o in outputs)
 
 
+@pytest.mark.parametrize("family", ["qwen3-8b"], indirect=True)
+def test_heads_trained_for_a_users_qwen3_target_accept_its_tokens(family, tmp_path):
+    """Issue 54 §1b: heads (and an SpS draft) trained by `--target model=qwen3-8b
+    model.path=DIR` on the target's own answers load from their directories, decode
+    losslessly and accept drafts (tau above 1)."""
+    taus = {}
+    for method in ("eagle3", "eagle", "medusa", "hydra"):
+        outputs = generate_batch(lm_of(family), family.method(method), family.prompts, GREEDY, LIMITS)
+        assert [o.ids for o in outputs] == [a.ids for a in family.ar]
+        taus[method] = tau(outputs)
+    draft = tmp_path / "sps-draft"
+    result = run_in_process([sys.executable, "-m", "specbench.train.sps_draft", "train", "--target", *family.target_args, "--answers", "16",
+                             "--out", str(draft), "--from-target", "0", *TRAINING[2:], "--steps", "60"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = generate_batch(lm_of(family), family.method("sps", draft), family.prompts, GREEDY, LIMITS)
+    assert [o.ids for o in outputs] == [a.ids for a in family.ar]
+    taus["sps"] = tau(outputs)
+    print(taus)
+    assert min(taus.values()) > 1.2, taus
+
+
 SAMPLED = Sampling(temperature=1.0, top_k=4)
-DRAWS = 1200
+DRAWS = 600
 
 
 def two_token_counts(family: Family, method: Method, prompt: list[int]) -> dict[tuple[int, int], int]:
@@ -230,8 +249,9 @@ def test_sampling_keeps_the_targets_distribution(family):
 
 
 CLI_METHOD = {"llama3.1-8b": "eagle3", "vicuna-7b": "medusa", "qwen2-7b": "hydra", "qwen3-8b": "sps", "qwen3-235b": "eagle", "dsl-8b": "pld"}
-QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1",
-         "costs.calibration_tokens=12", "hardware.dtype=float32"]
+# no cost profile, compile probe or calibration: what they time is the 135M model's business (tests/test_cli.py)
+QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.profile=false", "costs.calibrate_tree=false", "engine.compile=off",
+         "hardware.dtype=float32"]
 
 
 @ALL
@@ -245,5 +265,28 @@ def test_the_command_line_runs_a_local_model_of_each_family(family, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     [path] = (tmp_path / method).glob("*/summary.json")
     summary = json.loads(path.read_text())
-    assert summary["config"]["model"]["path"] == str(family.path)
-    print(json.dumps(summary)[:3000])
+    assert summary["config"]["model"]["path"] == str(family.path) and summary["results"]["samples"] == 2
+    assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0  # the paired AR run's ids
+
+
+@pytest.mark.parametrize("target, message", [
+    (["model=gpt-9"], "error: model: unknown model 'gpt-9'; choose one of"),
+    (["dataset=gsm8k"], "error: --target: 'dataset=gsm8k' is not model=NAME or model.KEY=VALUE"),
+    (["model=qwen3-8b", "model.path=/nowhere"], "error: --target.path: /nowhere has no config.json"),
+])
+def test_a_bad_target_is_one_line(target, message, tmp_path):
+    result = run_in_process([sys.executable, "-m", "specbench.train.eagle3", "--target", *target, "--answers", "4", "--out", str(tmp_path / "h")])
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()] and result.stderr.startswith(message), result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("family", ["qwen2-7b"], indirect=True)
+def test_a_corpus_of_another_target_is_refused(family, tmp_path):
+    """The answers made for one target never train another's heads: the embedded model's
+    corpus (no target.json) for the Qwen2 target, or the Qwen2 corpus for the embedded one."""
+    embedded_corpus = tmp_path / "embedded"
+    embedded_corpus.mkdir()
+    (embedded_corpus / "answers-t0-0of1.jsonl").write_text("")
+    for target, data in ((family.target_args, embedded_corpus), ([], family.root / "heads.corpus")):
+        result = run_in_process([sys.executable, "-m", "specbench.train.medusa", *(["--target", *target] if target else []), "--data", str(data),
+                                 "--out", str(tmp_path / "h")])
+        assert result.returncode == 2 and result.stderr.startswith(f"error: --data: {data} holds the answers of target"), result.stderr[-2000:]

@@ -27,8 +27,8 @@ def prepare(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     entry = target_entry(tuple(args.target))
-    require(bool(args.data) or args.answers > 0, "--data", "no training data: give the target's answers (--data DIR ...) or have it answer prompts (--answers N)")
     require(args.answers >= 0, "--answers", f"{args.answers}: a number of prompts, 0 or more")
+    require(bool(args.data) or args.answers > 0, "--data", "no training data: give the target's answers (--data DIR ...) or have it answer prompts (--answers N)")
     for source in map(Path, args.data):
         if source.is_dir():
             check_corpus_target(source, entry, "--data")
@@ -54,11 +54,12 @@ def prepare(args):
 def answer_prompts(args, directory: Path) -> str:
     """The corpus directory of the target's answers to the first --answers training prompts
     (specbench.train.corpus, answers up to --length tokens: longer ones are cut to that for
-    training anyway); what an earlier run answered there is kept."""
+    training anyway); what an earlier run answered there is kept, and every prompt is
+    answered there even if a committed pack holds it (pass that pack as --data too)."""
     from specbench.train import corpus
 
     options = ["--out", str(directory), "--prompts", str(args.answers), "--max-new-tokens", str(args.length),
-               "--dtype", args.target_dtype, "--threads", str(args.threads), "--seed", str(args.seed)]
+               "--dtype", args.target_dtype, "--threads", str(args.threads), "--seed", str(args.seed), "--packs"]  # (no packs: answer all N here)
     corpus.generate(corpus.arguments().parse_args(options + (["--target", *args.target] if args.target else [])))
     return str(directory)
 
