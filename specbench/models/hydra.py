@@ -4,10 +4,11 @@ Decoding"), loading the published prefix-MLP checkpoints (`hydra_lm_head.pt`) st
 Architecture of the released prefix-MLP variant (facts read from its public code and
 files): a one-layer decoder of the target's own family (`prefix_embeding_layer`, the
 release's spelling; a LlamaModel for the released Vicuna heads, a Qwen3Model with its q/k
-norms for a Qwen3 target, and so on) runs over the target's hidden states of the committed tokens, with its own KV cache; head h
-reads the prefix output at the last committed token concatenated with the input
-embeddings (`input_embed_fn`) of the root and the h tokens drafted before it, so a
-draft at depth h+1 depends on the path above it ("grounded" heads). Head h is residual
+norms for a Qwen3 target, and so on) runs over the target's hidden states of the
+committed tokens, with its own KV cache; head h reads the prefix output at the last
+committed token concatenated with the input embeddings (`input_embed_fn`) of the root
+and the h tokens drafted before it, so a draft at depth h+1 depends on the path above
+it ("grounded" heads). Head h is residual
 blocks (the first maps (h+2)*H inputs to H, with a linear residual `res_connection`;
 later ones are x + SiLU(linear(x))) and a projection with bias to the vocabulary.
 
