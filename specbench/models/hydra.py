@@ -8,9 +8,9 @@ norms for a Qwen3 target, and so on) runs over the target's hidden states of the
 committed tokens, with its own KV cache; head h reads the prefix output at the last
 committed token concatenated with the input embeddings (`input_embed_fn`) of the root
 and the h tokens drafted before it, so a draft at depth h+1 depends on the path above
-it ("grounded" heads). Head h is residual
-blocks (the first maps (h+2)*H inputs to H, with a linear residual `res_connection`;
-later ones are x + SiLU(linear(x))) and a projection with bias to the vocabulary.
+it ("grounded" heads). Head h is residual blocks (the first maps (h+2)*H inputs to H,
+with a linear residual `res_connection`; later ones are x + SiLU(linear(x))) and a
+projection with bias to the vocabulary.
 
 Key names match the release by construction: `hydra_mlp.{h}` and `hydra_lm_head.{h}`
 are Sequentials whose even slots are the release's dropout layers (identity here), so
