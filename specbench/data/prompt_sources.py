@@ -60,9 +60,16 @@ def prompt_table(source: str) -> dict[str, str]:
 
 def training_prompts(eval_index: EvalIndex, seed: int, source: str = "sharegpt") -> list[str]:
     """A source's deduplicated prompts with no evaluation overlap, shuffled by `seed`."""
-    prompts = [text for text in source_texts(source) if not eval_index.overlaps(text)]
+    prompts = list(clean_texts(eval_index, source))
     random.Random(seed).shuffle(prompts)
     return prompts
+
+
+@cache
+def clean_texts(eval_index: EvalIndex, source: str) -> tuple[str, ...]:
+    """source_texts minus those overlapping `eval_index`, built once per process and index:
+    ShareGPT's take ~5 s to check, and a trainer that answers prompts first asks again."""
+    return tuple(text for text in source_texts(source) if not eval_index.overlaps(text))
 
 
 def prompt_key(text: str) -> str:

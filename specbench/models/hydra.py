@@ -2,13 +2,15 @@
 Decoding"), loading the published prefix-MLP checkpoints (`hydra_lm_head.pt`) strictly.
 
 Architecture of the released prefix-MLP variant (facts read from its public code and
-files): a one-layer Llama decoder (`prefix_embeding_layer`, the release's spelling) runs
-over the target's hidden states of the committed tokens, with its own KV cache; head h
-reads the prefix output at the last committed token concatenated with the input
-embeddings (`input_embed_fn`) of the root and the h tokens drafted before it, so a
-draft at depth h+1 depends on the path above it ("grounded" heads). Head h is residual
-blocks (the first maps (h+2)*H inputs to H, with a linear residual `res_connection`;
-later ones are x + SiLU(linear(x))) and a projection with bias to the vocabulary.
+files): a one-layer decoder of the target's own family (`prefix_embeding_layer`, the
+release's spelling; a LlamaModel for the released Vicuna heads, a Qwen3Model with its q/k
+norms for a Qwen3 target, and so on) runs over the target's hidden states of the
+committed tokens, with its own KV cache; head h reads the prefix output at the last
+committed token concatenated with the input embeddings (`input_embed_fn`) of the root
+and the h tokens drafted before it, so a draft at depth h+1 depends on the path above
+it ("grounded" heads). Head h is residual blocks (the first maps (h+2)*H inputs to H,
+with a linear residual `res_connection`; later ones are x + SiLU(linear(x))) and a
+projection with bias to the vocabulary.
 
 Key names match the release by construction: `hydra_mlp.{h}` and `hydra_lm_head.{h}`
 are Sequentials whose even slots are the release's dropout layers (identity here), so
@@ -34,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import LlamaConfig, LlamaModel
+from transformers import AutoModel, PretrainedConfig
 
 from specbench.errors import ConfigError
 from specbench.models.checkpoint import load_strictly, read, read_config, shown
@@ -62,16 +64,20 @@ class ResBlock(nn.Module):
 class HydraHeads(nn.Module):
     """`heads` grounded heads of `layers` blocks each on a target with `config`; with
     `shared` = (the target's lm_head weight, its input embedding weight) the heads own no
-    projection or embedding (and score only `draft_vocab`'s rows, when given)."""
+    projection or embedding (and score only `draft_vocab`'s rows, when given). The prefix
+    decoder is the base model of the target's own architecture (AutoModel picks it from
+    the config's model_type), cut to one layer: its attention has the target's biases,
+    norms and rotary scaling, and its keys are the release's for a Llama target."""
 
-    def __init__(self, config: LlamaConfig, heads: int, layers: int, shared: tuple[torch.Tensor, torch.Tensor] | None = None,
+    def __init__(self, config: PretrainedConfig, heads: int, layers: int, shared: tuple[torch.Tensor, torch.Tensor] | None = None,
                  draft_vocab: torch.Tensor | None = None):
         super().__init__()
         hidden, vocab = config.hidden_size, config.vocab_size
         prefix_config = copy.deepcopy(config)
         prefix_config.num_hidden_layers = 1
         prefix_config.vocab_size, prefix_config.pad_token_id = 1, None  # its embedding is never read (see the module docstring)
-        self.prefix_embeding_layer = LlamaModel(prefix_config)
+        # in the default dtype, as every other module here (from_config would take a bf16 target's)
+        self.prefix_embeding_layer = AutoModel.from_config(prefix_config, dtype=torch.get_default_dtype())
         self.prefix_embeding_layer.embed_tokens = None
         self.hydra_mlp = nn.ModuleList(
             nn.Sequential(*[m for layer in range(layers) for m in (nn.Identity(), ResBlock(hidden, hidden * (h + 2) if layer == 0 else hidden))])

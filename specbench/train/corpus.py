@@ -18,12 +18,18 @@ the work. Answers outlive the machine as packs (specbench/train/packed.py, `make
     python -m specbench.train.corpus --out runs/corpus --shards 2 --shard 0 &
     python -m specbench.train.corpus --out runs/corpus --shards 2 --shard 1 &
     python -m specbench.train.corpus --out runs/corpus --source python-stdlib --temperatures 0
+    python -m specbench.train.corpus --out runs/qwen3-8b-corpus --target model=qwen3-8b model.path=/models/Qwen3-8B
+
+A corpus directory holds one target's answers: `--target` names it as the app does
+(default: the embedded model) and the directory records it (target.json), so answers of
+two targets never mix in one directory and a trainer refuses a corpus of another target.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -34,11 +40,12 @@ from specbench import costs
 from specbench.data.chat import chat_prompt
 from specbench.data.contamination import evaluation_index
 from specbench.data.prompt_sources import COMMITTED_PACKS, SOURCES, prompt_key, training_prompts
+from specbench.errors import run_command
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
 from specbench.records import read_records
-from specbench.train.data import TARGET
+from specbench.train.data import TARGET, TARGET_FILE, add_target_argument, check_corpus_target, target_entry, target_record
 from specbench.train.packed import packed_pairs
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
@@ -57,13 +64,20 @@ def generate(args) -> None:
     prompt key. Prompts answered already, in the shard or in a pack, are skipped; the
     target loads only when some are left."""
     torch.set_num_threads(args.threads)
-    tokenizer = registry.load_tokenizer(TARGET)
+    entry = target_entry(tuple(args.target))
+    out_dir = Path(args.out)
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        check_corpus_target(out_dir, entry, "--out")
+    tokenizer = registry.load_tokenizer(entry, "--target")
     texts = training_prompts(evaluation_index(), args.seed, args.source)[: args.prompts][args.shard :: args.shards]
     encoded = ((t, chat_prompt(tokenizer, [{"role": "user", "content": t}])) for t in texts)
     prompts = [(t, ids) for t, ids in encoded if len(ids) <= args.max_prompt_tokens]
-    out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    packed = set().union(*(packed_pairs(Path(d)) for d in args.packs))
+    embedded = target_record(entry) == target_record(TARGET)
+    if not embedded:
+        (out_dir / TARGET_FILE).write_text(json.dumps(target_record(entry)))
+    packs = args.packs if args.packs is not None else [str(COMMITTED_PACKS)] if embedded else []
+    packed = set().union(*(packed_pairs(Path(d)) for d in packs))
     target = None
     method = Method(Autoregressive(), StandardVerifier())
     limits = Limits(max_new_tokens=args.max_new_tokens, stop_token_ids=frozenset({tokenizer.eos_token_id}))
@@ -75,8 +89,8 @@ def generate(args) -> None:
         todo = [(t, ids) for t, ids in prompts if prompt_key(t) not in done]
         bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=f"target answers {args.source} T={temperature:g} shard {args.shard}", unit="prompt")
         if todo and target is None:
-            model = registry.load_model(TARGET, args.dtype, "cpu")
-            target, _ = costs.target_lm(model, {"model": TARGET}, {"device": "cpu", "threads": args.threads})
+            model = registry.load_model(entry, args.dtype, "cpu", "--target")
+            target, _ = costs.target_lm(model, {"model": entry}, {"device": "cpu", "threads": args.threads})
         tokens, seconds = 0, 0.0
         with open(path, "a") as f:
             for batch in length_sorted_batches(todo, args.batch, window=args.batch * 32):
@@ -103,7 +117,8 @@ def length_sorted_batches(prompts: list, batch: int, window: int):
             yield chunk[i : i + batch]
 
 
-def main() -> None:
+def arguments() -> argparse.ArgumentParser:
+    """The command's options (trainers that answer prompts first parse theirs with it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="directory of answer shards")
     parser.add_argument("--source", choices=sorted(SOURCES), default="sharegpt", help="where the prompts come from")
@@ -118,10 +133,12 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=600, help="stop after this long (re-run to continue)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--packs", nargs="*", default=[str(COMMITTED_PACKS)],
-                        help="directories of answer packs: prompts answered there (at the same temperature) are not answered again")
-    generate(parser.parse_args())
+    parser.add_argument("--packs", nargs="*",
+                        help="directories of answer packs: prompts answered there (at the same temperature) are not answered again "
+                             "(default: the committed packs for the embedded target, none for another)")
+    add_target_argument(parser)
+    return parser
 
 
 if __name__ == "__main__":
-    main()
+    run_command(lambda argv: generate(arguments().parse_args(argv)), sys.argv[1:])

@@ -2,18 +2,62 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
+from functools import lru_cache
+from pathlib import Path
 
 import torch
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from specbench.config import CONF_DIR
+from specbench.config import CONF_DIR, compose_config
 from specbench.data import sharegpt
 from specbench.data.chat import chat_prompt
 from specbench.data.contamination import evaluation_index
+from specbench.errors import ConfigError, require
 
-# the embedded target, as its model config names it (drafters are trained for it)
+# the embedded target, as its model config names it (the default target of every trainer)
 TARGET = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "smollm2-135m.yaml"))
+TARGET_FILE = "target.json"  # in a corpus directory: the target whose answers it holds (none: the embedded one)
+
+
+def add_target_argument(parser: argparse.ArgumentParser) -> None:
+    """--target, for every command that runs the target to make training data or heads."""
+    parser.add_argument("--target", nargs="+", default=[], metavar="model=NAME",
+                        help="the target, as `python -m specbench` composes it from conf/model: e.g. --target model=qwen3-8b "
+                             "model.path=/dir/with/config.json (default: the embedded model)")
+
+
+@lru_cache
+def target_entry(overrides: tuple[str, ...]) -> dict:
+    """The model entry `--target` names: conf/model composed with `overrides` as the app
+    composes them (a model choice and model.* keys only); none: the embedded target."""
+    if not overrides:
+        return TARGET
+    for given in overrides:
+        key, sep, _ = given.lstrip("+~").partition("=")
+        require(bool(sep) and (key == "model" or key.startswith("model.")), "--target",
+                f"'{given}' is not model=NAME or model.KEY=VALUE (e.g. --target model=qwen3-8b model.path=/dir/with/config.json)")
+    try:
+        return compose_config(list(overrides))["model"]
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(f"--target: {' '.join(overrides)}: {str(error).splitlines()[0]}") from None
+
+
+def target_record(entry: dict) -> dict:
+    """What names a target's answers (its config name and local path or hub id)."""
+    return {key: entry.get(key) for key in ("name", "path", "id")}
+
+
+def check_corpus_target(directory: Path, entry: dict, key: str) -> None:
+    """A corpus directory holds one target's answers (TARGET_FILE; none: the embedded
+    target's): answers of another target would teach a head the wrong model."""
+    held = json.loads((directory / TARGET_FILE).read_text()) if (directory / TARGET_FILE).is_file() else target_record(TARGET)
+    require(held == target_record(entry), key, f"{directory} holds the answers of target {held}, not of {target_record(entry)}: "
+                                               "give a corpus of this target's answers, or answer prompts with it first (specbench.train.corpus --target ...)")
 
 
 def exchanges(seed: int) -> list[tuple[str, str]]:

@@ -24,7 +24,7 @@ import torch
 
 from specbench.errors import run_command
 from specbench.models.hydra import HydraHeads, load_heads
-from specbench.train.data import TARGET
+from specbench.train.data import target_entry
 from specbench.train.medusa import answer_rows, chain_tau, distilled, head_arguments, head_hits, heads_export, heads_loss, heads_vocabulary
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
 
@@ -73,7 +73,7 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         return head_hits(vocab_ids[head_logits(ids, hidden).argmax(-1)], top1, mask)
 
     config = {"hydra_head_arch": "prefix-mlp", "grounded_heads": True, "hidden_state_offset": 0, "hydra_num_heads": k,
-              "hydra_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": TARGET["name"]}
+              "hydra_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": target_entry(tuple(args.target))["name"]}
 
     def bf16_state():  # the prefix layer and blocks in bf16 keep SmolLM2's 3-head file under 25 MB
         return {name: t.to(torch.bfloat16) if t.is_floating_point() else t for name, t in heads.state_dict().items()}

@@ -15,13 +15,19 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from specbench.train.data import add_target_argument
+
 WARMUP = 50
 CHECKPOINT_EVERY = 50
 
 
 def add_fit_arguments(parser: ArgumentParser, *, sharegpt_answers: int, length: int, steps: int, minutes: float, lr: float) -> None:
     """The options every drafter trainer takes, with that trainer's defaults."""
-    parser.add_argument("--data", required=True, nargs="+", help="the target's answers: JSONL files (specbench.train.sps_draft generate) or corpus directories (specbench.train.corpus)")
+    parser.add_argument("--data", nargs="*", default=[], help="the target's answers: JSONL files (specbench.train.sps_draft generate) or corpus directories (specbench.train.corpus)")
+    parser.add_argument("--answers", type=int, default=0, metavar="PROMPTS",
+                        help="first have the target answer this many training prompts (greedy and sampled, as specbench.train.corpus "
+                             "does, into OUT.corpus/, resumed when re-run) and train on those answers too")
+    add_target_argument(parser)
     parser.add_argument("--out", required=True)
     parser.add_argument("--sharegpt-answers", type=int, default=sharegpt_answers)
     parser.add_argument("--batch", type=int, default=8)

@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 
 from specbench.errors import run_command
 from specbench.models.medusa import MedusaHeads, load_heads
-from specbench.train.data import TARGET
+from specbench.train.data import target_entry
 from specbench.train.eagle3 import draft_vocabulary
 from specbench.train.loop import add_fit_arguments, add_head_arguments
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
@@ -115,7 +115,7 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         hidden, top1, mask = kept
         return head_hits(vocab_ids[heads.draft_logits(hidden).argmax(-1)], top1, mask)
 
-    config = {"medusa_num_heads": args.heads, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": TARGET["name"]}
+    config = {"medusa_num_heads": args.heads, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": target_entry(tuple(args.target))["name"]}
     return Trainee("medusa", out, heads, loss, keep, hits, chain_tau,
                    heads_export(args, out, target, config, "medusa_lm_head.safetensors", heads.state_dict, load_heads, heads))
 

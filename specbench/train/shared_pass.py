@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from specbench.errors import require
-from specbench.train.data import TARGET, batches, collate
+from specbench.train.data import batches, collate, target_entry
 from specbench.train.loop import ema, fit
 from specbench.train.validation import MAIN_SET, append_point, held_out_counts, prepare, set_points
 
@@ -125,7 +125,7 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
         evaluate=evaluate if validation[MAIN_SET] else None, checkpoint_every=args.checkpoint_every,
     )
     common = {
-        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
+        "target": target_entry(tuple(args.target))["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
         "sharegpt_answers": len(rows) - n_target, **held_out_counts(validation),
         **({"trained_together": [t.name for t in trainees]} if len(trainees) > 1 else {}),
     }

@@ -37,12 +37,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from specbench.drafters.small_lm import DraftVocab, own_vocab_draft
 from specbench.errors import require, run_command
 from specbench.models import registry
-from specbench.train.data import TARGET, batches, collate, first_turns
+from specbench.train.data import add_target_argument, batches, collate, first_turns, target_entry
 from specbench.train.eagle3 import chain_acceptance, draft_vocabulary
 from specbench.train import sps_sizing
 from specbench.train.loop import add_fit_arguments, fit
@@ -52,7 +52,7 @@ CURVE_GAMMA = 4  # the chain length of the learning curve's tau (issue 17's SpS 
 
 def generate(args) -> None:
     torch.set_num_threads(args.threads)
-    model, tokenizer = registry.load(TARGET, "bfloat16", "cpu")
+    model, tokenizer = registry.load(target_entry(tuple(args.target)), "bfloat16", "cpu", "--target")
     prompts = first_turns(tokenizer, args.prompts, args.seed, args.max_prompt_tokens)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,14 +100,16 @@ def frozen_embedding(target: LlamaForCausalLM) -> torch.nn.Embedding:
     return torch.nn.Embedding.from_pretrained(target.get_input_embeddings().weight.detach().float(), freeze=True)
 
 
-def target_cut(target: LlamaForCausalLM, layers: list[int], vocab: DraftVocab | None) -> LlamaForCausalLM:
+def target_cut(target: PreTrainedModel, layers: list[int], vocab: DraftVocab | None) -> PreTrainedModel:
     """A draft made of the target's decoder `layers` (in this order) and final norm. With
     a draft vocabulary its output rows are the target's rows of those ids and its input
     embedding is frozen_embedding; without, it has a trainable copy of the target's
     (tied) embedding."""
-    config = LlamaConfig.from_dict({**target.config.to_dict(), "num_hidden_layers": len(layers), "tie_word_embeddings": vocab is None,
-                                    "vocab_size": len(vocab.ids) if vocab else target.config.vocab_size})
-    draft = LlamaForCausalLM(config)
+    kinds = getattr(target.config, "layer_types", None)  # (Qwen families: full or sliding attention per layer)
+    config = type(target.config).from_dict({**target.config.to_dict(), "num_hidden_layers": len(layers), "tie_word_embeddings": vocab is None,
+                                            "vocab_size": len(vocab.ids) if vocab else target.config.vocab_size,
+                                            **({"layer_types": [kinds[i] for i in layers]} if kinds else {})})
+    draft = type(target)(config)  # the target's own family: its layers' biases and norms load as they are
     output = target.get_output_embeddings().weight.detach()
     state = {"model.norm.weight": target.model.norm.weight, "lm_head.weight": output[vocab.ids] if vocab else output,
              "model.embed_tokens.weight": target.get_input_embeddings().weight}
@@ -207,7 +209,7 @@ def train(args) -> dict:
     # (a checkpoint, when there is one, replaces the starting weights below)
     if args.init:
         own = own_vocab_draft(Path(args.init), target, "--init")
-        model, vocab = own if own else (LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32), None)
+        model, vocab = own if own else (AutoModelForCausalLM.from_pretrained(args.init, dtype=torch.float32), None)
         if own:
             model.float()
             model.model.embed_tokens = frozen_embedding(target)
@@ -241,7 +243,7 @@ def train(args) -> dict:
     save_file(shipped_weights(model, vocab), out / "model.safetensors")
     taus = chain_taus(list(validation_hits(model, validation[MAIN_SET], args.batch, args.length, vocab)), 8) if validation[MAIN_SET] else []
     record = {
-        "target": TARGET["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
+        "target": target_entry(tuple(args.target))["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
         "sharegpt_answers": len(rows) - n_target, **held_out_counts(validation), **result,
         "hidden": config.hidden_size, "layers": config.num_hidden_layers,
         "batch": args.batch, "length": args.length, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed,
@@ -282,6 +284,7 @@ def main(argv: list[str]) -> None:
     g.add_argument("--minutes", type=float, default=25, help="stop after this long (re-run to continue)")
     g.add_argument("--threads", type=int, default=2)
     g.add_argument("--seed", type=int, default=0)
+    add_target_argument(g)
     t = sub.add_parser("train")
     z = sub.add_parser("size")
     for p in (t, z):

@@ -16,7 +16,7 @@ from specbench.errors import ConfigError, require
 from specbench.models import registry
 from specbench.data.chat import chat_prompt
 from specbench.records import read_records
-from specbench.train.data import TARGET, load_rows
+from specbench.train.data import check_corpus_target, load_rows, target_entry
 from specbench.train.packed import read_answers
 
 
@@ -26,19 +26,42 @@ def prepare(args):
     answers) for a trainer's parsed arguments."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    tokenizer = registry.load_tokenizer(TARGET)
+    entry = target_entry(tuple(args.target))
+    require(args.answers >= 0, "--answers", f"{args.answers}: a number of prompts, 0 or more")
+    require(bool(args.data) or args.answers > 0, "--data", "no training data: give the target's answers (--data DIR ...) or have it answer prompts (--answers N)")
+    for source in map(Path, args.data):
+        if source.is_dir():
+            check_corpus_target(source, entry, "--data")
+    tokenizer = registry.load_tokenizer(entry, "--target")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     checkpoint, curve_path = out.with_name(out.name + ".ckpt.pt"), out.with_name(out.name + ".curve.jsonl")
-    answers = read_answers(args.data, tokenizer)
-    main_keys = validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after, committed_set(args.data))
-    domains = run_domain_sets(out.with_name(out.name + ".validation-sets.json"), checkpoint.exists(), domain_sets(args.data), answers)
-    target = registry.load_model(TARGET, args.target_dtype, "cpu")  # after the data's checks: a bad key costs no model load
+    data = list(args.data)
+    if args.answers:
+        data.append(answer_prompts(args, out.with_name(out.name + ".corpus")))
+        args.data = data  # the training record names every source of its rows
+    answers = read_answers(data, tokenizer)
+    main_keys = validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after, committed_set(data))
+    domains = run_domain_sets(out.with_name(out.name + ".validation-sets.json"), checkpoint.exists(), domain_sets(data), answers)
+    target = registry.load_model(entry, args.target_dtype, "cpu", "--target")  # after the data's checks: a bad key costs no model load
     sets = {MAIN_SET: set(main_keys)} | {name: set(keys) for name, keys in domains.items()}
     training, held = split_held_out(answers, set().union(*sets.values()))
     validation = {name: [r for r in held if r["key"] in keys] for name, keys in sets.items()}
     rows, n_target = load_rows(training, tokenizer, args.sharegpt_answers, args.seed, args.length // 2)
     return target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target
+
+
+def answer_prompts(args, directory: Path) -> str:
+    """The corpus directory of the target's answers to the first --answers training prompts
+    (specbench.train.corpus, answers up to --length tokens: longer ones are cut to that for
+    training anyway); what an earlier run answered there is kept, and every prompt is
+    answered there even if a committed pack holds it (pass that pack as --data too)."""
+    from specbench.train import corpus
+
+    options = ["--out", str(directory), "--prompts", str(args.answers), "--max-new-tokens", str(args.length),
+               "--dtype", args.target_dtype, "--threads", str(args.threads), "--seed", str(args.seed), "--packs"]  # (no packs: answer all N here)
+    corpus.generate(corpus.arguments().parse_args(options + (["--target", *args.target] if args.target else [])))
+    return str(directory)
 
 
 def split_held_out(answers: list[dict], held_out: set[str]) -> tuple[list[dict], list[dict]]:
