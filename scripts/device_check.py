@@ -10,7 +10,7 @@ on the weights' values) with random EAGLE-3 heads, written to one markdown and o
 - our AR tok/s against transformers' `generate`, back to back per prompt, bf16, B=1;
 - engine overhead per step: the share of decode time the profiled forwards do not explain,
   as a run's summary computes it (costs.predict), for AR and EAGLE-3 at B=1 and 4;
-- host syncs per step (see `host_syncs_per_step`).
+- host syncs per step (reads of device tensors into Python, specbench.engine.syncs).
 
     PYTHONPATH=. python scripts/device_check.py                # CUDA: under 8 minutes on one H100-class GPU
     PYTHONPATH=. python scripts/device_check.py --tiny         # tiny shapes on a CPU, engine.compile=static
@@ -56,6 +56,7 @@ from specbench.costs.profile import CostProfile, finish_gpu_work, measure_drafte
 from specbench.engine.lean import supports
 from specbench.engine.loop import Limits, generate, generate_batch
 from specbench.engine.sampling import Sampling
+from specbench.engine.syncs import counting_syncs
 from specbench.errors import run_command
 from specbench.models.eagle3 import Eagle3Head, head_config
 from specbench.records import method_run
@@ -239,11 +240,14 @@ def engine_overhead(engine: Engine, scale: Scale, curves: dict, prompts: list[li
     return rows
 
 
-def host_syncs_per_step(lm, method, prompts: list[list[int]], limits: Limits) -> float | None:
-    """Host synchronisations per decoding step of `method` on `prompts` (at their batch
-    size). To be counted by the package's host-sync counter (issue 54's sync count, written
-    beside the decoding loop); until this calls it, None: "not measured"."""
-    return None
+def host_syncs_per_step(lm, method, prompts: list[list[int]], limits: Limits) -> float:
+    """Host synchronisations per decoding step of `method` on `prompts` (one batch): reads
+    of tensors on the target's device between the first and the last verification (on a
+    GPU only those wait for it; prefill excluded)."""
+    marks = []
+    with counting_syncs(lm.device) as counts:
+        generate_batch(lm, method, prompts, Sampling(), limits, on_step=lambda *_: marks.append(sum(counts.values())))
+    return (marks[-1] - marks[0]) / max(len(marks) - 1, 1)
 
 
 def check_model(name: str, model_config, scale: Scale, tiny: bool, workdir: Path, log) -> dict:
@@ -321,7 +325,7 @@ def markdown(report: dict) -> str:
     for name, m in models.items():
         for r in m["engine_overhead"]:
             syncs = r["host_syncs_per_step"]
-            lines.append(f"| {name} | {r['method']} | {r['batch']} | {'not measured' if syncs is None else f'{syncs:.1f}'} |")
+            lines.append(f"| {name} | {r['method']} | {r['batch']} | {syncs:.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -244,7 +244,7 @@ def cost_profile(setting: Setting, target: Target, drafter) -> CostProfile:
     """The cached cost profile of `target` (and `drafter`) on this machine, measured on first
     use up to the longest context the run's samples reach."""
     cfg, hardware = setting.cfg, target.hardware
-    key = costs.profile_key(registry.cache_name(cfg["model"]), target.dtype, hardware["device"], hardware.get("threads"), target.lm.kind)
+    key = costs.profile_key(registry.cache_name(cfg["model"], model=target.lm.model), target.dtype, hardware["device"], hardware.get("threads"), target.lm.kind)
     turns = max((len(s.turns) for s in setting.samples), default=1)
     longest = max((len(setting.tokenizer(t).input_ids) for s in setting.samples for t in s.turns[:1]), default=64)
     longest = min(setting.prompts.context_length, turns * (longest + 32 + setting.limits.max_new_tokens) + TREE_MARGIN)

@@ -26,5 +26,8 @@ def test_tiny_device_check_writes_every_section_with_identical_ids(tmp_path):
         assert speed["ours_tok_s"] > 0 and speed["generate_tok_s"] > 0
         assert {(row["method"], row["batch"]) for row in model["engine_overhead"]} == {("ar", 1), ("ar", 4), ("eagle3", 1), ("eagle3", 4)}
         assert all(0 <= row["engine_overhead_share"] <= 1 and row["steps"] > 0 for row in model["engine_overhead"])
+        syncs = {(row["method"], row["batch"]): row["host_syncs_per_step"] for row in model["engine_overhead"]}
+        assert syncs["ar", 1] <= 3 and syncs["ar", 4] <= 3, syncs  # the verification and the NLL, whatever the batch
+        assert syncs["eagle3", 4] <= syncs["eagle3", 1] + 1, syncs  # four rows read back no more than one
     assert report["models"]["llama3.1-8b"]["forward"] == "LeanTreeLM-static"  # the GPU's static forward, run eagerly
     assert markdown.count("| llama3.1-8b | EAGLE-3 vs our AR |") == 2

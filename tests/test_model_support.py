@@ -98,3 +98,10 @@ def test_caches_are_keyed_by_the_weights_not_the_config_name(tmp_path, monkeypat
         (directory / "model.safetensors").write_bytes(head.numpy().tobytes() + rest.numpy().tobytes())
         fine_tunes.append({"name": "vicuna-7b", "path": str(directory)})
     assert registry.cache_name(fine_tunes[0]) != registry.cache_name(fine_tunes[1])
+
+    # the loaded model names its files (the same key as its entry); one built in memory, with
+    # no files, is keyed by its tensors (a benchmark's or the GPU check's random weights)
+    loaded = registry.load_model({**VICUNA, "path": a}, "float32", "cpu")
+    assert registry.cache_name(VICUNA, model=loaded) == names["a"]
+    in_memory = {seed: registry.cache_name(VICUNA, model=random_model("vicuna", seed=seed)) for seed in (1, 2)}
+    assert in_memory[1] != in_memory[2] and in_memory[1] == registry.cache_name(VICUNA, model=random_model("vicuna", seed=1))

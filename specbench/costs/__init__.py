@@ -58,7 +58,7 @@ def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool =
     verifies; `drafter_layers`: whether its drafter has layers (methods.drafter_layers)."""
     engine = cfg.get("engine") or {}
     requested_dtype = (cfg.get("hardware") or {}).get("dtype")
-    compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, registry.cache_name(cfg["model"]), hardware, cache_root(), refresh=refresh,
+    compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, registry.cache_name(cfg["model"], model=model), hardware, cache_root(), refresh=refresh,
                                             int8_mode=engine.get("int8_drafts", "auto"), fp16=compile_rule.fp16_mode(engine, requested_dtype),
                                             sizes=compile_sizes(dtype_rule.verified_sizes(cfg.get("method"))), drafter_layers=drafter_layers)
     return make_lm(model, hardware.get("forward", "auto"), compiled), record

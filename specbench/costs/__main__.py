@@ -30,7 +30,7 @@ def main(argv: list[str]) -> None:
     target, _ = costs.target_lm(model, cfg, hardware, refresh=refresh, drafter_layers=methods.drafter_layers(cfg["method"]))
     drafter = methods.load_drafter(cfg["method"], model, hardware, target.compiled)
     name = costs.drafter_id(cfg["method"].get("drafter"))
-    key = costs.profile_key(registry.cache_name(model_cfg), hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
+    key = costs.profile_key(registry.cache_name(model_cfg, model=model), hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
     longest = min(model_cfg.get("context_length") or model.config.max_position_embeddings, 2048)
     profile = costs.ensure_profile(key, target, longest, {name: drafter} if drafter else None,
                                    repeats=cfg["costs"]["repeats"], max_n=cfg["costs"]["max_n"], refresh=refresh)

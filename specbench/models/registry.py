@@ -185,6 +185,7 @@ def hub_reachable() -> bool:
 WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin", "*.pt", "*.gguf")
 SAMPLE_BYTES = 1 << 20
 SPREAD_SAMPLES, SPREAD_BYTES = 16, 1 << 16
+TENSOR_SAMPLES = 64  # values sampled from each tensor of a model built in memory (no files)
 
 
 def weights_id(cfg: dict | None, sample_bytes: int = SAMPLE_BYTES) -> str:
@@ -205,24 +206,33 @@ def weights_id(cfg: dict | None, sample_bytes: int = SAMPLE_BYTES) -> str:
     return digest.hexdigest()[:16]
 
 
-def weights_fingerprint(entry: dict, key: str = "model") -> str:
+def weights_fingerprint(entry: dict, key: str = "model", model: torch.nn.Module | None = None) -> str:
     """What the weights a model entry loads are, wherever they come from (a path, a package
     or the hub's local cache): each weight file's name, size and first MB (which holds a
     safetensors file's header: every tensor's name, dtype, shape and offsets) and
     SPREAD_SAMPLES stretches spread through the rest, so two fine-tunes of one model that
     share their first tensor (a frozen output layer or embedding) still differ. What every
     measured cache (probes, profiles, calibrated shapes) is keyed by: two sets of weights
-    under one config name never share a timing decision."""
+    under one config name never share a timing decision. Given the loaded `model`, the
+    files it was loaded from, or for a model built in memory (no files: a benchmark's
+    random weights) its tensors themselves."""
     digest = hashlib.sha256()
-    for file in weight_files(Path(resolve(entry, key))):
+    loaded_from = getattr(model, "name_or_path", "") if model is not None else None
+    if model is not None and not (loaded_from and weight_files(Path(loaded_from))):
+        for name, tensor in model.state_dict().items():
+            values = tensor.detach().flatten()
+            digest.update(f"{name}:{list(tensor.shape)}:{tensor.dtype}".encode())
+            digest.update(values[:: max(values.numel() // TENSOR_SAMPLES, 1)][:TENSOR_SAMPLES].float().cpu().numpy().tobytes())
+        return digest.hexdigest()[:16]
+    for file in weight_files(Path(loaded_from or resolve(entry, key))):
         _digest_file(digest, file, SAMPLE_BYTES, SPREAD_SAMPLES)
     return digest.hexdigest()[:16]
 
 
-def cache_name(entry: dict, key: str = "model") -> str:
+def cache_name(entry: dict, key: str = "model", model: torch.nn.Module | None = None) -> str:
     """The entry's name in cache file names: its config name (readable) and a short hash
-    of its weights (weights_fingerprint)."""
-    return f"{entry['name']}-{weights_fingerprint(entry, key)[:8]}"
+    of its weights (weights_fingerprint; of the loaded `model` where one is given)."""
+    return f"{entry['name']}-{weights_fingerprint(entry, key, model)[:8]}"
 
 
 def weight_files(directory: Path) -> list[Path]:

@@ -82,7 +82,7 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int, max
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
     target, _ = costs.target_lm(model, cfg, hardware)
-    key = costs.profile_key(registry.cache_name(model_cfg), hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
+    key = costs.profile_key(registry.cache_name(model_cfg, model=model), hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
     repeats = cfg["costs"]["repeats"]
     profile = costs.ensure_profile(key, target, context + 64, repeats=repeats, max_n=cfg["costs"]["max_n"])
     rows = []
