@@ -50,6 +50,18 @@ def chain(root: int, tokens: list[int]) -> DraftTree:
     return tree
 
 
+def same_outputs(ours, theirs):
+    """check(run): `run` on both LMs gives the same logits per row (None where a row fed
+    nothing) and the same features."""
+    def check(run):
+        ours_out, theirs_out = run(ours), run(theirs)
+        assert [z is None for z in ours_out] == [z is None for z in theirs_out]
+        torch.testing.assert_close(ours_out, theirs_out, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ours.features, theirs.features, rtol=1e-5, atol=1e-5)
+
+    return check
+
+
 PACKED = [Compiled(), Compiled(packed_from=1), Compiled(packed_from=4)]
 DENSE_FAMILIES = [family for family in FAMILIES if family != "qwen3-moe"]
 
@@ -99,12 +111,7 @@ def test_batched_logits_and_features_match_the_model_forward(family_target):
     prompts = [random_ids(30, 0), random_ids(7, 1), random_ids(19, 2)]
     trees = [binary_tree(5, 12), chain(6, [20, 21, 22, 23]), binary_tree(8, 5)]
     follow_ups = [chain(7, [9, 10]), binary_tree(11, 7), DraftTree.root(4)]
-
-    def check(run):
-        ours_out, theirs_out = run(ours), run(theirs)
-        assert [z is None for z in ours_out] == [z is None for z in theirs_out]
-        torch.testing.assert_close(ours_out, theirs_out, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(ours.features, theirs.features, rtol=1e-5, atol=1e-5)
+    check = same_outputs(ours, theirs)
 
     with torch.inference_mode():
         check(lambda lm: lm.forward(contexts=prompts))

@@ -15,12 +15,11 @@ from specbench.engine.graphs import BUCKETS, Replay, bucket
 from specbench.engine.lean import StaticTreeLM
 from specbench.engine.tree import DraftTree
 from specbench.trees.autoregressive import Autoregressive
-from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.verify.standard import StandardVerifier
 
 from conftest import VOCAB
-from test_lean import binary_tree, chain, random_ids
+from test_lean import binary_tree, chain, random_ids, same_outputs
 
 STATIC = Compiled(static=True)
 LIMITS = Limits(max_new_tokens=40, stop_token_ids=frozenset({2}))
@@ -50,12 +49,7 @@ def test_padded_forwards_give_the_unpadded_logits_and_features(target):
     prompts = [random_ids(80, 0), random_ids(7, 1), random_ids(19, 2)]
     trees = [binary_tree(5, 12), chain(6, [20, 21, 22, 23]), binary_tree(8, 5)]
     follow_ups = [chain(7, [9, 10]), binary_tree(11, 7), DraftTree.root(4)]
-
-    def check(run):
-        ours_out, theirs_out = run(ours), run(theirs)
-        assert [z is None for z in ours_out] == [z is None for z in theirs_out]
-        torch.testing.assert_close(ours_out, theirs_out, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(ours.features, theirs.features, rtol=1e-5, atol=1e-5)
+    check = same_outputs(ours, theirs)
 
     with torch.inference_mode():
         check(lambda lm: lm.forward(contexts=prompts))
