@@ -41,6 +41,20 @@ def _isolate_cache() -> None:
 _isolate_cache()
 
 
+def _keep_absl_off_pytests_stderr() -> None:
+    """rouge-score imports absl, whose logging handler joins the root logger writing to the
+    stream sys.stderr is at that moment (pytest's capture). A Hydra app run in this process
+    (run_in_process) reconfigures logging, which closes that stream unless it is sys.stderr
+    at the time, and there it is the run's own buffer: pytest lost its stderr and the suite
+    died. The process's own stderr (fd 2, still captured) is never closed."""
+    import absl.logging
+
+    absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
+_keep_absl_off_pytests_stderr()
+
+
 def run_in_process(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
     """`args` (`[sys.executable, "-m", module, ...]` or `[sys.executable, "script.py", ...]`)
     run as `python` would run it (as `__main__`, from the repository root, with `env` as the

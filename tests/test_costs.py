@@ -567,13 +567,13 @@ def test_bookkeeping_is_outside_the_clock(target, draft, prompts, monkeypatch):
     lm = TreeLM(target)
     method = Method(Chain(3), StandardVerifier(), SmallLMDrafter(draft, VOCAB))
     limits = Limits(max_new_tokens=24)
-    real_nll = loop._nll
+    real_nll = loop._nll_rows
 
     def slow_nll(*args):
         time.sleep(0.05)
         return real_nll(*args)
 
-    monkeypatch.setattr(loop, "_nll", slow_nll)
+    monkeypatch.setattr(loop, "_nll_rows", slow_nll)
     start = time.perf_counter()
     out = generate(lm, method, prompts[1], Sampling(), limits, on_step=lambda n, rows: time.sleep(0.05))
     wall = time.perf_counter() - start

@@ -32,7 +32,7 @@ def test_an_unsupported_family_is_one_line_before_any_weights_load(tmp_path, mon
     """A GPT-2 checkpoint given as model.path: exit 2, one line naming its model_type and
     architecture and the families that run; the weights are never read."""
     torch.manual_seed(0)
-    gpt2 = saved(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=64)), tmp_path / "gpt2")
+    gpt2 = saved(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=64, bos_token_id=0, eos_token_id=0)), tmp_path / "gpt2")
 
     def weights_read(*args, **kwargs):
         raise AssertionError("weights loaded")
