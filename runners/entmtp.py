@@ -60,7 +60,7 @@ from specbench.replicate.lookup import base_filters, not_run, one, parse_setting
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import by_source
 from specbench.replicate.sweep import Sweep
-from specbench.replicate.verdicts import all_hold, every_higher, positive
+from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, every_higher, positive
 
 NAME = "entmtp"
 TITLE = "EntMTP: task-aware draft trees for multi-token-prediction heads"
@@ -376,7 +376,7 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 # ---- claims -------------------------------------------------------------------------
 
-def missing_cases(verdict: bool | None, text: str, missing: list[str]) -> tuple[bool | None, str]:
+def missing_cases(verdict: bool | str | None, text: str, missing: list[str]) -> tuple[bool | str | None, str]:
     """A claim over every task with some task unmeasured: cannot tell (unless a measured one
     already disagrees), naming the missing ones."""
     if not missing:
@@ -398,8 +398,26 @@ def _faster(better, worse, names: tuple[str, str]):
                 missing.append(dataset)
         if not pairs:
             raise KeyError(f"{names[0]} and {names[1]} runs")
-        return missing_cases(*every_higher(pairs, "speedup", names), missing)
+        alike = [dataset for dataset, a_run, b_run in pairs if drafted_alike(a_run, b_run)]
+        if len(alike) == len(pairs):
+            return NOT_TESTABLE, (f"{NOT_TESTABLE}: {names[0]} drafted the same tree as {names[1]} at every step of every prompt on "
+                                  f"{', '.join(alike)} (only timing noise separates the two runs)")
+        verdict, text = every_higher([p for p in pairs if p[0] not in alike], "speedup", names)
+        if alike:
+            verdict = all_hold([verdict] + [NOT_TESTABLE] * len(alike))
+            text += f"; {NOT_TESTABLE} on {', '.join(alike)}: the same tree as {names[1]} at every step"
+        return missing_cases(verdict, text, missing)
     return check
+
+
+def drafted_alike(a: pd.Series, b: pd.Series) -> bool:
+    """Whether two runs drafted trees of the same shape at every step of every prompt (an
+    entropy scheduler that never left the static tree): their speed then differs by noise."""
+    def shapes(run):
+        records = results.samples(run)
+        return [r["method"]["tree_widths"] for r in records] if all("tree_widths" in r["method"] for r in records) else None
+    ours, theirs = shapes(a), shapes(b)
+    return ours is not None and ours == theirs
 
 
 BIAS_TOLERANCE = 5.0  # percent: the paper's 3.3% with room for a 135M model's noisier heads

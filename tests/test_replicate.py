@@ -484,13 +484,35 @@ def batched_run_on_disk(tmp_path, name, speedups, batch=8) -> str:
     return str(run_dir)
 
 
-def runs_on_disk(tmp_path, name, taus, speedups=None):
-    """A run whose per-prompt records give these taus (and per-prompt speedups over AR)."""
+def test_entmtp_a_scheduler_that_never_left_the_static_tree_is_not_testable(tmp_path):
+    """EntMTPτ against EntMTP where both drafted the same tree at every step of every prompt:
+    their speeds differ by timing noise alone, so the claim is not testable at this scale,
+    whatever the noise says; one task whose trees differ is judged on its speedups."""
+    bank = str(entmtp_bank(tmp_path / "bank.json"))
+
+    def row(method, dataset, speedup, widths, case):
+        on_disk = runs_on_disk(tmp_path, f"{case}-{method}-{dataset}", [2.0] * 12, [speedup + 0.01 * (i % 3) for i in range(12)], widths)
+        extra = {"config.method.tree.path_value": "best_path_value"} if method == "entmtp_tau" else {}
+        return run_row(method, dataset, 0.7, **{"speedup": speedup, "config.method.tree.bank": bank, "run_dir": on_disk["run_dir"], **extra})
+
+    static = [[1, 1], [1, 1]]
+    alike = pd.DataFrame([row(m, d, s, static, "alike") for d in entmtp.DATASETS for m, s in (("entmtp", 1.3), ("entmtp_tau", 1.1))])
+    verdict = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, alike)}[entmtp.CLAIMS[1].text]
+    assert verdict["verdict"] == "not testable at this scale" and "the same tree as entmtp at every step" in verdict["ours"]
+    one_differs = pd.DataFrame([row(m, d, s, static if d != "gsm8k" or m == "entmtp" else [[2], [1, 1]], "differs")
+                                for d in entmtp.DATASETS for m, s in (("entmtp", 1.3), ("entmtp_tau", 1.1))])
+    verdict = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, one_differs)}[entmtp.CLAIMS[1].text]
+    assert verdict["verdict"] == "does not agree" and "gsm8k" in verdict["ours"]  # slower where its trees differ
+
+
+def runs_on_disk(tmp_path, name, taus, speedups=None, widths=None):
+    """A run whose per-prompt records give these taus (and per-prompt speedups over AR, and
+    the tree widths of every step where `widths` is given)."""
     run_dir = tmp_path / name
     run_dir.mkdir()
     lines = []
     for i, tau in enumerate(taus):
-        method = {"new_tokens": 60, "target_forwards": 60 / tau, "seconds": 1.0}
+        method = {"new_tokens": 60, "target_forwards": 60 / tau, "seconds": 1.0} | ({"tree_widths": widths} if widths else {})
         baseline = {"new_tokens": 60, "target_forwards": 60, "seconds": (speedups or [1.0] * len(taus))[i]}
         lines.append(json.dumps({"id": str(i), "method": method, "baseline": baseline}))
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
