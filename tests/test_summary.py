@@ -38,7 +38,7 @@ def test_compiled_says_what_precision_the_forward_computes_in():
     assert Compiled(packed_from=4, int8_drafts_below=8).precision("float32") == "float32"
     assert Compiled(float_attention=True).precision("bfloat16") == "bfloat16, one-token attention in fp32"
     assert Compiled(float_attention=True).precision("float32") == "float32"
-    plan = RunPlan(dtype="float32", precision=FP16_PRECISION, dtype_choice=None, forward="LeanTreeLM-fp16-weights", compile_choice=None,
+    plan = RunPlan(dtype="float32", precision=FP16_PRECISION, dtype_choice=None, forward="LeanTreeLM-fp16-weights", forward_note="lean", compile_choice=None,
                    tree={}, shape_choice=None, profile=None, drafter=None, tree_overhead=None)
     decisions = plan.decisions("cpu")
     assert decisions["dtype"] == "float32" and decisions["precision"] == FP16_PRECISION
