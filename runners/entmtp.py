@@ -400,8 +400,8 @@ def _faster(better, worse, names: tuple[str, str]):
             raise KeyError(f"{names[0]} and {names[1]} runs")
         alike = [dataset for dataset, a_run, b_run in pairs if drafted_alike(a_run, b_run)]
         if len(alike) == len(pairs):
-            return NOT_TESTABLE, (f"{NOT_TESTABLE}: {names[0]} drafted the same tree as {names[1]} at every step of every prompt on "
-                                  f"{', '.join(alike)} (only timing noise separates the two runs)")
+            return missing_cases(NOT_TESTABLE, f"{NOT_TESTABLE}: {names[0]} drafted the same tree as {names[1]} at every step of every prompt on "
+                                               f"{', '.join(alike)} (only timing noise separates the two runs)", missing)
         verdict, text = every_higher([p for p in pairs if p[0] not in alike], "speedup", names)
         if alike:
             verdict = all_hold([verdict] + [NOT_TESTABLE] * len(alike))

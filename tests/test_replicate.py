@@ -499,6 +499,9 @@ def test_entmtp_a_scheduler_that_never_left_the_static_tree_is_not_testable(tmp_
     alike = pd.DataFrame([row(m, d, s, static, "alike") for d in entmtp.DATASETS for m, s in (("entmtp", 1.3), ("entmtp_tau", 1.1))])
     verdict = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, alike)}[entmtp.CLAIMS[1].text]
     assert verdict["verdict"] == "not testable at this scale" and "the same tree as entmtp at every step" in verdict["ours"]
+    without_sharegpt = alike[alike["config.dataset.name"] != "sharegpt"]  # a task with no run is named, never passed over
+    verdict = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, without_sharegpt)}[entmtp.CLAIMS[1].text]
+    assert verdict["verdict"] == "cannot tell" and "cannot tell for sharegpt: no runs" in verdict["ours"]
     one_differs = pd.DataFrame([row(m, d, s, static if d != "gsm8k" or m == "entmtp" else [[2], [1, 1]], "differs")
                                 for d in entmtp.DATASETS for m, s in (("entmtp", 1.3), ("entmtp_tau", 1.1))])
     verdict = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, one_differs)}[entmtp.CLAIMS[1].text]
