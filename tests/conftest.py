@@ -6,6 +6,7 @@ import io
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,20 @@ def run_in_process(args: list[str], env: dict | None = None) -> subprocess.Compl
         torch.set_num_threads(threads)
         _forget_hydra()
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def run_launcher(args: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run for a command whose launcher starts job processes: in a session of its
+    own, and on timeout the whole group is killed (submitit's jobs ignore SIGTERM, and orphans
+    left at 25% CPU each slowed every later test)."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 
 def _forget_hydra() -> None:

@@ -3,7 +3,6 @@ SLURM submission they generate, and a tiny cpu-scale run end to end."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import run_in_process
+from conftest import run_in_process, run_launcher
 from runners import cast, entmtp, mars, talon
 from specbench.replicate import report, results, tables
 
@@ -160,10 +159,10 @@ def test_slurm_submission_asks_for_the_models_gpus(tmp_path, model, hardware, gp
         tool.chmod(0o755)
     record = tmp_path / "submission.sh"
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SBATCH_RECORD": str(record)}
-    subprocess.run(  # a multirun's launcher: in a process of its own, as submitit's below
+    run_launcher(  # a multirun's launcher: in a process of its own, as submitit's below
         [sys.executable, "-m", "specbench", "-m", "hydra/launcher=slurm", f"model={model}", f"hardware={hardware}", "method=mars,eagle3",
          "hydra.launcher.partition=gpu", "hydra.launcher.account=lab", "hydra.launcher.timeout_min=600", f"output_root={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+        timeout=300, cwd=ROOT, env=env,
     )
     script = record.read_text()
     for line in (f"#SBATCH --gpus-per-node={gpus}", "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --time=600", "#SBATCH --array=0-1"):
@@ -175,9 +174,9 @@ def test_submitit_local_runs_the_jobs_one_at_a_time_in_their_own_processes_and_s
     baseline, cost profile or probes: the two jobs take seconds each on an idle machine.)"""
     quick = ["method=ar", "baseline.mode=none", "costs.profile=false", "costs.calibrate_tree=false", "hardware.dtype=float32",
              "engine.compile=off", "engine.int8_drafts=off", "engine.fp16_weights=off", "dataset.limit=1", "dataset.max_turns=1"]
-    result = subprocess.run(
+    result = run_launcher(
         [sys.executable, "-m", "specbench", "-m", "hydra/launcher=submitit_local", "gen.max_new_tokens=5,6", *quick, f"output_root={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        timeout=600, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     jobs = sorted((tmp_path / "multirun" / ".submitit").glob("*/*_submitted.pkl"), key=lambda p: p.stat().st_mtime)

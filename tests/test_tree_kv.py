@@ -94,6 +94,7 @@ def test_tree_mask_in_a_batched_cache(target):
     assert row1[1].tolist()[5:] == [True, True, False, True, True, False, False]  # node 3: 0 1 2 3
     assert not row1[:2, 10:].any()  # row 1 feeds 2 of the 4 new columns: never its padding
     assert plan.positions.tolist() == [[5, 5, 5, 6], [7, 8, 0, 0]]
+    assert plan.position_bound == 9  # 1 + the largest position, from the host's bookkeeping: RoPE tables size by it unread
 
 
 def sequential_logits(model, ids):

@@ -130,7 +130,7 @@ class EagleDrafter(Drafter):
     def _forward(self, tokens: torch.Tensor, features: torch.Tensor, plan):
         embeds = self.embed(tokens.to(self.embed.weight.device)).to(device=self.head.fc.weight.device, dtype=self.head.fc.weight.dtype)
         mask = plan.mask if plan.mask is not None else plan.causal_mask()
-        hidden, logits, self.past = self.head(embeds, features, plan.positions, self.past, mask)
+        hidden, logits, self.past = self.head(embeds, features, plan.positions, self.past, mask, position_bound=plan.position_bound)
         self.layout.advance(plan)
         self.forwards += 1
         return hidden, logits

@@ -29,6 +29,7 @@ class Plan:
     nodes: list[list[int]]  # tree nodes fed per row, after its context
     positions: torch.Tensor  # long [B, width]
     mask: torch.Tensor | None  # bool [B, width, start + width] (True = attend); None = plain causal
+    position_bound: int  # 1 + the largest position, known on the host: RoPE tables grow without reading `positions` back
 
     def causal_mask(self) -> torch.Tensor:
         """Bool [width, start + width]: the plain causal mask `mask` None stands for."""
@@ -56,14 +57,17 @@ class ColumnCache:
         counts = [c + len(n) for c, n in zip(contexts, nodes)]
         width = max(counts)
         positions = torch.zeros(self.batch_size, width, dtype=torch.long)
+        bound = 1
         for b, (n_context, row_nodes) in enumerate(zip(contexts, nodes)):
             base = self.lengths[b]
             positions[b, :n_context] = torch.arange(base, base + n_context)
+            bound = max(bound, base + n_context)
             if row_nodes:
-                depths = torch.tensor([trees[b].depths[n] for n in row_nodes])
-                positions[b, n_context : n_context + len(row_nodes)] = base + n_context + node_offset + depths
+                depths = [trees[b].depths[n] for n in row_nodes]
+                positions[b, n_context : n_context + len(row_nodes)] = base + n_context + node_offset + torch.tensor(depths)
+                bound = max(bound, base + n_context + node_offset + max(depths) + 1)
         mask = None if self._causal_suffices(contexts, trees, nodes) else self._mask(start, width, contexts, trees, nodes)
-        return Plan(start, width, list(contexts), [list(n) for n in nodes], positions.to(self.device), mask)
+        return Plan(start, width, list(contexts), [list(n) for n in nodes], positions.to(self.device), mask, bound)
 
     def _causal_suffices(self, contexts, trees, nodes) -> bool:
         """One row, no holes, no cached tree nodes, and the fed nodes form the chain 0, 1, ..."""

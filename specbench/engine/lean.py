@@ -95,17 +95,22 @@ class RopeTable(torch.nn.Module):
         self.rows = 0
         self.tables: dict = {}  # (dtype, device) -> (cos, sin) [rows, head_dim]
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        needed = int(positions.max()) + 1
-        if needed > self.rows:
-            self.rows, self.tables = max(needed, 2 * self.rows, INITIAL_ROWS), {}
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, bound: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`bound`: 1 + the largest of `positions` where the caller knows it on the host (the
+        engine's Plan does); None reads it from `positions`, a host synchronisation."""
+        cos, sin = self.table(int(positions.max()) + 1 if bound is None else bound, x)
+        return cos[positions], sin[positions]
+
+    def table(self, rows: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) [at least `rows`, head_dim] in x's dtype on x's device, grown as needed."""
+        if rows > self.rows:
+            self.rows, self.tables = max(rows, 2 * self.rows, INITIAL_ROWS), {}
         key = (x.dtype, x.device)
         if key not in self.tables:
             freqs = torch.arange(self.rows, dtype=torch.float, device=self.inv_freq.device)[:, None] * self.inv_freq.float()[None]
             emb = torch.cat((freqs, freqs), dim=-1)
             self.tables[key] = tuple((f(emb) * self.scale).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin))
-        cos, sin = self.tables[key]
-        return cos[positions], sin[positions]
+        return self.tables[key]
 
 
 class LeanTreeLM(TreeLM):
@@ -196,7 +201,7 @@ class LeanTreeLM(TreeLM):
         batch, n = tokens.shape
         start = self._rows
         self._reserve(start + n)
-        cos, sin = self._rope(self.embed, plan.positions)
+        cos, sin = self._rope(self.embed, plan.positions, plan.position_bound)
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, n, d]: broadcast over heads
         if plan.mask is not None:
             attn_mask = plan.mask[:, None]  # [B, 1, n, kv]
@@ -300,9 +305,7 @@ class StaticTreeLM(LeanTreeLM):
     def _reserve(self, rows: int) -> None:
         """The cache for `rows` columns, and RoPE rows for all of its columns."""
         super()._reserve(rows)
-        columns = self._k.shape[3]
-        if self._rope.rows < columns:
-            self._rope(self.embed, torch.tensor([columns - 1], device=self.device))
+        self._rope.table(self._k.shape[3], self.embed)
 
     @staticmethod
     def _cached_kv(k_cache, v_cache, k, v, start: int | torch.Tensor):
@@ -332,7 +335,7 @@ class StaticTreeLM(LeanTreeLM):
 
     def _replay(self, inputs: tuple[torch.Tensor, ...]):
         """The static forward over `inputs`, through the Replay of its shapes."""
-        table = self._rope.tables[(self.embed.dtype, self.embed.device)]
+        table = self._rope.table(self._k.shape[3], self.embed)
         if len(self._replays_for) != 2 or self._replays_for[0] is not self._k or self._replays_for[1] is not table:
             self._replays, self._replays_for = {}, (self._k, table)  # graphs hold addresses: a new cache needs new ones
         key = (inputs[2].shape, bool(self.feature_layers))
@@ -343,7 +346,7 @@ class StaticTreeLM(LeanTreeLM):
     def _static_forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, columns: torch.Tensor):
         """The lean layers over padded `tokens` [B, W] at `positions`, attending as `mask`
         [B, 1, W, cache columns] says, their K and V written at `columns` [W]."""
-        cos, sin = self._rope.tables[(self.embed.dtype, self.embed.device)]
+        cos, sin = self._rope.table(self._k.shape[3], self.embed)
         return self._layers(F.embedding(tokens, self.embed), cos[positions][:, None], sin[positions][:, None], mask, columns)
 
 

@@ -59,11 +59,11 @@ class Eagle1Head(nn.Module):
         """A committed row's feature is the target's last hidden state itself."""
         return target_features
 
-    def forward(self, embeds, features, positions, past, mask, logits_at=None):
+    def forward(self, embeds, features, positions, past, mask, logits_at=None, position_bound=None):
         """embeds, features [B, n, H]; positions [B, n]. Returns (predicted next feature
         [B, n, H], target-vocabulary logits [B, n, V], new past); with `logits_at` (bool
         [B, n]) the logits of those rows only, [N, V] (as Eagle3Head.forward)."""
-        cos, sin = self.rotary(embeds, positions)
+        cos, sin = self.rotary(embeds, positions, position_bound)  # bound: see RopeTable.forward
         hidden, present = self.layers[0](self.fc(torch.cat([embeds, features], dim=-1)), cos, sin, past, mask)
         return hidden, nn.functional.linear(hidden if logits_at is None else hidden[logits_at], self.lm_head_weight), present
 

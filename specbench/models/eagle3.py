@@ -125,12 +125,12 @@ class Eagle3Head(nn.Module):
     def uses_reduced_vocab(self) -> bool:
         return self.config.draft_vocab_size != self.config.vocab_size
 
-    def forward(self, embeds, features, positions, past, mask, logits_at=None):
+    def forward(self, embeds, features, positions, past, mask, logits_at=None, position_bound=None):
         """embeds, features [B, n, H] (features already projected); positions [B, n].
         Returns (pre-norm hidden [B, n, H], draft-vocab logits [B, n, Vd], new past);
         with `logits_at` (bool [B, n]) the logits of those rows only, [N, Vd]: training
         scores answer rows only, and the vocabulary projection is most of a step."""
-        cos, sin = self.rotary(embeds, positions)
+        cos, sin = self.rotary(embeds, positions, position_bound)  # bound: see RopeTable.forward
         depth = 1 + len(self.layers)
         pasts = [None] * depth if past is None else list(zip(past[0].chunk(depth, dim=1), past[1].chunk(depth, dim=1)))
         hidden, present = self.midlayer(embeds, features, cos, sin, pasts[0], mask)
