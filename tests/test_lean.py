@@ -100,15 +100,16 @@ def test_logits_and_features_match_the_model_forward(family_target, compiled):
         check(lambda lm: lm.forward(trees=[DraftTree.root(4)], nodes=[[0]]))
 
 
-def test_batched_logits_and_features_match_the_model_forward(family_target):
-    """Three rows of different prompt lengths, trees and accepted path lengths (rows move
-    and leave masked holes), some rows feeding nothing, then a row leaving the batch."""
-    target = family_target
-    ours, theirs = LeanTreeLM(target), TreeLM(target)
+def three_uneven_rows(ours, theirs, first_prompt: int):
+    """Drive `ours` and `theirs` through one scenario, checking every forward's logits and
+    features equal: three rows of different prompt lengths (row 0's `first_prompt` tokens),
+    trees of different widths, accepted paths of different lengths (rows move and leave
+    masked holes), rows feeding nothing or part of a tree, new context, then a row leaving.
+    Returns `check` for further steps."""
     ours.feature_layers = theirs.feature_layers = (0, 1, 2)
     for lm in (ours, theirs):
         lm.reset(3)
-    prompts = [random_ids(30, 0), random_ids(7, 1), random_ids(19, 2)]
+    prompts = [random_ids(first_prompt, 0), random_ids(7, 1), random_ids(19, 2)]
     trees = [binary_tree(5, 12), chain(6, [20, 21, 22, 23]), binary_tree(8, 5)]
     follow_ups = [chain(7, [9, 10]), binary_tree(11, 7), DraftTree.root(4)]
     check = same_outputs(ours, theirs)
@@ -129,6 +130,13 @@ def test_batched_logits_and_features_match_the_model_forward(family_target):
         for lm in (ours, theirs):
             lm.keep([0, 1])
         check(lambda lm: lm.forward(trees=[trees[2], trees[0]], nodes=[range(5), range(12)]))
+    return check
+
+
+def test_batched_logits_and_features_match_the_model_forward(family_target):
+    ours, theirs = LeanTreeLM(family_target), TreeLM(family_target)
+    check = three_uneven_rows(ours, theirs, first_prompt=30)
+    with torch.inference_mode():
         for lm in (ours, theirs):
             lm.commit([[0, 1, 3], [0, 2]])
             lm.keep([1])

@@ -13,13 +13,12 @@ from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.engine.graphs import BUCKETS, Replay, bucket
 from specbench.engine.lean import StaticTreeLM
-from specbench.engine.tree import DraftTree
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.verify.standard import StandardVerifier
 
 from conftest import VOCAB
-from test_lean import binary_tree, chain, random_ids, same_outputs
+from test_lean import three_uneven_rows
 
 STATIC = Compiled(static=True)
 LIMITS = Limits(max_new_tokens=40, stop_token_ids=frozenset({2}))
@@ -39,31 +38,10 @@ def test_static_mode_builds_the_static_forward(target, tmp_path):
 
 
 def test_padded_forwards_give_the_unpadded_logits_and_features(target):
-    """Three rows of different prompt lengths, trees of widths that pad (3, 5, 7, 12), holes
-    where rows accept fewer tokens, rows feeding nothing, a row leaving, and a prefill wider
-    than every bucket."""
-    ours, theirs = make_lm(target, "lean", STATIC), LeanTreeLM(target)
-    ours.feature_layers = theirs.feature_layers = (0, 1, 2)
-    for lm in (ours, theirs):
-        lm.reset(3)
-    prompts = [random_ids(80, 0), random_ids(7, 1), random_ids(19, 2)]
-    trees = [binary_tree(5, 12), chain(6, [20, 21, 22, 23]), binary_tree(8, 5)]
-    follow_ups = [chain(7, [9, 10]), binary_tree(11, 7), DraftTree.root(4)]
-    check = same_outputs(ours, theirs)
-
-    with torch.inference_mode():
-        check(lambda lm: lm.forward(contexts=prompts))
-        check(lambda lm: lm.forward(trees=trees, nodes=[range(len(t)) for t in trees]))
-        for lm in (ours, theirs):
-            lm.commit([[0, 2, 5], [0, 1, 2, 3, 4], [0]])
-        check(lambda lm: lm.forward(trees=follow_ups, nodes=[range(3), [0, 1, 3], []]))
-        check(lambda lm: lm.forward(trees=follow_ups, nodes=[[], [2, 5, 6], [0]]))
-        for lm in (ours, theirs):
-            lm.commit([[0, 1], [0, 2, 6], [0]])
-        check(lambda lm: lm.forward(contexts=[[12], [13, 14, 15], []]))
-        for lm in (ours, theirs):
-            lm.keep([0, 1])
-        check(lambda lm: lm.forward(trees=[trees[2], trees[0]], nodes=[range(5), range(12)]))
+    """test_lean's three uneven rows, padded to width buckets (tree widths 3, 5, 7 and 12)
+    and with a prefill wider than every bucket."""
+    ours = make_lm(target, "lean", STATIC)
+    three_uneven_rows(ours, LeanTreeLM(target), first_prompt=80)
     assert {key[0][2] for key in ours._replays} == {16}  # the widest forward since the last keep ran padded
     assert all(key[0][3] == ours._k.shape[3] for key in ours._replays)  # over the whole cache
 
