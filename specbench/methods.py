@@ -55,6 +55,13 @@ def load_drafter(method_cfg: dict, target, hardware: dict, compiled: Compiled = 
     return drafter_loader(method_cfg["drafter"])(target=target, hardware=hardware, compiled=compiled)
 
 
+def widest(method_cfg: dict) -> int | None:
+    """The widest forward a method's tree policy verifies where its settings fix it
+    (TreePolicy.widest); None with `auto` tree keys, which calibration decides later."""
+    tree = method_cfg["tree"]
+    return None if auto_keys(tree) else instantiate_part(tree, "method.tree").widest()
+
+
 def drafter_layers(method_cfg: dict) -> bool:
     """Whether the method's drafter runs linear layers (none: AR, Lookahead, PLD)."""
     return bool(method_cfg.get("drafter")) and drafter_loader(method_cfg["drafter"]).func.layers

@@ -145,11 +145,12 @@ class Target:
 def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool) -> tuple[RunPlan, RunParts]:
     """The run's plan and its parts. `auto` values are decided here from measured costs:
     the dtype (costs.dtype), then any `auto` tree keys (costs.autotune, calibration decodes
-    priced with the cost profile), then, where plain AR is fastest in another dtype than
-    the one drafting was calibrated in, dtype and shape together (weigh_dtype)."""
+    priced with the cost profile), then, where the other dtype is faster for plain AR or at
+    some tree sizes, dtype and shape together (weigh_dtype)."""
     method_cfg = cfg["method"]
     registry.resolve(cfg["model"], "model")  # not on this machine: refused before the dtype probe announces timing it
-    dtype, dtype_choice = costs.resolve_dtype(dict(cfg["hardware"]), cfg["model"], method_cfg=method_cfg, engine=cfg.get("engine"))
+    dtype, dtype_choice = costs.resolve_dtype(dict(cfg["hardware"]), cfg["model"], method_cfg=method_cfg, engine=cfg.get("engine"),
+                                              widest=methods.widest(method_cfg))
     model, tokenizer = load_target(cfg["model"], dtype, cfg["hardware"]["device"])
     setting = setting_for(cfg, samples, model, tokenizer)
     for sample in samples:  # a first turn that cannot fit fails before any cost is measured
@@ -162,10 +163,10 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
         profile = cost_profile(setting, target, drafter)
         tree, shape_choice = autotune.tune(tree, drafter, verifier, target.lm, profile, calibration(setting))
         runs = shape_choice.pop("runs", None)  # kept apart: the summary needs the choice, not every decode
-        ar_dtype = (dtype_choice or {}).get("ar_dtype", dtype)
-        if ar_dtype != dtype and runs is not None:
+        other = weighed_against(dtype, dtype_choice)
+        if other and runs is not None:
             target, drafter, tree, shape_choice, profile, dtype_choice = weigh_dtype(
-                setting, target, drafter, profile, shape_choice, runs, dtype_choice, ar_dtype)
+                setting, target, drafter, profile, shape_choice, runs, dtype_choice, other)
     if not drafts(tree):  # no shape pays on this machine: the drafter is not run at all
         drafter = None
     if cached_baseline:
@@ -209,11 +210,19 @@ def forward_of(cfg: dict, model, dtype: str) -> Target:
     return Target(dtype, hardware, model, lm, compile_choice, note)
 
 
+def weighed_against(dtype: str, dtype_choice: dict | None) -> str | None:
+    """The other dtype a calibrated shape is priced in too: plain AR's where that differs
+    (an AVX2-only CPU: bf16 wins one-token forwards, fp32 wide ones), else one faster at
+    some of the probed tree sizes (an AMX Xeon: fp32 wins one token, bf16 16 and more)."""
+    choice = dtype_choice or {}
+    ar_dtype = choice.get("ar_dtype", dtype)
+    return ar_dtype if ar_dtype != dtype else choice.get("contender")
+
+
 def weigh_dtype(setting: Setting, calibrated: Target, drafter, calibrated_profile: CostProfile, shape_choice: dict, runs: list,
                 dtype_choice: dict, other: str):
-    """When plain AR is fastest in another dtype than the one drafting was calibrated in
-    (an AVX2-only CPU: bf16 wins one-token forwards, fp32 wide ones), price the calibrated
-    shapes in `other` too and decode in the dtype and shape predicted fastest. Returns the
+    """Price the shapes calibrated in one dtype in `other` too (weighed_against) and decode
+    in the dtype and shape predicted fastest. Returns the
     target, drafter, tree, shape choice, profile and dtype choice the run goes on with."""
     cfg = setting.cfg
     model, _ = load_target(cfg["model"], other, cfg["hardware"]["device"])

@@ -357,21 +357,26 @@ def test_mars_records_its_decisions_and_the_target_nll(tmp_path):
     assert "mean_common_prefix_tokens" in summary["agreement_with_baseline"]
 
 
-def test_where_ar_is_faster_in_another_dtype_a_drafting_run_weighs_both(tmp_path):
-    """On an AVX2-only CPU (the AMD EPYC Zen 3 probe below: bf16 wins one-token forwards, fp32
-    wide ones) a drafting method calibrated in fp32 is priced in bf16 too and decodes in the
-    dtype and shape predicted fastest, its AR baseline paired in that same dtype; both dtypes'
-    profiles are cached and the summary says what was weighed."""
+@pytest.mark.parametrize("probe", [
+    # AMD EPYC Zen 3, AVX2 only: bf16 wins one-token forwards, fp32 wide ones (AR is faster in the other dtype)
+    {"bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0}, "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0}},
+    # Intel Xeon Emerald Rapids, AMX: fp32 wins one-token forwards, bf16 wide ones (the tree sizes decide)
+    {"bfloat16": {"1": 37.0, "4": 37.0, "16": 35.0, "64": 56.0}, "float32": {"1": 32.0, "4": 50.0, "16": 65.0, "64": 129.0}},
+], ids=["avx2", "amx"])
+def test_where_the_dtypes_split_a_drafting_run_weighs_both(tmp_path, probe):
+    """Where neither dtype wins every probed size, a drafting method whose shape is `auto`
+    is calibrated in the rule's dtype, priced in the other too, and decodes in the dtype and
+    shape predicted fastest, its AR baseline paired in that same dtype; both dtypes' profiles
+    are cached and the summary says what was weighed."""
     from specbench.costs import dtype as dtype_rule
     from specbench.costs.fingerprint import device_fingerprint
 
     from conftest import own_cache
 
     cache = own_cache(tmp_path / "cache")  # the other tests keep this machine's real probe
-    zen3 = {"bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0}, "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0}}
     here = device_fingerprint("cpu", 2)
     target = registry.cache_name(OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "smollm2-135m.yaml")))  # caches name the weights
-    dtype_rule.probe_path(cache / "costs", f"{target}-auto-compile-off", here).write_text(json.dumps({"fingerprint": here, "version": dtype_rule.PROBE_VERSION, "context": 256, "probe": zen3,
+    dtype_rule.probe_path(cache / "costs", f"{target}-auto-compile-off", here).write_text(json.dumps({"fingerprint": here, "version": dtype_rule.PROBE_VERSION, "context": 256, "probe": probe,
                                                                                                        "parts": [f"n={n}" for n in dtype_rule.PROBE_SIZES]}))
     # fp16 weights and packing off: the probe above is of plain bf16 and fp32 forwards (its cache
     # name says so), and no compile probe of either dtype runs

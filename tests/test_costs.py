@@ -351,6 +351,47 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
     assert dtype == "float32" and timed[-2:] == [(1,), (4, 16, 64)]
 
 
+def test_auto_dtype_of_a_fixed_tree_is_decided_at_its_widest_forward(tmp_path, monkeypatch):
+    """An AMX Xeon (Emerald Rapids), measured: fp32 wins the one-token forward, bf16 every
+    wider one. TALON at budget 60 verifies 60 tokens a step, so it decodes in bf16 (in fp32 it
+    ran at 0.58x AR), noting that plain AR would run in fp32; a method whose tree shape is
+    still `auto` stays in the every-size rule's fp32, with bf16 named as the contender that
+    calibration prices too (plan.weigh_dtype)."""
+    amx = {"bfloat16": {"1": 37, "4": 37, "16": 35, "60": 54, "64": 56}, "float32": {"1": 32, "4": 50, "16": 65, "60": 121, "64": 129}}
+    timed = []
+
+    def measure(load_model, sizes, forward="auto", **_):
+        timed.append(sizes)
+        return {d: {str(n): per[str(n)] for n in sizes} for d, per in amx.items()}
+
+    monkeypatch.setattr(dtype_rule, "measure", measure)
+    talon = {"drafter": {"_target_": "specbench.drafters.eagle.load"},
+             "tree": {"_target_": "specbench.trees.talon.TalonTree", "budget": 60, "mu": 0.03, "top_k": 10}}
+    assert methods.widest(talon) == 60 and dtype_rule.verified_sizes(talon, methods.widest(talon)) == (60,)
+    cpu, quiet = {"dtype": "auto", "device": "cpu", "threads": 2}, {"log": lambda *_: None}
+    dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=(60,), **quiet)
+    assert dtype == "bfloat16" and timed == [(1, 60)]  # one token too: what plain AR would run in
+    assert record["ar_dtype"] == "float32" and record["note"].startswith("plain AR would run in float32 here") and "contender" not in record
+    dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.PROBE_SIZES, **quiet)
+    assert dtype == "float32" and record["contender"] == "bfloat16" and "note" not in record
+
+
+@pytest.mark.parametrize("tree, width", [
+    ({"_target_": "specbench.trees.talon.TalonTree", "budget": 48}, 48),
+    ({"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 10, "depth": 6, "total_tokens": 50}, 50),
+    ({"_target_": "specbench.trees.cast.CastTree", "total_tokens": 72, "c1": 3, "c2": 3, "c3": 3}, 72),
+    ({"_target_": "specbench.trees.chain.Chain", "gamma": 7}, 8),
+    ({"_target_": "specbench.trees.static.StaticTree", "choices": [[0], [1], [0, 0]]}, 4),
+    ({"_target_": "specbench.trees.opt.OptTree", "nodes": 60}, 61),
+    ({"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 10, "depth": 6, "total_tokens": "auto"}, None),
+    ({"_target_": "specbench.trees.lookahead.LookaheadTree", "window": 4, "ngram": 3, "candidates": 2}, None),
+])
+def test_a_tree_policy_names_the_widest_forward_its_settings_fix(tree, width):
+    """Root included, as the verification forward feeds it; None where the draft decides
+    (Lookahead's n-gram pool) or calibration still will (`auto` keys)."""
+    assert methods.widest({"tree": tree}) == width
+
+
 def test_auto_candidates_fill_only_auto_keys():
     cfg = {"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 4, "depth": "auto", "total_tokens": "auto"}
     options = candidates(cfg)

@@ -26,11 +26,11 @@ def cache_root() -> Path:
 
 
 def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method_cfg: dict | None = None,
-                  engine: dict | None = None) -> tuple[str, dict | None]:
+                  engine: dict | None = None, widest: int | None = None) -> tuple[str, dict | None]:
     """(dtype, the probe behind it) for `hardware.dtype`, `auto` decided for this model on
     this machine (specbench.costs.dtype) at the forward sizes `method_cfg` verifies (all
-    probed sizes without one), each dtype run as `engine.compile` would run it; explicit
-    dtypes pass through."""
+    probed sizes without one; `widest`: its tree policy's widest forward, where the settings
+    fix it), each dtype run as `engine.compile` would run it; explicit dtypes pass through."""
     def load_model(dtype: str):
         return registry.load_model(model_cfg, dtype, hardware["device"])
 
@@ -42,7 +42,7 @@ def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method
         return compile_rule.resolve(mode, model, name, hardware, cache_root(), fp16=fp16, sizes=compile_sizes(sizes),
                                     drafter_layers=False)[0]
 
-    return dtype_rule.resolve(hardware, name, load_model, cache_root(), refresh=refresh, sizes=dtype_rule.verified_sizes(method_cfg),
+    return dtype_rule.resolve(hardware, name, load_model, cache_root(), refresh=refresh, sizes=dtype_rule.verified_sizes(method_cfg, widest),
                               compile_choice=compile_choice, compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}")
 
 

@@ -38,13 +38,19 @@ PROBE_VERSION = 3  # 2: both dtypes timed in the same shuffled passes; 3: sizes 
 ONE_TOKEN_TIE = 0.05
 
 
-def verified_sizes(method_cfg: dict | None) -> tuple[int, ...]:
+def verified_sizes(method_cfg: dict | None, widest: int | None = None) -> tuple[int, ...]:
     """The forward sizes whose cost decides a method's dtype: one token for a method that
-    drafts nothing, every probed size otherwise (and without a method)."""
+    drafts nothing; for one whose settings fix the widest forward it verifies (`widest`,
+    TreePolicy.widest: TALON's budget, EAGLE's total_tokens, a chain's gamma + 1), that width,
+    where its step's cost lies (an AMX Xeon: fp32 32 vs bf16 37 ms at one token, 129 vs 56 at
+    64; TALON at budget 60 decoded at 0.58x AR in fp32); every probed size otherwise (and
+    without a method)."""
     if method_cfg is None:
         return PROBE_SIZES
     drafts = method_cfg.get("drafter") is not None or (method_cfg.get("tree") or {}).get("_target_") != DRAFTING_OFF["_target_"]
-    return PROBE_SIZES if drafts else ONE_TOKEN
+    if not drafts:
+        return ONE_TOKEN
+    return (widest,) if widest and widest > 1 else PROBE_SIZES
 
 
 def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> str:
@@ -56,6 +62,15 @@ def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SI
     if sizes == ONE_TOKEN and one_token_tie(probe):
         return choose(probe)
     return "bfloat16" if all(bf16[str(n)] <= fp32[str(n)] for n in sizes) else "float32"
+
+
+def contender(probe: dict[str, dict[str, float]], chosen: str, sizes: tuple[int, ...]) -> str | None:
+    """The other dtype where it is faster at some of `sizes` (the rule chose `chosen` for
+    being at most as slow at every size): a method whose tree shape is still to be calibrated
+    is then priced in both dtypes (plan.weigh_dtype), since its shape decides which sizes it
+    verifies."""
+    other = next(d for d in CANDIDATES if d != chosen)
+    return other if any(probe[other][str(n)] < probe[chosen][str(n)] for n in sizes) else None
 
 
 def one_token_tie(probe: dict[str, dict[str, float]]) -> bool:
@@ -110,15 +125,20 @@ def resolve(
 
         return cached_probe(path, fingerprint, timed_parts, [f"n={n}" for n in needed], refresh, version=PROBE_VERSION, log=log)
 
-    record, seconds = timed(sizes)
+    record, seconds = timed(sizes if 1 in sizes else (1, *sizes))  # one token too: AR's dtype, for the note below
     if sizes == ONE_TOKEN and one_token_tie(record["probe"]):  # the rule then looks at the wider sizes too
         record, wider = timed(PROBE_SIZES)
         seconds = wider if seconds is None else seconds + (wider or 0.0)
     probe = record["probe"]
     chosen = choose(probe, sizes)
-    tie = f" (one-token forwards within {ONE_TOKEN_TIE:.0%}: the dtype of n in {list(PROBE_SIZES)})" if sizes == ONE_TOKEN else ""
-    record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}{tie}", "sizes": list(sizes)}
-    plain = record["ar_dtype"] = choose(probe, ONE_TOKEN)
+    if sizes == ONE_TOKEN:
+        why = f" (one-token forwards within {ONE_TOKEN_TIE:.0%}: the dtype of n in {list(PROBE_SIZES)})" if one_token_tie(probe) else ""
+    else:
+        why = ", the widest forward this method's settings verify" if len(sizes) == 1 else ""
+    record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}{why}", "sizes": list(sizes)}
+    plain = record["ar_dtype"] = chosen if one_token_tie(probe) else choose(probe, ONE_TOKEN)  # a tie: the dtype drafting uses
+    if contender(probe, chosen, sizes):
+        record["contender"] = contender(probe, chosen, sizes)
     if plain != chosen:
         record["note"] = (f"plain AR would run in {plain} here (one-token forward {probe[plain]['1']:.0f} vs {probe[chosen]['1']:.0f} ms): "
                           f"this method's speedup is over AR in {chosen}, the dtype of the tree sizes it verifies")

@@ -59,6 +59,12 @@ class TreePolicy(ABC):
     acceptance buffers, EntMTP's scheduler) override `begin`, `observe` and/or `keep`;
     a policy never touches the engine or the model."""
 
+    def widest(self) -> int | None:
+        """The most tokens (root included) one row's verification forward holds, where the
+        settings fix it; None where the tree's size follows the draft. `hardware.dtype=auto`
+        weighs the dtypes at this width."""
+        return None
+
     def begin(self, batch_size: int, costs: StepCosts | None) -> None:
         """A new batch of `batch_size` rows, before its first step; `costs` is the
         method's measured cost profile, None when it has none."""

@@ -126,6 +126,9 @@ class CastTree(TreePolicy):
     def priced(self) -> bool:
         return self.breadth_pruning or self.depth_pruning or self.dynamic_rerank
 
+    def widest(self) -> int:
+        return self.total_tokens  # the cap: the cost-aware pruning verifies at most this many
+
     def begin(self, batch_size: int, costs) -> None:
         """A new batch: its cost profile, and fresh buffers (each batch starts from the
         paper's {1}, so a result does not depend on which batches ran before it). The

@@ -16,6 +16,9 @@ class Chain(TreePolicy):
     def __init__(self, gamma: int = 5):
         self.gamma = integer("method.tree.gamma", gamma, at_least=1)
 
+    def widest(self) -> int:
+        return self.gamma + 1
+
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         """Each row's chain grows by one token per draft forward until gamma tokens or
         until the drafter has nothing to propose for it."""

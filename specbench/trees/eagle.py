@@ -34,6 +34,9 @@ class EagleDynamicTree(TreePolicy):
         self.depth = integer("method.tree.depth", depth, at_least=0)
         self.total_tokens = integer("method.tree.total_tokens", total_tokens, at_least=2)
 
+    def widest(self) -> int:
+        return self.total_tokens
+
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
         frontiers = [[0] for _ in trees]

@@ -34,6 +34,9 @@ class OptTree(TreePolicy):
         self.threshold = number("method.tree.threshold", threshold, at_least=0, meaning="expected accepted tokens a layer must add")
         self.max_depth = integer("method.tree.max_depth", max_depth, at_least=1)
 
+    def widest(self) -> int:
+        return self.nodes + 1
+
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
         frontiers = [[0] for _ in trees]

@@ -111,6 +111,9 @@ class StaticTree(TreePolicy):
             topology = Topology.from_choices(topology.choices[:size])
         self.topology = topology
 
+    def widest(self) -> int:
+        return len(self.topology.choices) + 1
+
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         return grow([self.topology] * len(roots), drafter, contexts, roots)
 

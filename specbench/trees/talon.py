@@ -31,6 +31,9 @@ class TalonTree(TreePolicy):
         self.top_k = integer("method.tree.top_k", top_k, at_least=1)
         self.robust_layers = integer("method.tree.robust_layers", robust_layers, at_least=0)
 
+    def widest(self) -> int:
+        return self.budget
+
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
         parents = [[0] for _ in trees]
