@@ -143,6 +143,17 @@ def test_bank_round_trip_and_bad_inputs(tmp_path):
         load_bank(str(tmp_path / "broken.json"))
 
 
+def test_the_widest_forward_is_the_largest_tree_the_policy_can_pick(tmp_path):
+    """What hardware.dtype=auto weighs the dtypes at (TreePolicy.widest)."""
+    path = small_bank(tmp_path)
+    static = ScheduledTree(str(path), "gsm8k", policy="static")
+    binary = ScheduledTree(str(path), "gsm8k", policy="binary_tau")
+    sizes = [len(t) for t in static.task.topologies]
+    assert static.widest() == sizes[static.task.static]
+    assert binary.widest() == max(sizes[binary.task.conservative], sizes[binary.task.aggressive])
+    assert ScheduledTree(str(path), "gsm8k", policy="ladder", ladder=[0.1, 0.2]).widest() == 6
+
+
 def test_binary_switch_has_hysteresis_and_the_ladder_bins(tmp_path):
     path = small_bank(tmp_path)
     policy = ScheduledTree(str(path), "gsm8k", policy="binary_tau", tau_on=0.6, tau_off=0.3)

@@ -128,6 +128,16 @@ class ScheduledTree(TreePolicy):
         self.branch: list[list[float]] = []
         self.current: list[int] = []
 
+    def widest(self) -> int:
+        """The largest of the bank's trees this policy can pick for the task."""
+        if self.policy == "static":
+            picked = [self.task.static]
+        elif self.policy == "ladder":
+            picked = range(len(self.task.topologies))
+        else:
+            picked = [self.task.conservative, self.task.aggressive]
+        return max(len(self.task.topologies[i]) for i in picked)
+
     def begin(self, batch_size: int, costs) -> None:
         self.p0, self.branch, self.current = [None] * batch_size, [[] for _ in range(batch_size)], [self.task.conservative] * batch_size
 

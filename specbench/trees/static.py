@@ -112,7 +112,7 @@ class StaticTree(TreePolicy):
         self.topology = topology
 
     def widest(self) -> int:
-        return len(self.topology.choices) + 1
+        return len(self.topology)
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         return grow([self.topology] * len(roots), drafter, contexts, roots)
