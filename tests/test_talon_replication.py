@@ -125,6 +125,9 @@ def test_cpu_scale_sizes_keep_the_headline_at_20_prompts_and_every_claim_at_10(t
     assert all(sizes[name] == {("dataset.limit=20", "gen.max_new_tokens=64")} for name in talon.HEADLINE)
     assert all(v == {("dataset.limit=10", "gen.max_new_tokens=64")} for name, v in sizes.items() if name not in talon.HEADLINE)
     assert {"table1-talon-paired", "table1-medusa", "table1-hydra", "table3-medusa", "table3-hydra", "figure7"} <= set(sizes)
+    # no cost profile or calibration decode: nothing the report reads comes from the cost model
+    assert all("costs.profile=false" in s.overrides for s in talon.sweeps("cpu", 20, 64, tmp_path) if not s.program)
+    assert not any("costs.profile=false" in s.overrides for s in talon.sweeps("paper", 20, 64, tmp_path))
 
 
 def test_talon_gate_keeps_children_within_mu_of_the_best_path_then_the_budget():
