@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from bench_vs_transformers import hf_generate  # its own wall time is not used: `clock` times each side here
 from specbench.engine.lean import forward_note, make_lm
 from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
@@ -38,14 +39,6 @@ from specbench.verify.standard import StandardVerifier
 SHAPES = {"tiny": TINY, "135m": SMOLLM2_135M}
 STOP = 2  # Llama's eos id; on random weights any id serves, the same one for both sides
 CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
-
-
-def hf_ids(model, prompt: list[int], max_new_tokens: int) -> list[int]:
-    ids = torch.tensor([prompt])
-    with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
-                             eos_token_id=STOP, pad_token_id=STOP)
-    return out[0, len(prompt):].tolist()
 
 
 def timed(clock, run) -> tuple[list[int], float]:
@@ -63,9 +56,9 @@ def compare(family: str, shape: str, prompts: int, prompt_tokens: int, max_new_t
     generator = torch.Generator().manual_seed(0)
     inputs = [torch.randint(3, model.config.vocab_size, (prompt_tokens,), generator=generator).tolist() for _ in range(prompts)]
     generate(lm, ar, inputs[0], Sampling(), Limits(8, frozenset({STOP})))  # warm-up, untimed
-    hf_ids(model, inputs[0], 8)
+    hf_generate(model, inputs[0], 8, {STOP})
     ratios, identical = [], 0
-    sides = {"ours": lambda prompt: generate(lm, ar, prompt, Sampling(), limits).ids, "hf": lambda prompt: hf_ids(model, prompt, max_new_tokens)}
+    sides = {"ours": lambda prompt: generate(lm, ar, prompt, Sampling(), limits).ids, "hf": lambda prompt: hf_generate(model, prompt, max_new_tokens, {STOP})[0]}
     for i, prompt in enumerate(inputs):
         runs = {side: timed(CLOCKS[clock], lambda: sides[side](prompt)) for side in (["ours", "hf"] if i % 2 == 0 else ["hf", "ours"])}
         (ours, ours_s), (theirs, theirs_s) = runs["ours"], runs["hf"]

@@ -50,7 +50,7 @@ def verified_sizes(method_cfg: dict | None, widest: int | None = None) -> tuple[
     drafts = method_cfg.get("drafter") is not None or (method_cfg.get("tree") or {}).get("_target_") != DRAFTING_OFF["_target_"]
     if not drafts:
         return ONE_TOKEN
-    return (widest,) if widest and widest > 1 else PROBE_SIZES
+    return (widest,) if widest else PROBE_SIZES
 
 
 def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> str:
@@ -137,8 +137,9 @@ def resolve(
         why = ", the widest forward this method's settings verify" if len(sizes) == 1 else ""
     record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}{why}", "sizes": list(sizes)}
     plain = record["ar_dtype"] = chosen if one_token_tie(probe) else choose(probe, ONE_TOKEN)  # a tie: the dtype drafting uses
-    if contender(probe, chosen, sizes):
-        record["contender"] = contender(probe, chosen, sizes)
+    rival = contender(probe, chosen, sizes)
+    if rival:
+        record["contender"] = rival
     if plain != chosen:
         record["note"] = (f"plain AR would run in {plain} here (one-token forward {probe[plain]['1']:.0f} vs {probe[chosen]['1']:.0f} ms): "
                           f"this method's speedup is over AR in {chosen}, the dtype of the tree sizes it verifies")
