@@ -113,7 +113,7 @@ def test_medusa_and_hydra_rows_find_their_default_trees():
     assert filters["config.method.tree.choices_name"] == "mc_sim_7b_63"
 
 
-def test_cpu_scale_sizes_keep_the_headline_at_20_prompts_and_every_claim_at_10(tmp_path):
+def test_cpu_scale_sizes_keep_the_headline_at_20_prompts_and_every_claim_at_10_of_40_tokens(tmp_path):
     sizes = {}
     for sweep in talon.sweeps("cpu", talon.CPU_PROMPTS, talon.CPU_MAX_NEW_TOKENS, tmp_path):
         if sweep.program:
@@ -123,7 +123,9 @@ def test_cpu_scale_sizes_keep_the_headline_at_20_prompts_and_every_claim_at_10(t
         length = next(o for o in sweep.overrides if o.startswith("gen.max_new_tokens="))
         sizes.setdefault(sweep.name, set()).add((limit, length))
     assert all(sizes[name] == {("dataset.limit=20", "gen.max_new_tokens=64")} for name in talon.HEADLINE)
-    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=64")} for name, v in sizes.items() if name not in talon.HEADLINE)
+    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=40")} for name, v in sizes.items() if name not in talon.HEADLINE)
+    quick = {o for s in talon.sweeps("cpu", 2, 6, tmp_path) for o in s.overrides if o.startswith(("dataset.limit=", "gen.max_new_tokens="))}
+    assert quick == {"dataset.limit=2", "gen.max_new_tokens=6"}  # a quick look stays quick
     assert {"table1-talon-paired", "table1-medusa", "table1-hydra", "table3-medusa", "table3-hydra", "figure7"} <= set(sizes)
     # no cost profile or calibration decode: nothing the report reads comes from the cost model
     assert all("costs.profile=false" in s.overrides for s in talon.sweeps("cpu", 20, 64, tmp_path) if not s.program)
