@@ -33,7 +33,7 @@ from specbench.costs import expansion
 from specbench.replicate import OUR_MODEL, Paper, main, results
 from specbench.replicate.lookup import base_filters, matching, not_run, one, per_prompt, prompt_values, shared_prompts, size_keys, sweep_runs
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
-from specbench.replicate.scales import by_source
+from specbench.replicate.scales import UNPRICED, by_source
 from specbench.replicate.sweep import Sweep
 from specbench.replicate.verdicts import all_hold, every_higher, mostly_higher, picked_mean, positive, slope
 
@@ -86,11 +86,6 @@ FUNNEL_FIGURES = {"qwen3-8b": "figure3", OUR_MODEL: "figure3", "llama3.1-8b": "f
 MAT_FIGURES = {"figure4": ["qwen3-8b", OUR_MODEL], "figure9": ["llama3.1-8b", "qwen3-32b", "vicuna-13b", "dsl-8b"]}
 FIGURE11_MODELS = ["llama3.1-8b", "qwen3-32b", "vicuna-13b", "qwen3-8b"]
 
-
-# TALON's claims read measured speed, tau and delta, never the cost model's predicted speedup:
-# at cpu scale its runs skip the profile and the per-configuration calibration decode behind
-# the prediction (24-29 s a run on an AMX Xeon, 90 runs: about 40 minutes of the re-run)
-UNPRICED = {"cpu": ["costs.profile=false"], "paper": []}
 
 
 def size(scale: str, name: str, prompts: int, max_new_tokens: int) -> tuple[int, int]:

@@ -530,13 +530,18 @@ def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path
             found.setdefault(s.name, set()).add((limit, length))
         return found
 
-    for runner in (mars,):  # TALON's sizes: tests/test_talon_replication.py
-        found = sizes(runner, runner.CPU_PROMPTS, runner.CPU_MAX_NEW_TOKENS)
-        assert all(found[name] == {("dataset.limit=20", "gen.max_new_tokens=128")} for name in runner.HEADLINE)
-        assert all(v == {("dataset.limit=10", "gen.max_new_tokens=64")} for n, v in found.items() if n not in runner.HEADLINE)  # verdicts.MIN_GROUPS
-        assert all(v == {("dataset.limit=1", "gen.max_new_tokens=6")} for v in sizes(runner, 1, 6).values())  # a quick look
+    # TALON's sizes: tests/test_talon_replication.py
+    found = sizes(mars, mars.CPU_PROMPTS, mars.CPU_MAX_NEW_TOKENS)
+    assert all(found[name] == {("dataset.limit=20", "gen.max_new_tokens=64")} for name in mars.HEADLINE)
+    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=40")} for n, v in found.items() if n in mars.SPEED_ONLY)
+    # verdicts.MIN_GROUPS prompts; the quality claims' sweeps keep the headline's length
+    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=64")} for n, v in found.items() if n not in mars.HEADLINE | mars.SPEED_ONLY)
+    assert {"table3", "table4", "figure3"} <= set(found) and mars.SPEED_ONLY <= set(found)
+    assert all(v == {("dataset.limit=1", "gen.max_new_tokens=6")} for v in sizes(mars, 1, 6).values())  # a quick look
+    # no MARS table, figure or claim reads the cost model: cpu sweeps skip it, paper sweeps keep it
+    assert all("costs.profile=false" in s.overrides for s in mars.sweeps("cpu", 20, 64, tmp_path))
     paper = mars.sweeps("paper", 20, 128, tmp_path)
-    assert not any("dataset.limit=10" in s.overrides for s in paper)
+    assert not any("dataset.limit=10" in s.overrides or "costs.profile=false" in s.overrides for s in paper)
 
 
 def test_talon_figure6_claims_pair_prompts_of_one_run_per_cell(tmp_path):

@@ -53,6 +53,13 @@ LOOKAHEAD = {"config.method.tree.window": 15, "config.method.tree.ngram": 5, "co
 REDUCED_PROMPTS, REDUCED_TOKENS = MIN_GROUPS, 64  # the fewest prompts an interval is drawn from
 
 
+# cpu scale: the runners whose tables, figures and claims read only measured speed, tau and
+# quality (TALON, MARS) skip the cost profile and the calibration decode behind the predicted
+# speedup (24-29 s a configuration on an AMX Xeon); a run with an `auto` tree would need it, so
+# they pin every tree shape (sweep.pin)
+UNPRICED = {"cpu": ["costs.profile=false"], "paper": []}
+
+
 def sweep_size(scale: str, name: str, headline: set[str], prompts: int, max_new_tokens: int) -> tuple[int, int]:
     """(prompts, new tokens) for sweep `name`: reduced at cpu scale unless it is a headline one."""
     if scale != "cpu" or name in headline:
