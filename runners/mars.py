@@ -37,12 +37,18 @@ NAME = "mars"
 TITLE = "MARS: margin-aware speculative verification"
 CPU_PROMPTS = 20  # the headline sweeps'; the others are reduced (replicate.scales.sweep_size)
 CPU_MAX_NEW_TOKENS = 64
-# cpu scale: the sweeps whose claims read only speed and tau answer at most 40 tokens; the quality
-# sweeps (Table 3's ROUGE-L, Table 4's BLEU, Figure 3's accuracy) and the headline keep 64. With
-# every run paired with AR in bf16 this is what keeps the re-run within 90 minutes on 2 cores
+HEADLINE = {"table1"}  # Table 1 at T=1: MARS and EAGLE-3 on five datasets
+# cpu scale, within 90 minutes on 2 cores with every run paired with AR in bf16 (docs/replication.md):
+# Table 3's cells are Table 1's CNN/DM runs when every target is ours: the headline's size, so
+# the same run directories
+SHARES_HEADLINE = {"table3"}
+# the sweeps whose claims read only speed and tau answer at most 40 tokens; the quality sweeps
+# (Table 4's BLEU, Figure 3's accuracy), the headline and the rules run paired with it keep 64
 SPEED_ONLY = {"table1-baselines", "table2", "table5", "table6"}
 SPEED_ONLY_TOKENS = 40
-HEADLINE = {"table1", "table1-rules"}  # Table 1 at T=1: MARS and EAGLE-3 on five datasets, and MARS's two rules
+# Table 1's SpS, PLD, Lookahead, EAGLE-1/2 and Medusa rows: table cells that no claim reads
+TABLE_ONLY = {"table1-baselines"}
+TABLE_ONLY_PROMPTS = 5
 SETUP = {
     "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head and SpS draft in place of the paper's targets; seeded prompt subsets, first turn only.",
     "paper": "paper scale: the paper's targets and published EAGLE-3 heads on GPUs.",
@@ -106,9 +112,11 @@ def depths_of(*ks: int) -> str:
 
 def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def at(name, datasets, overrides, models=tuple(MODELS)):
-        count, tokens = sweep_size(scale, name, HEADLINE, prompts, max_new_tokens)
+        count, tokens = sweep_size(scale, name, HEADLINE | SHARES_HEADLINE, prompts, max_new_tokens)
         if scale == "cpu" and name in SPEED_ONLY:
             tokens = min(tokens, SPEED_ONLY_TOKENS)
+        if scale == "cpu" and name in TABLE_ONLY:
+            count = min(count, TABLE_ONLY_PROMPTS)
         return by_source(name, datasets, [*overrides, *UNPRICED[scale]], scale, list(models), count, tokens)
 
     thetas = ",".join(map(str, THETAS))

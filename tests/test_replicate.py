@@ -532,11 +532,16 @@ def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path
 
     # TALON's sizes: tests/test_talon_replication.py
     found = sizes(mars, mars.CPU_PROMPTS, mars.CPU_MAX_NEW_TOKENS)
-    assert all(found[name] == {("dataset.limit=20", "gen.max_new_tokens=64")} for name in mars.HEADLINE)
-    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=40")} for n, v in found.items() if n in mars.SPEED_ONLY)
-    # verdicts.MIN_GROUPS prompts; the quality claims' sweeps keep the headline's length
-    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=64")} for n, v in found.items() if n not in mars.HEADLINE | mars.SPEED_ONLY)
-    assert {"table3", "table4", "figure3"} <= set(found) and mars.SPEED_ONLY <= set(found)
+    headline = mars.HEADLINE | mars.SHARES_HEADLINE
+    assert all(found[name] == {("dataset.limit=20", "gen.max_new_tokens=64")} for name in headline)
+    assert all(v == {("dataset.limit=5", "gen.max_new_tokens=40")} for n, v in found.items() if n in mars.TABLE_ONLY)  # no claim reads them
+    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=40")} for n, v in found.items() if n in mars.SPEED_ONLY - mars.TABLE_ONLY)
+    # verdicts.MIN_GROUPS prompts; the quality claims' sweeps and the rules paired with the headline keep its length
+    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=64")} for n, v in found.items() if n not in headline | mars.SPEED_ONLY)
+    assert {"table1-rules", "table4", "figure3"} <= set(found) and mars.SPEED_ONLY | headline <= set(found)
+    # Table 3's CNN/DM cells are Table 1's runs at cpu scale: the same overrides, so the same run
+    table1, table3 = ([s.overrides for s in mars.sweeps("cpu", 20, 64, tmp_path) if s.name == name and "dataset=cnn_dm" in s.overrides] for name in ("table1", "table3"))
+    assert table1 == table3 and len(table3) == 1
     assert all(v == {("dataset.limit=1", "gen.max_new_tokens=6")} for v in sizes(mars, 1, 6).values())  # a quick look
     # no MARS table, figure or claim reads the cost model: cpu sweeps skip it, paper sweeps keep it
     assert all("costs.profile=false" in s.overrides for s in mars.sweeps("cpu", 20, 64, tmp_path))
