@@ -177,3 +177,46 @@ def test_batched_rows_sample_what_they_sample_alone(policy, target, draft, promp
     together = [g.ids for g in generate_batch(TreeLM(target), method, rows, sampling, limits, generators)]
     assert together == alone
     assert len({tuple(ids) for ids in alone}) > 1
+
+
+def textbook_sibling_tests(p, tokens, valid, uniforms, q, inclusive):
+    """The rule as the papers write it, one pass over the whole vocabulary per sibling rank:
+    the oracle sibling_tests' column form must reproduce."""
+    accepted = torch.full((len(p),), -1, dtype=torch.long)
+    for rank in range(tokens.shape[1]):
+        x, ok = tokens[:, rank : rank + 1], valid[:, rank]
+        p_x = p.gather(1, x)[:, 0].double()
+        ratio = p_x / q[:, rank]
+        hit = uniforms[:, rank].double() <= ratio if inclusive else uniforms[:, rank].double() < ratio
+        accepted = torch.where(ok & (accepted < 0) & hit, rank, accepted)
+        lowered = p.scatter(1, x, (p_x - q[:, rank]).clamp_min(0.0).to(p.dtype)[:, None])
+        p = torch.where(ok[:, None], lowered / lowered.sum(-1, keepdim=True), p)
+    return accepted, p
+
+
+@pytest.mark.parametrize("point_masses", [True, False], ids=["point-masses", "release-q"])
+def test_sibling_tests_equal_the_textbook_rule_with_the_same_uniforms(point_masses):
+    """Standard sampling (deterministic children: q = 1) and MARS's release rule (q = the
+    draft's own probability) test siblings in one column pass; on 200 random nodes of up to
+    12 children (some leaves) they accept the same child as the full-vocabulary loop and
+    leave the same distribution for the correction."""
+    from specbench.verify.standard import sibling_tests, sibling_tokens
+
+    g = torch.Generator().manual_seed(0)
+    vocab, width, nodes = 50, 12, 200
+    p = torch.softmax(torch.randn(nodes, vocab, generator=g) * 2, -1)
+    # children among each node's likeliest tokens, in shuffled order: the earlier rejections move much of p
+    likeliest = p.topk(width, -1).indices
+    children = [likeliest[n, torch.randperm(width, generator=g)][: int(torch.randint(0, width + 1, (1,), generator=g))].tolist() for n in range(nodes)]
+    p[0] = torch.tensor([0.5, 0.3, 0.2] + [0.0] * (vocab - 3))  # all of p on the children: the last test must accept
+    children[0] = [2, 1, 0]
+    tokens, valid = sibling_tokens(children, width, "cpu")
+    uniforms = torch.rand(nodes, width, generator=g)
+    q = torch.ones(nodes, width, dtype=torch.float64) if point_masses else torch.rand(nodes, width, generator=g, dtype=torch.float64) * 0.5 + 0.01
+    ours = sibling_tests(p, tokens, valid, uniforms, q, inclusive=not point_masses)
+    oracle = textbook_sibling_tests(p, tokens, valid, uniforms, q, inclusive=not point_masses)
+    assert torch.equal(ours[0], oracle[0]) and (ours[0] >= 0).sum() > 20 and (ours[0] < 0).sum() > 20
+    assert ours[0][0] >= 0
+    defined = ~oracle[1].isnan().any(-1)  # the textbook loop divides by zero once p is used up
+    assert torch.allclose(ours[1][defined], oracle[1][defined], atol=1e-6) and defined.sum() > nodes - 5
+    assert torch.allclose(ours[1].sum(-1), torch.ones(nodes), atol=1e-5)

@@ -43,7 +43,7 @@ import torch
 from specbench.engine.parts import Acceptance, Verifier, read_back
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
-from specbench.verify.standard import greedy_accept, rejection_sample, sample_rows, sibling_uniforms
+from specbench.verify.standard import greedy_accept, rejection_sample, sample_rows, sibling_tests, sibling_tokens, sibling_uniforms
 
 
 RULES = ("paper", "release")
@@ -133,30 +133,19 @@ class MarsVerifier(Verifier):
         return [self._walk_released(tree, values, sampling.temperature) for tree, values in zip(trees, columns)]
 
     def _draft_weighted(self, trees, p: torch.Tensor, generators) -> tuple[torch.Tensor, torch.Tensor]:
-        """The release's test at every node at once, looping over sibling rank: child x is
-        accepted with probability min(1, p(x) / q(x)), q(x) the draft's own probability of
-        it; on rejection only p(x) becomes max(0, p(x) - q(x)), renormalised. Per node: the
+        """The release's test at every node at once: child x is accepted with probability
+        min(1, p(x) / q(x)), q(x) the draft's own probability of it; on rejection only p(x)
+        becomes max(0, p(x) - q(x)), renormalised (standard.sibling_tests). Per node: the
         accepted child's rank (-1: none) and p as the tests left it."""
         children = [row for tree in trees for row in tree.child_lists()]
-        steps = [[max(math.exp(tree.logps[c] - tree.logps[node]), 1e-10) for c in row] for tree in trees for node, row in enumerate(tree.child_lists())]
-        tokens = [[tree.tokens[c] for c in row] for tree in trees for row in tree.child_lists()]
         width = max(map(len, children), default=0)
-        accepted = torch.full((len(p),), -1, dtype=torch.long, device=p.device)
         if not width:
-            return accepted, p
-        pad = lambda rows, value: [row + [value] * (width - len(row)) for row in rows]  # noqa: E731
-        token = torch.tensor(pad(tokens, 0), device=p.device)
-        q = torch.tensor(pad(steps, 1.0), dtype=torch.float64, device=p.device)
-        valid = torch.tensor(pad([[True] * len(row) for row in children], False), device=p.device)
-        uniforms = sibling_uniforms(trees, generators, width, p.device)
-        for rank in range(width):
-            x, ok = token[:, rank : rank + 1], valid[:, rank]
-            p_x = p.gather(1, x)[:, 0].double()
-            hit = uniforms[:, rank].double() <= torch.clamp(p_x / q[:, rank], max=1.0)
-            accepted = torch.where(ok & (accepted < 0) & hit, rank, accepted)
-            lowered = p.scatter(1, x, (p_x - q[:, rank]).clamp_min(0.0).to(p.dtype)[:, None])
-            p = torch.where(ok[:, None], lowered / lowered.sum(-1, keepdim=True), p)
-        return accepted, p
+            return torch.full((len(p),), -1, dtype=torch.long, device=p.device), p
+        steps = [[max(math.exp(tree.logps[c] - tree.logps[node]), 1e-10) for c in row] + [1.0] * (width - len(row))
+                 for tree in trees for node, row in enumerate(tree.child_lists())]
+        tokens, valid = sibling_tokens([[tree.tokens[c] for c in row] for tree in trees for row in tree.child_lists()], width, p.device)
+        q = torch.tensor(steps, dtype=torch.float64, device=p.device)
+        return sibling_tests(p, tokens, valid, sibling_uniforms(trees, generators, width, p.device), q, inclusive=True)
 
     def _walk_released(self, tree: DraftTree, values: list[list[float]], temperature: float) -> Acceptance:
         top1, top2, logit1, logit2, lse, relaxes, ranks, corrections = values
