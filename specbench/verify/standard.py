@@ -7,8 +7,10 @@ is exact when the children were drawn from q in that order without replacement.
 Children chosen deterministically are treated as drawn from a point mass, so any
 drafter is verified losslessly.
 
-Both run for every node of every row at once on the device (the test at T>0 loops over
-sibling rank only) and are read back in one transfer; the path is walked on the host.
+Both run for every node of every row at once on the device and are read back in one
+transfer; the path is walked on the host. At T>0 the sibling tests of deterministic children
+loop over sibling rank on [nodes] columns (only the children's own probabilities change), so
+the vocabulary is crossed a fixed number of times whatever the tree's width.
 """
 
 from __future__ import annotations
