@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from conftest import run_in_process, run_launcher
 from runners import cast, entmtp, mars, talon
-from specbench.replicate import report, results, tables
+from specbench.replicate import report, results, scales, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small cost profile and calibration (the first run on a machine measures them; cached after)
@@ -521,7 +521,13 @@ def runs_on_disk(tmp_path, name, taus, speedups=None, widths=None):
     return pd.Series({"run_dir": str(run_dir)})
 
 
-def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path):
+def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path, monkeypatch):
+    data = tmp_path / "data"  # the datasets no package ships, as a user's SPECBENCH_DATA holds them
+    data.mkdir()
+    for dataset in scales.OFFLINE_COPIES:
+        (data / f"{dataset}.jsonl").write_text("")
+    monkeypatch.setenv(scales.DATA_DIR_VARIABLE, str(data))
+
     def sizes(runner, prompts, tokens):
         found = {}
         for s in runner.sweeps("cpu", prompts, tokens, tmp_path):
