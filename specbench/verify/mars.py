@@ -137,13 +137,12 @@ class MarsVerifier(Verifier):
         min(1, p(x) / q(x)), q(x) the draft's own probability of it; on rejection only p(x)
         becomes max(0, p(x) - q(x)), renormalised (standard.sibling_tests). Per node: the
         accepted child's rank (-1: none) and p as the tests left it."""
-        children = [row for tree in trees for row in tree.child_lists()]
-        width = max(map(len, children), default=0)
+        rows = [(tree, node, row) for tree in trees for node, row in enumerate(tree.child_lists())]
+        width = max((len(row) for _, _, row in rows), default=0)
         if not width:
             return torch.full((len(p),), -1, dtype=torch.long, device=p.device), p
-        steps = [[max(math.exp(tree.logps[c] - tree.logps[node]), 1e-10) for c in row] + [1.0] * (width - len(row))
-                 for tree in trees for node, row in enumerate(tree.child_lists())]
-        tokens, valid = sibling_tokens([[tree.tokens[c] for c in row] for tree in trees for row in tree.child_lists()], width, p.device)
+        steps = [[max(math.exp(tree.logps[c] - tree.logps[node]), 1e-10) for c in row] + [1.0] * (width - len(row)) for tree, node, row in rows]
+        tokens, valid = sibling_tokens([[tree.tokens[c] for c in row] for tree, _, row in rows], width, p.device)
         q = torch.tensor(steps, dtype=torch.float64, device=p.device)
         return sibling_tests(p, tokens, valid, sibling_uniforms(trees, generators, width, p.device), q, inclusive=True)
 
