@@ -30,7 +30,7 @@ import pandas as pd
 from specbench.replicate import Paper, main, results
 from specbench.replicate.lookup import answers, base_filters, not_run, number, one, one_or_none, parse_setting, prompt_quality, scored, shared_prompts, size_keys
 from specbench.replicate.report import Claim, save
-from specbench.replicate.scales import LOOKAHEAD, UNPRICED, by_source, sweep_size
+from specbench.replicate.scales import LOOKAHEAD, REDUCED_PROMPTS, REDUCED_TOKENS, UNPRICED, by_source, sweep_size
 from specbench.replicate.verdicts import MIN_GROUPS, NOT_TESTABLE, all_hold, every_higher, every_slope, mean_interval, picked_mean, positive
 
 NAME = "mars"
@@ -112,12 +112,10 @@ def depths_of(*ks: int) -> str:
 
 def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def at(name, datasets, overrides, models=tuple(MODELS)):
-        count, tokens = sweep_size(scale, name, HEADLINE | SHARES_HEADLINE, prompts, max_new_tokens)
-        if scale == "cpu" and name in SPEED_ONLY:
-            tokens = min(tokens, SPEED_ONLY_TOKENS)
-        if scale == "cpu" and name in TABLE_ONLY:
-            count = min(count, TABLE_ONLY_PROMPTS)
-        return by_source(name, datasets, [*overrides, *UNPRICED[scale]], scale, list(models), count, tokens)
+        size = sweep_size(scale, name, HEADLINE | SHARES_HEADLINE, prompts, max_new_tokens,
+                          reduced_prompts=TABLE_ONLY_PROMPTS if name in TABLE_ONLY else REDUCED_PROMPTS,
+                          reduced_tokens=SPEED_ONLY_TOKENS if name in SPEED_ONLY else REDUCED_TOKENS)
+        return by_source(name, datasets, [*overrides, *UNPRICED[scale]], scale, list(models), *size)
 
     thetas = ",".join(map(str, THETAS))
     # cpu scale keeps every axis but fewer points on it

@@ -33,16 +33,17 @@ from specbench.costs import expansion
 from specbench.replicate import OUR_MODEL, Paper, main, results
 from specbench.replicate.lookup import base_filters, matching, not_run, one, per_prompt, prompt_values, shared_prompts, size_keys, sweep_runs
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
-from specbench.replicate.scales import UNPRICED, by_source
+from specbench.replicate.scales import UNPRICED, by_source, sweep_size
 from specbench.replicate.sweep import Sweep
 from specbench.replicate.verdicts import all_hold, every_higher, mostly_higher, picked_mean, positive, slope
 
 NAME = "talon"
 TITLE = "TALON: budget-driven adaptive draft trees"
 CPU_PROMPTS = 20  # Table 1's TALON and EAGLE-3 runs (the headline) at cpu scale
-CPU_CLAIM_PROMPTS = 10  # every other cpu-scale sweep: the fewest prompts a claim's interval is drawn from
 CPU_MAX_NEW_TOKENS = 64  # the headline's answers
-CPU_CLAIM_MAX_NEW_TOKENS = 40  # every other cpu-scale sweep's, so runs compared prompt by prompt share their lengths
+# every other cpu-scale sweep's (10 prompts: replicate.scales.REDUCED_PROMPTS), so runs compared prompt by prompt
+# share their lengths; 64-token answers took those 78 of the 90 runs about 80 minutes with paired AR in bf16
+CPU_CLAIM_MAX_NEW_TOKENS = 40
 HEADLINE = {"table1", "table1-eagle3"}  # Table 1 at T=0: TALON and EAGLE-3 on six datasets
 SETUP = {
     "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by TALON, EAGLE-3 and OPT-Tree, as in the paper) and its Medusa (4 heads, 9-node tree) and Hydra (3 heads, 8-node tree) heads in place of the paper's targets; seeded prompt subsets, first turn only.",
@@ -88,15 +89,6 @@ FIGURE11_MODELS = ["llama3.1-8b", "qwen3-32b", "vicuna-13b", "qwen3-8b"]
 
 
 
-def size(scale: str, name: str, prompts: int, max_new_tokens: int) -> tuple[int, int]:
-    """(prompts, new tokens) of sweep `name`: the headline's in full, every other cpu-scale
-    sweep at most CPU_CLAIM_PROMPTS prompts of at most CPU_CLAIM_MAX_NEW_TOKENS tokens (78 of
-    the 90 runs: 64-token answers took them about 80 minutes with paired AR in bf16)."""
-    if scale == "cpu" and name not in HEADLINE:
-        return min(prompts, CPU_CLAIM_PROMPTS), min(max_new_tokens, CPU_CLAIM_MAX_NEW_TOKENS)
-    return prompts, max_new_tokens
-
-
 def figure15_path(scale: str, results_dir: Path) -> Path:
     """Where the expansion micro-benchmark writes its timings: beside the results (relative to
     the project root when inside it, where sweeps run)."""
@@ -106,7 +98,7 @@ def figure15_path(scale: str, results_dir: Path) -> Path:
 
 def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def at(name, datasets, overrides, models=tuple(MODELS)):
-        return by_source(name, datasets, [*overrides, *UNPRICED[scale]], scale, list(models), *size(scale, name, prompts, max_new_tokens))
+        return by_source(name, datasets, [*overrides, *UNPRICED[scale]], scale, list(models), *sweep_size(scale, name, HEADLINE, prompts, max_new_tokens, reduced_tokens=CPU_CLAIM_MAX_NEW_TOKENS))
 
     def heads(method):
         return [f"method={method}", *(f"{k}={v}" for k, v in HEAD_TREES[scale][method].items())]

@@ -60,11 +60,14 @@ REDUCED_PROMPTS, REDUCED_TOKENS = MIN_GROUPS, 64  # the fewest prompts an interv
 UNPRICED = {"cpu": ["costs.profile=false"], "paper": []}
 
 
-def sweep_size(scale: str, name: str, headline: set[str], prompts: int, max_new_tokens: int) -> tuple[int, int]:
-    """(prompts, new tokens) for sweep `name`: reduced at cpu scale unless it is a headline one."""
+def sweep_size(scale: str, name: str, headline: set[str], prompts: int, max_new_tokens: int,
+               reduced_prompts: int = REDUCED_PROMPTS, reduced_tokens: int = REDUCED_TOKENS) -> tuple[int, int]:
+    """(prompts, new tokens) for sweep `name`: at cpu scale, unless it is a headline one, at
+    most `reduced_prompts` x `reduced_tokens` (a runner lowers them for sweeps its claims read
+    less of)."""
     if scale != "cpu" or name in headline:
         return prompts, max_new_tokens
-    return min(prompts, REDUCED_PROMPTS), min(max_new_tokens, REDUCED_TOKENS)
+    return min(prompts, reduced_prompts), min(max_new_tokens, reduced_tokens)
 
 
 def dataset_conf(name: str) -> dict:
