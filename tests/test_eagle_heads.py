@@ -254,6 +254,41 @@ def test_batched_incremental_reading_equals_reading_from_scratch(kind, target4, 
             assert_same_logits(incremental[b], read_from_scratch(target4, tmp_path / f"fresh{b}", text, root, kind))
 
 
+@pytest.mark.parametrize("kind,shape", [("eagle3", "dynamic"), ("eagle3-2layers-int8", "dynamic"), ("eagle1", "dynamic"), ("eagle1", "static")])
+def test_trees_grown_on_the_device_equal_the_host_loops(kind, shape, target4, tmp_path, prompts):
+    """EAGLE-2/3's dynamic tree and a static tree, kept on the device until complete (one
+    read per step), are the host loop's trees node for node (tokens, parents, log-probs,
+    drafted indices) at every step of a batched decode of prompts of different lengths."""
+    if shape == "dynamic":
+        policy = EagleDynamicTree(top_k=4, depth=3, total_tokens=12)
+    else:
+        policy = StaticTree(choices=[[0], [1], [2], [0, 0], [0, 1], [1, 0], [2, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0, 0]])
+    on_device, on_host = (drafter_for(target4, tmp_path / name, kind=kind) for name in ("device", "host"))
+    on_host.grows_on_device = False
+    lm = TreeLM(target4)
+    lm.feature_layers = on_device.feature_layers
+    texts = [list(prompts[b]) for b in (0, 3, 5)]
+    lm.reset(len(texts))
+    none = [None] * len(texts)
+    with torch.inference_mode():
+        roots = [int(z[-1].argmax()) for z in lm.forward(contexts=texts)]
+        for drafter in (on_device, on_host):
+            drafter.begin(texts, lm.features)
+        for _ in range(6):
+            trees = policy.grow(on_device, texts, roots, Sampling(), none)
+            expected = policy.grow(on_host, texts, roots, Sampling(), none)
+            for tree, want in zip(trees, expected, strict=True):
+                assert (tree.tokens, tree.parents, tree.depths, tree.logps, tree.origin) == (want.tokens, want.parents, want.depths, want.logps, want.origin)
+            logits = lm.forward(trees=trees, nodes=[range(len(t)) for t in trees])
+            accepted = StandardVerifier().accept_rows(trees, logits, Sampling(), none)
+            paths = [a.path for a in accepted]
+            lm.commit(paths)
+            for drafter in (on_device, on_host):
+                drafter.commit(trees, paths, [f[p] for f, p in zip(lm.features, paths)])
+            texts = [text + [tree.tokens[n] for n in path] for text, tree, path in zip(texts, trees, paths)]
+            roots = [a.next_token for a in accepted]
+
+
 def longest_path(tree: DraftTree, length: int) -> list[int]:
     """A root-first path of `length` nodes (or the deepest the tree has), first node wins."""
     deepest = max(range(len(tree)), key=lambda n: (min(tree.depths[n] + 1, length), -n))

@@ -188,13 +188,21 @@ def test_scheduled_trees_are_lossless_at_t0(policy, batch, rule, target, prompts
 
 
 class CallCounter(MedusaDrafter):
-    """The heads drafter, counting its logits calls."""
+    """The heads drafter, counting the levels it is asked for (on the host or on the device)."""
 
     calls = 0
 
     def logits(self, contexts, trees, nodes):
         self.calls += 1
         return super().logits(contexts, trees, nodes)
+
+    def root_logits(self, contexts, roots):
+        self.calls += 1
+        return super().root_logits(contexts, roots)
+
+    def level_logits(self, tokens, parents):
+        self.calls += 1
+        return super().level_logits(tokens, parents)
 
 
 @pytest.mark.parametrize("rule", PATH_VALUES)

@@ -131,16 +131,10 @@ def test_a_wrong_checkpoint_is_one_clear_error(edit, message, target, tmp_path):
 class FixedDrafter(MedusaDrafter):
     """Heads whose outputs are given per step (to build trees by hand)."""
 
-    def __init__(self, logits):
-        self.fixed, self.feature_layers, self.forwards = logits, (), 0
+    def __init__(self, logits, on_device=True):
+        self.feature_layers, self.forwards, self.grows_on_device = (), 0, on_device
         self.heads = [None] * logits.shape[1]
-
-    def begin(self, prompts, features):
-        self._logits = None
-
-    def logits(self, contexts, trees, nodes):
-        self._logits = dict(enumerate(self.fixed.unbind(1)))
-        return super().logits(contexts, trees, nodes)
+        self._logits = dict(enumerate(logits.unbind(1)))
 
 
 def test_a_static_tree_can_keep_the_first_nodes_of_its_list():
@@ -156,19 +150,21 @@ def test_a_static_tree_can_keep_the_first_nodes_of_its_list():
     assert [o["size"] for o in options][:4] == [1, 2, 3, 4] and all(o["choices"] == full for o in options)
 
 
-def test_static_tree_takes_each_depths_ranked_candidates():
+@pytest.mark.parametrize("on_device", [True, False])
+def test_static_tree_takes_each_depths_ranked_candidates(on_device):
+    """The same tree whether it is filled on the device (one read) or depth by depth on the host."""
     # head 0 ranks tokens 5 > 7 > 9, head 1 ranks 11 > 3, head 2 ranks 4
     logits = torch.full((1, 3, 16), -10.0)
     logits[0, 0, [5, 7, 9]] = torch.tensor([3.0, 2.0, 1.0])
     logits[0, 1, [11, 3]] = torch.tensor([2.0, 1.0])
     logits[0, 2, 4] = 5.0
-    tree = StaticTree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]).grow(FixedDrafter(logits), [[1]], [8], Sampling(), [None])[0]
+    tree = StaticTree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]).grow(FixedDrafter(logits, on_device), [[1]], [8], Sampling(), [None])[0]
     assert tree.tokens == [8, 5, 7, 9, 11, 3, 11, 4]
     assert tree.parents == [-1, 0, 0, 0, 1, 1, 2, 4]
     logp = torch.log_softmax(logits[0], -1)
     assert tree.logps[7] == pytest.approx(float(logp[0, 5] + logp[1, 11] + logp[2, 4]))
-    with pytest.raises(ConfigError, match="nothing at depth 4"):
-        StaticTree([[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]).grow(FixedDrafter(logits), [[1]], [8], Sampling(), [None])
+    with pytest.raises(ConfigError, match="deeper than the 3 Medusa heads" if on_device else "nothing at depth 4"):
+        StaticTree([[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]).grow(FixedDrafter(logits, on_device), [[1]], [8], Sampling(), [None])
 
 
 def test_typical_acceptance_rule_on_hand_made_distributions():

@@ -34,29 +34,33 @@ from test_medusa import medusa_state, write_heads as write_medusa
 
 SMALL_CHOICES = [[0], [1], [0, 0]]
 LARGE_CHOICES = [[r] for r in range(6)] + [[0, r] for r in range(4)] + [[1, 0], [1, 1], [2, 0]]
+DEEP_CHOICES = SMALL_CHOICES + [[1, 0], [0, 0, 0], [0, 0, 1], [1, 0, 0]]  # 3 deep, what 3 Medusa/Hydra heads draft
 
 
-def method_for(family: str, large: bool, target, draft, directory) -> Method:
-    """`family` on the tiny target with a small or a larger tree of the same depth."""
-    choices = LARGE_CHOICES if large else SMALL_CHOICES
-    dynamic = EagleDynamicTree(top_k=6 if large else 2, depth=2, total_tokens=16 if large else 5)
+def method_for(family: str, size: str, target, draft, directory) -> Method:
+    """`family` on the tiny target with a small tree, a wider one of the same depth, or a deeper one."""
+    large, deep = size == "large", size == "deep"
+    choices = LARGE_CHOICES if large else DEEP_CHOICES if deep else SMALL_CHOICES
+    dynamic = EagleDynamicTree(top_k=6 if large else 2, depth=5 if deep else 2, total_tokens=16 if large else 5)
     if family == "ar":
         return Method(Autoregressive(), StandardVerifier())
     if family == "sps":
-        return Method(Chain(gamma=5 if large else 2), StandardVerifier(), SmallLMDrafter(draft, target.config.vocab_size))
+        return Method(Chain(gamma=2 if size == "small" else 5), StandardVerifier(), SmallLMDrafter(draft, target.config.vocab_size))
     if family == "pld":
-        return Method(Chain(gamma=5 if large else 2), StandardVerifier(), PromptLookupDrafter(target.config.vocab_size))
+        return Method(Chain(gamma=2 if size == "small" else 5), StandardVerifier(), PromptLookupDrafter(target.config.vocab_size))
     if family == "lookahead":
-        return Method(LookaheadTree(window=4, ngram=3, candidates=6 if large else 2), StandardVerifier())
+        return Method(LookaheadTree(window=4, ngram=4 if deep else 3, candidates=6 if large else 2), StandardVerifier())
     if family == "eagle":
         return Method(StaticTree(choices=choices), StandardVerifier(), drafter_for(target, directory, kind="eagle1"))
+    if family == "eagle2":
+        return Method(dynamic, StandardVerifier(), drafter_for(target, directory, kind="eagle1"))
     if family in ("eagle3", "mars", "mars-paper"):
         verifier = StandardVerifier() if family == "eagle3" else MarsVerifier(rule="paper" if family == "mars-paper" else "release")
         return Method(dynamic, verifier, drafter_for(target, directory))
     if family == "talon":
         return Method(TalonTree(budget=16 if large else 5, top_k=6 if large else 2), StandardVerifier(), drafter_for(target, directory))
     if family == "cast":
-        tree = CastTree(top_k=6 if large else 2, depth=2, total_tokens=16 if large else 5)
+        tree = CastTree(top_k=6 if large else 2, depth=5 if deep else 2, total_tokens=16 if large else 5)
         return Method(tree, StandardVerifier(), drafter_for(target, directory), FakeCosts())
     if family == "medusa":
         heads, facts = medusa.load_heads(write_medusa(directory, medusa_state(3, 1), {"medusa_num_heads": 3, "medusa_num_layers": 1}), target, torch.float32, "k")
@@ -66,13 +70,14 @@ def method_for(family: str, large: bool, target, draft, directory) -> Method:
         return Method(StaticTree(choices=choices), TypicalVerifier(), HydraDrafter(heads, target))
     if family == "entmtp":
         heads, _ = hydra.load_heads(write_hydra(directory / "heads", hydra_state(target, 3, 1)), target, torch.float32, "k")
-        tree = ScheduledTree(str(small_bank(directory)), "gsm8k", policy="ladder", ladder=[1e-9, 1e-6] if large else [1.0, 2.0])
+        tree = ScheduledTree(str(small_bank(directory)), "gsm8k", policy="ladder", ladder=[1e-9, 1e-6] if size != "small" else [1.0, 2.0])
         return Method(tree, TypicalVerifier(), HydraDrafter(heads, target))
     raise ValueError(family)
 
 
 def reads_per_step(lm: TreeLM, method: Method, prompts, sampling: Sampling) -> list[tuple[int, int]]:
-    """Per decode step after the first (prefill excluded): (host reads, drafter calls)."""
+    """Per decode step after the first (prefill excluded): (host reads, levels grown on the
+    host, i.e. calls of the drafter's `logits`)."""
     marks, calls = [], [0]
     if method.drafter is not None:
         logits = method.drafter.logits
@@ -88,21 +93,34 @@ def reads_per_step(lm: TreeLM, method: Method, prompts, sampling: Sampling) -> l
     return [(reads - before, drafted - drafted_before) for (before, drafted_before), (reads, drafted) in zip(marks, marks[1:])]
 
 
-FAMILIES = ["ar", "sps", "pld", "lookahead", "eagle", "eagle3", "mars", "mars-paper", "talon", "cast", "medusa", "hydra", "entmtp"]
+FAMILIES = ["ar", "sps", "pld", "lookahead", "eagle", "eagle2", "eagle3", "mars", "mars-paper", "talon", "cast", "medusa", "hydra", "entmtp"]
+# trees grown level by level on the host, one read per draft level: SpS and PLD chains (a
+# chain token is the next forward's input; PLD's proposals are host values, no device read on
+# a GPU), and the policies whose next level's size or whether there is one follows the
+# draft's values (TALON's budget and gate, CAST's pricing)
+PER_LEVEL = ("sps", "pld", "talon", "cast")
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_host_reads_per_step_do_not_grow_with_batch_or_tree(family, temperature, target, draft, prompts, tmp_path):
-    """A step reads back the verification, the NLL and a policy's observation (Lookahead's
-    window, EntMTP's confidence) once each, and at most once per drafter call (the draft's
-    top tokens, which the tree policy grows the next level from): a deeper tree takes more
-    drafter calls, but no row and no node of a level adds a read."""
-    if temperature and family in ("ar", "pld", "lookahead", "eagle", "talon", "cast", "hydra", "entmtp"):
+    """A step reads the finished tree once, the verification, the NLL and a policy's
+    observation (Lookahead's window, EntMTP's confidence): the same count whatever the batch
+    size, the tree's width and its depth. A tree grown on the host reads once per draft
+    level in addition, never per row or per node."""
+    if temperature and family in ("ar", "pld", "lookahead", "eagle", "eagle2", "talon", "cast", "hydra", "entmtp"):
         pytest.skip("the same verifier and tree code as a family checked at T>0")
     lm = TreeLM(target)
     sampling = Sampling(temperature=temperature)
+    counts = set()
     for batch in (1, 4):
-        for large in (False, True):
-            steps = reads_per_step(lm, method_for(family, large, target, draft, tmp_path / f"{batch}{large}"), prompts[:batch], sampling)
-            assert steps and all(reads <= 3 + calls for reads, calls in steps), (batch, large, steps)
+        for size in ("small", "large", "deep"):
+            steps = reads_per_step(lm, method_for(family, size, target, draft, tmp_path / f"{batch}{size}"), prompts[:batch], sampling)
+            assert steps
+            if family in PER_LEVEL:
+                assert all(reads <= 3 + levels for reads, levels in steps), (batch, size, steps)
+            else:
+                assert all(levels == 0 for _, levels in steps), "grown level by level on the host"
+                counts |= {reads for reads, _ in steps}
+    if family not in PER_LEVEL:
+        assert len(counts) == 1 and counts.pop() <= 4, counts

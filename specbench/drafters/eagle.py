@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from specbench.drafters import DrafterLoader
-from specbench.engine.columns import ColumnCache
+from specbench.engine.columns import ColumnCache, Plan
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree
@@ -74,6 +74,35 @@ class EagleDrafter(Drafter):
             self._to_target_vocab(torch.stack([known[n][1] for n in row_nodes])) if row_nodes else None
             for known, row_nodes in zip(self._rows, nodes)
         ]
+
+    grows_on_device = True
+
+    def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
+        self._read_pending(roots)
+        hidden, logits = (torch.stack(part) for part in zip(*(known[0] for known in self._rows)))
+        # the level just fed: its hidden states, and per node the tree columns it attends to
+        # (the root's row is committed context: none)
+        self._level = (hidden[:, None], torch.zeros(len(roots), 1, 0, dtype=torch.bool, device=hidden.device))
+        self._depth = 0
+        return self._to_target_vocab(logits)
+
+    def level_logits(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        """Each new node's feature is its parent's hidden state; it attends to the committed
+        context, its parent's tree columns and its own column: all gathered on the device."""
+        hidden, attended = self._level
+        batch, width = tokens.shape
+        self._depth += 1
+        start, device = self.layout.columns, hidden.device
+        in_tree = torch.zeros(batch, width, start, dtype=torch.bool, device=device)
+        in_tree[:, :, : attended.shape[2]] = attended.gather(1, parents[:, :, None].expand(-1, -1, attended.shape[2]))
+        own = torch.eye(width, dtype=torch.bool, device=device).expand(batch, -1, -1)
+        context = self.layout.valid[:, None, :start].to(device)
+        positions = torch.tensor([[length + self._depth - 1] * width for length in self.layout.lengths], device=device)
+        plan = Plan(start, width, [0] * batch, [[] for _ in range(batch)], positions, torch.cat([in_tree | context, own], dim=2), max(self.layout.lengths) + self._depth)
+        features = hidden.gather(1, parents[:, :, None].expand(-1, -1, hidden.shape[-1]))
+        new_hidden, logits = self._forward(tokens, features, plan)
+        self._level = (new_hidden, torch.cat([in_tree, own], dim=2))
+        return self._to_target_vocab(logits.reshape(batch * width, -1)).reshape(batch, width, -1)
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:
         """Forget the trees; queue each row's accepted tokens with their target features."""

@@ -19,6 +19,7 @@ from specbench.drafters import DrafterLoader
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree
+from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.models.hydra import HydraHeads, load_heads
 
@@ -71,6 +72,31 @@ class HydraDrafter(Drafter):
         if by_depth:
             self.forwards += 1
         return [torch.stack(row) if ok else None for ok, row in zip(usable, out)]
+
+    grows_on_device = True
+
+    @torch.no_grad()
+    def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
+        prefix = torch.stack(self._prefix)
+        self._paths = torch.tensor(roots, device=prefix.device)[:, None, None]  # [B, nodes of the level, path tokens]
+        return self._head(self._paths)[:, 0]
+
+    @torch.no_grad()
+    def level_logits(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        """Head d reads each node's path: its parent's path (gathered on the device) and its token."""
+        above = self._paths.gather(1, parents[:, :, None].expand(-1, -1, self._paths.shape[2]))
+        self._paths = torch.cat([above, tokens[:, :, None]], dim=2)
+        return self._head(self._paths)
+
+    def _head(self, paths: torch.Tensor) -> torch.Tensor:
+        """[B, w, V]: the head of the paths' depth over [prefix, path tokens], one draft forward."""
+        depth = paths.shape[2] - 1
+        if depth >= len(self.heads):
+            raise ConfigError(f"method.tree: the tree is deeper than the {len(self.heads)} Hydra heads draft")
+        batch, width = paths.shape[:2]
+        prefix = torch.stack(self._prefix)[:, None].expand(-1, width, -1)
+        self.forwards += 1
+        return self.heads.head(depth, prefix.reshape(batch * width, -1), paths.reshape(batch * width, -1)).reshape(batch, width, -1)
 
     @torch.no_grad()
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:

@@ -17,6 +17,7 @@ from specbench.drafters import DrafterLoader
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree
+from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.models.medusa import MedusaHeads, load_heads
 
@@ -62,6 +63,26 @@ class MedusaDrafter(Drafter):
             torch.stack([self._logits[d][b] for d in row]) if row and max(row) < count else None
             for b, row in enumerate(depths)
         ]
+
+    grows_on_device = True
+
+    def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
+        self._depth = 0
+        return self._head(0)
+
+    def level_logits(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        """Head d's logits do not depend on the path: the same row for every node of a level."""
+        self._depth += 1
+        return self._head(self._depth)[:, None].expand(-1, tokens.shape[1], -1)
+
+    def _head(self, depth: int) -> torch.Tensor:
+        """[B, V] of head `depth`, computed once per step."""
+        if depth >= len(self.heads):
+            raise ConfigError(f"method.tree: the tree is deeper than the {len(self.heads)} Medusa heads draft")
+        if depth not in self._logits:
+            self._logits[depth] = self.heads(torch.stack(self._hidden), [depth])[:, 0]
+            self.forwards += 1
+        return self._logits[depth]
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:
         self._hidden = [f[-1] for f in features]

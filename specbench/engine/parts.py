@@ -37,6 +37,22 @@ class Drafter(ABC):
         each node, or None when the row asks for no nodes or the drafter has nothing to
         propose for it. One call is (at most) one draft forward over all rows."""
 
+    # A drafter that can also be fed whole levels as device tensors sets this and implements
+    # root_logits and level_logits: a tree policy whose shape follows the draft values
+    # (EAGLE-2/3's dynamic tree) then keeps the growing tree on the device and reads it back
+    # once per step, instead of once per level (a GPU waits for every read).
+    grows_on_device: bool = False
+
+    def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
+        """[B, V] logits after each row's root: the first level of a tree grown on the device."""
+        raise NotImplementedError(f"{type(self).__name__} grows trees through `logits` only")
+
+    def level_logits(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        """The next level of that tree: `tokens` [B, w] (long, on the device) are children of
+        the nodes at `parents` [B, w] in the level fed before (the root's level has one node);
+        [B, w, V] logits after each."""
+        raise NotImplementedError(f"{type(self).__name__} grows trees through `logits` only")
+
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor] | None) -> None:
         """The target accepted `paths[b]` (root first) of `trees[b]`; `features[b]` are the
         target's hidden states at that path's nodes, from the forward that verified them."""

@@ -16,6 +16,8 @@ residual, without the draft's q.
 
 from __future__ import annotations
 
+import torch
+
 from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree, TopTokens, top_tokens
 from specbench.engine.values import integer
@@ -38,6 +40,8 @@ class EagleDynamicTree(TreePolicy):
         return self.total_tokens
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+        if drafter.grows_on_device:
+            return self._grow_on_device(drafter, contexts, roots)
         trees = [DraftTree.root(root) for root in roots]
         frontiers = [[0] for _ in trees]
         for _ in range(self.depth + 1):
@@ -49,6 +53,49 @@ class EagleDynamicTree(TreePolicy):
                 for tree, frontier, top in zip(trees, frontiers, rows)
             ]
         return [keep_best(tree, self.total_tokens) for tree in trees]
+
+    def _grow_on_device(self, drafter, contexts, roots) -> list[DraftTree]:
+        """The same trees as the host loop above, grown without reading anything back: every
+        level's candidates and the next frontier stay on the device (a stable sort ranks
+        them, ties to the older node as `best_first` does), and every drafted node is read
+        back in one transfer at the end. A level's candidates are its frontier's top-k
+        children, frontier node by node (the host loop's order), so the node numbering
+        differs from the host's only where it skips children of log-prob -inf."""
+        logp = torch.log_softmax(drafter.root_logits(contexts, roots).float(), dim=-1)
+        k = min(self.top_k, logp.shape[-1])
+        top = logp.topk(k, dim=-1)
+        batch = len(roots)
+        # the newest level's candidates: token, parent (index into `drafted`, -1: the root), cumulative log-prob
+        tokens, parents, scores = top.indices, torch.full_like(top.indices, -1), top.values.double()
+        drafted = []
+        for _ in range(self.depth):
+            offset = sum(level[0].shape[1] for level in drafted)
+            drafted.append((tokens, parents, scores))
+            frontier = torch.sort(torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k], dim=1).values
+            logits = drafter.level_logits(tokens.gather(1, frontier), frontier // k if offset else torch.zeros_like(frontier))
+            top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
+            tokens = top.indices.reshape(batch, -1)
+            parents = (offset + frontier).repeat_interleave(k, dim=1)
+            scores = (scores.gather(1, frontier)[:, :, None] + top.values.double()).reshape(batch, -1)
+        drafted.append((tokens, parents, scores))
+        tokens, parents, scores = (torch.cat(part, dim=1) for part in zip(*drafted))
+        rows = torch.stack([tokens.double(), parents.double(), scores]).tolist()
+        return [keep_best(_host_tree(root, *row), self.total_tokens) for root, row in zip(roots, zip(*rows))]
+
+
+def _host_tree(root: int, tokens: list[float], parents: list[float], scores: list[float]) -> DraftTree:
+    """Drafted nodes (parent -1: the root) as a DraftTree, without the nodes of log-prob
+    -inf (the host loop never adds them; their descendants are -inf too)."""
+    index = {-1: 0}
+    tree = DraftTree.root(root)
+    for i, (token, parent, score) in enumerate(zip(tokens, parents, scores)):
+        if score > float("-inf"):
+            index[i] = len(tree)
+            tree.tokens.append(int(token))
+            tree.parents.append(index[int(parent)])
+            tree.depths.append(tree.depths[index[int(parent)]] + 1)
+            tree.logps.append(score)
+    return tree
 
 
 def expand_top_k(tree: DraftTree, frontier: list[int], top: TopTokens, top_k: int) -> list[int]:

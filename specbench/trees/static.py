@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -21,6 +22,22 @@ from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree, top_tokens
 from specbench.engine.values import integer, is_integer
 from specbench.errors import ConfigError, require
+
+
+@dataclass(frozen=True)
+class Level:
+    """One depth of a static tree, as filled on the device: the nodes fed to draft it (the
+    previous depth's nodes with children, and their slots in the level fed before them) and
+    the nodes it fills (a contiguous range: choices sort by depth), each from its parent's
+    slot and rank among that parent's candidates."""
+
+    asked: slice | list[int]
+    asked_slots: torch.Tensor
+    nodes: slice
+    slots: torch.Tensor
+    ranks: torch.Tensor
+    parents: torch.Tensor
+    top_k: int
 
 
 @dataclass(frozen=True)
@@ -65,6 +82,25 @@ class Topology:
     @property
     def depth(self) -> int:
         return max(self.depths)
+
+    @cached_property
+    def levels(self) -> list["Level"]:
+        """Per depth 1, 2, ...: what filling it on the device gathers (static.grow), once per shape."""
+        out, fed = [], (0,)
+        for depth in range(1, self.depth + 1):
+            asked = self.expanded[depth - 1]
+            nodes = [node for node, d in enumerate(self.depths) if d == depth]
+            out.append(Level(
+                asked=slice(asked[0], asked[-1] + 1) if list(asked) == list(range(asked[0], asked[-1] + 1)) else list(asked),
+                asked_slots=torch.tensor([fed.index(self.parents[node]) for node in asked] if depth > 1 else [0]),  # depth 1: the root
+                nodes=slice(nodes[0], nodes[-1] + 1),
+                slots=torch.tensor([asked.index(self.parents[node]) for node in nodes]),
+                ranks=torch.tensor([self.ranks[node] for node in nodes]),
+                parents=torch.tensor([self.parents[node] for node in nodes]),
+                top_k=max(self.top_k[node] for node in asked),
+            ))
+            fed = asked
+        return out
 
 
 def read_choices(path: str, name: str, key: str = "method.tree.choices_file"):
@@ -126,6 +162,8 @@ def grow(topologies: list[Topology], drafter, contexts, roots) -> list[DraftTree
         DraftTree(tokens=[root] + [0] * (len(t) - 1), parents=list(t.parents), depths=list(t.depths), logps=[0.0] * len(t), ancestors=t.ancestors)
         for t, root in zip(topologies, roots)
     ]
+    if drafter.grows_on_device and len(set(map(id, topologies))) == 1:
+        return _fill_on_device(topologies[0], drafter, contexts, trees)
     for depth in range(1, max(t.depth for t in topologies) + 1):
         asked = [list(t.expanded[depth - 1]) if depth <= t.depth else [] for t in topologies]
         rows = drafter.logits(contexts, trees, asked)
@@ -141,4 +179,26 @@ def grow(topologies: list[Topology], drafter, contexts, roots) -> list[DraftTree
                     rank = topology.ranks[node]
                     tree.tokens[node] = tokens[rank]
                     tree.logps[node] = tree.logps[parent] + values[rank]
+    return trees
+
+
+def _fill_on_device(topology: Topology, drafter, contexts, trees: list[DraftTree]) -> list[DraftTree]:
+    """`grow` for rows sharing one topology, read back once: each depth feeds the nodes
+    that have children (their tokens gathered on the device from their parents'
+    candidates), and every node's token and log-prob comes back in one transfer."""
+    logits = drafter.root_logits(contexts, [tree.tokens[0] for tree in trees])[:, None]
+    batch, device = len(trees), logits.device
+    tokens = torch.zeros(batch, len(topology), dtype=torch.long, device=device)
+    scores = torch.zeros(batch, len(topology), dtype=torch.float64, device=device)  # cumulative log-probs
+    for depth, level in enumerate(topology.levels, start=1):
+        if depth > 1:
+            logits = drafter.level_logits(tokens[:, level.asked], level.asked_slots.to(device).expand(batch, -1))
+        top = torch.log_softmax(logits.float(), dim=-1).topk(level.top_k, dim=-1)
+        slots, ranks = level.slots.to(device), level.ranks.to(device)
+        tokens[:, level.nodes] = top.indices[:, slots, ranks]
+        scores[:, level.nodes] = scores[:, level.parents.to(device)] + top.values[:, slots, ranks].double()
+    values = torch.stack([tokens[:, 1:].double(), scores[:, 1:]]).tolist()
+    for tree, row_tokens, row_scores in zip(trees, *values):
+        tree.tokens[1:] = [int(t) for t in row_tokens]
+        tree.logps[1:] = row_scores
     return trees
