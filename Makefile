@@ -133,8 +133,8 @@ joint-heads: install
 	$(PY) -m specbench.train.joint --train eagle medusa hydra --init eagle=specbench/weights/smollm2-135m-eagle --data $(CORPUS) --out runs/smollm2-135m-heads --target-dtype $(TRAIN_DTYPE) --steps 3000 --minutes 150 --lr 1e-3 --sharegpt-answers 16000 --checkpoint-every 100 $(HEAD_AUTOCAST)
 
 # A paper's tables and figures beside the published numbers: SCALE=cpu (default) runs the
-# embedded model offline (MARS, TALON: headline tables at 20 prompts x 128 tokens, the rest
-# reduced, about an hour each on 2 cores; resumable); SCALE=paper prints the paper's multiruns
+# embedded model offline (headline tables at 20 prompts x 64 tokens, the rest reduced: docs/replication.md;
+# 90 minutes each is the aim on 2 cores, docs/times.md what was measured; resumable); SCALE=paper prints the paper's multiruns
 # (launches them where there is a GPU; add ARGS="--launcher slurm hydra.launcher.partition=...").
 # The finished runs are copied into results/<paper>/<scale>/runs (commit them: summaries, gzipped
 # per-sample records and the dataset samples they answered) and the report is written from there.

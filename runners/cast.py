@@ -45,15 +45,20 @@ TITLE = "CAST: inference-cost-aware dynamic draft trees"
 # cpu scale: Table 1 at T=0 (the headline: CAST against EAGLE-3 on six datasets) decodes --prompts
 # prompts per dataset; every other point at batch size 1 decodes POINT_PROMPTS, and a point at
 # B > 1 that a claim reads decodes CLAIM_BATCHES batches: each interval is drawn from at least
-# 10 groups (prompts at B = 1, batches at B > 1). Points no claim reads (EAGLE-1/2 at B = 8)
-# decode TABLE_BATCHES. The sizes keep `make replicate-cast` within 90 minutes on 2 cores.
+# 10 groups (prompts at B = 1, batches at B > 1). Points no claim reads (Lookahead and EAGLE-1/2
+# at B = 1, EAGLE-1/2 at B = 8) decode TABLE_PROMPTS prompts or TABLE_BATCHES batches. Table 1 at
+# T=1 and Figure 4 compare runs of their own sweep only, so they answer SHORT_TOKENS; the
+# SpS/PLD rows (paired with the headline's prompts) and Table 3 (whose batch size 1 is the
+# headline's runs) answer the headline's length. The sizes aim `make replicate-cast` at 90 minutes on 2 cores.
 CPU_PROMPTS = 20
 POINT_PROMPTS = 10
 CLAIM_BATCHES = 10
+TABLE_PROMPTS = 5
 TABLE_BATCHES = 5
 CPU_MAX_NEW_TOKENS = 64
+SHORT_TOKENS = 40
 SETUP = {
-    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by CAST and EAGLE-3, as in the paper) and SpS draft in place of the paper's targets; CAST priced with this machine's cost profile; seeded prompt subsets, first turn only; Table 1 at T=0 on 20 prompts per dataset, every other batch-size-1 point on 10; at batch size B > 1 a point a claim reads decodes ten batches (10·B prompts), EAGLE-1/2 at B=8 five; T=1, the SpS/PLD/Lookahead/EAGLE-1/2 baselines on MT-bench, HumanEval and GSM8K, batch size 8 on HumanEval alone, and each claim is checked on the datasets this scale runs for it (named in its row).",
+    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by CAST and EAGLE-3, as in the paper) and SpS draft in place of the paper's targets; CAST priced with this machine's cost profile; seeded prompt subsets, first turn only; Table 1 at T=0 on 20 prompts per dataset, every other batch-size-1 point on 10 (Lookahead and EAGLE-1/2, which no claim reads, on 5); at batch size B > 1 a point a claim reads decodes ten batches (10·B prompts), EAGLE-1/2 at B=8 five; Table 1 at T=1 and Figure 4 answer 40 new tokens, every other point 64; T=1, the SpS/PLD/Lookahead/EAGLE-1/2 baselines on MT-bench, HumanEval and GSM8K, batch size 8 on HumanEval alone, and each claim is checked on the datasets this scale runs for it (named in its row).",
     "paper": "paper scale: the paper's targets and published EAGLE-3 heads on GPUs (A800 for Tables 1-3; Tables 4-5 on an H20 and on 2x RTX 4090).",
 }
 DATASETS = ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq"]
@@ -158,10 +163,9 @@ def by_value(models: list[str], scale: str, value) -> dict:
 def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     paper = scale == "paper"
 
-    def at(name, datasets, overrides, models, batch=1, headline=False, batches=CLAIM_BATCHES):
-        count, tokens = sweep_size(scale, name, {name} if headline else set(), prompts, max_new_tokens)
-        if not paper and not headline:
-            count = min(prompts, POINT_PROMPTS)
+    def at(name, datasets, overrides, models, batch=1, headline=False, batches=CLAIM_BATCHES, point_prompts=POINT_PROMPTS, short=False):
+        count, tokens = sweep_size(scale, name, {name} if headline else set(), prompts, max_new_tokens,
+                                   reduced_prompts=point_prompts, reduced_tokens=SHORT_TOKENS if short else max_new_tokens)
         if batch > 1:  # a batch's rows share one wall time, so its interval resamples batches
             count = batch * min(prompts, batches)
         return by_source(name, datasets, [*overrides, f"gen.batch_size={batch}"], scale, list(models), count, tokens)
@@ -186,10 +190,11 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     sweeps = []
     for temperature, datasets in ((0, DATASETS), (1, wide)):
         headline = temperature == 0
-        sweeps += cast("table1", datasets, [f"gen.temperature={temperature}"], BATCH1_MODELS, headline=headline)
-        sweeps += eagle3("table1-eagle3", datasets, [f"gen.temperature={temperature}"], BATCH1_MODELS, headline=headline)
-    sweeps += at("table1-baselines", wide, ["method=sps,pld,lookahead,eagle2", "gen.temperature=0"], ["vicuna-13b"])
-    sweeps += at("table1-baselines", wide, ["method=eagle", "method.tree.size=null", "gen.temperature=0"], ["vicuna-13b"])
+        sweeps += cast("table1", datasets, [f"gen.temperature={temperature}"], BATCH1_MODELS, headline=headline, short=not headline)
+        sweeps += eagle3("table1-eagle3", datasets, [f"gen.temperature={temperature}"], BATCH1_MODELS, headline=headline, short=not headline)
+    sweeps += at("table1-baselines", wide, ["method=sps,pld", "gen.temperature=0"], ["vicuna-13b"])
+    sweeps += at("table1-baselines", wide, ["method=lookahead,eagle2", "gen.temperature=0"], ["vicuna-13b"], point_prompts=TABLE_PROMPTS)
+    sweeps += at("table1-baselines", wide, ["method=eagle", "method.tree.size=null", "gen.temperature=0"], ["vicuna-13b"], point_prompts=TABLE_PROMPTS)
     if paper:  # the paper leaves out methods that relax acceptance at T=1 (PLD among them)
         sweeps += at("table1-baselines", wide, ["method=sps", "gen.temperature=1"], ["vicuna-13b"])
     temperatures8 = "0,1" if paper else "0"
@@ -212,7 +217,7 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
         for gpu, table in GPUS.items():
             sweeps += cast(table, DATASETS, ["gen.temperature=0,1", f"hardware.name={gpu}"], BATCH1_MODELS)
             sweeps += eagle3(f"{table}-eagle3", DATASETS, ["gen.temperature=0,1", f"hardware.name={gpu}"], BATCH1_MODELS)
-    sweeps += at("figure4", ["humaneval"], ["method=eagle3", f"method.tree.total_tokens={','.join(map(str, VERIFIED[scale]))}", "gen.temperature=0"], ["llama3.1-8b"])
+    sweeps += at("figure4", ["humaneval"], ["method=eagle3", f"method.tree.total_tokens={','.join(map(str, VERIFIED[scale]))}", "gen.temperature=0"], ["llama3.1-8b"], short=True)
     return sweeps
 
 

@@ -633,25 +633,32 @@ def test_batched_values_are_one_per_batch(tmp_path):
 
 
 def test_cast_cpu_scale_gives_every_point_enough_groups_for_an_interval(tmp_path):
-    """Table 1 at T=0 (the headline) runs 20 prompts, every other batch-size-1 point 10, a
-    batched point a claim reads ten batches (a batch's rows share one wall time, so batches are
-    what its interval resamples) and EAGLE-1/2 at batch size 8 five; a quick look stays one
-    prompt or one batch."""
+    """Table 1 at T=0 (the headline) runs 20 prompts, every other batch-size-1 point a claim
+    reads 10, a batched point a claim reads ten batches (a batch's rows share one wall time, so
+    batches are what its interval resamples); the rows no claim reads (Lookahead and EAGLE-1/2)
+    five prompts or batches. Table 1 at T=1 and Figure 4 compare runs of their own sweep and
+    answer 40 tokens; every other point the headline's 64 (the SpS/PLD rows pair with its
+    prompts, Table 3's batch size 1 is its runs). A quick look stays one prompt or one batch."""
 
-    def limits(prompts):
+    def points(prompts):
         found = set()
         for s in cast.sweeps("cpu", prompts, cast.CPU_MAX_NEW_TOKENS, tmp_path):
-            setting = dict(o.split("=", 1) for o in s.overrides)
-            found.add((s.name, setting.get("gen.temperature"), int(setting["gen.batch_size"]), int(setting["dataset.limit"])))
+            setting = dict(o.split("=", 1) for o in s.overrides if "=" in o)
+            found.add((s.name, setting.get("method"), setting.get("gen.temperature"), int(setting["gen.batch_size"]),
+                       int(setting["dataset.limit"]), int(setting["gen.max_new_tokens"])))
         return found
 
-    found = limits(cast.CPU_PROMPTS)
-    assert {limit for name, t, batch, limit in found if name in ("table1", "table1-eagle3") and t == "0"} == {20}
-    assert {limit for name, t, batch, limit in found if batch == 1 and not (name in ("table1", "table1-eagle3") and t == "0")} >= {10}
-    assert all(limit >= 10 for name, t, batch, limit in found if batch == 1)
-    assert {limit // batch for name, t, batch, limit in found if batch > 1 and name != "table2-eagle"} == {10}
-    assert {limit // batch for name, t, batch, limit in found if name == "table2-eagle"} == {5}
-    assert {limit // batch for _, _, batch, limit in limits(1)} == {1}
+    found = points(cast.CPU_PROMPTS)
+    headline = {p for p in found if p[0] in ("table1", "table1-eagle3") and p[2] == "0"}
+    table_only = {p for p in found if p[1] in ("lookahead,eagle2", "eagle", "eagle2")}
+    assert headline and {(limit, tokens) for *_, limit, tokens in headline} == {(20, 64)}
+    assert {p[1] for p in table_only} == {"lookahead,eagle2", "eagle", "eagle2"} and {p[0] for p in table_only} == {"table1-baselines", "table2-eagle"}
+    assert {limit // batch for _, _, _, batch, limit, _ in table_only} == {5}
+    assert all(limit >= 10 for _, _, _, batch, limit, _ in found - table_only if batch == 1)
+    assert {limit // batch for _, _, _, batch, limit, _ in found - table_only if batch > 1} == {10}
+    short = {p for p in found if p[0] == "figure4" or (p[0] in ("table1", "table1-eagle3") and p[2] == "1")}
+    assert short and {tokens for *_, tokens in short} == {40} and {tokens for *_, tokens in found - short} == {64}
+    assert {limit // batch for _, _, _, batch, limit, _ in points(1)} == {1}
 
 
 def test_cpu_scale_reads_hub_only_datasets_from_specbench_data(tmp_path, monkeypatch):
