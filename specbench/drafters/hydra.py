@@ -77,8 +77,8 @@ class HydraDrafter(Drafter):
 
     @torch.no_grad()
     def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
-        prefix = torch.stack(self._prefix)
-        self._paths = torch.tensor(roots, device=prefix.device)[:, None, None]  # [B, nodes of the level, path tokens]
+        self._stacked_prefix = torch.stack(self._prefix)  # [B, H], for every level of this step
+        self._paths = torch.tensor(roots, device=self._stacked_prefix.device)[:, None, None]  # [B, nodes of the level, path tokens]
         return self._head(self._paths)[:, 0]
 
     @torch.no_grad()
@@ -94,7 +94,7 @@ class HydraDrafter(Drafter):
         if depth >= len(self.heads):
             raise ConfigError(f"method.tree: the tree is deeper than the {len(self.heads)} Hydra heads draft")
         batch, width = paths.shape[:2]
-        prefix = torch.stack(self._prefix)[:, None].expand(-1, width, -1)
+        prefix = self._stacked_prefix[:, None].expand(-1, width, -1)
         self.forwards += 1
         return self.heads.head(depth, prefix.reshape(batch * width, -1), paths.reshape(batch * width, -1)).reshape(batch, width, -1)
 

@@ -67,16 +67,17 @@ class EagleDynamicTree(TreePolicy):
         batch = len(roots)
         # the newest level's candidates: token, parent (index into `drafted`, -1: the root), cumulative log-prob
         tokens, parents, scores = top.indices, torch.full_like(top.indices, -1), top.values.double()
-        drafted = []
+        drafted, offset = [], 0  # offset: where the newest level starts in `drafted`
         for _ in range(self.depth):
-            offset = sum(level[0].shape[1] for level in drafted)
             drafted.append((tokens, parents, scores))
             frontier = torch.sort(torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k], dim=1).values
-            logits = drafter.level_logits(tokens.gather(1, frontier), frontier // k if offset else torch.zeros_like(frontier))
+            # candidate c is child c % k of the fed node in slot c // k (the root's children: slot 0)
+            logits = drafter.level_logits(tokens.gather(1, frontier), frontier // k)
             top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
             tokens = top.indices.reshape(batch, -1)
             parents = (offset + frontier).repeat_interleave(k, dim=1)
             scores = (scores.gather(1, frontier)[:, :, None] + top.values.double()).reshape(batch, -1)
+            offset += drafted[-1][0].shape[1]
         drafted.append((tokens, parents, scores))
         tokens, parents, scores = (torch.cat(part, dim=1) for part in zip(*drafted))
         rows = torch.stack([tokens.double(), parents.double(), scores]).tolist()
@@ -90,11 +91,8 @@ def _host_tree(root: int, tokens: list[float], parents: list[float], scores: lis
     tree = DraftTree.root(root)
     for i, (token, parent, score) in enumerate(zip(tokens, parents, scores)):
         if score > float("-inf"):
-            index[i] = len(tree)
-            tree.tokens.append(int(token))
-            tree.parents.append(index[int(parent)])
-            tree.depths.append(tree.depths[index[int(parent)]] + 1)
-            tree.logps.append(score)
+            index[i] = tree.add(index[int(parent)], int(token))
+            tree.logps[-1] = score  # the device's float64 sum, bit for bit the host loop's
     return tree
 
 
