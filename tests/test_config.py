@@ -153,6 +153,8 @@ def test_hash_changes_with_what_changes_results():
     assert config_hash(base) != config_hash(composed("engine.int8_drafts=off"))  # same ids, other speed: not a resume
     assert config_hash(base) != config_hash(composed("engine.fp16_weights=off"))  # other numbers where auto rounds weights
     assert config_hash(base) == config_hash(composed("output_root=elsewhere"))
+    # what is timed for the summary's prediction only (the replications turn it off: their finished runs stay valid)
+    assert config_hash(base) == config_hash(composed("costs.calibrate_tree=false"))
     # the model's drafter entries the method does not use are not part of the run
     assert config_hash(base) == config_hash(composed("model.eagle=null", "model.medusa.path=/x"))
     eagle3 = composed("method=eagle3")

@@ -14,6 +14,7 @@ from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.trees.lookahead import LookaheadTree
 from specbench.trees.opt import OptTree
+from specbench.trees.static import StaticTree
 from specbench.trees.talon import TalonTree
 from specbench.verify.mars import MarsVerifier
 from specbench.verify.standard import StandardVerifier
@@ -153,3 +154,46 @@ def test_own_vocabulary_draft_identical_to_ar(forward, batch, target, own_vocab_
         outputs += generate_batch(TreeLM(target), method, prompts[start : start + batch], GREEDY, LIMITS)
     assert [o.ids for o in outputs] == [a.ids for a in ar_outputs]
     assert sum(n - 1 for out in outputs for n in out.accept_lengths) > len(prompts)
+
+
+@pytest.mark.parametrize("policy,temperature", [("chain", 0.0), ("chain", 1.0), ("dynamic", 0.0), ("static", 0.0)])
+def test_small_lm_trees_grown_on_the_device_equal_the_host_loops(policy, temperature, target, draft, prompts):
+    """A small draft LM fed each level as device tensors (one read for the tree, one to find
+    the accepted nodes) grows the host loop's trees, the same draws from the same
+    generators, and keeps the same accepted nodes in its cache (nothing re-read), at every
+    step of a batched decode of prompts of different lengths."""
+    import torch
+
+    tree = {
+        "chain": Chain(4),
+        "dynamic": EagleDynamicTree(top_k=3, depth=3, total_tokens=10),
+        "static": StaticTree(choices=[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [1, 0, 0]]),
+    }[policy]
+    on_device, on_host = SmallLMDrafter(draft, VOCAB), SmallLMDrafter(draft, VOCAB)
+    on_host.grows_on_device = False
+    sampling = Sampling(temperature=temperature)
+    lm = TreeLM(target)
+    texts = [list(prompts[b]) for b in (0, 3, 5)]
+    lm.reset(len(texts))
+    seeds = [[torch.Generator().manual_seed(b) for b in range(len(texts))] for _ in range(2)]
+    with torch.inference_mode():
+        roots = [int(z[-1].argmax()) for z in lm.forward(contexts=texts)]
+        for drafter in (on_device, on_host):
+            drafter.begin(texts, None)
+        for _ in range(6):
+            trees = tree.grow(on_device, texts, roots, sampling, seeds[0])
+            expected = tree.grow(on_host, texts, roots, sampling, seeds[1])
+            for grown, want in zip(trees, expected, strict=True):
+                assert (grown.tokens, grown.parents, grown.logps, grown.origin) == (want.tokens, want.parents, want.logps, want.origin)
+                assert grown.child_dists.keys() == want.child_dists.keys()
+            logits = lm.forward(trees=trees, nodes=[range(len(t)) for t in trees])
+            accepted = StandardVerifier().accept_rows(trees, logits, GREEDY, [None] * len(trees))
+            paths = [a.path for a in accepted]
+            lm.commit(paths)
+            for drafter in (on_device, on_host):
+                drafter.commit(trees, paths)
+            assert on_device.lm.layout.lengths == on_host.lm.layout.lengths
+            assert torch.equal(on_device.lm.layout.valid, on_host.lm.layout.valid)
+            texts = [text + [t.tokens[n] for n in path] for text, t, path in zip(texts, trees, paths)]
+            roots = [a.next_token for a in accepted]
+    assert on_device.forwards == on_host.forwards

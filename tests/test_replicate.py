@@ -114,6 +114,7 @@ def test_paper_scale_prints_the_multiruns_with_per_model_hardware():
         big = "qwen3-235b" in line or "llama3.1-70b" in line
         assert ("hardware=multi-gpu" in line) == big and ("hardware=gpu" in line) != big
     assert any("dataset=humaneval" in l and "dataset.repeats=4" in l for l in lines)
+    assert all("costs.calibrate_tree=false" in l for l in lines)  # measured speed only: no calibration decodes before each run
     assert not (ROOT / "outputs" / "replicate" / "mars" / "paper").exists()
 
 

@@ -94,11 +94,11 @@ def reads_per_step(lm: TreeLM, method: Method, prompts, sampling: Sampling) -> l
 
 
 FAMILIES = ["ar", "sps", "pld", "lookahead", "eagle", "eagle2", "eagle3", "mars", "mars-paper", "talon", "cast", "medusa", "hydra", "entmtp"]
-# trees grown level by level on the host, one read per draft level: SpS and PLD chains (a
-# chain token is the next forward's input; PLD's proposals are host values, no device read on
-# a GPU), and the policies whose next level's size or whether there is one follows the
-# draft's values (TALON's budget and gate, CAST's pricing)
-PER_LEVEL = ("sps", "pld", "talon", "cast")
+# trees grown level by level on the host, one read per draft level: PLD's chain (its
+# proposals are host values, no device read on a GPU), and the policies whose next level's
+# size or whether there is one follows the draft's values (TALON's budget and gate, CAST's
+# pricing)
+PER_LEVEL = ("pld", "talon", "cast")
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from specbench.drafters import DrafterLoader
-from specbench.engine.columns import ColumnCache, Plan
+from specbench.engine.columns import ColumnCache
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree
@@ -92,16 +92,10 @@ class EagleDrafter(Drafter):
         hidden, attended = self._level
         batch, width = tokens.shape
         self._depth += 1
-        start, device = self.layout.columns, hidden.device
-        in_tree = torch.zeros(batch, width, start, dtype=torch.bool, device=device)
-        in_tree[:, :, : attended.shape[2]] = attended.gather(1, parents[:, :, None].expand(-1, -1, attended.shape[2]))
-        own = torch.eye(width, dtype=torch.bool, device=device).expand(batch, -1, -1)
-        context = self.layout.valid[:, None, :start].to(device)
-        positions = torch.tensor([[length + self._depth - 1] * width for length in self.layout.lengths], device=device)
-        plan = Plan(start, width, [0] * batch, [[] for _ in range(batch)], positions, torch.cat([in_tree | context, own], dim=2), max(self.layout.lengths) + self._depth)
+        plan, attended = self.layout.level_plan(attended, parents, self._depth, node_offset=-1)
         features = hidden.gather(1, parents[:, :, None].expand(-1, -1, hidden.shape[-1]))
         new_hidden, logits = self._forward(tokens, features, plan)
-        self._level = (new_hidden, torch.cat([in_tree, own], dim=2))
+        self._level = (new_hidden, attended)
         return self._to_target_vocab(logits.reshape(batch * width, -1)).reshape(batch, width, -1)
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:

@@ -127,6 +127,7 @@ class SmallLMDrafter(Drafter):
         self.target_vocab_size = target_vocab_size
         self.vocab = vocab
         self._node_logits: dict[int, torch.Tensor] = {}
+        self._levels = None
 
     @property
     def forwards(self) -> int:
@@ -135,8 +136,12 @@ class SmallLMDrafter(Drafter):
     def begin(self, prompts: list[list[int]], features=None) -> None:
         self.lm.reset(len(prompts))
         self._node_logits = [{} for _ in prompts]
+        self._levels: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # this step's levels fed as device tensors
 
     def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+        return self._read(contexts, trees, nodes)
+
+    def _read(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
         """Rows read the context they have not seen (first step after a commit) and the
         asked nodes' uncached ancestors, all rows in one forward."""
         needed = [
@@ -154,9 +159,53 @@ class SmallLMDrafter(Drafter):
                     known.update(zip(row_needed, self._in_target_vocab(row_logits)))
         return [torch.stack([known[n] for n in row_nodes]) if row_nodes else None for known, row_nodes in zip(self._node_logits, nodes)]
 
+    grows_on_device = True
+
+    def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
+        """The host path's first forward (each row's unseen context, then its root); the
+        levels after it are fed as device tensors (level_logits)."""
+        logits = torch.cat(self._read(contexts, [DraftTree.root(root) for root in roots], [[0]] * len(roots)))
+        layout = self.lm.layout
+        attended = torch.zeros(len(roots), 1, layout.columns, dtype=torch.bool)
+        attended[torch.arange(len(roots)), 0, [cached[0] for cached in layout.node_columns]] = True
+        self._attended, self._levels = attended.to(logits.device), []
+        return logits
+
+    def level_logits(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+        """One draft forward over the level, its mask and positions built on the device; the
+        level is kept (tokens and parent slots) to find the accepted nodes at commit."""
+        batch, width = tokens.shape
+        plan, self._attended = self.lm.layout.level_plan(self._attended, parents, depth=len(self._levels) + 1)
+        self._levels.append((tokens, parents))
+        logits = self.lm.forward_level(tokens, plan)
+        return self._in_target_vocab(logits.reshape(batch * width, -1)).reshape(batch, width, -1)
+
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features=None) -> None:
-        self.lm.commit([tree.drafted_ids(path) for tree, path in zip(trees, paths)])
+        fed = self._fed_paths(trees, paths) if self._levels is not None else [tree.drafted_ids(path) for tree, path in zip(trees, paths)]
+        self.lm.commit(fed)
         self._node_logits = [{} for _ in trees]
+        self._levels = None
+
+    def _fed_paths(self, trees: list[DraftTree], paths: list[list[int]]) -> list[list[int]]:
+        """Each accepted path (root first) as the ids its nodes were cached under in a tree
+        grown on the device (root 0, then the order fed), as far as they were fed. The fed
+        levels come back in one transfer; a path's node at depth d is the node of level d
+        under its parent's slot with its token (siblings' tokens differ)."""
+        if not self._levels:
+            return [[0] for _ in paths]
+        widths = [level_tokens.shape[1] for level_tokens, _ in self._levels]
+        fed_tokens, fed_parents = torch.stack([torch.cat(part, dim=1) for part in zip(*self._levels)]).tolist()
+        out = []
+        for tree, path, row_tokens, row_parents in zip(trees, paths, fed_tokens, fed_parents):
+            ids, slot, offset = [0], 0, 0
+            for node, width in zip(path[1:], widths):
+                found = next((i for i in range(offset, offset + width) if row_tokens[i] == tree.tokens[node] and row_parents[i] == slot), None)
+                if found is None:
+                    break
+                ids.append(1 + found)
+                slot, offset = found - offset, offset + width
+            out.append(ids)
+        return out
 
     def keep(self, rows: list[int]) -> None:
         self.lm.keep(rows)

@@ -69,6 +69,25 @@ class ColumnCache:
         mask = None if self._causal_suffices(contexts, trees, nodes) else self._mask(start, width, contexts, trees, nodes)
         return Plan(start, width, list(contexts), [list(n) for n in nodes], positions.to(self.device), mask, bound)
 
+    def level_plan(self, attended: torch.Tensor, parents: torch.Tensor, depth: int, node_offset: int = 0) -> tuple[Plan, torch.Tensor]:
+        """A forward of one level of a tree grown on the device, laid out without reading it:
+        node j of row b is a child of the node in slot `parents[b, j]` of the level fed
+        before, whose tree columns (its ancestors' and its own) `attended[b]` [w_before,
+        columns] marks. It attends to the committed context, those columns and its own, at
+        position length + `depth` + `node_offset`, and is cached as node k + j, k the nodes
+        the row has cached (the order fed). Returns the plan and the new level's `attended`."""
+        batch, width = parents.shape
+        start, device = self.columns, parents.device
+        in_tree = torch.zeros(batch, width, start, dtype=torch.bool, device=device)
+        in_tree[:, :, : attended.shape[2]] = attended.gather(1, parents[:, :, None].expand(-1, -1, attended.shape[2]))
+        own = torch.eye(width, dtype=torch.bool, device=device).expand(batch, -1, -1)
+        context = self.valid[:, None, :start].to(device)
+        positions = torch.tensor([[length + depth + node_offset] * width for length in self.lengths], device=device)
+        first = [len(cached) for cached in self.node_columns]
+        plan = Plan(start, width, [0] * batch, [list(range(k, k + width)) for k in first], positions,
+                    torch.cat([in_tree | context, own], dim=2), max(self.lengths) + depth + node_offset + 1)
+        return plan, torch.cat([in_tree, own], dim=2)
+
     def _causal_suffices(self, contexts, trees, nodes) -> bool:
         """One row, no holes, no cached tree nodes, and the fed nodes form the chain 0, 1, ..."""
         if self.batch_size != 1 or self.node_columns[0] or self.lengths[0] != self.context_end:

@@ -92,6 +92,15 @@ class TreeLM:
             out[b] = row_logits
         return out
 
+    def forward_level(self, tokens: torch.Tensor, plan: Plan) -> torch.Tensor:
+        """Logits [B, width, V] after each of `tokens` [B, width] (on the device), laid out by
+        `plan` (ColumnCache.level_plan): a level of a tree grown on the device, whose tokens
+        the host has not read. A drafter's forward: no features are kept."""
+        normed, _ = self._run(tokens, plan)
+        self.layout.advance(plan)
+        self.forwards += 1
+        return self.lm_head(normed)
+
     def _run(self, tokens: torch.Tensor, plan: Plan):
         """(final-normed hidden [B, width, H], hidden_states per layer [B, width, H] when
         features are read, else None) for `tokens` [B, width] appended to the cache."""

@@ -22,6 +22,8 @@ class Chain(TreePolicy):
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         """Each row's chain grows by one token per draft forward until gamma tokens or
         until the drafter has nothing to propose for it."""
+        if drafter.grows_on_device:
+            return self._grow_on_device(drafter, contexts, roots, sampling, generators)
         trees = [DraftTree.root(root) for root in roots]
         tips = [0] * len(trees)  # a row's last node, None once its chain has ended
         for _ in range(self.gamma):
@@ -43,4 +45,34 @@ class Chain(TreePolicy):
                 if not sampling.greedy:
                     trees[b].child_dists[tips[b]] = q[i]
                 tips[b] = trees[b].add(tips[b], int(picked[i]), logps[i] if not sampling.greedy else 0.0)
+        return trees
+
+    def _grow_on_device(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
+        """The loop above for a drafter that always proposes (a small LM): each drawn token
+        is fed back as a device tensor and the chains are read back once, the same draws
+        from the same generators in the same order."""
+        logits = drafter.root_logits(contexts, roots)
+        batch = len(roots)
+        parents = torch.zeros(batch, 1, dtype=torch.long, device=logits.device)
+        drawn, logps, dists = [], [], []
+        for depth in range(self.gamma):
+            if depth:
+                logits = drafter.level_logits(drawn[-1][:, None], parents)[:, 0]
+            q = sampling.probs(logits)
+            if sampling.greedy:
+                tokens = q.argmax(-1)
+            else:
+                tokens = torch.cat([torch.multinomial(q[b], 1, generator=generators[b]) for b in range(batch)])
+            drawn.append(tokens)
+            logps.append(q.gather(1, tokens[:, None])[:, 0].log())
+            dists.append(q)
+        picked, row_logps = torch.stack([torch.stack(drawn, dim=1).double(), torch.stack(logps, dim=1).double()]).tolist()
+        trees = []
+        for b, root in enumerate(roots):
+            tree = DraftTree.root(root)
+            for depth, (token, logp) in enumerate(zip(picked[b], row_logps[b])):
+                if not sampling.greedy:
+                    tree.child_dists[depth] = dists[depth][b]
+                tree.add(depth, int(token), logp if not sampling.greedy else 0.0)
+            trees.append(tree)
         return trees
