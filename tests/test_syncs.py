@@ -77,16 +77,28 @@ def method_for(family: str, size: str, target, draft, directory) -> Method:
 
 def reads_per_step(lm: TreeLM, method: Method, prompts, sampling: Sampling) -> list[tuple[int, int]]:
     """Per decode step after the first (prefill excluded): (host reads, levels grown on the
-    host, i.e. calls of the drafter's `logits`)."""
-    marks, calls = [], [0]
+    host, i.e. calls of the drafter's `logits` other than the one under `root_logits`,
+    which a tree grown on the device starts from)."""
+    marks, calls, under_root = [], [0], [False]
     if method.drafter is not None:
         logits = method.drafter.logits
 
         def counted(*args):
-            calls[0] += 1
+            calls[0] += not under_root[0]
             return logits(*args)
 
         method.drafter.logits = counted
+        if method.drafter.grows_on_device:
+            root_logits = method.drafter.root_logits
+
+            def root_counted(*args):
+                under_root[0] = True
+                try:
+                    return root_logits(*args)
+                finally:
+                    under_root[0] = False
+
+            method.drafter.root_logits = root_counted
     generators = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
     with counting_syncs() as counts:
         generate_batch(lm, method, prompts, sampling, Limits(max_new_tokens=12), generators, on_step=lambda *_: marks.append((sum(counts.values()), calls[0])))

@@ -127,7 +127,6 @@ class SmallLMDrafter(Drafter):
         self.target_vocab_size = target_vocab_size
         self.vocab = vocab
         self._node_logits: dict[int, torch.Tensor] = {}
-        self._levels = None
 
     @property
     def forwards(self) -> int:
@@ -139,9 +138,6 @@ class SmallLMDrafter(Drafter):
         self._levels: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # this step's levels fed as device tensors
 
     def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
-        return self._read(contexts, trees, nodes)
-
-    def _read(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
         """Rows read the context they have not seen (first step after a commit) and the
         asked nodes' uncached ancestors, all rows in one forward."""
         needed = [
@@ -164,7 +160,7 @@ class SmallLMDrafter(Drafter):
     def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
         """The host path's first forward (each row's unseen context, then its root); the
         levels after it are fed as device tensors (level_logits)."""
-        logits = torch.cat(self._read(contexts, [DraftTree.root(root) for root in roots], [[0]] * len(roots)))
+        logits = torch.cat(self.logits(contexts, [DraftTree.root(root) for root in roots], [[0]] * len(roots)))
         layout = self.lm.layout
         attended = torch.zeros(len(roots), 1, layout.columns, dtype=torch.bool)
         attended[torch.arange(len(roots)), 0, [cached[0] for cached in layout.node_columns]] = True

@@ -73,9 +73,7 @@ class TreeLM:
         for b, (context, row_nodes) in enumerate(zip(contexts, nodes)):
             fed = context + [trees[b].tokens[n] for n in row_nodes]
             tokens[b, : len(fed)] = torch.tensor(fed, dtype=torch.long)
-        normed, hidden = self._run(tokens.to(self.device), plan)
-        self.layout.advance(plan)
-        self.forwards += 1
+        normed, hidden = self._step(tokens.to(self.device), plan)
         counts = [len(c) + len(n) for c, n in zip(contexts, nodes)]
         if self.feature_layers:
             # on the model's first device: layers spread over GPUs leave each state on its own
@@ -96,10 +94,15 @@ class TreeLM:
         """Logits [B, width, V] after each of `tokens` [B, width] (on the device), laid out by
         `plan` (ColumnCache.level_plan): a level of a tree grown on the device, whose tokens
         the host has not read. A drafter's forward: no features are kept."""
-        normed, _ = self._run(tokens, plan)
+        normed, _ = self._step(tokens, plan)
+        return self.lm_head(normed)
+
+    def _step(self, tokens: torch.Tensor, plan: Plan):
+        """_run, then the cache layout and the forward count follow what was fed."""
+        out = self._run(tokens, plan)
         self.layout.advance(plan)
         self.forwards += 1
-        return self.lm_head(normed)
+        return out
 
     def _run(self, tokens: torch.Tensor, plan: Plan):
         """(final-normed hidden [B, width, H], hidden_states per layer [B, width, H] when

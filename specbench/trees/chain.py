@@ -35,10 +35,7 @@ class Chain(TreePolicy):
             if not drafting:
                 break
             q = sampling.probs(torch.cat([rows[b][:1] for b in drafting]))
-            if sampling.greedy:
-                tokens = q.argmax(-1)
-            else:
-                tokens = torch.cat([torch.multinomial(q[i], 1, generator=generators[b]) for i, b in enumerate(drafting)])
+            tokens = draw(q, sampling, [generators[b] for b in drafting])
             # one read per draft position for the whole batch: the tokens and their draft log-probs
             picked, logps = torch.stack([tokens.double(), q.gather(1, tokens[:, None])[:, 0].log().double()]).tolist()
             for i, b in enumerate(drafting):
@@ -59,10 +56,7 @@ class Chain(TreePolicy):
             if depth:
                 logits = drafter.level_logits(drawn[-1][:, None], parents)[:, 0]
             q = sampling.probs(logits)
-            if sampling.greedy:
-                tokens = q.argmax(-1)
-            else:
-                tokens = torch.cat([torch.multinomial(q[b], 1, generator=generators[b]) for b in range(batch)])
+            tokens = draw(q, sampling, generators)
             drawn.append(tokens)
             logps.append(q.gather(1, tokens[:, None])[:, 0].log())
             dists.append(q)
@@ -76,3 +70,11 @@ class Chain(TreePolicy):
                 tree.add(depth, int(token), logp if not sampling.greedy else 0.0)
             trees.append(tree)
         return trees
+
+
+def draw(q: torch.Tensor, sampling, generators) -> torch.Tensor:
+    """One token per row of `q` [rows, V]: the argmax when greedy, else a draw from row i
+    with generators[i], so a host-grown and a device-grown chain draw alike."""
+    if sampling.greedy:
+        return q.argmax(-1)
+    return torch.cat([torch.multinomial(row, 1, generator=generator) for row, generator in zip(q, generators)])
