@@ -67,7 +67,7 @@ TITLE = "EntMTP: task-aware draft trees for multi-token-prediction heads"
 CPU_PROMPTS = 30
 CPU_MAX_NEW_TOKENS = 64
 SETUP = {
-    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto; 2 threads) with specbench's Hydra (3 heads) and Medusa (4 heads) heads in place of Vicuna-7B's; T=0.7, typical acceptance (epsilon 0.09, alpha 0.3); the bank searched on this machine (budget 12 draft nodes, depth 3, 10 prompts x 48 tokens per task, disjoint from the evaluated prompts); seeded prompt subsets, first turn only. tau: accepted draft tokens per step (the paper's accept length); nodes: draft nodes, root excluded. Intervals: 95% bootstrap over prompts.",
+    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto; 2 threads) with specbench's Hydra (3 heads) and Medusa (4 heads) heads in place of Vicuna-7B's; T=0.7, typical acceptance (epsilon 0.09, alpha 0.3); the bank searched on the machine Figures 1-2 name (budget 12 draft nodes, depth 3, 10 prompts x 48 tokens per task, disjoint from the evaluated prompts), and every run prices the searched frontier again with its own cost profile, so it runs its own machine's throughput-optimal trees; seeded prompt subsets, first turn only. tau: accepted draft tokens per step (the paper's accept length); nodes: draft nodes, root excluded. Intervals: 95% bootstrap over prompts.",
     "paper": "paper scale: Vicuna-7B v1.3 with ankner/hydra-vicuna-7b-v1.3 and FasterDecoding/medusa-vicuna-7b-v1.3 on one GPU; T=0.7; the bank searched on 100 prompts x 256 tokens per task (HumanEval: the 64 of its 164 tasks outside the 100 evaluated; budget 88 draft nodes, depth 4). tau: accepted draft tokens per step (the paper's accept length); nodes: draft nodes, root excluded.",
 }
 DATASETS = ["humaneval", "gsm8k", "sharegpt"]
@@ -160,19 +160,31 @@ def _scale(runs: pd.DataFrame) -> str:
     return "paper" if len(runs) and (runs["config.model.name"] == MODEL["paper"]).any() else "cpu"
 
 
-def run_searches(runs: pd.DataFrame) -> dict[str, dict]:
-    """The search records of the bank the EntMTP runs loaded."""
+def run_bank(runs: pd.DataFrame) -> Path | None:
+    """The bank file the EntMTP runs loaded."""
     column = "config.method.tree.bank"
     banks = runs[column].dropna().unique() if column in runs else []
-    return searches(ROOT / banks[0]) if len(banks) else {}
+    return ROOT / banks[0] if len(banks) else None
 
 
-def searches(bank_file: Path) -> dict[str, dict]:
+def bank_meta(bank_file: Path | None) -> dict:
+    return json.loads(bank_file.read_text()).get("meta", {}) if bank_file and bank_file.is_file() else {}
+
+
+def run_searches(runs: pd.DataFrame) -> dict[str, dict]:
+    return searches(run_bank(runs))
+
+
+def searches(bank_file: Path | None) -> dict[str, dict]:
     """task -> its search record (frontier, default tree, prompts) from a bank file."""
-    if not bank_file.is_file():
-        return {}
-    meta = json.loads(bank_file.read_text()).get("meta", {})
-    return {key.removeprefix("search_"): value for key, value in meta.items() if key.startswith("search_")}
+    return {key.removeprefix("search_"): value for key, value in bank_meta(bank_file).items() if key.startswith("search_")}
+
+
+def search_machine(runs: pd.DataFrame) -> str:
+    """The CPU (or GPU) the bank was searched and priced on, from its fingerprint."""
+    fingerprint = bank_meta(run_bank(runs)).get("fingerprint", {})
+    machine = fingerprint.get("cpu_model") or fingerprint.get("gpu") or "not recorded"
+    return machine + (f", ISA {' '.join(fingerprint['isa'])}" if fingerprint.get("isa") else "")
 
 
 def nodes(entry: dict) -> int:
@@ -509,7 +521,7 @@ def _default_dominated(runs):
                      f"{default['predicted_speedup']:.2f}x, gain {interval}")
     if not parts:
         raise KeyError("the offline search's bank with the default tree's per-prompt sums")
-    text = "predicted speedup over AR, best frontier tree - default, 95% CI over the search prompts: " + "; ".join(parts)
+    text = f"predicted speedup over AR on the search machine ({search_machine(runs)}), best frontier tree - default, 95% CI over the search prompts: " + "; ".join(parts)
     return missing_cases(all_hold(verdicts), text, missing)
 
 
@@ -525,7 +537,7 @@ CLAIMS = [
 ]
 
 # Table 2's published trees are Vicuna-7B's; ours come from the offline search, in table2-search beside it
-SEARCHED = "accept lengths of Vicuna-7B's searched trees; ours are this machine's search's own trees, in table2-search.md"
+SEARCHED = "accept lengths of Vicuna-7B's searched trees; ours are our search's own trees, in table2-search.md"
 PUBLISHED_ONLY = {"cpu": {"table2": SEARCHED}, "paper": {"table2": SEARCHED}}
 
 PAPER = Paper(

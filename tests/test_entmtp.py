@@ -13,9 +13,9 @@ from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models.medusa import load_heads
-from specbench.search.frontier import WhatIf, acceptance_frontier, next_children, self_rollout, step_ms, task_trees
+from specbench.search.frontier import WhatIf, acceptance_frontier, next_children, self_rollout
 from specbench.trees.autoregressive import Autoregressive
-from specbench.trees.entmtp import BANK_VERSION, PATH_VALUES, ScheduledTree, bank_version, greedy_branch, load_bank, path_value, save_bank
+from specbench.trees.entmtp import BANK_VERSION, PATH_VALUES, ScheduledTree, bank_version, greedy_branch, load_bank, path_value, save_bank, step_ms, task_trees
 from specbench.trees.static import Topology
 from specbench.verify.standard import StandardVerifier
 from specbench.verify.typical import TypicalVerifier
@@ -152,6 +152,48 @@ def test_the_widest_forward_is_the_largest_tree_the_policy_can_pick(tmp_path):
     assert static.widest() == sizes[static.task.static]
     assert binary.widest() == max(sizes[binary.task.conservative], sizes[binary.task.aggressive])
     assert ScheduledTree(str(path), "gsm8k", policy="ladder", ladder=[0.1, 0.2]).widest() == 6
+
+
+class CheapTarget(LinearCosts):
+    """A machine where wider forwards and drafting cost almost nothing more."""
+
+    def target_ms(self, batch, context, n):
+        return 10 + 0.01 * n
+
+    def draft_ms(self, batch, context, n):
+        return 0.1 + 0.05 * n
+
+
+def test_a_run_prices_the_searched_frontier_with_its_own_costs(tmp_path, capsys):
+    """A bank searched and priced on one machine: a run whose cost profile makes wide
+    forwards cheap picks the front's larger trees, one whose costs equal the search's picks
+    the bank's own; a run without a profile keeps the bank's picks; the widest forward
+    covers any searched tree; a ladder tuned for another front fails in one line."""
+    history = [
+        {"nodes": 1, "size": 2, "depth": 1, "accept_biased": 0.5, "choices": [[0]]},
+        {"nodes": 2, "size": 3, "depth": 2, "accept_biased": 0.9, "choices": [[0], [0, 0]]},
+        {"nodes": 3, "size": 4, "depth": 2, "accept_biased": 1.0, "choices": [[0], [1], [0, 0]]},
+        {"nodes": 4, "size": 5, "depth": 3, "accept_biased": 1.1, "choices": [[0], [1], [0, 0], [0, 0, 0]]},
+    ]
+    path = tmp_path / "bank.json"
+    searched = task_trees(history, LinearCosts(), 100)
+    save_bank(path, {"gsm8k": searched}, {"search_gsm8k": {"frontier": history, "context": 100}})
+    assert [t["size"] for t in searched.trees] == [2, 3] and searched.static == 1  # 3 and 4 nodes cost more than they gain there
+    unpriced = ScheduledTree(str(path), "gsm8k", policy="static")
+    assert unpriced.widest() == 5
+    unpriced.begin(1, None)
+    assert len(unpriced.task.topologies[unpriced.task.static]) == 3
+    same = ScheduledTree(str(path), "gsm8k", policy="static")
+    same.begin(1, LinearCosts())
+    assert [t["size"] for t in same.task.trees] == [2, 3] and len(same.task.topologies[same.task.static]) == 3
+    cheap = ScheduledTree(str(path), "gsm8k", policy="binary_tau")
+    cheap.begin(2, CheapTarget())
+    assert [t["size"] for t in cheap.task.trees] == [2, 3, 4, 5]
+    assert len(cheap.task.topologies[cheap.task.aggressive]) == 5 and len(cheap.task.topologies[cheap.task.conservative]) == 4
+    assert "gsm8k's searched trees priced with this run's cost profile: conservative 3 nodes, depth 2" in capsys.readouterr().out
+    ladder = ScheduledTree(str(path), "gsm8k", policy="ladder", ladder=[0.5])
+    with pytest.raises(ConfigError, match="^method.tree.ladder: needs 3 ascending thresholds for the task's 4 trees this run's costs put on its throughput front, got \\[0.5\\]$"):
+        ladder.begin(1, CheapTarget())
 
 
 def test_binary_switch_has_hysteresis_and_the_ladder_bins(tmp_path):

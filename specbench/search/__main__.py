@@ -26,8 +26,8 @@ from specbench.config import compose_config
 from specbench.engine.loop import Limits
 from specbench.data import questions
 from specbench.errors import require, run_command
-from specbench.search.frontier import acceptance_frontier, predicted_speedup, self_rollout, task_trees
-from specbench.trees.entmtp import BANK_VERSION, bank_version, load_bank, save_bank
+from specbench.search.frontier import acceptance_frontier, self_rollout
+from specbench.trees.entmtp import BANK_VERSION, bank_version, load_bank, predicted_speedup, save_bank, task_trees
 from specbench.trees.static import StaticTree
 
 

@@ -28,7 +28,6 @@ from specbench.engine.parts import Acceptance, Verifier
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
-from specbench.trees.entmtp import TaskTrees
 from specbench.trees.static import StaticTree, Topology
 from specbench.verify.typical import TypicalVerifier
 
@@ -153,43 +152,3 @@ class CountingVerifier(Verifier):
         self.accepted[-1] += sum(len(a.path) - 1 for a in out)
         self.steps[-1] += len(out)
         return out
-
-
-def step_ms(topology: Topology, costs, context: float) -> float:
-    """One step of decoding with this tree shape, as the engine runs it: a target forward
-    over the tree's tokens, root included, and the drafter called once per level
-    (static.grow) over the nodes that level expands."""
-    drafting = sum(costs.draft_ms(1, context, len(level)) for level in topology.expanded)
-    return costs.target_ms(1, context, len(topology)) + drafting
-
-
-def predicted_speedup(accept: float, choices, costs, context: float) -> float:
-    """(accepted draft tokens + 1) per step over the step's cost in AR forwards."""
-    return (accept + 1) * costs.target_ms(1, context, 1) / step_ms(Topology.from_choices(choices), costs, context)
-
-
-def task_trees(history: list[dict], costs, context: float, shallow: int = 2) -> TaskTrees:
-    """The throughput-Pareto trees of a frontier (each faster than every smaller one, by
-    predicted speedup on the unbiased accept length when measured, else the biased one),
-    the best (`static`), the best at the frontier's full depth (`aggressive`) and the best
-    at most `shallow` deep (`conservative`)."""
-    scored = []
-    for entry in history:
-        accept = entry.get("accept_unbiased", entry["accept_biased"])
-        scored.append({**entry, "predicted_speedup": round(predicted_speedup(accept, entry["choices"], costs, context), 4)})
-    pareto, best = [], 0.0
-    for entry in sorted(scored, key=lambda e: e["size"]):
-        if entry["predicted_speedup"] > best:
-            pareto.append(entry)
-            best = entry["predicted_speedup"]
-    speed = [e["predicted_speedup"] for e in pareto]
-    deepest = max(e["depth"] for e in pareto)
-
-    def best_of(indices):
-        return max(indices, key=lambda i: speed[i]) if indices else max(range(len(pareto)), key=lambda i: speed[i])
-
-    return TaskTrees(
-        trees=pareto, static=best_of(range(len(pareto))),
-        conservative=best_of([i for i, e in enumerate(pareto) if e["depth"] <= shallow]),
-        aggressive=best_of([i for i, e in enumerate(pareto) if e["depth"] == deepest]),
-    )

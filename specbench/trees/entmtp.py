@@ -3,7 +3,10 @@
 The bank (built offline by `python -m specbench.search`) holds, per task, the trees of the
 throughput-Pareto frontier with their frozen buffers (trees/static.py), and names the
 task's throughput-optimal tree (`static`) and the scheduler's conservative and
-aggressive pair. Each step, per row, a policy picks one; switching is choosing another
+aggressive pair, as the search machine's costs priced them. A run with a cost profile
+prices the searched frontier again with its own (the paper selects by throughput on the
+target workload; a tree fastest on one CPU or dtype need not be on another) and picks
+from that front. Each step, per row, a policy picks one; switching is choosing another
 prebuilt Topology, nothing is rebuilt.
 
 The score s is a path value (EAGLE-2's, as the paper's §4 defines it) from the target's
@@ -84,10 +87,58 @@ def load_bank(path: str, key: str = "method.tree.bank") -> tuple[dict[str, TaskT
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise ConfigError(f"{key}: {path} is not a tree bank ({error})") from None
     for task, entry in bank.items():
-        entry.topologies = [Topology.from_choices(t["choices"], key=f"{key} ({task})") for t in entry.trees]
+        with_topologies(entry, key, task)
         for name in ("static", "conservative", "aggressive"):
             require(0 <= getattr(entry, name) < len(entry.trees), key, f"task {task}: {name} is not a tree index")
     return bank, raw.get("meta", {})
+
+
+def with_topologies(entry: TaskTrees, key: str, task: str) -> TaskTrees:
+    """Every tree's buffers, built once."""
+    entry.topologies = [Topology.from_choices(t["choices"], key=f"{key} ({task})") for t in entry.trees]
+    return entry
+
+
+# ---- pricing: which frontier trees a machine's cost profile puts on the throughput front --
+
+def step_ms(topology: Topology, costs, context: float) -> float:
+    """One step of decoding with this tree shape, as the engine runs it: a target forward
+    over the tree's tokens, root included, and the drafter called once per level
+    (static.grow) over the nodes that level expands."""
+    drafting = sum(costs.draft_ms(1, context, len(level)) for level in topology.expanded)
+    return costs.target_ms(1, context, len(topology)) + drafting
+
+
+def predicted_speedup(accept: float, choices, costs, context: float) -> float:
+    """(accepted draft tokens + 1) per step over the step's cost in AR forwards."""
+    return (accept + 1) * costs.target_ms(1, context, 1) / step_ms(Topology.from_choices(choices), costs, context)
+
+
+def task_trees(history: list[dict], costs, context: float, shallow: int = 2) -> TaskTrees:
+    """The throughput-Pareto trees of a frontier (each faster than every smaller one, by
+    predicted speedup on the unbiased accept length when measured, else the biased one),
+    the best (`static`), the best at the frontier's full depth (`aggressive`) and the best
+    at most `shallow` deep (`conservative`)."""
+    scored = []
+    for entry in history:
+        accept = entry.get("accept_unbiased", entry["accept_biased"])
+        scored.append({**entry, "predicted_speedup": round(predicted_speedup(accept, entry["choices"], costs, context), 4)})
+    pareto, best = [], 0.0
+    for entry in sorted(scored, key=lambda e: e["size"]):
+        if entry["predicted_speedup"] > best:
+            pareto.append(entry)
+            best = entry["predicted_speedup"]
+    speed = [e["predicted_speedup"] for e in pareto]
+    deepest = max(e["depth"] for e in pareto)
+
+    def best_of(indices):
+        return max(indices, key=lambda i: speed[i]) if indices else max(range(len(pareto)), key=lambda i: speed[i])
+
+    return TaskTrees(
+        trees=pareto, static=best_of(range(len(pareto))),
+        conservative=best_of([i for i, e in enumerate(pareto) if e["depth"] <= shallow]),
+        aggressive=best_of([i for i, e in enumerate(pareto) if e["depth"] == deepest]),
+    )
 
 
 def path_value(p0: float, head_top1: list[float], rule: str) -> float:
@@ -116,20 +167,30 @@ class ScheduledTree(TreePolicy):
         require(tau_off <= tau_on, "method.tree.tau_off", f"must satisfy 0 <= tau_off <= tau_on <= 1, got tau_off={tau_off}, tau_on={tau_on}")
         banks, self.meta = load_bank(bank)
         require(task in banks, "method.tree.task", f"the bank has no trees for {task!r}; it has {', '.join(sorted(banks))}")
-        self.task = banks[task]
-        if policy == "ladder":
-            ladder = list(ladder or [])
-            size = len(self.task.topologies)
-            ascending = all(is_number(t) for t in ladder) and ladder == sorted(ladder)
-            require(len(ladder) == size - 1 and ascending, "method.tree.ladder",
-                    f"needs {size - 1} ascending thresholds for the task's {size} trees, got {ladder}")
+        self.task, self.task_name = banks[task], task
+        # the search's measured frontier, which this run's costs price again (begin)
+        self.search = self.meta.get(f"search_{task}")
+        self.priced_with = None
         self.policy, self.tau_on, self.tau_off, self.ladder, self.rule = policy, tau_on, tau_off, ladder, path_value
+        if policy == "ladder":
+            self.ladder = list(ladder or [])
+            ascending = all(is_number(t) for t in self.ladder) and self.ladder == sorted(self.ladder)
+            require(ascending, "method.tree.ladder", f"needs ascending thresholds, got {self.ladder}")
+            self._check_ladder("")
         self.p0: list[float | None] = []
         self.branch: list[list[float]] = []
         self.current: list[int] = []
 
+    def _check_ladder(self, priced: str) -> None:
+        size = len(self.task.topologies)
+        require(len(self.ladder) == size - 1, "method.tree.ladder",
+                f"needs {size - 1} ascending thresholds for the task's {size} trees{priced}, got {self.ladder}")
+
     def widest(self) -> int:
-        """The largest of the bank's trees this policy can pick for the task."""
+        """The largest tree this policy can pick for the task: any tree of the searched
+        frontier when this run's costs will price it again, else the bank's picks."""
+        if self.search:
+            return max(entry["size"] for entry in self.search["frontier"])
         if self.policy == "static":
             picked = [self.task.static]
         elif self.policy == "ladder":
@@ -139,6 +200,8 @@ class ScheduledTree(TreePolicy):
         return max(len(self.task.topologies[i]) for i in picked)
 
     def begin(self, batch_size: int, costs) -> None:
+        if costs is not None and self.search and costs is not self.priced_with:
+            self._price(costs)
         self.p0, self.branch, self.current = [None] * batch_size, [[] for _ in range(batch_size)], [self.task.conservative] * batch_size
 
     def observe(self, trees: list[DraftTree], paths: list[list[int]], logits: list[torch.Tensor]) -> None:
@@ -149,6 +212,20 @@ class ScheduledTree(TreePolicy):
 
     def keep(self, rows: list[int]) -> None:
         self.p0, self.branch, self.current = [self.p0[r] for r in rows], [self.branch[r] for r in rows], [self.current[r] for r in rows]
+
+    def _price(self, costs) -> None:
+        """The task's throughput front and picks as this run's cost profile prices the
+        searched frontier: a bank searched on another machine (or dtype) still runs the
+        trees that are fastest here, as the paper selects on the target workload."""
+        self.task = with_topologies(task_trees(self.search["frontier"], costs, self.search["context"]), "method.tree.bank", self.task_name)
+        self.priced_with = costs
+        if self.policy == "ladder":
+            self._check_ladder(" this run's costs put on its throughput front")
+        picks = {"static": [("static", self.task.static)], "binary_tau": [("conservative", self.task.conservative), ("aggressive", self.task.aggressive)],
+                 "ladder": [(f"ladder tree {i}", i) for i in range(len(self.task.trees))]}[self.policy]
+        print(f"method.tree: {self.task_name}'s searched trees priced with this run's cost profile: " + ", ".join(
+            f"{role} {self.task.trees[i]['nodes']} nodes, depth {self.task.trees[i]['depth']} (predicted {self.task.trees[i]['predicted_speedup']:.2f}x)"
+            for role, i in picks), flush=True)
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         if self.policy == "static":
