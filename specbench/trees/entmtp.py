@@ -171,9 +171,9 @@ class ScheduledTree(TreePolicy):
         # the search's measured frontier, which this run's costs price again (begin)
         self.search = self.meta.get(f"search_{task}")
         self.priced_with = None
-        self.policy, self.tau_on, self.tau_off, self.ladder, self.rule = policy, tau_on, tau_off, ladder, path_value
+        self.policy, self.tau_on, self.tau_off, self.rule = policy, tau_on, tau_off, path_value
+        self.ladder = list(ladder or []) if policy == "ladder" else ladder
         if policy == "ladder":
-            self.ladder = list(ladder or [])
             ascending = all(is_number(t) for t in self.ladder) and self.ladder == sorted(self.ladder)
             require(ascending, "method.tree.ladder", f"needs ascending thresholds, got {self.ladder}")
             self._check_ladder("")
