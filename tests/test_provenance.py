@@ -4,6 +4,7 @@ files alone, byte for byte, with no outputs/ and no dataset copy."""
 
 import filecmp
 import json
+import subprocess
 import shutil
 import sys
 from pathlib import Path
@@ -179,6 +180,33 @@ def test_the_header_names_each_machine_and_the_sessions_time():
     assert lines[0] == "Machine: A, ISA avx2, 2 threads, torch 2.13.0+cpu; float32 (2 runs); B, ISA avx2, 2 threads, torch 2.13.0+cpu; bfloat16 (1 runs)."
     assert lines[1].startswith("Wall time: 15 min over 2 session(s) of the runner, which finished 3 of the runs; decoding") and "3 min" in lines[1]
     assert "not recorded" in machine_lines(runs, [])[1]
+    assert "by sweep" not in lines[1]  # sessions logged before sweeps were timed
+    timed = [{"wall_seconds": 600, "finished_runs": 2, "sweep_seconds": {"table1": 400, "figure3": 200}},
+             {"wall_seconds": 700, "finished_runs": 1, "sweep_seconds": {"figure3": 500, "table2": 30}}]
+    assert machine_lines(runs, timed)[1].endswith("; by sweep: figure3 12 min, table1 7 min, table2 30 s.")
+    assert "; by sweep (the 1 of 2 sessions that timed them): table1 7 min" in machine_lines(runs, timed[:1] + [{"wall_seconds": 1, "finished_runs": 1}])[1]
+
+
+def test_a_session_logs_each_sweeps_wall_time_even_when_one_fails(tmp_path, monkeypatch):
+    """The runner's session line says where the time went, per sweep name, a failed sweep
+    included (its runs resume next session)."""
+    from specbench import replicate
+    from specbench.replicate import sweep
+
+    calls = []
+
+    def fake_run(cmd, cwd):  # each sweep "finishes" one run, the third fails after it
+        calls.append(cmd)
+        (tmp_path / "out").mkdir(exist_ok=True)
+        return subprocess.CompletedProcess(cmd, 1 if len(calls) == 3 else 0)
+
+    monkeypatch.setattr(sweep.subprocess, "run", fake_run)
+    monkeypatch.setattr(replicate.results, "collect", lambda outputs: pd.DataFrame({"run": [f"ar/{i}" for i in range(len(calls))]}))
+    sweeps = [sweep.Sweep("table1", ["dataset=gsm8k"]), sweep.Sweep("table1", ["dataset=mt_bench"]), sweep.Sweep("figure3", ["dataset=gsm8k"])]
+    with pytest.raises(SystemExit, match="sweep figure3 failed"):
+        replicate.timed_launch(sweeps, tmp_path / "out", "basic", ())
+    session = json.loads((tmp_path / "out" / results.SESSIONS).read_text())
+    assert session["finished_runs"] == 3 and sorted(session["sweep_seconds"]) == ["figure3", "table1"]
 
 
 @pytest.mark.parametrize("paper", sorted(RUNNERS))

@@ -129,17 +129,20 @@ RUNS = "runs"  # the committed runs' directory inside a paper's results
 
 
 def timed_launch(sweeps: list[sweep.Sweep], outputs: Path, launcher: str, overrides: tuple[str, ...]) -> None:
-    """Launch the sweeps and append the session's wall time and the runs it finished to
-    outputs/sessions.jsonl (a failed sweep's session too: a resumed replication adds up)."""
+    """Launch the sweeps and append the session's wall time, the runs it finished and each
+    sweep's wall time to outputs/sessions.jsonl (a failed sweep's session too: a resumed
+    replication adds up)."""
     before = set(results.collect(outputs)["run"]) if outputs.is_dir() else set()
-    start = time.monotonic()
+    start, per_sweep = time.monotonic(), {}
     try:
-        sweep.launch(sweeps, outputs, launcher, overrides, dry_run=False)
+        sweep.launch(sweeps, outputs, launcher, overrides, dry_run=False, seconds=per_sweep)
     finally:
         finished = len(set(results.collect(outputs)["run"]) - before) if outputs.is_dir() else 0
         if finished:
+            session = {"wall_seconds": round(time.monotonic() - start), "finished_runs": finished,
+                       "sweep_seconds": {name: round(s) for name, s in per_sweep.items()}}
             with open(outputs / results.SESSIONS, "a", encoding="utf-8") as log:
-                log.write(json.dumps({"wall_seconds": round(time.monotonic() - start), "finished_runs": finished}) + "\n")
+                log.write(json.dumps(session) + "\n")
 
 
 def regenerate(paper: Paper, scale: str, runs_dir: Path, out_dir: Path) -> None:
@@ -186,10 +189,25 @@ def machine_lines(runs, sessions: list[dict]) -> list[str]:
     if sessions:
         wall = sum(s["wall_seconds"] for s in sessions)
         finished = sum(s["finished_runs"] for s in sessions)
-        lines.append(f"Wall time: {duration(wall)} over {len(sessions)} session(s) of the runner, which finished {finished} of the runs; {decoding}.")
+        lines.append(f"Wall time: {duration(wall)} over {len(sessions)} session(s) of the runner, which finished {finished} of the runs; {decoding}"
+                     + by_sweep(sessions) + ".")
     else:
         lines.append(f"Wall time: not recorded (the runs predate the runner's session log); {decoding}.")
     return lines
+
+
+def by_sweep(sessions: list[dict]) -> str:
+    """"; by sweep: table1 38 min, ..." (costliest first) from the sessions that timed their
+    sweeps (those logged before per-sweep times did not), or nothing."""
+    timed = [s["sweep_seconds"] for s in sessions if "sweep_seconds" in s]
+    if not timed:
+        return ""
+    totals: dict[str, float] = {}
+    for session in timed:
+        for name, seconds in session.items():
+            totals[name] = totals.get(name, 0) + seconds
+    partly = f" (the {len(timed)} of {len(sessions)} sessions that timed them)" if len(timed) < len(sessions) else ""
+    return f"; by sweep{partly}: " + ", ".join(f"{name} {duration(s)}" for name, s in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def duration(seconds: float) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -108,14 +109,21 @@ def show(cmd: list[str]) -> str:
     return shlex.join(["python", *cmd[1:]])
 
 
-def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[str, ...], dry_run: bool) -> None:
-    """Run (or print) every sweep; stop at the first that fails, naming it."""
+def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[str, ...], dry_run: bool,
+           seconds: dict[str, float] | None = None) -> None:
+    """Run (or print) every sweep; stop at the first that fails, naming it. `seconds` adds
+    up each sweep name's wall time (a failed sweep's too), so a replication can say where its time went."""
     sweeps = per_method(sweeps)
     for index, sweep in enumerate(sweeps, 1):
         cmd = command(sweep, output_root, launcher, extra)
         print(f"[{index}/{len(sweeps)}] {sweep.name}: {show(cmd)}", flush=True)
         if dry_run:
             continue
-        result = subprocess.run(cmd, cwd=ROOT)
+        start = time.monotonic()
+        try:
+            result = subprocess.run(cmd, cwd=ROOT)
+        finally:
+            if seconds is not None:
+                seconds[sweep.name] = seconds.get(sweep.name, 0.0) + time.monotonic() - start
         if result.returncode != 0:
             raise SystemExit(f"error: sweep {sweep.name} failed (exit {result.returncode}); re-run the same command to resume it")
