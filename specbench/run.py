@@ -35,38 +35,55 @@ class Runner:
         self.paired = mode == "paired" and cfg["method"] != cfg["baseline"]["method"]
         self.cached_baseline = load_cached_baseline(cfg) if mode == "cached" else None
         self.parts: plan.RunParts | None = None  # built by the plan when samples are left to decode
+        self.decided: plan.RunPlan | None = None
+        self.records: list[dict] = []
+        self.done: set[str] = set()
+        self.tracker = None
 
     def run(self) -> dict:
-        path = self.out_dir / "samples.jsonl"
-        records = read_records(path)
-        done = {r["id"] for r in records}
-        todo = [s for s in self.samples if s.id not in done]
-        tracker = tracking.start(self.cfg, f"{self.cfg['method']['name']}/{self.out_dir.name}")
-        for record in records if tracker else ():
-            tracker.sample(record)
-        if todo:
-            decided, self.parts = plan.decide(self.cfg, self.samples, self.paired, self.cached_baseline is not None)
-            (self.out_dir / "decisions.json").write_text(json.dumps(decided.decisions(self.cfg["hardware"]["device"]), indent=1))
-            self.warm_up(todo[: self.batch_size])
+        todo = self.prepare()
         bar = tqdm(total=len(self.samples), initial=len(self.samples) - len(todo), desc=self.cfg["method"]["name"], unit="sample")
-        with open(path, "a", encoding="utf-8") as out:
-            for index, start in enumerate(range(0, len(todo), self.batch_size)):
-                with contention.watch() as usage:
-                    batch = self.run_batch(todo[start : start + self.batch_size], baseline_first=index % 2 == 1, bar=bar)
-                for record in batch:
-                    record["others_cores"] = None if usage.others is None else round(usage.others, 2)
-                    out.write(json.dumps(record) + "\n")
-                    records.append(record)
-                    if tracker:
-                        tracker.sample(record)
-                out.flush()
-                os.fsync(out.fileno())
-                bar.update(min(self.batch_size, len(todo) - start))
+        for index, start in enumerate(range(0, len(todo), self.batch_size)):
+            with contention.watch() as usage:
+                batch = self.run_batch(todo[start : start + self.batch_size], baseline_first=index % 2 == 1, bar=bar)
+            self.write(batch, usage.others)
+            bar.update(len(batch))
         bar.close()
-        summary = summarize(self.cfg, self.samples, records, self.out_dir, self.paired, self.cached_baseline)
+        return self.finish()
+
+    def prepare(self) -> list[questions.Sample]:
+        """Read what an earlier run finished; when samples are left, decide the plan, build
+        its parts and warm them up. Returns the samples left to decode."""
+        self.records = read_records(self.out_dir / "samples.jsonl")
+        self.done = {r["id"] for r in self.records}
+        todo = [s for s in self.samples if s.id not in self.done]
+        self.tracker = tracking.start(self.cfg, f"{self.cfg['method']['name']}/{self.out_dir.name}")
+        for record in self.records if self.tracker else ():
+            self.tracker.sample(record)
+        if todo:
+            self.decided, self.parts = plan.decide(self.cfg, self.samples, self.paired, self.cached_baseline is not None)
+            (self.out_dir / "decisions.json").write_text(json.dumps(self.decided.decisions(self.cfg["hardware"]["device"]), indent=1))
+            self.warm_up(todo[: self.batch_size])
+        return todo
+
+    def write(self, batch: list[dict], others_cores: float | None) -> None:
+        """Append a decoded batch's records (kept even if the run is interrupted next)."""
+        with open(self.out_dir / "samples.jsonl", "a", encoding="utf-8") as out:
+            for record in batch:
+                record["others_cores"] = None if others_cores is None else round(others_cores, 2)
+                out.write(json.dumps(record) + "\n")
+                self.records.append(record)
+                self.done.add(record["id"])
+                if self.tracker:
+                    self.tracker.sample(record)
+            out.flush()
+            os.fsync(out.fileno())
+
+    def finish(self) -> dict:
+        summary = summarize(self.cfg, self.samples, self.records, self.out_dir, self.paired, self.cached_baseline)
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        if tracker:
-            tracker.finish(summary)
+        if self.tracker:
+            self.tracker.finish(summary)
         print_summary(summary)
         return summary
 
@@ -88,12 +105,21 @@ class Runner:
         for role, method in order:
             if method is not None:
                 runs[role] = self.decode_turns(samples, method, bar if role == "method" else None)
+        return self.batch_records(samples, runs["method"], runs.get("baseline"), baseline_first)
+
+    @staticmethod
+    def batch_records(samples: list[questions.Sample], method: list[MethodRun], baseline: list[MethodRun] | None, baseline_first: bool,
+                      block: int = 1) -> list[dict]:
+        """One record per sample: the method's run and, when paired, the baseline's beside it
+        (`block`: how many methods shared that baseline decode, when more than one)."""
         records = []
         for i, sample in enumerate(samples):
-            record = {"id": sample.id, "category": sample.category, "method": asdict(runs["method"][i])}
-            if "baseline" in runs:
-                record["baseline"] = asdict(runs["baseline"][i])
+            record = {"id": sample.id, "category": sample.category, "method": asdict(method[i])}
+            if baseline is not None:
+                record["baseline"] = asdict(baseline[i])
                 record["baseline_first"] = baseline_first
+                if block > 1:
+                    record["block_methods"] = block
             records.append(record)
         return records
 

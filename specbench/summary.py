@@ -71,7 +71,10 @@ def scores(metrics: list[str], samples: list[Sample], texts: list[list[str]]) ->
 def baseline_pairs(cfg: dict, ordered: list[dict], paired: bool, cached_baseline: dict | None) -> tuple[list[tuple[dict, dict]], str | None]:
     """(method run, baseline run) per sample that has both, and where the baseline came from."""
     if paired:
-        return [(r["method"], r["baseline"]) for r in ordered if "baseline" in r], "paired in this run (side by side)"
+        shared = max((r.get("block_methods", 1) for r in ordered if "baseline" in r), default=1)
+        source = "paired in this run (side by side)" if shared == 1 else (
+            f"paired in this run (side by side: per prompt, one AR decode in one block with up to {shared} runs of its group, specbench.group)")
+        return [(r["method"], r["baseline"]) for r in ordered if "baseline" in r], source
     if cached_baseline is not None:
         pairs = [(r["method"], cached_baseline[r["id"]]) for r in ordered if r["id"] in cached_baseline]
         if cfg["baseline"].get("cached_timings"):

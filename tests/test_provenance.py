@@ -202,11 +202,12 @@ def test_a_session_logs_each_sweeps_wall_time_even_when_one_fails(tmp_path, monk
 
     monkeypatch.setattr(sweep.subprocess, "run", fake_run)
     monkeypatch.setattr(replicate.results, "collect", lambda outputs: pd.DataFrame({"run": [f"ar/{i}" for i in range(len(calls))]}))
-    sweeps = [sweep.Sweep("table1", ["dataset=gsm8k"]), sweep.Sweep("table1", ["dataset=mt_bench"]), sweep.Sweep("figure3", ["dataset=gsm8k"])]
+    sweeps = [sweep.Sweep("table1", ["dataset=gsm8k"]), sweep.Sweep("table1", ["dataset=mt_bench"]), sweep.Sweep("figure3", ["dataset=humaneval"])]
     with pytest.raises(SystemExit, match="sweep figure3 failed"):
         replicate.timed_launch(sweeps, tmp_path / "out", "basic", ())
     session = json.loads((tmp_path / "out" / results.SESSIONS).read_text())
     assert session["finished_runs"] == 3 and sorted(session["sweep_seconds"]) == ["figure3", "table1"]
+    assert [cmd[1:3] for cmd in calls] == [["-m", "specbench.group"]] * 3  # on one machine, runs go in groups (tests/test_group.py)
 
 
 @pytest.mark.parametrize("paper", sorted(RUNNERS))

@@ -1,20 +1,25 @@
 """Sweeps: the Hydra multiruns behind a paper's tables and figures, at two scales.
 
 A runner (runners/<paper>.py) lists its sweeps per scale; this module turns them into
-`python -m specbench -m ...` commands, prints them (dry run, or `scale=paper` on a
-machine without a GPU) or runs them one after another. Every run lands in a directory
-named by its config hash, so a re-run skips finished runs and finished samples, and two
-sweeps that ask for the same run share it.
+`python -m specbench -m ...` commands and prints them (dry run, or `scale=paper` on a
+machine without a GPU), hands them to a cluster launcher, or, on this machine, runs their
+runs in groups that share one AR decode per prompt (specbench.group). Every run lands in a
+directory named by its config hash, so a re-run skips finished runs and finished samples,
+and two sweeps that ask for the same run share it.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import shlex
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from specbench import ROOT
 
@@ -111,19 +116,69 @@ def show(cmd: list[str]) -> str:
 
 def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[str, ...], dry_run: bool,
            seconds: dict[str, float] | None = None) -> None:
-    """Run (or print) every sweep; stop at the first that fails, naming it. `seconds` adds
-    up each sweep name's wall time (a failed sweep's too), so a replication can say where its time went."""
+    """Run (or print) every sweep; stop at the first that fails, naming it. On one machine
+    (the basic launcher) the runs of all sweeps that differ only in their method run as
+    groups that share one AR decode per prompt (specbench.group); the offline stages first,
+    in their order. `seconds` adds up the wall time of each sweep name (or group of names,
+    "table1+table3"), a failed one's too, so a replication can say where its time went."""
     sweeps = per_method(sweeps)
+    if launcher == "basic" and not dry_run:
+        for stage in [s for s in sweeps if s.program]:
+            timed(stage.name, [sys.executable, "-m", *stage.program, *stage.overrides], seconds)
+        decoding = [s for s in sweeps if not s.program]
+        planned = grouped(decoding, output_root, extra)
+        for index, (names, jobs) in enumerate(planned, 1):
+            path = output_root / "groups" / f"{index:02d}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(jobs, indent=1))
+            cmd = [sys.executable, "-m", "specbench.group", str(path)]
+            print(f"[{index}/{len(planned)}] {'+'.join(names)}: {len(jobs)} runs: {show(cmd)}", flush=True)
+            timed("+".join(names), cmd, seconds)
+        return
     for index, sweep in enumerate(sweeps, 1):
         cmd = command(sweep, output_root, launcher, extra)
         print(f"[{index}/{len(sweeps)}] {sweep.name}: {show(cmd)}", flush=True)
-        if dry_run:
-            continue
-        start = time.monotonic()
-        try:
-            result = subprocess.run(cmd, cwd=ROOT)
-        finally:
-            if seconds is not None:
-                seconds[sweep.name] = seconds.get(sweep.name, 0.0) + time.monotonic() - start
-        if result.returncode != 0:
-            raise SystemExit(f"error: sweep {sweep.name} failed (exit {result.returncode}); re-run the same command to resume it")
+        if not dry_run:
+            timed(sweep.name, cmd, seconds)
+
+
+def timed(name: str, cmd: list[str], seconds: dict[str, float] | None) -> None:
+    start = time.monotonic()
+    try:
+        result = subprocess.run(cmd, cwd=ROOT)
+    finally:
+        if seconds is not None:
+            seconds[name] = seconds.get(name, 0.0) + time.monotonic() - start
+    if result.returncode != 0:
+        raise SystemExit(f"error: sweep {name} failed (exit {result.returncode}); re-run the same command to resume it")
+
+
+def jobs(sweep: Sweep, output_root: Path, extra: tuple[str, ...] = ()) -> list[list[str]]:
+    """The override list of each run a sweep's multirun makes: every combination of its
+    swept values, as Hydra's basic sweeper expands them."""
+    parsed = OverridesParser.create().parse_overrides([f"output_root={output_root}", *sweep.overrides, *UNTIMED, *extra])
+    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line] for o in parsed]
+    return [list(combination) for combination in itertools.product(*choices)]
+
+
+def grouped(sweeps: list[Sweep], output_root: Path, extra: tuple[str, ...]) -> list[tuple[list[str], list[list[str]]]]:
+    """(sweep names, the runs' override lists) per group of runs that share their AR
+    decode (specbench.group.shared_key), in the order their first run appears; a run two
+    sweeps ask for is run once."""
+    from specbench.config import compose_config
+    from specbench.group import shared_key
+
+    found: dict[str, tuple[list[str], list[list[str]]]] = {}
+    group_of: dict[str, str] = {}  # a run's identity -> its group's key
+    for sweep in sweeps:
+        for overrides in jobs(sweep, output_root, extra):
+            cfg = compose_config(overrides)
+            identity = json.dumps({k: v for k, v in cfg.items() if k != "costs"}, sort_keys=True, default=str)
+            known = identity in group_of
+            key = group_of.setdefault(identity, shared_key(cfg) or identity)
+            names, runs = found.setdefault(key, ([], []))
+            if sweep.name not in names:
+                names.append(sweep.name)
+            if not known:
+                runs.append(overrides)
+    return list(found.values())
