@@ -124,7 +124,9 @@ def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[s
     sweeps = per_method(sweeps)
     if launcher == "basic" and not dry_run:
         for stage in [s for s in sweeps if s.program]:
-            timed(stage.name, [sys.executable, "-m", *stage.program, *stage.overrides], seconds)
+            cmd = command(stage, output_root)
+            print(f"[offline stage] {stage.name}: {show(cmd)}", flush=True)
+            timed(stage.name, cmd, seconds)
         decoding = [s for s in sweeps if not s.program]
         planned = grouped(decoding, output_root, extra)
         for index, (names, jobs) in enumerate(planned, 1):
