@@ -50,12 +50,29 @@ def summarize(cfg: dict, samples: list[Sample], records: list[dict], out_dir: Pa
         if metrics and len(baseline_runs) == len(scored):
             summary["baseline_quality"] = scores(metrics, scored, [b["turn_texts"] for _, b in baseline_runs])
         summary["baseline"] = speed.totals([b for _, b in baseline_runs])
+        if any(r.get("block_methods", 1) > 1 for r in ordered):
+            summary["baseline"]["own_seconds"] = round(own_share(ordered), 4)
         summary["baseline_source"] = source
         method_side = [m for m, _ in baseline_runs]
         summary["agreement_with_baseline"] = speed.agreement(method_side, [b for _, b in baseline_runs])
         if source != "cached run, outputs only":
             summary.update(speed.speedup(method_side, [b for _, b in baseline_runs]))
     return summary
+
+
+def own_share(records: list[dict]) -> float:
+    """This run's share of the AR decodes it shared with its group (specbench.group): each
+    decode's time divided by the runs that shared it, so time summed over runs counts it once."""
+    total, batches = 0.0, {}
+    for record in records:
+        if "baseline" not in record:
+            continue
+        baseline, block = record["baseline"], record.get("block_methods", 1)
+        if baseline.get("batch_size", 1) > 1:
+            batches[baseline["batch_id"]] = baseline["batch_seconds"] / block
+        else:
+            total += baseline["seconds"] / block
+    return total + sum(batches.values())
 
 
 def scores(metrics: list[str], samples: list[Sample], texts: list[list[str]]) -> dict:

@@ -44,6 +44,8 @@ def test_a_group_decodes_ar_once_per_prompt_and_each_run_keeps_its_own_results(t
         summary = json.loads((directory / "summary.json").read_text())
         assert summary["results"]["samples"] == 2 and "one AR decode in one block with up to 2 runs" in summary["baseline_source"]
         assert "speedup" in summary
+        # its share of the AR time: half of each shared decode, so time summed over the runs counts it once
+        assert abs(summary["baseline"]["own_seconds"] - summary["baseline"]["seconds"] / 2) < 1e-3
 
     # an interrupted group resumes: only the run that lacks a sample decodes it (with AR again)
     lines = (dir_b / "samples.jsonl").read_text().splitlines(keepends=True)

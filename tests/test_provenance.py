@@ -180,6 +180,8 @@ def test_the_header_names_each_machine_and_the_sessions_time():
     assert lines[0] == "Machine: A, ISA avx2, 2 threads, torch 2.13.0+cpu; float32 (2 runs); B, ISA avx2, 2 threads, torch 2.13.0+cpu; bfloat16 (1 runs)."
     assert lines[1].startswith("Wall time: 15 min over 2 session(s) of the runner, which finished 3 of the runs; decoding") and "3 min" in lines[1]
     assert "not recorded" in machine_lines(runs, [])[1]
+    shared = runs.assign(**{"baseline.own_seconds": 10.0})  # runs of a group that shared their AR decodes
+    assert "decoding (the method and AR beside it) 2 min summed over the runs (an AR decode that runs of a group shared counted once)" in machine_lines(shared, [])[1]
     assert "by sweep" not in lines[1]  # sessions logged before sweeps were timed
     timed = [{"wall_seconds": 600, "finished_runs": 2, "sweep_seconds": {"table1": 400, "figure3": 200}},
              {"wall_seconds": 700, "finished_runs": 1, "sweep_seconds": {"figure3": 500, "table2": 30}}]

@@ -186,6 +186,8 @@ def machine_lines(runs, sessions: list[dict]) -> list[str]:
     machines = "; ".join(f"{described} ({count} runs)" for described, count in results.machines(runs))
     lines = [f"Machine: {machines}."]
     decoding = f"decoding (the method and AR beside it) {duration(results.decode_seconds(runs))} summed over the runs"
+    if "baseline.own_seconds" in runs and runs["baseline.own_seconds"].notna().any():
+        decoding += " (an AR decode that runs of a group shared counted once)"
     if sessions:
         wall = sum(s["wall_seconds"] for s in sessions)
         finished = sum(s["finished_runs"] for s in sessions)

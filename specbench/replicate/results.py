@@ -237,9 +237,10 @@ def sessions(committed: Path) -> list[dict]:
 
 
 def decode_seconds(runs: pd.DataFrame) -> float:
-    """Seconds the runs spent decoding, the method's and AR's beside it."""
-    total = 0.0
-    for column in ("results.seconds", "baseline.seconds"):
-        if column in runs:
-            total += float(pd.to_numeric(runs[column], errors="coerce").fillna(0).sum())
-    return total
+    """Seconds the runs spent decoding, the method's and AR's beside it (an AR decode that
+    runs of a group shared counted once: each run's `own_seconds` share)."""
+    def column(name: str) -> pd.Series:
+        return pd.to_numeric(runs[name], errors="coerce") if name in runs else pd.Series(float("nan"), index=runs.index)
+
+    baseline = column("baseline.own_seconds").fillna(column("baseline.seconds"))
+    return float(column("results.seconds").fillna(0).sum() + baseline.fillna(0).sum())
