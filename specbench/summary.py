@@ -63,16 +63,10 @@ def summarize(cfg: dict, samples: list[Sample], records: list[dict], out_dir: Pa
 def own_share(records: list[dict]) -> float:
     """This run's share of the AR decodes it shared with its group (specbench.group): each
     decode's time divided by the runs that shared it, so time summed over runs counts it once."""
-    total, batches = 0.0, {}
-    for record in records:
-        if "baseline" not in record:
-            continue
-        baseline, block = record["baseline"], record.get("block_methods", 1)
-        if baseline.get("batch_size", 1) > 1:
-            batches[baseline["batch_id"]] = baseline["batch_seconds"] / block
-        else:
-            total += baseline["seconds"] / block
-    return total + sum(batches.values())
+    def share(baseline: dict, block: int) -> dict:
+        return {**baseline, "seconds": baseline["seconds"] / block, "batch_seconds": baseline.get("batch_seconds", 0.0) / block}
+
+    return speed.wall_seconds([share(r["baseline"], r.get("block_methods", 1)) for r in records if "baseline" in r])
 
 
 def scores(metrics: list[str], samples: list[Sample], texts: list[list[str]]) -> dict:

@@ -168,14 +168,14 @@ def grouped(sweeps: list[Sweep], output_root: Path, extra: tuple[str, ...]) -> l
     decode (specbench.group.shared_key), in the order their first run appears; a run two
     sweeps ask for is run once."""
     from specbench.config import compose_config
-    from specbench.group import shared_key
+    from specbench.group import out_dir, shared_key
 
     found: dict[str, tuple[list[str], list[list[str]]]] = {}
-    group_of: dict[str, str] = {}  # a run's identity -> its group's key
+    group_of: dict[str, str] = {}  # a run's directory (its identity: specbench.config.config_hash) -> its group's key
     for sweep in sweeps:
         for overrides in jobs(sweep, output_root, extra):
             cfg = compose_config(overrides)
-            identity = json.dumps({k: v for k, v in cfg.items() if k != "costs"}, sort_keys=True, default=str)
+            identity = str(out_dir(cfg))
             known = identity in group_of
             key = group_of.setdefault(identity, shared_key(cfg) or identity)
             names, runs = found.setdefault(key, ([], []))
