@@ -50,7 +50,7 @@ bench:
 
 # Speedup and throughput against batch size (CAST Table 3 / Figure 5 on this machine): the eagle3 and
 # cast defaults, and cast at Appendix E's shape with each ablation, beside AR at the same batch size;
-# a point decodes at least five batches (5 x B prompts) so its speedup has an interval.
+# a point decodes at least ten batches (10 x B prompts) so its speedup has an interval.
 BATCH_PROMPTS ?= 10
 bench-batch:
 	$(PY) scripts/bench_batch.py --batches 1 2 4 8 16 --prompts $(BATCH_PROMPTS) --max-new-tokens 128

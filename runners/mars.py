@@ -27,11 +27,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from specbench.metrics.intervals import MIN_GROUPS
 from specbench.replicate import Paper, main, results
 from specbench.replicate.lookup import answers, base_filters, not_run, number, one, one_or_none, parse_setting, prompt_quality, scored, shared_prompts, size_keys
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import LOOKAHEAD, REDUCED_PROMPTS, REDUCED_TOKENS, UNPRICED, by_source, sweep_size
-from specbench.replicate.verdicts import MIN_GROUPS, NOT_TESTABLE, all_hold, every_higher, every_slope, mean_interval, picked_mean, positive
+from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, every_higher, every_slope, mean_interval, picked_mean, positive
 
 NAME = "mars"
 TITLE = "MARS: margin-aware speculative verification"

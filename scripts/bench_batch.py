@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from specbench import ROOT  # noqa: E402
 from specbench.costs import autotune  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
-from specbench.metrics.speed import MIN_GROUPS  # noqa: E402
+from specbench.metrics.intervals import MIN_GROUPS  # noqa: E402
 from specbench.errors import run_command  # noqa: E402
 
 sys.path.append(str(ROOT))  # Appendix E's shape is a paper setting: it lives in CAST's runner

@@ -4,10 +4,12 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from specbench.data.questions import Sample
-from specbench.metrics import humaneval, judge, quality, speed
+from specbench.metrics import humaneval, intervals, judge, quality, speed
 
 
 @pytest.mark.parametrize("text,number", [
@@ -167,19 +169,20 @@ def test_speedup_interval_brackets_the_speedup_and_needs_enough_batches():
     result = speed.speedup(method, baseline)
     low, high = result["speedup_ci95"]
     assert low < result["speedup"] < high and high - low < 0.5
-    assert speed.speedup(method[:4], baseline[:4])["speedup_ci95"] is None
+    assert speed.speedup(method[:9], baseline[:9])["speedup_ci95"] is None  # one short of MIN_GROUPS
 
 
 def test_a_resampled_batch_counts_like_one_sample_holding_its_tokens_and_time():
     """A batch drawn twice by the bootstrap brings its tokens and its wall time twice."""
     method, baseline, method_flat, baseline_flat = [], [], [], []
-    for b in range(8):
+    for b in range(12):
         tokens, m_seconds, b_seconds = (20 + 5 * b, 25), 1.0 + 0.3 * b, 2.0 + 0.1 * (b % 3)
-        method += [_run(t, m_seconds, f"batch{b}", 2, m_seconds) for t in tokens]
-        baseline += [_run(t, b_seconds, f"batch{b}", 2, b_seconds) for t in tokens]
+        method += [_run(t, m_seconds, f"batch{b:02d}", 2, m_seconds) for t in tokens]
+        baseline += [_run(t, b_seconds, f"batch{b:02d}", 2, b_seconds) for t in tokens]
         method_flat.append(_run(sum(tokens), m_seconds))
         baseline_flat.append(_run(sum(tokens), b_seconds))
-    assert speed.bootstrap_ci(method, baseline) == speed.bootstrap_ci(method_flat, baseline_flat)
+    found = speed.bootstrap_ci(method, baseline)
+    assert found is not None and found == speed.bootstrap_ci(method_flat, baseline_flat)
 
 
 def test_three_speedup_conventions_on_hand_made_samples():
@@ -198,9 +201,26 @@ def test_tau_and_delta_intervals_bracket_their_values_and_need_enough_batches():
     for key in ("tau", "delta"):
         low, high = intervals[f"{key}_ci95"]
         assert low <= totals[key] <= high and low < high
-    assert speed.intervals(runs[:4]) == {"tau_ci95": None, "delta_ci95": None}
-    constant = [_run(20, 1.0) for _ in range(6)]  # every prompt tau 1: nothing to vary
+    assert speed.intervals(runs[:9]) == {"tau_ci95": None, "delta_ci95": None}  # one short of MIN_GROUPS
+    constant = [_run(20, 1.0) for _ in range(10)]  # every prompt tau 1: nothing to vary
     assert speed.intervals(constant)["tau_ci95"] == [1.0, 1.0]
+
+
+def test_a_run_summarys_interval_is_scipys_bca_over_prompts_whatever_order_the_records_came_in():
+    """The run summary draws its intervals by the rule the replication verdicts use
+    (scipy.stats.bootstrap, BCa, seeded): tau over 12 prompts equals scipy's interval of
+    the ratio of sums over resampled prompts, and shuffling the records changes nothing."""
+    runs = [{**_run(30, 1.0), "target_forwards": 10 + (7 * i) % 5, "batch_id": f"p{i:02d}"} for i in range(12)]
+    tokens = np.array([r["new_tokens"] for r in runs], dtype=float)
+    forwards = np.array([r["target_forwards"] for r in runs], dtype=float)
+
+    def tau(indices, axis=-1):
+        return tokens[indices].sum(axis=-1) / forwards[indices].sum(axis=-1)
+
+    direct = stats.bootstrap((np.arange(12),), tau, vectorized=True, n_resamples=intervals.RESAMPLES, method="BCa",
+                             rng=np.random.default_rng(intervals.SEED)).confidence_interval
+    assert speed.ratio_ci(runs, "new_tokens", "target_forwards") == pytest.approx(list(direct))
+    assert speed.ratio_ci(runs[::-1], "new_tokens", "target_forwards") == speed.ratio_ci(runs, "new_tokens", "target_forwards")
 
 
 def test_a_run_says_how_busy_the_machine_was_while_it_was_timed():

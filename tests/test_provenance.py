@@ -15,6 +15,7 @@ import pytest
 
 from conftest import run_in_process
 from runners import cast, entmtp, mars, talon
+from specbench.metrics.speed import bootstrap_ci, ratio_ci
 from specbench.replicate import machine_lines, regenerate, report, results, tables, verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,3 +260,35 @@ def test_a_tiny_replication_commits_its_runs_and_regenerates_identically(tmp_pat
     assert written_files(clone) == written_files(committed)
     assert not filecmp.dircmp(committed / "runs", clone / "runs").diff_files
     assert "Wall time: " in (clone / "report.md").read_text() and "not recorded" not in (clone / "report.md").read_text()
+
+
+def test_a_table_cells_interval_is_redrawn_from_the_runs_records_by_the_current_rule(tmp_path):
+    """A summary written under an older interval rule (here: intervals from 6 prompts) shows
+    in the tables with what its committed records give by the rule the report's header
+    states: scipy's BCa from 10 groups up, none below; a run without records keeps its own."""
+    def write_run(name, prompts, records=True):
+        run_dir = tmp_path / "runs" / name
+        run_dir.mkdir(parents=True)
+        old = [0.1, 9.9]
+        summary = {"config": {"gen": {"temperature": 0.0}}, "speedup": 1.5, "speedup_ci95": old,
+                   "results": {"tau": 2.0, "tau_ci95": old, "delta_ci95": old, "samples": prompts}}
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        lines = []
+        for i in range(prompts):
+            method = {"new_tokens": 40 + i, "seconds": 1.0 + 0.1 * i, "target_forwards": 15 + i % 4, "draft_forwards": 30 + i, "batch_id": f"p{i:02d}"}
+            baseline = {"new_tokens": 40 + i, "seconds": 1.6 + 0.05 * i, "target_forwards": 40 + i, "draft_forwards": 0, "batch_id": f"p{i:02d}"}
+            lines.append(json.dumps({"id": f"p{i:02d}", "method": method, "baseline": baseline}))
+        if records:
+            (run_dir / "samples.jsonl").write_text("\n".join(lines) + "\n")
+        return [json.loads(line) for line in lines]
+
+    enough = write_run("enough", 12)
+    write_run("few", 6)
+    write_run("unrecorded", 12, records=False)
+    runs = results.collect(tmp_path / "runs").set_index("run")
+    methods, baselines = [r["method"] for r in enough], [r["baseline"] for r in enough]
+    assert runs.loc["enough", "speedup_ci95"] == bootstrap_ci(methods, baselines) != [0.1, 9.9]
+    assert runs.loc["enough", "results.tau_ci95"] == ratio_ci(methods, "new_tokens", "target_forwards")
+    assert runs.loc["few", "speedup_ci95"] is None and runs.loc["few", "results.delta_ci95"] is None
+    assert runs.loc["unrecorded", "speedup_ci95"] == [0.1, 9.9]
+    assert "a table cell's interval is drawn by the same rule from its run's records" in verdicts.INTERVALS

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from specbench.metrics import intervals
 from specbench.replicate import verdicts as v
 
 # per-prompt taus with a wide spread between prompts (some prompts are easy, some hard)
@@ -34,7 +35,7 @@ def run_on_disk(tmp_path, name, taus, speedups=None, batch=1):
 def test_intervals_are_scipys_bca_and_say_so():
     values = [0.3, -0.1, 0.5, 0.2, 0.9, 0.1, 0.4, -0.2, 0.6, 0.3, 0.0, 0.7]
     found = v.mean_interval(values)
-    direct = stats.bootstrap((np.array(values),), np.mean, n_resamples=v.RESAMPLES, method="BCa", rng=np.random.default_rng(v.SEED))
+    direct = stats.bootstrap((np.array(values),), np.mean, n_resamples=intervals.RESAMPLES, method="BCa", rng=np.random.default_rng(intervals.SEED))
     assert found.method == "BCa" and (found.low, found.high) == pytest.approx(tuple(direct.confidence_interval))
     assert v.mean_interval(values) == found  # seeded: a report regenerates the same
     assert "95% BCa CI" in found.text("prompts") and "BCa" in v.INTERVALS and "scipy.stats.bootstrap" in v.INTERVALS

@@ -10,9 +10,10 @@ over all samples and turns.
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from statistics import median
+
+from specbench.metrics.intervals import of_sums
 
 
 def totals(runs: list[dict]) -> dict:
@@ -61,10 +62,9 @@ def speedup(method: list[dict], baseline: list[dict]) -> dict:
     convention of EAGLE, MARS and Spec-Bench)."""
     m, b = totals(method), totals(baseline)
     per_sample = [r for r in (sample_speedup(x, y) for x, y in zip(method, baseline)) if r is not None]
-    low, high = bootstrap_ci(method, baseline)
     return {
         "speedup": m["tok_per_s"] / b["tok_per_s"] if m["tok_per_s"] and b["tok_per_s"] else None,
-        "speedup_ci95": [low, high] if low is not None else None,
+        "speedup_ci95": bootstrap_ci(method, baseline),
         "speedup_median_per_sample": median(per_sample) if per_sample else None,
         "speedup_mean_per_sample": sum(per_sample) / len(per_sample) if per_sample else None,
     }
@@ -77,31 +77,20 @@ def sample_speedup(method: dict, baseline: dict) -> float | None:
     return None
 
 
-MIN_GROUPS = 5
+def bootstrap_ci(method: list[dict], baseline: list[dict]) -> list[float] | None:
+    """95% interval (specbench.metrics.intervals) of the aggregate speedup over resampled
+    batches (a sample at batch size 1), each batch's method and AR tokens and wall time drawn
+    together: how far the ratio could move with other prompts of the same kind. A batch
+    drawn twice counts its tokens and its wall time twice. None below MIN_GROUPS batches."""
+    table = [[*_tokens_seconds([method[i] for i in g]), *_tokens_seconds([baseline[i] for i in g])] for g in batch_groups(method)]
+    return of_sums(table, lambda s: (s[0] / s[1]) / (s[2] / s[3])).bounds
 
 
-def bootstrap_ci(method: list[dict], baseline: list[dict], draws: int = 2000, seed: int = 0) -> tuple[float | None, float | None]:
-    """95% percentile bootstrap interval of the aggregate speedup, resampling batches (a
-    sample at batch size 1) with replacement: how far the ratio could move with other
-    prompts of the same kind. None below MIN_GROUPS batches: too few to resample. A batch
-    drawn twice counts its tokens and its wall time twice."""
-    groups = batch_groups(method)
-    sums = [(_tokens_seconds([method[i] for i in g]), _tokens_seconds([baseline[i] for i in g])) for g in groups]
-
-    def ratio(picked):
-        m_tokens, m_seconds = map(sum, zip(*(m for m, _ in picked)))
-        b_tokens, b_seconds = map(sum, zip(*(b for _, b in picked)))
-        return (m_tokens / m_seconds) / (b_tokens / b_seconds) if m_tokens and m_seconds and b_tokens and b_seconds else None
-
-    return resampled_ci(sums, ratio, draws, seed)
-
-
-def ratio_ci(runs: list[dict], numerator: str, denominator: str, draws: int = 2000, seed: int = 0) -> list[float] | None:
-    """95% bootstrap interval (over batches, as bootstrap_ci) of sum(numerator) /
-    sum(denominator), e.g. tau = new_tokens / target_forwards; None below MIN_GROUPS batches."""
-    sums = [(sum(runs[i][numerator] for i in g), sum(runs[i][denominator] for i in g)) for g in batch_groups(runs)]
-    low, high = resampled_ci(sums, lambda picked: _ratio(*map(sum, zip(*picked))), draws, seed)
-    return [low, high] if low is not None else None
+def ratio_ci(runs: list[dict], numerator: str, denominator: str) -> list[float] | None:
+    """95% interval (over batches, as bootstrap_ci) of sum(numerator) / sum(denominator),
+    e.g. tau = new_tokens / target_forwards; None below MIN_GROUPS batches."""
+    table = [[sum(runs[i][numerator] for i in g), sum(runs[i][denominator] for i in g)] for g in batch_groups(runs)]
+    return of_sums(table, lambda s: s[0] / s[1]).bounds
 
 
 def intervals(runs: list[dict]) -> dict:
@@ -109,34 +98,15 @@ def intervals(runs: list[dict]) -> dict:
     return {"tau_ci95": ratio_ci(runs, "new_tokens", "target_forwards"), "delta_ci95": ratio_ci(runs, "draft_forwards", "target_forwards")}
 
 
-def resampled_ci(groups: list, statistic, draws: int = 2000, seed: int = 0) -> tuple[float | None, float | None]:
-    """Percentile 95% interval of `statistic(resampled groups)` (None values skipped);
-    (None, None) below MIN_GROUPS groups."""
-    if len(groups) < MIN_GROUPS:
-        return None, None
-    rng = random.Random(seed)
-    return percentile_interval([v for v in (statistic(rng.choices(groups, k=len(groups))) for _ in range(draws)) if v is not None])
-
-
-def percentile_interval(values: list[float]) -> tuple[float | None, float | None]:
-    """The 2.5th and 97.5th percentiles of bootstrap draws; (None, None) without any."""
-    if not values:
-        return None, None
-    values = sorted(values)
-    return values[int(0.025 * len(values))], values[min(int(0.975 * len(values)), len(values) - 1)]
-
-
 def batch_groups(runs: list[dict]) -> list[list[int]]:
-    """Indices of the samples decoded together (one per sample at batch size 1)."""
+    """Indices of the samples decoded together (one per sample at batch size 1), ordered by
+    batch id (a sample's id at batch size 1), so an interval does not depend on the order
+    the records were written in."""
     groups: dict[str, list[int]] = {}
     for i, run in enumerate(runs):
         batched = run.get("batch_size", 1) > 1 and run.get("batch_id")
         groups.setdefault(run["batch_id"] if batched else str(i), []).append(i)
-    return list(groups.values())
-
-
-def _ratio(numerator: float, denominator: float) -> float | None:
-    return numerator / denominator if denominator else None
+    return sorted(groups.values(), key=lambda g: (str(runs[g[0]].get("batch_id", "")), g[0]))
 
 
 def _tokens_seconds(runs: list[dict]) -> tuple[int, float]:

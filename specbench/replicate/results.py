@@ -25,6 +25,7 @@ import pandas as pd
 
 from specbench import ROOT
 from specbench.data import questions as questions_module
+from specbench.metrics import speed
 from specbench.errors import ConfigError
 
 SUMMARY, DECISIONS, SAMPLES, DATASET = "summary.json", "decisions.json", "samples.jsonl", "dataset.jsonl.gz"
@@ -61,12 +62,28 @@ def collect(root: Path) -> pd.DataFrame:
         summary = json.loads(path.read_text())
         if "config" in summary:
             summary["run_dir"], summary["run"] = str(path.parent), run_name(path.parent, root)
-            found.append(summary)
+            found.append(redrawn(summary, path.parent))
     if not found:
         return pd.DataFrame(columns=["model", "method", "dataset", "temperature", "run_dir", "run"])
     runs = pd.json_normalize(sorted(found, key=lambda s: s["run"]))
     runs["temperature"] = runs["config.gen.temperature"].astype(float)
     return runs
+
+
+def redrawn(summary: dict, run_dir: Path) -> dict:
+    """The summary with its 95% intervals (tau, delta, speedup) drawn again from the run's
+    records by the current rule (specbench.metrics.intervals), so every table cell follows
+    the rule its report's header states, whichever version wrote the summary; as written
+    when the records are not beside it."""
+    try:
+        records = list({r["id"]: r for r in read_samples(run_dir)}.values())  # a sample written twice counts once, as in its summary
+    except KeyError:
+        return summary
+    summary["results"] = {**summary["results"], **speed.intervals([r["method"] for r in records])}
+    pairs = [r for r in records if "baseline" in r]
+    if "speedup_ci95" in summary and pairs:
+        summary["speedup_ci95"] = speed.bootstrap_ci([r["method"] for r in pairs], [r["baseline"] for r in pairs])
+    return summary
 
 
 def run_name(run_dir: Path, root: Path) -> str:
@@ -115,14 +132,17 @@ def number(value) -> float | None:
 def samples(run: pd.Series) -> list[dict]:
     """The per-sample records of one run (samples.jsonl beside its summary, gzipped in a
     committed copy)."""
-    run_dir = Path(run["run_dir"])
+    return read_samples(Path(run["run_dir"]), run.get("run"))
+
+
+def read_samples(run_dir: Path, name: str | None = None) -> list[dict]:
     plain, packed = run_dir / SAMPLES, run_dir / f"{SAMPLES}.gz"
     if plain.is_file():
         text = plain.read_text(encoding="utf-8")
     elif packed.is_file():
         text = gzip.decompress(packed.read_bytes()).decode("utf-8")
     else:  # a claim that needs it says which run is missing
-        raise KeyError(f"samples of {run.get('run', run_dir)}")
+        raise KeyError(f"samples of {name or run_dir}")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

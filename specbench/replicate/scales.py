@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 
 from specbench import ROOT
+from specbench.metrics.intervals import MIN_GROUPS
 from specbench.replicate.sweep import Sweep
-from specbench.replicate.verdicts import MIN_GROUPS
 
 
 # Spec-Bench's convention (80 prompts) for the speed-only datasets at paper scale; the

@@ -6,73 +6,18 @@ the measured quantity does not move at all."""
 from __future__ import annotations
 
 import math
-import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from specbench.metrics.intervals import CONFIDENCE, MIN_GROUPS, RESAMPLES, Interval, bootstrap
 from specbench.replicate.lookup import group_unit, prompt_values, shared_prompts
 
-MIN_GROUPS = 10  # fewer prompts (batches) give no interval: a bootstrap over 5 groups is too narrow
-RESAMPLES = 2000
-CONFIDENCE = 0.95
-SEED = 0  # every interval draws the same resamples, so a report regenerates byte for byte
 NOT_TESTABLE = "not testable at this scale"
 INTERVALS = (f"Intervals: {CONFIDENCE:.0%} bootstrap intervals from scipy.stats.bootstrap, BCa ({RESAMPLES} seeded resamples; "
              "percentile where BCa is undefined, e.g. when every resample gives one value, and each interval names its method), "
              "over prompts (over batches at batch size > 1), paired per prompt where two runs decoded the same prompts; "
-             f"none from fewer than {MIN_GROUPS} groups.")  # the report header's one line on how intervals are drawn
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A statistic's estimate and 95% interval over n groups; low and high are None below
-    MIN_GROUPS groups and nan where the statistic is undefined on some resample."""
-
-    estimate: float
-    sizes: tuple[int, ...]  # groups per sample (two for an unpaired difference)
-    low: float | None = None
-    high: float | None = None
-    method: str = ""  # "BCa" or "percentile"
-
-    @property
-    def n(self) -> int:
-        return min(self.sizes)
-
-    def text(self, unit: str) -> str:
-        n = f"n={' and '.join(map(str, self.sizes))} {unit}"
-        if self.low is None:
-            return f"{self.estimate:+.3g}, {n}"
-        if math.isnan(self.low):
-            return f"{self.estimate:+.3g} (undefined on some resamples), {n}"
-        return f"{self.estimate:+.3g} [95% {self.method} CI {self.low:+.3g}, {self.high:+.3g}], {n}"
-
-    @property
-    def flat(self) -> bool:
-        """0 on every resample: the quantity does not move, so no direction is measured."""
-        return self.estimate == 0 and self.low == 0 and self.high == 0
-
-
-def bootstrap(samples: tuple, statistic, estimate: float, vectorized: bool = False) -> Interval:
-    """The BCa interval of `statistic` over resamples of each sample (independently when there
-    are several), falling back to the percentile interval of the same resamples where BCa is
-    undefined (a degenerate distribution); no interval when a sample has fewer than MIN_GROUPS."""
-    sizes = tuple(len(s) for s in samples)
-    if min(sizes) < MIN_GROUPS:
-        return Interval(estimate, sizes)
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore", (stats.DegenerateDataWarning, RuntimeWarning))
-        found = stats.bootstrap(samples, statistic, vectorized=vectorized, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
-                                method="BCa", rng=np.random.default_rng(SEED))
-        method = "BCa"
-        if np.isnan(found.confidence_interval).any() and not np.isnan(found.bootstrap_distribution).any():
-            found = stats.bootstrap(samples, statistic, vectorized=vectorized, n_resamples=0, confidence_level=CONFIDENCE,
-                                    method="percentile", bootstrap_result=found)
-            method = "percentile"
-    low, high = (float(v) for v in found.confidence_interval)
-    return Interval(estimate, sizes, low + 0.0, high + 0.0, method)  # + 0.0: no -0 in a report
+             f"none from fewer than {MIN_GROUPS} groups; a table cell's interval is drawn by the same rule from its run's records.")  # the report header's one line on how intervals are drawn
 
 
 def mean_interval(values: list[float]) -> Interval:
