@@ -226,6 +226,22 @@ def test_the_compile_probe_times_what_the_method_runs(method, parts, tmp_path, m
     assert record["parts"] == parts
 
 
+def test_runs_in_one_process_share_the_targets_lm_and_let_a_replaced_model_go():
+    """A group's runs (specbench.group) ask for the same model, forward and compile choice:
+    they get one LM, so the packed weights are built once; another compile choice gets its
+    own; a new model drops the old model's LMs."""
+    from conftest import tiny_llama
+    from specbench.engine.kernels import Compiled
+
+    model, other = tiny_llama(0), tiny_llama(1)
+    first = costs.shared_lm(model, "auto", Compiled())
+    assert costs.shared_lm(model, "auto", Compiled()) is first and first.model is model
+    packed = costs.shared_lm(model, "auto", Compiled(packed_from=1))
+    assert packed is not first and costs.shared_lm(model, "auto", Compiled(packed_from=1)) is packed
+    replaced = costs.shared_lm(other, "auto", Compiled())
+    assert replaced.model is other and all(lm.model is other for lm in costs._built_lms.values())
+
+
 def test_contention_counts_busy_cpu_time_outside_this_process(monkeypatch):
     from specbench.costs import contention
 
