@@ -228,8 +228,8 @@ def test_the_compile_probe_times_what_the_method_runs(method, parts, tmp_path, m
 
 def test_runs_in_one_process_share_the_targets_lm_and_let_a_replaced_model_go():
     """A group's runs (specbench.group) ask for the same model, forward and compile choice:
-    they get one LM, so the packed weights are built once; another compile choice gets its
-    own; a new model drops the old model's LMs."""
+    they get one LM, so the packed weights are built once, and a decode finds nothing of an
+    earlier one; another compile choice gets its own LM; a new model drops the old model's."""
     from conftest import tiny_llama
     from specbench.engine.kernels import Compiled
 
@@ -238,6 +238,9 @@ def test_runs_in_one_process_share_the_targets_lm_and_let_a_replaced_model_go():
     assert costs.shared_lm(model, "auto", Compiled()) is first and first.model is model
     packed = costs.shared_lm(model, "auto", Compiled(packed_from=1))
     assert packed is not first and costs.shared_lm(model, "auto", Compiled(packed_from=1)) is packed
+    first.features = [torch.zeros(3, 8)]  # what an EAGLE-3 run's last forward left
+    first.reset(2)  # the next decode, perhaps another run's whose drafter reads no features
+    assert first.features is None
     replaced = costs.shared_lm(other, "auto", Compiled())
     assert replaced.model is other and all(lm.model is other for lm in costs._built_lms.values())
 

@@ -30,7 +30,6 @@ class TreeLM:
         # hidden_states indices a drafter reads (EAGLE-3); per row, their concatenation
         # for every token that row fed in the last forward is left in `features`
         self.feature_layers: tuple[int, ...] = ()
-        self.features: list[torch.Tensor] | None = None
         self.reset()
 
     @property
@@ -47,6 +46,8 @@ class TreeLM:
         return self.layout.batch_size
 
     def reset(self, batch_size: int = 1) -> None:
+        """A fresh cache for `batch_size` rows; nothing of an earlier decode is left to read."""
+        self.features: list[torch.Tensor] | None = None
         self.layout = ColumnCache(batch_size, self.device)
         self.cache = self._new_cache(batch_size)
         self.forwards = 0
