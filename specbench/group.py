@@ -23,12 +23,9 @@ import json
 import sys
 from pathlib import Path
 
-from tqdm import tqdm
-
 from specbench.config import check_output_root, compose_config, run_name
-from specbench.costs import contention
 from specbench.errors import ConfigError, run_command
-from specbench.run import Runner
+from specbench.run import Runner, decode_in_blocks
 
 UNSHARED_KEYS = ("method", "costs", "output_root")  # what may differ within a group: none of it changes the AR decode
 
@@ -77,38 +74,8 @@ def run_group(runners: list[Runner]) -> list[dict]:
     for runner in decoding:
         by_forward.setdefault(forward_of(runner), []).append(runner)
     for members in by_forward.values():
-        decode_blocks(members, [left[id(r)] for r in members])
+        decode_in_blocks(members, [left[id(r)] for r in members])
     return [runner.finish() for runner in runners]
-
-
-def decode_blocks(members: list[Runner], todo: list[list]) -> None:
-    """Per batch: AR once (on the first member's target, which every member's plan chose
-    alike) and each member that lacks the batch, in an order rotated from batch to batch."""
-    first = members[0]
-    wanted = {s.id for samples in todo for s in samples}
-    samples = [s for s in first.samples if s.id in wanted]
-    size = first.batch_size
-    names = ", ".join(r.cfg["method"]["name"] for r in members)
-    bar = tqdm(total=len(samples), desc=f"{len(members)} runs ({names}) + AR", unit="sample")
-    for index, start in enumerate(range(0, len(samples), size)):
-        batch = samples[start : start + size]
-        needing = [r for r in members if any(s.id not in r.done for s in batch)]
-        order = [None, *needing]  # None: the shared AR decode
-        turn = index % len(order)
-        order = order[turn:] + order[:turn]
-        with contention.watch() as usage:
-            runs = {}
-            for runner in order:
-                if runner is None:
-                    runs[None] = first.decode_turns(batch, first.parts.baseline, None)
-                else:
-                    runs[id(runner)] = runner.decode_turns(batch, runner.parts.method, bar)
-        ar_at = order.index(None)
-        for runner in needing:
-            records = Runner.batch_records(batch, runs[id(runner)], runs[None], ar_at < order.index(runner), block=len(needing))
-            runner.write([r for r in records if r["id"] not in runner.done], usage.others)
-        bar.update(len(batch))
-    bar.close()
 
 
 def main(argv: list[str]) -> None:

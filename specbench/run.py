@@ -1,6 +1,7 @@
 """One benchmark run: decode every sample with the method and (back to back, alternating
 order) the AR baseline, as the run's plan (specbench.plan) says; write one JSON line per
-finished sample; summarise. Re-running the same config resumes where it stopped."""
+finished sample; summarise. Re-running the same config resumes where it stopped. A group
+of runs that share their AR decode (specbench.group) goes through the same block loop."""
 
 from __future__ import annotations
 
@@ -42,13 +43,8 @@ class Runner:
 
     def run(self) -> dict:
         todo = self.prepare()
-        bar = tqdm(total=len(self.samples), initial=len(self.samples) - len(todo), desc=self.cfg["method"]["name"], unit="sample")
-        for index, start in enumerate(range(0, len(todo), self.batch_size)):
-            with contention.watch() as usage:
-                batch = self.run_batch(todo[start : start + self.batch_size], baseline_first=index % 2 == 1, bar=bar)
-            self.write(batch, usage.others)
-            bar.update(len(batch))
-        bar.close()
+        if todo:
+            decode_in_blocks([self], [todo])
         return self.finish()
 
     def prepare(self) -> list[questions.Sample]:
@@ -95,17 +91,6 @@ class Runner:
         limits = Limits(min(16, parts.limits.max_new_tokens), parts.limits.stop_token_ids)
         for method in filter(None, (parts.method, parts.baseline)):
             generate_batch(parts.target, method, prompts, parts.sampling, limits, [self.generator(s.id) for s in samples])
-
-    def run_batch(self, samples: list[questions.Sample], baseline_first: bool, bar) -> list[dict]:
-        """The method and the baseline back to back on the same batch of samples."""
-        runs = {}
-        order = [("baseline", self.parts.baseline), ("method", self.parts.method)]
-        if not baseline_first:
-            order.reverse()
-        for role, method in order:
-            if method is not None:
-                runs[role] = self.decode_turns(samples, method, bar if role == "method" else None)
-        return self.batch_records(samples, runs["method"], runs.get("baseline"), baseline_first)
 
     @staticmethod
     def batch_records(samples: list[questions.Sample], method: list[MethodRun], baseline: list[MethodRun] | None, baseline_first: bool,
@@ -154,6 +139,42 @@ class Runner:
         """Seeded per sample, so a resumed run draws what an uninterrupted one would."""
         digest = hashlib.sha256(f"{self.cfg['seed']}/{sample_id}".encode()).digest()
         return torch.Generator(device=self.parts.target.device).manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def decode_in_blocks(members: list[Runner], todo: list[list[questions.Sample]]) -> None:
+    """Decode the samples each member lacks (`todo`, per member), batch by batch: per batch,
+    the paired AR baseline once (on the first member's target, which every member's plan
+    chose alike: specbench.group) and each member that lacks the batch, back to back in one
+    block whose order rotates from batch to batch, so each method runs before and after AR
+    equally often; each member writes its records as its batch finishes."""
+    first = members[0]
+    wanted = {s.id for samples in todo for s in samples}
+    samples = [s for s in first.samples if s.id in wanted]
+    size = first.batch_size
+    if len(members) == 1:
+        bar = tqdm(total=len(first.samples), initial=len(first.samples) - len(samples), desc=first.cfg["method"]["name"], unit="sample")
+    else:
+        names = ", ".join(r.cfg["method"]["name"] for r in members)
+        bar = tqdm(total=len(samples), desc=f"{len(members)} runs ({names}) + AR", unit="sample")
+    for index, start in enumerate(range(0, len(samples), size)):
+        batch = samples[start : start + size]
+        needing = [r for r in members if any(s.id not in r.done for s in batch)]
+        order = [None, *needing] if first.parts.baseline is not None else needing  # None: the shared AR decode
+        turn = index % len(order)
+        order = order[turn:] + order[:turn]
+        with contention.watch() as usage:
+            runs = {}
+            for runner in order:
+                if runner is None:
+                    runs[None] = first.decode_turns(batch, first.parts.baseline, None)
+                else:
+                    runs[id(runner)] = runner.decode_turns(batch, runner.parts.method, bar)
+        for runner in needing:
+            baseline_first = None in order and order.index(None) < order.index(runner)
+            records = Runner.batch_records(batch, runs[id(runner)], runs.get(None), baseline_first, block=len(needing))
+            runner.write([r for r in records if r["id"] not in runner.done], usage.others)
+        bar.update(len(batch))
+    bar.close()
 
 
 class Progress:
