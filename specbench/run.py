@@ -76,8 +76,14 @@ class Runner:
             os.fsync(out.fileno())
 
     def finish(self) -> dict:
-        summary = summarize(self.cfg, self.samples, self.records, self.out_dir, self.paired, self.cached_baseline)
-        (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        """Summarise and write summary.json; a run found finished keeps the summary it wrote
+        (its commit and environment are those of the session that decoded it)."""
+        path = self.out_dir / "summary.json"
+        if self.parts is None and path.is_file():
+            summary = json.loads(path.read_text())
+        else:
+            summary = summarize(self.cfg, self.samples, self.records, self.out_dir, self.paired, self.cached_baseline)
+            path.write_text(json.dumps(summary, indent=2))
         if self.tracker:
             self.tracker.finish(summary)
         print_summary(summary)

@@ -268,6 +268,15 @@ def test_interrupt_keeps_finished_samples_and_resumes(tmp_path):
     ids = [json.loads(l)["id"] for l in samples.read_text().splitlines()]
     assert sorted(ids) == sorted(set(ids)) and len(ids) == 4
     assert [r["id"] for r in kept] == ids[: len(kept)]
+    # run again when finished: nothing decodes, and the summary stays the one the deciding session wrote
+    summary_file = samples.parent / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    summary["environment"]["git_commit"] = "the-session-that-decoded"
+    summary_file.write_text(json.dumps(summary, indent=2))
+    before = samples.read_text()
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert samples.read_text() == before and json.loads(summary_file.read_text()) == summary
 
 
 def test_sps_with_the_shipped_draft_is_identical_to_ar_in_fp32(tmp_path):
