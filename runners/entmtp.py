@@ -182,9 +182,7 @@ def searches(bank_file: Path | None) -> dict[str, dict]:
 
 def search_machine(runs: pd.DataFrame) -> str:
     """The CPU (or GPU) the bank was searched and priced on, from its fingerprint."""
-    fingerprint = bank_meta(run_bank(runs)).get("fingerprint", {})
-    machine = fingerprint.get("cpu_model") or fingerprint.get("gpu") or "not recorded"
-    return machine + (f", ISA {' '.join(fingerprint['isa'])}" if fingerprint.get("isa") else "")
+    return results.machine(bank_meta(run_bank(runs)).get("fingerprint", {}), "not recorded")
 
 
 def nodes(entry: dict) -> int:

@@ -224,6 +224,15 @@ def _write(path: Path, data: bytes) -> None:
 
 # ---- the machine and the time a replication took ------------------------------------------
 
+def machine(fingerprint: dict, fallback=None) -> str:
+    """A device fingerprint (costs.fingerprint) as a report names it: the CPU model (or GPU)
+    and its ISA flags; `fallback` names it where the fingerprint has no model."""
+    model = fingerprint.get("cpu_model") or fingerprint.get("gpu") or fallback
+    isa = fingerprint.get("isa")
+    named = str(model) if isinstance(model, str) else "machine not recorded"
+    return named + (", ISA " + " ".join(isa) if isinstance(isa, list) and isa else "")
+
+
 def machines(runs: pd.DataFrame) -> list[tuple[str, int]]:
     """(the machine and the precision runs computed in, how many runs), from their
     summaries: CPU model (or GPU), ISA flags, threads, torch, dtype."""
@@ -231,14 +240,11 @@ def machines(runs: pd.DataFrame) -> list[tuple[str, int]]:
         return []
     described = []
     for _, run in runs.iterrows():
-        model = run.get("environment.fingerprint.cpu_model") or run.get("environment.fingerprint.gpu") or run.get("environment.hardware")
-        isa = run.get("environment.fingerprint.isa")
+        fingerprint = {key: run.get(f"environment.fingerprint.{key}") for key in ("cpu_model", "gpu", "isa")}
         threads = run.get("environment.fingerprint.threads", run.get("environment.torch_threads"))
         precision = run.get("environment.precision")
         precision = precision if isinstance(precision, str) else run.get("environment.dtype")
-        parts = [str(model) if isinstance(model, str) else "machine not recorded"]
-        if isinstance(isa, list) and isa:
-            parts.append("ISA " + " ".join(isa))
+        parts = [machine(fingerprint, run.get("environment.hardware"))]
         if number(threads) is not None:
             parts.append(f"{int(threads)} threads")
         if isinstance(run.get("environment.torch"), str):
