@@ -268,7 +268,7 @@ def test_interrupt_keeps_finished_samples_and_resumes(tmp_path):
     ids = [json.loads(l)["id"] for l in samples.read_text().splitlines()]
     assert sorted(ids) == sorted(set(ids)) and len(ids) == 4
     assert [r["id"] for r in kept] == ids[: len(kept)]
-    # run again when finished: nothing decodes, and the summary stays the one the deciding session wrote
+    # run again when finished: nothing decodes, and the summary stays the one the decoding session wrote
     summary_file = samples.parent / "summary.json"
     summary = json.loads(summary_file.read_text())
     summary["environment"]["git_commit"] = "the-session-that-decoded"
