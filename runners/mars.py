@@ -27,9 +27,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from specbench.metrics import quality
 from specbench.metrics.intervals import MIN_GROUPS
 from specbench.replicate import Paper, main, results
-from specbench.replicate.lookup import answers, base_filters, not_run, number, one, one_or_none, parse_setting, prompt_quality, scored, shared_prompts, size_keys
+from specbench.replicate.lookup import answers, base_filters, not_run, number, one, one_or_none, parse_setting, prompt_quality, shared_prompts, size_keys
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import LOOKAHEAD, REDUCED_PROMPTS, REDUCED_TOKENS, UNPRICED, by_source, sweep_size
 from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, every_higher, every_slope, mean_interval, picked_mean, positive
@@ -370,7 +371,8 @@ def _rouge(runs):
 
 def _wmt(runs):
     """Mean corpus BLEU of the theta >= 0.90 runs minus the theta < 0.88 runs, corpus BLEU
-    recomputed on each resample of the prompts all of them translated."""
+    recomputed on each resample of the prompts all of them translated (from each answer's
+    statistics, counted once)."""
     found = {}
     for theta in THETAS:
         try:
@@ -380,10 +382,12 @@ def _wmt(runs):
     high, low = [t for t in found if t >= 0.9], [t for t in found if t < 0.88]
     if not high or not low:
         raise KeyError("wmt19 runs on both sides of theta 0.88-0.90")
-    prompts = shared_prompts(list(found.values()), "every wmt19 run translated")
+    statistics = {t: {p: quality.bleu_statistics(turns[-1], sample.reference[0]) for p, (sample, turns, _) in run.items() if sample.reference}
+                  for t, run in found.items()}
+    prompts = shared_prompts(list(statistics.values()), "every wmt19 run translated")
 
     def bleu(thetas, picked):
-        return float(np.mean([scored(found[t], picked, "bleu_chrf", "bleu") for t in thetas]))
+        return float(np.mean([quality.corpus_bleu_of([statistics[t][p] for p in picked]) for t in thetas]))
 
     verdict, text = positive(prompts, lambda picked: bleu(high, picked) - bleu(low, picked))
     return verdict, f"mean BLEU {bleu(high, prompts):.2f} at theta >= 0.90 vs {bleu(low, prompts):.2f} at theta < 0.88; difference {text}"

@@ -55,6 +55,21 @@ def test_bleu_and_chrf():
     assert short["chrf"] < sacrebleu.corpus_chrf(["The cat"], [[references[0]]], beta=1).score
 
 
+def test_corpus_bleu_from_summed_answer_statistics_is_sacrebleus_corpus_bleu():
+    """A resample of prompts (repeats allowed) scores the same from summed statistics as
+    sacrebleu scores the resampled texts, to the last bit (a replication report regenerates
+    byte for byte)."""
+    import sacrebleu
+
+    pairs = [("The cat sat on the mat .", "The cat is on the mat."), ("  a dog, in the garden", "There is a dog in the garden."),
+             ("Das ist gut", "That is good"), ("It rains; it pours, it rains again and again.", "It is raining again.")]
+    statistics = [quality.bleu_statistics(answer, reference) for answer, reference in pairs]
+    for picked in ([0, 1, 2, 3], [1, 1, 3], [2], [0, 3, 3, 3, 1]):
+        expected = sacrebleu.corpus_bleu([pairs[i][0].strip() for i in picked], [[pairs[i][1] for i in picked]]).score
+        assert quality.corpus_bleu_of([statistics[i] for i in picked]) == expected
+    assert 0 < quality.corpus_bleu_of(statistics) < 100
+
+
 def test_precision_counts_the_common_prefix():
     method = [{"turn_ids": [[1, 2, 3, 4], [5, 6]]}]
     baseline = [{"turn_ids": [[1, 2, 9, 4], [5, 6]]}]

@@ -72,6 +72,25 @@ def bleu_chrf(samples: list[Sample], texts: list[list[str]]) -> dict:
     }
 
 
+def bleu_statistics(answer: str, reference: str) -> list[int]:
+    """One answer's BLEU sufficient statistics (matched and total n-grams for n = 1..4, its
+    length, the reference's), tokenised as corpus BLEU tokenises: corpus BLEU of any set of
+    answers is a function of their sum, so a resample sums instead of re-scoring."""
+    import sacrebleu
+
+    score = sacrebleu.sentence_bleu(answer.strip(), [reference])
+    return [*score.counts, *score.totals, score.sys_len, score.ref_len]
+
+
+def corpus_bleu_of(statistics: list[list[int]]) -> float:
+    """sacrebleu's corpus BLEU (its defaults: 4-grams, exp smoothing) from bleu_statistics of
+    the answers, as `bleu_chrf` computes it from their texts."""
+    from sacrebleu.metrics import BLEU
+
+    total = [sum(column) for column in zip(*statistics)]
+    return BLEU.compute_bleu(total[0:4], total[4:8], total[8], total[9], smooth_method="exp").score
+
+
 def humaneval_pass(samples: list[Sample], texts: list[list[str]]) -> dict:
     """pass@1 by execution (see specbench.metrics.humaneval)."""
     from specbench.metrics import humaneval
