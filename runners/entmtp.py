@@ -60,7 +60,7 @@ from specbench.replicate.lookup import base_filters, not_run, one, parse_setting
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import by_source
 from specbench.replicate.sweep import Sweep
-from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, every_higher, positive
+from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, equivalent, every_higher, positive, statistic_interval
 
 NAME = "entmtp"
 TITLE = "EntMTP: task-aware draft trees for multi-token-prediction heads"
@@ -444,18 +444,10 @@ def tree_groups(entry: dict) -> list[tuple]:
     return list(zip(entry["biased_accepted"], entry["biased_steps"], entry["unbiased_accepted"], entry["unbiased_steps"]))
 
 
-def _shifted(statistic, shift: float, sign: float = 1.0):
-    """shift + sign * statistic, None where the statistic is."""
-    def value(picked):
-        x = statistic(picked)
-        return None if x is None else shift + sign * x
-    return value
-
-
 def _bias(runs):
-    """Every frontier tree's bias inside ±BIAS_TOLERANCE: per tree, both ends of its 95%
-    interval over the search's prompts (resampled in pairs: each prompt's one-step and
-    self-rollout sums together) must be inside; one interval wholly outside disagrees."""
+    """Every frontier tree's bias inside ±BIAS_TOLERANCE: per tree, its whole 95% interval
+    over the search's prompts (resampled in pairs: each prompt's one-step and self-rollout
+    sums together) must be inside; one interval wholly outside disagrees."""
     found = run_searches(runs)
     if not found:
         raise KeyError("the offline search's bank")
@@ -469,13 +461,10 @@ def _bias(runs):
             verdicts.append(None)
             notes.append(f"{task} {nodes(entry)} nodes: no draft token accepted by self-rollout")
             continue
-        below, _ = positive(groups, _shifted(bias_pct, BIAS_TOLERANCE, -1))
-        above, _ = positive(groups, _shifted(bias_pct, BIAS_TOLERANCE))
-        verdict = all_hold([below, above])
+        verdict, text = equivalent(statistic_interval(groups, bias_pct), BIAS_TOLERANCE)
         verdicts.append(verdict)
-        if verdict is not True:  # its estimate and interval (the sign test's "would settle it" is not this claim's)
-            interval = positive(groups, bias_pct)[1].split(";")[0]
-            notes.append(f"{task} {nodes(entry)} nodes {interval} ({'outside' if verdict is False else 'cannot tell'})")
+        if verdict is not True:
+            notes.append(f"{task} {nodes(entry)} nodes {text} ({'outside' if verdict is False else 'cannot tell'})")
     inside = sum(v is True for v in verdicts)
     missing = [t for t in DATASETS if t not in {task for task, _ in trees}]
     prompts = sorted({len(e["biased_steps"]) for _, e in trees})

@@ -28,12 +28,11 @@ import numpy as np
 import pandas as pd
 
 from specbench.metrics import quality
-from specbench.metrics.intervals import MIN_GROUPS
 from specbench.replicate import Paper, main, results
 from specbench.replicate.lookup import answers, base_filters, not_run, number, one, one_or_none, parse_setting, prompt_quality, shared_prompts, size_keys
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import LOOKAHEAD, REDUCED_PROMPTS, REDUCED_TOKENS, UNPRICED, by_source, sweep_size
-from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, every_higher, every_slope, mean_interval, picked_mean, positive
+from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, equivalent, every_higher, every_slope, mean_interval, picked_mean, positive
 
 NAME = "mars"
 TITLE = "MARS: margin-aware speculative verification"
@@ -339,17 +338,6 @@ def _theta_accuracy(runs):
     return all_hold(verdicts), "; ".join(parts)
 
 
-def within(low: float, high: float, tolerance: float) -> bool | None:
-    """An equivalence claim "|difference| <= tolerance" from its interval [low, high]: holds
-    when the whole interval is inside, does not when it lies wholly outside, cannot tell
-    when it reaches across either edge."""
-    if -tolerance <= low and high <= tolerance:
-        return True
-    if low > tolerance or high < -tolerance:
-        return False
-    return None
-
-
 def _rouge(runs):
     """MARS's ROUGE-L minus AR's on the same prompts: within ROUGE_TOLERANCE when the whole
     interval is, not when it lies wholly outside, cannot tell otherwise."""
@@ -359,14 +347,9 @@ def _rouge(runs):
     if not prompts:
         raise KeyError("ROUGE-L of MARS and AR answers")
     difference = [ours[p] - base[p] for p in prompts]
-    mean = sum(difference) / len(difference)
-    interval = mean_interval(difference)
-    low, high = interval.low, interval.high
-    text = f"ROUGE-L {sum(ours[p] for p in prompts) / len(prompts):.4f} vs AR {sum(base[p] for p in prompts) / len(prompts):.4f}; per prompt MARS - AR {mean:+.4f}"
-    if low is None:
-        return None, f"{text}, n={len(prompts)} prompts: cannot tell: n={len(prompts)} groups, at least {MIN_GROUPS} needed"
-    return within(low, high, ROUGE_TOLERANCE), (f"{text} [95% {interval.method} CI {low:+.4f}, {high:+.4f}], n={len(prompts)} prompts "
-                                                f"(tolerance +-{ROUGE_TOLERANCE}; paper: within 0.001-0.002 per model, 0.0008 on average)")
+    verdict, text = equivalent(mean_interval(difference), ROUGE_TOLERANCE)
+    return verdict, (f"ROUGE-L {sum(ours[p] for p in prompts) / len(prompts):.4f} vs AR {sum(base[p] for p in prompts) / len(prompts):.4f}; "
+                     f"per prompt MARS - AR (tolerance +-{ROUGE_TOLERANCE}; paper: within 0.001-0.002 per model, 0.0008 on average) {text}")
 
 
 def _wmt(runs):

@@ -78,6 +78,29 @@ def test_an_undecided_claim_says_which_way_it_leans_and_how_many_would_settle_it
     assert "settle" not in v.judge(v.Interval(0.0, (20,), -0.1, 0.1, "BCa"))[1]  # no lean, no direction to settle
 
 
+def test_an_equivalence_claim_needs_the_whole_interval_inside_its_tolerance():
+    """MARS's ROUGE-L within 0.002 of AR, EntMTP's bias within ±5%: inside only when the whole
+    interval is; outside only when all of it is; cannot tell across an edge."""
+    assert v.within(-0.0015, 0.0019, 0.002) is True
+    assert v.within(-0.001, 0.003, 0.002) is None  # reaches across an edge: cannot tell
+    assert v.within(-0.03, 0.03, 0.002) is None  # too wide to say either way
+    assert v.within(0.0021, 0.01, 0.002) is False and v.within(-0.01, -0.0025, 0.002) is False
+
+
+def test_an_undecided_equivalence_claim_leans_by_where_its_estimate_lies():
+    # inside ±5, reaching 3 past the upper edge from an estimate 4 below it: 20 * (7/4)^2 = 61.25
+    verdict, text = v.equivalent(v.Interval(1.0, (20,), -2.0, 8.0, "BCa"), 5.0)
+    assert verdict is None and text.endswith("leans toward the claim; about 62 prompts would settle it")
+    # across both edges: the side further from settled decides (lower: 20 * (10/6)^2 = 55.6; upper: 20 * (5/4)^2 = 31.25)
+    assert v.equivalent(v.Interval(1.0, (20,), -9.0, 6.0, "BCa"), 5.0)[1].endswith("about 56 prompts would settle it")
+    # outside, reaching back across the lower edge: 20 * (8/2)^2 = 320 (a sign test's lean would be "toward")
+    verdict, text = v.equivalent(v.Interval(-7.0, (20,), -12.0, 1.0, "BCa"), 5.0)
+    assert verdict is None and text.endswith("leans against the claim; about 320 prompts would settle it")
+    assert v.equivalent(v.Interval(-7.0, (20,), -9.0, -6.0, "BCa"), 5.0) == (False, "-7 [95% BCa CI -9, -6], n=20 prompts")
+    assert v.equivalent(v.Interval(0.5, (20,), -1.0, 2.0, "BCa"), 5.0)[0] is True
+    assert v.equivalent(v.Interval(0.5, (9,)), 5.0)[1].endswith("cannot tell: n=9 groups, at least 10 needed")
+
+
 def test_a_quantity_that_never_moves_is_not_testable_never_does_not_agree():
     verdict, text = v.judge(v.mean_interval([0.0] * 12), flat_reason="the tree does not grow with K")
     assert verdict == v.NOT_TESTABLE and text == "not testable at this scale: the tree does not grow with K"

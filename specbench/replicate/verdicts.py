@@ -86,6 +86,42 @@ def judge(interval: Interval, unit: str = "prompts", falls: bool = False, flat_r
     return verdict, text
 
 
+def within(low: float, high: float, tolerance: float) -> bool | None:
+    """The one verdict rule for an equivalence claim "|quantity| <= tolerance", from its 95%
+    interval: True when the whole interval is inside, False when it lies wholly outside,
+    None (cannot tell) when it reaches across either edge."""
+    if -tolerance <= low and high <= tolerance:
+        return True
+    if low > tolerance or high < -tolerance:
+        return False
+    return None
+
+
+def equivalent(interval: Interval, tolerance: float, unit: str = "prompts") -> tuple[bool | None, str]:
+    """The verdict on a claim "|quantity| <= tolerance" from its interval (`within`), with the
+    evidence as text, as `judge` words it: cannot tell below MIN_GROUPS groups or where the
+    statistic is undefined; when the interval reaches across an edge, which way the estimate
+    leans (inside the tolerance is toward the claim) and about how many groups would settle
+    it that way: the interval shrinking around the same estimate until it lies wholly inside
+    (every edge it crosses) or wholly outside."""
+    text = interval.text(unit)
+    if interval.low is None:
+        return None, f"{text}: cannot tell: n={interval.n} groups, at least {MIN_GROUPS} needed"
+    if math.isnan(interval.low):
+        return None, f"{text}: cannot tell"
+    estimate, low, high = interval.estimate, interval.low, interval.high
+    verdict = within(low, high, tolerance)
+    if verdict is not None or abs(estimate) == tolerance:
+        return verdict, text
+    if abs(estimate) < tolerance:  # each crossed edge as a claim "tolerance -+ quantity > 0"
+        needed = [groups_to_settle(interval.n, tolerance - estimate, tolerance - high, tolerance - low) if high > tolerance else 0,
+                  groups_to_settle(interval.n, estimate + tolerance, low + tolerance, high + tolerance) if low < -tolerance else 0]
+        return None, f"{text}: leans toward the claim; about {max(needed)} {unit} would settle it"
+    edge = tolerance if estimate > 0 else -tolerance  # the edge the interval reaches across
+    needed = groups_to_settle(interval.n, estimate - edge, low - edge, high - edge)
+    return None, f"{text}: leans against the claim; about {needed} {unit} would settle it"
+
+
 def all_hold(verdicts: list) -> bool | str | None:
     """A claim made for every case: False when one case's does not hold; else not testable
     when one case's cannot be tested at this scale; True when every case's holds; cannot
