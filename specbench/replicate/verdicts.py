@@ -63,6 +63,14 @@ def groups_to_settle(n: int, estimate: float, low: float, high: float) -> int | 
     return math.ceil(round(n * (spread / abs(estimate)) ** 2, 6))  # round: no float dust past a whole number
 
 
+def undecidable(interval: Interval) -> str:
+    """Why no verdict can come from `interval` ("" when one can): too few groups, or a
+    statistic undefined on some resample."""
+    if interval.low is None:
+        return f"cannot tell: n={interval.n} groups, at least {MIN_GROUPS} needed"
+    return "cannot tell" if math.isnan(interval.low) else ""
+
+
 def judge(interval: Interval, unit: str = "prompts", falls: bool = False, flat_reason: str = "") -> tuple[bool | str | None, str]:
     """The verdict on a claim "the quantity is > 0" (< 0 when `falls`) from its interval, by
     `above_zero`, with the evidence as text: cannot tell below MIN_GROUPS groups or where the
@@ -70,10 +78,8 @@ def judge(interval: Interval, unit: str = "prompts", falls: bool = False, flat_r
     when the interval holds 0, which way the estimate leans and about how many groups would
     settle it that way."""
     text = interval.text(unit)
-    if interval.low is None:
-        return None, f"{text}: cannot tell: n={interval.n} groups, at least {MIN_GROUPS} needed"
-    if math.isnan(interval.low):
-        return None, f"{text}: cannot tell"
+    if reason := undecidable(interval):
+        return None, f"{text}: {reason}"
     if interval.flat:
         return NOT_TESTABLE, f"{NOT_TESTABLE}: {flat_reason or f'the statistic is 0 on every resample of the {interval.n} {unit}: nothing moves at this scale'}"
     estimate, low, high = interval.estimate, interval.low, interval.high
@@ -105,10 +111,8 @@ def equivalent(interval: Interval, tolerance: float, unit: str = "prompts") -> t
     it that way: the interval shrinking around the same estimate until it lies wholly inside
     (every edge it crosses) or wholly outside."""
     text = interval.text(unit)
-    if interval.low is None:
-        return None, f"{text}: cannot tell: n={interval.n} groups, at least {MIN_GROUPS} needed"
-    if math.isnan(interval.low):
-        return None, f"{text}: cannot tell"
+    if reason := undecidable(interval):
+        return None, f"{text}: {reason}"
     estimate, low, high = interval.estimate, interval.low, interval.high
     verdict = within(low, high, tolerance)
     if verdict is not None or abs(estimate) == tolerance:
