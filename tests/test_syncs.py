@@ -12,7 +12,8 @@ from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
-from specbench.engine.syncs import counting_syncs
+from specbench.engine.syncs import COPY, LIST_INDEX, counting_syncs
+from specbench.engine.transfer import device_tensor, to_device
 from specbench.models import hydra, medusa
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.cast import CastTree
@@ -136,3 +137,20 @@ def test_host_reads_per_step_do_not_grow_with_batch_or_tree(family, temperature,
                 counts |= {reads for reads, _ in steps}
     if family not in PER_LEVEL:
         assert len(counts) == 1 and counts.pop() <= 4, counts
+
+
+def test_blocking_copies_are_counted_and_staged_ones_are_not():
+    """On CPU, a copy counts where it would block on CUDA: `.to(device)` and
+    `torch.tensor(..., device=...)` without non_blocking, a list index; copies staged
+    through engine.transfer and dtype casts do not."""
+    host = torch.arange(6)
+    with counting_syncs() as counts:
+        host.to("cpu")
+        torch.tensor([1, 2], device="cpu")
+        host[[0, 1]]
+        host[torch.tensor([0, 1])]
+        host.to(torch.float32)
+        host.to("cpu", non_blocking=True)
+        to_device(host, "cpu")
+        device_tensor([1, 2], "cpu")
+    assert (counts[COPY], counts[LIST_INDEX], sum(counts.values())) == (2, 1, 3), counts

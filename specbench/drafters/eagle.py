@@ -16,6 +16,7 @@ from specbench.engine.columns import ColumnCache
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree
+from specbench.engine.transfer import device_tensor, on_device, to_device
 from specbench.errors import ConfigError
 from specbench.models import eagle, registry
 from specbench.models.medusa import scattered
@@ -108,7 +109,7 @@ class EagleDrafter(Drafter):
     def keep(self, rows: list[int]) -> None:
         self.layout.keep(rows)
         if self.past is not None:  # None: a row stopped before the head's first forward
-            index = torch.tensor(rows, device=self.past[0].device)
+            index = device_tensor(rows, self.past[0].device)
             self.past = (self.past[0][index], self.past[1][index])
         self._pending = [self._pending[r] for r in rows]
         self._rows = [self._rows[r] for r in rows]
@@ -129,7 +130,7 @@ class EagleDrafter(Drafter):
             tokens[b, : counts[b]] = torch.tensor(row_tokens + [roots[b]])
             if features is None:
                 features = torch.zeros(len(rows), plan.width, row_features.shape[-1], dtype=dtype, device=device)
-            features[b, : counts[b]] = row_features.to(device=device, dtype=dtype)
+            features[b, : counts[b]] = on_device(row_features, device).to(dtype)
         hidden, logits = self._forward(tokens, self.head.project(features), plan)
         for b, count in enumerate(counts):
             if count:
@@ -151,7 +152,7 @@ class EagleDrafter(Drafter):
                 self._rows[b][n] = (hidden[b, i], logits[b, i])
 
     def _forward(self, tokens: torch.Tensor, features: torch.Tensor, plan):
-        embeds = self.embed(tokens.to(self.embed.weight.device)).to(device=self.head.fc.weight.device, dtype=self.head.fc.weight.dtype)
+        embeds = on_device(self.embed(to_device(tokens, self.embed.weight.device)), self.head.fc.weight.device).to(self.head.fc.weight.dtype)
         mask = plan.mask if plan.mask is not None else plan.causal_mask()
         hidden, logits, self.past = self.head(embeds, features, plan.positions, self.past, mask, position_bound=plan.position_bound)
         self.layout.advance(plan)

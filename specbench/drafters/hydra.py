@@ -18,6 +18,7 @@ from transformers import DynamicCache
 from specbench.drafters import DrafterLoader
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
+from specbench.engine.transfer import device_tensor
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
@@ -66,7 +67,7 @@ class HydraDrafter(Drafter):
         out: list[list[torch.Tensor | None]] = [[None] * len(row) for row in nodes]
         for depth, group in by_depth.items():
             prefix = torch.stack([self._prefix[b] for b, _, _ in group])
-            tokens = torch.tensor([t for _, _, t in group], device=prefix.device)
+            tokens = device_tensor([t for _, _, t in group], prefix.device)
             for (b, i, _), logits in zip(group, self.heads.head(depth, prefix, tokens)):
                 out[b][i] = logits
         if by_depth:
@@ -78,7 +79,7 @@ class HydraDrafter(Drafter):
     @torch.no_grad()
     def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
         self._stacked_prefix = torch.stack(self._prefix)  # [B, H], for every level of this step
-        self._paths = torch.tensor(roots, device=self._stacked_prefix.device)[:, None, None]  # [B, nodes of the level, path tokens]
+        self._paths = device_tensor(roots, self._stacked_prefix.device)[:, None, None]  # [B, nodes of the level, path tokens]
         return self._head(self._paths)[:, 0]
 
     @torch.no_grad()

@@ -22,6 +22,7 @@ from specbench.drafters import DrafterLoader
 from specbench.engine.kernels import Compiled
 from specbench.engine.lean import make_lm
 from specbench.engine.parts import Drafter
+from specbench.engine.transfer import to_device
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
@@ -163,8 +164,8 @@ class SmallLMDrafter(Drafter):
         logits = torch.cat(self.logits(contexts, [DraftTree.root(root) for root in roots], [[0]] * len(roots)))
         layout = self.lm.layout
         attended = torch.zeros(len(roots), 1, layout.columns, dtype=torch.bool)
-        attended[torch.arange(len(roots)), 0, [cached[0] for cached in layout.node_columns]] = True
-        self._attended, self._levels = attended.to(logits.device), []
+        attended[torch.arange(len(roots)), 0, torch.tensor([cached[0] for cached in layout.node_columns])] = True
+        self._attended, self._levels = to_device(attended, logits.device), []
         return logits
 
     def level_logits(self, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from specbench.engine.tree import DraftTree
+from specbench.engine.transfer import device_tensor, to_device
 
 
 @dataclass
@@ -67,7 +68,7 @@ class ColumnCache:
                 positions[b, n_context : n_context + len(row_nodes)] = base + n_context + node_offset + torch.tensor(depths)
                 bound = max(bound, base + n_context + node_offset + max(depths) + 1)
         mask = None if self._causal_suffices(contexts, trees, nodes) else self._mask(start, width, contexts, trees, nodes)
-        return Plan(start, width, list(contexts), [list(n) for n in nodes], positions.to(self.device), mask, bound)
+        return Plan(start, width, list(contexts), [list(n) for n in nodes], to_device(positions, self.device), mask, bound)
 
     def level_plan(self, attended: torch.Tensor, parents: torch.Tensor, depth: int, node_offset: int = 0) -> tuple[Plan, torch.Tensor]:
         """A forward of one level of a tree grown on the device, laid out without reading it:
@@ -81,8 +82,8 @@ class ColumnCache:
         in_tree = torch.zeros(batch, width, start, dtype=torch.bool, device=device)
         in_tree[:, :, : attended.shape[2]] = attended.gather(1, parents[:, :, None].expand(-1, -1, attended.shape[2]))
         own = torch.eye(width, dtype=torch.bool, device=device).expand(batch, -1, -1)
-        context = self.valid[:, None, :start].to(device)
-        positions = torch.tensor([[length + depth + node_offset] * width for length in self.lengths], device=device)
+        context = to_device(self.valid[:, None, :start], device)
+        positions = device_tensor([[length + depth + node_offset] * width for length in self.lengths], device)
         first = [len(cached) for cached in self.node_columns]
         plan = Plan(start, width, [0] * batch, [list(range(k, k + width)) for k in first], positions,
                     torch.cat([in_tree | context, own], dim=2), max(self.lengths) + depth + node_offset + 1)
@@ -103,15 +104,15 @@ class ColumnCache:
             mask[b, :n_context, start:new] = torch.ones(n_context, n_context, dtype=torch.bool).tril()
             if row_nodes:
                 rows = slice(n_context, n_context + len(row_nodes))
-                ancestors = trees[b].ancestor_mask()[row_nodes]
+                ancestors = trees[b].ancestor_mask()[torch.tensor(row_nodes)]
                 mask[b, rows, start:new] = True
                 if self.node_columns[b]:
                     cached, columns = zip(*self.node_columns[b].items())
-                    mask[b, rows, list(columns)] = ancestors[:, list(cached)]
-                mask[b, rows, new : new + len(row_nodes)] = ancestors[:, row_nodes]
+                    mask[b, rows, torch.tensor(columns)] = ancestors[:, torch.tensor(cached)]
+                mask[b, rows, new : new + len(row_nodes)] = ancestors[:, torch.tensor(row_nodes)]
             for i in range(n_context + len(row_nodes), width):  # padding attends to itself only
                 mask[b, i, start + i] = True
-        return mask.to(self.device)
+        return to_device(mask, self.device)
 
     def advance(self, plan: Plan) -> None:
         """Record what a forward of `plan` wrote: new context is committed, nodes cached."""
@@ -155,7 +156,7 @@ class ColumnCache:
         self.columns = self.context_end
 
     def keep(self, rows: list[int]) -> None:
-        self.valid = self.valid[rows]
+        self.valid = self.valid[torch.tensor(rows)]
         self.lengths = [self.lengths[r] for r in rows]
         self.node_columns = [self.node_columns[r] for r in rows]
         self.batch_size = len(rows)

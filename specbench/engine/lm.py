@@ -16,6 +16,7 @@ from transformers import DynamicCache
 from specbench.engine.columns import ColumnCache, Plan, moves
 from specbench.engine.kernels import Compiled
 from specbench.engine.tree import DraftTree
+from specbench.engine.transfer import device_tensor, on_device, to_device
 
 
 class TreeLM:
@@ -55,6 +56,15 @@ class TreeLM:
     def _new_cache(self, batch_size: int):
         return DynamicCache(config=self.model.config)
 
+    def release(self) -> None:
+        """Free what this LM holds on the device (its cache, graphs made over it) now, before
+        its model changes dtype or device: nothing built for the old model is used again."""
+        self.reset()
+
+    def reserve(self, rows: int) -> None:
+        """Room for `rows` cache columns per row, where the cache is preallocated: a decode
+        that fits never reallocates it (nor recaptures graphs made over it)."""
+
     def forward(
         self,
         contexts: Sequence[Sequence[int]] | None = None,
@@ -74,11 +84,11 @@ class TreeLM:
         for b, (context, row_nodes) in enumerate(zip(contexts, nodes)):
             fed = context + [trees[b].tokens[n] for n in row_nodes]
             tokens[b, : len(fed)] = torch.tensor(fed, dtype=torch.long)
-        normed, hidden = self._step(tokens.to(self.device), plan)
+        normed, hidden = self._step(to_device(tokens, self.device), plan)
         counts = [len(c) + len(n) for c, n in zip(contexts, nodes)]
         if self.feature_layers:
             # on the model's first device: layers spread over GPUs leave each state on its own
-            features = torch.cat([hidden[i].to(self.device) for i in self.feature_layers], dim=-1)
+            features = torch.cat([on_device(hidden[i], self.device) for i in self.feature_layers], dim=-1)
             self.features = [features[b, :count] for b, count in enumerate(counts)]
         wanted = [
             (b, range(len(c), len(c) + len(n)) if n else range(len(c) - 1, len(c)))
@@ -131,7 +141,7 @@ class TreeLM:
             if not getattr(layer, "is_initialized", False):
                 continue
             for b, cols, dest in row_moves:
-                index = torch.tensor(cols, device=self.device)
+                index = device_tensor(cols, self.device)
                 layer.keys[b, :, dest : dest + len(cols)] = layer.keys[b, :, index]
                 layer.values[b, :, dest : dest + len(cols)] = layer.values[b, :, index]
             layer.keys = layer.keys[:, :, :columns]
@@ -145,7 +155,7 @@ class TreeLM:
         self._keep_batch(rows)
 
     def _keep_batch(self, rows: list[int]) -> None:
-        index = torch.tensor(rows, device=self.device)
+        index = device_tensor(rows, self.device)
         for layer in self.cache.layers:
             if getattr(layer, "is_initialized", False):
                 layer.keys, layer.values = layer.keys[index], layer.values[index]

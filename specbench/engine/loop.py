@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specbench.engine.graphs import CAPTURES
 from specbench.engine.lm import TreeLM
 from specbench.engine.sampling import Sampling
+from specbench.engine.transfer import device_tensor
 from specbench.engine.parts import Drafter, StepCosts, TreePolicy, Verifier
+
+
+RESERVE_TREE_ROWS = 64  # cache columns reserved past the longest prompt and the token limit: the widest verified tree
 
 
 @dataclass
@@ -75,6 +80,10 @@ class Clock:
     def start(self) -> None:
         self._since = time.perf_counter()
 
+    def exclude(self, seconds: float) -> None:
+        """Take one-off setup work that ran while the clock ran (graph captures) off it."""
+        self.seconds -= seconds
+
     def stop(self) -> float:
         self.seconds += time.perf_counter() - self._since
         self._since = None
@@ -87,6 +96,19 @@ class Clock:
             yield
         finally:
             self.start()
+
+
+class Captured:
+    """Graph captures (engine.graphs.CAPTURES) since the last `take`, taken off `clock`."""
+
+    def __init__(self, clock: Clock):
+        self.clock, self.seen = clock, CAPTURES.seconds
+
+    def take(self) -> float:
+        """The capture seconds since the last call, now off the clock."""
+        seconds, self.seen = CAPTURES.seconds - self.seen, CAPTURES.seconds
+        self.clock.exclude(seconds)
+        return seconds
 
 
 @dataclass(eq=False)
@@ -140,9 +162,12 @@ def generate_batch(
     clock.start()
     drafter, tree = method.drafter, method.tree
     target.reset(len(rows))
+    target.reserve(max(map(len, prompts)) + limits.max_new_tokens + RESERVE_TREE_ROWS)
+    captured = Captured(clock)
     target.feature_layers = drafter.feature_layers if drafter is not None else ()
     with torch.inference_mode():
         prefill = target.forward(contexts=[r.prompt for r in rows])
+        captured.take()
         for row, logits in zip(rows, prefill):
             row.new.append(sampling.pick(logits[-1], row.generator))
         with clock.paused():
@@ -159,20 +184,21 @@ def generate_batch(
             forwards_before = drafter.forwards if drafter is not None else 0
             drafts = tree.grow(drafter, [r.prompt + r.new[:-1] for r in active], [r.new[-1] for r in active], sampling, [r.generator for r in active])
             drafted = (drafter.forwards if drafter is not None else 0) - forwards_before
+            captured.take()
             verify_start = time.perf_counter()
             logits = target.forward(trees=drafts, nodes=[range(len(t)) for t in drafts])
-            verify_seconds += time.perf_counter() - verify_start
+            verify_seconds += time.perf_counter() - verify_start - captured.take()
             accepted = method.verifier.accept_rows(drafts, logits, sampling, [r.generator for r in active])
             paths = [a.path for a in accepted]
             target.commit(paths)
             if drafter is not None:
-                features = [f[p] for f, p in zip(target.features, paths)] if target.features is not None else None
+                features = [f[device_tensor(p, f.device)] for f, p in zip(target.features, paths)] if target.features is not None else None
                 drafter.commit(drafts, paths, features)
             tree.observe(drafts, paths, logits)
             for row, draft, a in zip(active, drafts, accepted):
                 row.new += [draft.tokens[n] for n in a.path[1:]] + [a.next_token]
             with clock.paused():
-                nlls = _nll_rows([z[a.path] for z, a in zip(logits, accepted)], [r.new[len(r.new) - len(a.path) :] for r, a in zip(active, accepted)])
+                nlls = _nll_rows([z[device_tensor(a.path, z.device)] for z, a in zip(logits, accepted)], [r.new[len(r.new) - len(a.path) :] for r, a in zip(active, accepted)])
                 for row, draft, a, nll in zip(active, drafts, accepted, nlls):
                     _record_step(row, draft, a, nll, drafted)
                 if on_step is not None:
@@ -242,7 +268,7 @@ def _nll_rows(logits: list[torch.Tensor], tokens: list[list[int]]) -> list[list[
     """Per batch row, -log p(token) under the target at T=1 for each of its `tokens` (given
     the logits before each), read back in one transfer."""
     logp = torch.log_softmax(torch.cat(logits).float(), dim=-1)
-    flat = torch.tensor([t for row in tokens for t in row], device=logp.device)
+    flat = device_tensor([t for row in tokens for t in row], logp.device)
     values = (-logp[torch.arange(len(flat), device=logp.device), flat]).tolist()
     out, start = [], 0
     for row in tokens:

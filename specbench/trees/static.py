@@ -12,13 +12,14 @@ topologies (EntMTP's scheduler) is choosing another frozen object.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
 import torch
 
 from specbench.engine.parts import TreePolicy
+from specbench.engine.transfer import device_tensor, to_device
 from specbench.engine.tree import DraftTree, top_tokens
 from specbench.engine.values import integer, is_integer
 from specbench.errors import ConfigError, require
@@ -101,6 +102,18 @@ class Topology:
             ))
             fed = asked
         return out
+
+    def levels_on(self, device: torch.device) -> list["Level"]:
+        """`levels` with every index on `device`, copied there once per shape and device: a
+        step indexes with them and never waits for a copy."""
+        placed = self.__dict__.setdefault("_levels_on", {})
+        if str(device) not in placed:
+            placed[str(device)] = [
+                replace(level, asked=level.asked if isinstance(level.asked, slice) else device_tensor(level.asked, device),
+                        **{name: to_device(getattr(level, name), device) for name in ("asked_slots", "slots", "ranks", "parents")})
+                for level in self.levels
+            ]
+        return placed[str(device)]
 
 
 def read_choices(path: str, name: str, key: str = "method.tree.choices_file"):
@@ -190,13 +203,12 @@ def _fill_on_device(topology: Topology, drafter, contexts, trees: list[DraftTree
     batch, device = len(trees), logits.device
     tokens = torch.zeros(batch, len(topology), dtype=torch.long, device=device)
     scores = torch.zeros(batch, len(topology), dtype=torch.float64, device=device)  # cumulative log-probs
-    for depth, level in enumerate(topology.levels, start=1):
+    for depth, level in enumerate(topology.levels_on(device), start=1):
         if depth > 1:
-            logits = drafter.level_logits(tokens[:, level.asked], level.asked_slots.to(device).expand(batch, -1))
+            logits = drafter.level_logits(tokens[:, level.asked], level.asked_slots.expand(batch, -1))
         top = torch.log_softmax(logits.float(), dim=-1).topk(level.top_k, dim=-1)
-        slots, ranks = level.slots.to(device), level.ranks.to(device)
-        tokens[:, level.nodes] = top.indices[:, slots, ranks]
-        scores[:, level.nodes] = scores[:, level.parents.to(device)] + top.values[:, slots, ranks].double()
+        tokens[:, level.nodes] = top.indices[:, level.slots, level.ranks]
+        scores[:, level.nodes] = scores[:, level.parents] + top.values[:, level.slots, level.ranks].double()
     values = torch.stack([tokens[:, 1:].double(), scores[:, 1:]]).tolist()
     for tree, row_tokens, row_scores in zip(trees, *values):
         tree.tokens[1:] = [int(t) for t in row_tokens]

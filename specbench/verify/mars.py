@@ -41,6 +41,7 @@ import math
 import torch
 
 from specbench.engine.parts import Acceptance, Verifier, read_back
+from specbench.engine.transfer import device_tensor
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
 from specbench.verify.standard import greedy_accept, rejection_sample, sample_rows, sibling_tests, sibling_tokens, sibling_uniforms
@@ -143,7 +144,7 @@ class MarsVerifier(Verifier):
             return torch.full((len(p),), -1, dtype=torch.long, device=p.device), p
         steps = [[max(math.exp(tree.logps[c] - tree.logps[node]), 1e-10) for c in row] + [1.0] * (width - len(row)) for tree, node, row in rows]
         tokens, valid = sibling_tokens([[tree.tokens[c] for c in row] for tree, _, row in rows], width, p.device)
-        q = torch.tensor(steps, dtype=torch.float64, device=p.device)
+        q = device_tensor(steps, p.device, torch.float64)
         return sibling_tests(p, tokens, valid, sibling_uniforms(trees, generators, width, p.device), q, inclusive=True)
 
     def _walk_released(self, tree: DraftTree, values: list[list[float]], temperature: float) -> Acceptance:

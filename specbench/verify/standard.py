@@ -19,6 +19,7 @@ import torch
 
 from specbench.engine.parts import Acceptance, Verifier, read_back
 from specbench.engine.sampling import draw_rows
+from specbench.engine.transfer import device_tensor, on_device
 from specbench.engine.tree import DraftTree
 
 
@@ -75,7 +76,7 @@ def rejection_sample(trees: list[DraftTree], probs: torch.Tensor, generators: li
     accepted, p = sibling_tests(probs, tokens, valid, uniforms, point, inclusive=False)
     drawn = [start + node for tree, start in zip(trees, row_starts(trees)) for node in tree.child_dists]
     if drawn:  # children drawn from a draft distribution q: the residual max(p - q, 0) spans the vocabulary
-        index = torch.tensor(drawn, device=probs.device)
+        index = device_tensor(drawn, probs.device)
         ranks, residual = drawn_tests(probs[index], draft_dists(trees, probs), tokens[index], valid[index], uniforms[index])
         accepted, p = accepted.index_copy(0, index, ranks), p.index_copy(0, index, residual)
     return accepted, sample_rows(trees, p, generators)
@@ -85,8 +86,8 @@ def sibling_tokens(children: list[list[int]], width: int, device) -> tuple[torch
     """[nodes, width] child tokens in rank order and which are real. Padding repeats the
     node's first child (0 for a leaf), so a scatter of per-child values writes no token twice
     with different values."""
-    tokens = torch.tensor([row + [row[0] if row else 0] * (width - len(row)) for row in children], device=device)
-    valid = torch.tensor([[True] * len(row) + [False] * (width - len(row)) for row in children], device=device)
+    tokens = device_tensor([row + [row[0] if row else 0] * (width - len(row)) for row in children], device)
+    valid = device_tensor([[True] * len(row) + [False] * (width - len(row)) for row in children], device)
     return tokens, valid
 
 
@@ -164,4 +165,4 @@ def row_starts(trees: list[DraftTree]) -> list[int]:
 def draft_dists(trees: list[DraftTree], probs: torch.Tensor) -> torch.Tensor:
     """[drawn nodes, V]: the draft distribution each node in a tree's child_dists drew its
     children from, in the order rejection_sample lists those nodes."""
-    return torch.stack([dist.to(device=probs.device, dtype=probs.dtype) for tree in trees for dist in tree.child_dists.values()])
+    return torch.stack([on_device(dist, probs.device).to(probs.dtype) for tree in trees for dist in tree.child_dists.values()])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from specbench.engine.parts import Acceptance, Verifier, read_back
+from specbench.engine.transfer import device_tensor
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
 from specbench.verify.standard import row_starts, greedy_accept, sample_rows
@@ -39,8 +40,8 @@ class TypicalVerifier(Verifier):
             return greedy_accept(trees, logits)
         p = sampling.probs(torch.cat(logits))  # [nodes of all rows, V]
         thresholds = self.thresholds(p)
-        parents = torch.tensor([max(parent, 0) + start for tree, start in zip(trees, row_starts(trees)) for parent in tree.parents], device=p.device)
-        tokens = torch.tensor([token for tree in trees for token in tree.tokens], device=p.device)
+        parents = device_tensor([max(parent, 0) + start for tree, start in zip(trees, row_starts(trees)) for parent in tree.parents], p.device)
+        tokens = device_tensor([token for tree in trees for token in tree.tokens], p.device)
         ok, logp = passing(p, thresholds, parents, tokens)
         if self.next_token == "argmax":
             after = p.argmax(-1)
