@@ -12,7 +12,7 @@ from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.engine.graphs import BUCKETS, Replay, bucket
-from specbench.engine.lean import StaticTreeLM
+from specbench.engine.lean import SPAN_STEP, StaticTreeLM
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.verify.standard import StandardVerifier
@@ -43,7 +43,7 @@ def test_padded_forwards_give_the_unpadded_logits_and_features(target):
     ours = make_lm(target, "lean", STATIC)
     three_uneven_rows(ours, LeanTreeLM(target), first_prompt=80)
     assert {key[0][2] for key in ours._replays} == {16}  # the widest forward since the last keep ran padded
-    assert all(key[0][3] == ours._k.shape[3] for key in ours._replays)  # over the whole cache
+    assert {key[0][3] for key in ours._replays} == {SPAN_STEP} and ours._k.shape[3] > SPAN_STEP  # the live context's span, not the whole cache
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +95,19 @@ def test_a_model_spread_over_devices_runs_its_own_forward(tmp_path):
     model.model.layers[1].to("meta")  # stands for a second GPU
     assert type(make_lm(model, "auto", STATIC)) is TreeLM
     assert compile_rule.resolve("auto", model, "tiny", {"device": "auto"}, tmp_path)[0] == Compiled()
+
+
+def test_an_lm_built_for_one_dtype_is_released_not_reused_after_the_model_changes():
+    """costs.shared_lm keys the target's LM by its weights' dtype: after model.to(bf16) a new
+    LM is built, and the fp32 one's cache (and graphs, on a GPU) are freed."""
+    from specbench import costs
+    from conftest import tiny_llama
+
+    model = tiny_llama(seed=7)
+    fp32 = costs.shared_lm(model, "auto", STATIC)
+    generate(fp32, Method(Autoregressive(), StandardVerifier()), [5, 6, 7, 8], Sampling(), Limits(max_new_tokens=4))
+    assert fp32._k is not None and costs.shared_lm(model, "auto", STATIC) is fp32
+    model.to(torch.bfloat16)
+    bf16 = costs.shared_lm(model, "auto", STATIC)
+    assert bf16 is not fp32 and fp32._k is None and fp32._replays == {}
+    assert bf16.embed.dtype == torch.bfloat16

@@ -72,11 +72,14 @@ def shared_lm(model: torch.nn.Module, forward: str, compiled) -> TreeLM:
     runs of a group (specbench.group) or of a multirun share the target's packed weights
     (about 0.4 GB a run for the 135M model on an AVX2 CPU) instead of each building its own.
     Every decode resets the LM (engine.loop.generate_batch), so sharing changes no output.
-    Only the current model's LMs are kept, so a model let go is freed."""
-    key = (id(model), forward, compiled)
+    Only LMs of the current model in its current dtype and device are kept: a model let go
+    is freed, and an LM built before `model.to(...)` (its cache, graphs and packed weights
+    made for the old dtype) is released, never reused."""
+    weights = next(model.parameters())
+    key = (id(model), weights.dtype, weights.device, forward, compiled)
     if key not in _built_lms:
-        if any(built.model is not model for built in _built_lms.values()):
-            _built_lms.clear()
+        for old in [k for k in _built_lms if k[:3] != key[:3]]:
+            _built_lms.pop(old).release()
         _built_lms[key] = make_lm(model, forward, compiled)
     return _built_lms[key]
 

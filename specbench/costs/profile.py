@@ -321,6 +321,7 @@ def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, ba
     with torch.inference_mode():
         for context in contexts:
             lm.reset(batch)
+            lm.reserve(context + max_n)
             lm.forward(contexts=[torch.randint(3, vocab, (context,)).tolist()] * batch)
             timings = interleaved({n: (tree_forward(lm, n), None) for n in ns}, repeats, seed=context)
             ms.append([round(timings[n][0], 3) for n in ns])

@@ -26,9 +26,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specbench.engine.graphs import Replay, bucket
+from specbench.engine.graphs import Replay, bucket, new_pool
 from specbench.engine.kernels import Compiled, PackedLinear, fp16_linear, pack, pack_fp16, packed_linear, paired_int8_linear, quantize_int8
 from specbench.engine.lm import TreeLM
+from specbench.engine.transfer import device_tensor
 from specbench.errors import require
 
 ROPE_TYPES = ("default", "llama3", "linear")  # inv_freq fixed at load time
@@ -170,6 +171,13 @@ class LeanTreeLM(TreeLM):
         self._rows = 0
         return None
 
+    def reserve(self, rows: int) -> None:
+        self._reserve(rows)
+
+    def release(self) -> None:
+        self._k = self._v = None
+        super().release()
+
     def _reserve(self, rows: int) -> None:
         if self._k is not None and rows <= self._k.shape[3]:
             return
@@ -253,13 +261,17 @@ class LeanTreeLM(TreeLM):
         # grouped-query attention on the cache as it is: copying each KV head h // kv times
         # per layer (repeat_interleave) cost more than the attention itself on CPU
         keys, values = self._cached_kv(k_cache, v_cache, k, v, start)
-        if n == 1 and self.compiled.float_attention and q.dtype != torch.float32:
-            attended = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=kv != h).to(q.dtype)
-        else:
-            attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, enable_gqa=kv != h)
+        attended = self._attend(q, keys, values, attn_mask)
         x = x + linear(attended.transpose(1, 2).reshape(batch, n, h * d), o_proj, o_bias)
         normed = self._norm(x, norm2, eps)
         return x + linear(F.silu(linear(normed, gate, gate_bias)) * linear(normed, up, up_bias), down, down_bias)
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """Attention of q [B, h, n, d] over keys and values [B, kv, columns, d] (GQA inside SDPA)."""
+        grouped = self.kv_heads != self.heads
+        if q.shape[2] == 1 and self.compiled.float_attention and q.dtype != torch.float32:
+            return F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=grouped).to(q.dtype)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, enable_gqa=grouped)
 
     @staticmethod
     def _cached_kv(k_cache, v_cache, k, v, start: int):
@@ -272,14 +284,14 @@ class LeanTreeLM(TreeLM):
 
     def _move(self, row_moves, columns: int) -> None:
         for b, cols, dest in row_moves:
-            index = torch.tensor(cols, dtype=torch.long, device=self.device)
+            index = device_tensor(cols, self.device)
             self._k[:, b, :, dest : dest + len(cols)] = self._k[:, b, :, index]
             self._v[:, b, :, dest : dest + len(cols)] = self._v[:, b, :, index]
         self._rows = columns
 
     def _keep_batch(self, rows: list[int]) -> None:
         if self._k is not None:  # None: rows left before the first forward
-            index = torch.tensor(rows, dtype=torch.long, device=self.device)
+            index = device_tensor(rows, self.device)
             self._k, self._v = self._k[:, index].contiguous(), self._v[:, index].contiguous()
         self._batch = len(rows)
 
@@ -287,20 +299,28 @@ class LeanTreeLM(TreeLM):
 class StaticTreeLM(LeanTreeLM):
     """LeanTreeLM with static shapes for CUDA graphs (`engine.compile=static`; what `auto`
     picks on a GPU). Each forward of up to 64 tokens per row is padded to a width bucket
-    (graphs.BUCKETS), writes K and V at cache columns given as a tensor, attends over the whole
-    preallocated cache (SDPA in the model's dtype, bf16 on a GPU) under a mask that hides the
-    columns not in use, and reads RoPE from a table covering every cache column. A padding
-    row attends to itself alone and no real row attends to it, so real rows get the logits of
-    the unpadded forward. Wider forwards (prefill) run LeanTreeLM's own path on the same
-    cache. On a GPU each (batch size, bucket) is captured once as a CUDA graph (graphs.Replay);
-    a new cache (it grew, or the batch changed) captures again. Elsewhere the same static
-    forward runs eagerly."""
+    (graphs.BUCKETS), writes K and V at cache columns given as a tensor, attends over the
+    cache's first `key_span` columns (the live context rounded up to SPAN_STEP) under a mask
+    that hides the columns not in use, and reads RoPE from a table covering every cache
+    column. A padding row attends to itself alone and no real row attends to it, so real rows
+    get the logits of the unpadded forward. Wider forwards (prefill) run LeanTreeLM's own path
+    on the same cache.
+
+    Attention folds each KV head's group of query heads into the query rows (q [B, h, n, d]
+    as [B, kv, h/kv * n, d], the mask repeated per group): plain multi-head attention with a
+    mask, which the memory-efficient CUDA kernel runs, where SDPA's `enable_gqa` with a mask
+    has only the math kernel (fp32 upcast, K and V copied per group) in torch 2.11.
+
+    On a GPU each (batch size, bucket, key span) is captured once as a CUDA graph
+    (graphs.Replay) into a memory pool of the cache's own; a new cache (it grew, or the batch
+    changed) releases every graph of the old one and captures into a fresh pool. Elsewhere the
+    same static forward runs eagerly."""
 
     def __init__(self, *args, **kwargs):
         self._replays: dict = {}
         self._replays_for: tuple = ()  # the cache and RoPE table the replays were built on
+        self._pool = None
         super().__init__(*args, **kwargs)
-        self._pool = torch.cuda.graph_pool_handle() if self.embed.is_cuda else None  # one pool: replays never overlap
 
     def _reserve(self, rows: int) -> None:
         """The cache for `rows` columns, and RoPE rows for all of its columns."""
@@ -317,6 +337,27 @@ class StaticTreeLM(LeanTreeLM):
         v_cache.index_copy_(2, start, v)
         return k_cache, v_cache
 
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """A static forward's attention (its mask folded by `_fold`: more rows than q) over the
+        mask's key span; a prefill's (an int start: unfolded) as LeanTreeLM's."""
+        batch, heads, n, d = q.shape
+        if attn_mask is not None and attn_mask.shape[-2] == n and q.is_cuda and heads != self.kv_heads:
+            # a prefill on a GPU: K and V copied per group once (the size of q) for the
+            # memory-efficient kernel, instead of the math kernel's fp32 scores over n x n
+            groups = heads // self.kv_heads
+            return F.scaled_dot_product_attention(q, keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1), attn_mask=attn_mask)
+        if attn_mask is None or attn_mask.shape[-2] == n:
+            return super()._attend(q, keys, values, attn_mask)
+        span = attn_mask.shape[-1]
+        folded = q.reshape(batch, self.kv_heads, heads // self.kv_heads * n, d)
+        attended = F.scaled_dot_product_attention(folded, keys[:, :, :span], values[:, :, :span], attn_mask=attn_mask)
+        return attended.reshape(batch, heads, n, d)
+
+    def _fold(self, mask: torch.Tensor) -> torch.Tensor:
+        """A mask [B, 1, W, span] as the folded queries read it: each group's W rows in turn."""
+        groups = self.heads // self.kv_heads
+        return mask.repeat(1, 1, groups, 1) if groups > 1 else mask
+
     def _run(self, tokens: torch.Tensor, plan):
         batch, n = tokens.shape
         width = bucket(n)
@@ -324,7 +365,7 @@ class StaticTreeLM(LeanTreeLM):
             return super()._run(tokens, plan)
         start = self._rows
         self._reserve(start + width)
-        mask = torch.zeros(batch, 1, width, self._k.shape[3], dtype=torch.bool, device=self.device)
+        mask = torch.zeros(batch, 1, width, key_span(start + width, self._k.shape[3]), dtype=torch.bool, device=self.device)
         mask[:, 0, :n, : start + n] = plan.mask if plan.mask is not None else plan.causal_mask()
         padding = torch.arange(n, width, device=self.device)
         mask[:, 0, padding, start + padding] = True
@@ -337,7 +378,8 @@ class StaticTreeLM(LeanTreeLM):
         """The static forward over `inputs`, through the Replay of its shapes."""
         table = self._rope.table(self._k.shape[3], self.embed)
         if len(self._replays_for) != 2 or self._replays_for[0] is not self._k or self._replays_for[1] is not table:
-            self._replays, self._replays_for = {}, (self._k, table)  # graphs hold addresses: a new cache needs new ones
+            self._release_graphs()  # graphs hold addresses: a new cache needs new ones, in a pool of their own
+            self._replays_for, self._pool = (self._k, table), new_pool() if self.embed.is_cuda else None
         key = (inputs[2].shape, bool(self.feature_layers))
         if key not in self._replays:
             self._replays[key] = Replay(self._static_forward, inputs, self._pool)
@@ -347,7 +389,25 @@ class StaticTreeLM(LeanTreeLM):
         """The lean layers over padded `tokens` [B, W] at `positions`, attending as `mask`
         [B, 1, W, cache columns] says, their K and V written at `columns` [W]."""
         cos, sin = self._rope.table(self._k.shape[3], self.embed)
-        return self._layers(F.embedding(tokens, self.embed), cos[positions][:, None], sin[positions][:, None], mask, columns)
+        return self._layers(F.embedding(tokens, self.embed), cos[positions][:, None], sin[positions][:, None], self._fold(mask), columns)
+
+    def _release_graphs(self) -> None:
+        for replay in self._replays.values():
+            replay.release()
+        self._replays, self._replays_for, self._pool = {}, (), None
+
+    def release(self) -> None:
+        self._release_graphs()
+        super().release()
+
+
+SPAN_STEP = 256  # a static forward's key span grows in steps of this many columns
+
+
+def key_span(columns: int, capacity: int) -> int:
+    """The cache columns a static forward over the first `columns` attends to: `columns`
+    rounded up to SPAN_STEP, at most the cache's capacity (each span is a graph of its own)."""
+    return min(capacity, -(-columns // SPAN_STEP) * SPAN_STEP)
 
 
 FORWARDS = ("auto", "lean", "hf")
