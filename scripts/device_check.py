@@ -1,70 +1,92 @@
-"""One command for a lent CUDA machine: the engine on random-weight models of Llama-3.1-8B
-and Qwen3-8B shape (built here from transformers configs: a forward's speed does not depend
-on the weights' values) with random EAGLE-3 heads, written to one markdown and one JSON file:
+"""The one command for a lent CUDA machine: the engine on random-weight models of Llama-3.1-8B
+and Qwen3-8B shape (a forward's speed does not depend on the weights' values), in sections
+that each land in $OUT (JSON and markdown, rewritten after every section) whatever happens
+to the ones after it.
 
-- T=0 identity, in fp32: our AR against transformers' `generate` (B=1), and EAGLE-3 against
-  our AR at B=1 and B=4 (prompts of different lengths, one longer than the widest bucket);
-- the target's forward cost f(n), n = 1..64 new tokens per row at B = 1, 4 and 16 after a
-  fixed context (costs.profile's timing), in bf16 as the engine runs it (engine.compile=auto:
-  static shapes and CUDA graphs on a GPU);
-- our AR tok/s against transformers' `generate`, back to back per prompt, bf16, B=1;
-- engine overhead per step: the share of decode time the profiled forwards do not explain,
-  as a run's summary computes it (costs.predict), for AR and EAGLE-3 at B=1 and 4;
-- host syncs per step (reads of device tensors into Python, specbench.engine.syncs).
+Per model, with its budget share of --budget (default 8 minutes in all):
+- build: the model in fp32 on the device, a random EAGLE-3 head saved as a published one is;
+- identity (fp32): our AR against transformers' `generate` (B=1); EAGLE-3 (random head), and
+  EAGLE-3 and SpS with an oracle drafter (drafts the target's own greedy tokens: τ must reach
+  the tree's levels + 1) against our AR at B=1 and B=4, prompts of different lengths, one
+  wider than every width bucket; at B=4 the oracle also misses at staggered depths, so rows
+  accept different lengths (holes); at a first difference, the top-2 logit margin there;
+- bf16 agreement: the same comparisons in bf16, as the share of tokens before the first
+  difference (bf16 rounds differently per forward width: a rate, not a pass/fail);
+- f(n): the target's forward for n = 1..64 new tokens at B = 1, 4, 16 after 512 and 4096
+  cached rows (costs.profile's timing, every shape warmed and captured before it is timed),
+  and the 60-node tree against one token;
+- attention: per decode shape, which SDPA kernels accept the engine's call (and the
+  alternatives: GQA in SDPA over the whole cache, no mask over the live prefix, K/V
+  expanded, FlexAttention) and what each costs;
+- step split: per decoding step, the time in the target's forward, the draft levels, the
+  verifier, the commit (CUDA events) and on the host, for AR, EAGLE-3 and oracle EAGLE-3 at
+  B=1 and 4; AR per step eager (no graphs) vs graph replay vs `generate`; AR tok/s vs `generate`;
+- host syncs: per step, the engine's own count (engine.syncs: reads and blocking copies)
+  beside torch's (`torch.cuda.set_sync_debug_mode`);
+each section with peak and reserved memory, graph captures and their seconds.
 
-    PYTHONPATH=. python scripts/device_check.py                # CUDA: under 8 minutes on one H100-class GPU
-    PYTHONPATH=. python scripts/device_check.py --tiny         # tiny shapes on a CPU, engine.compile=static
+    python scripts/device_check.py                 # CUDA; writes to $OUT, else --out
+    OUT=$(mktemp -d) python scripts/device_check.py --tiny   # the same sections on tiny shapes, on a CPU
 
-The GPU machine needs torch (with CUDA) and transformers 5.x, and specbench's imports on
-this path beyond them: hydra-core (which brings omegaconf, antlr4-python3-runtime and
-PyYAML); numpy, safetensors and tqdm are transformers' own dependencies, so already there
-(accelerate, for hardware=multi-gpu runs, is not needed here). With no package index there,
-download them on a connected machine, copy the directory over, and install from it:
-
-    pip download -d wheels hydra-core numpy safetensors tqdm     # on the connected machine
-    pip install --no-index --find-links wheels hydra-core numpy safetensors tqdm
-
-For another Python or platform than the connected machine's, add e.g. `--python-version 3.11
---platform manylinux2014_x86_64 --only-binary=:all:` to the download (antlr4-python3-runtime 4.9
-is published as a source archive only: download it without --only-binary, in a second
-`pip download -d wheels --no-deps antlr4-python3-runtime==4.9.3`; installing it needs
-setuptools, which a Python with pip has). Leave torch and transformers out of both lists: pip
-would replace the machine's CUDA build. Nothing is downloaded from the Hugging Face hub.
+It needs torch, transformers, safetensors, numpy, tqdm and PyYAML (transformers' own
+dependencies: on the lent machine already), finds the repository from its own path
+(specbench need not be installed, no PYTHONPATH), and imports no hydra or omegaconf: the
+method parts are built from conf/ with PyYAML. Nothing is downloaded. `--fail SECTION` makes
+a section raise, to rehearse a crash: the others still land.
 """
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
-import platform
+import importlib.util
+import os
 import sys
-import tempfile
-import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-import transformers
-from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
+REQUIRED = ("torch", "transformers", "safetensors", "numpy", "tqdm", "yaml")
+MISSING = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
+if MISSING and __name__ == "__main__":
+    sys.exit(f"device check: missing Python package(s) {', '.join(MISSING)} (needs {', '.join(REQUIRED)}; yaml is PyYAML)")
 
-from bench_vs_transformers import config, hf_generate
-from specbench import costs, methods
-from specbench.costs.predict import predict
-from specbench.costs.profile import CostProfile, finish_gpu_work, measure_drafter, measure_target
-from specbench.engine.lean import supports
-from specbench.engine.loop import Limits, generate, generate_batch
-from specbench.engine.sampling import Sampling
-from specbench.engine.syncs import counting_syncs
-from specbench.errors import run_command
-from specbench.models.eagle3 import Eagle3Head, head_config
-from specbench.records import method_run
+os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would fill the 12 kB the lent machine sends back
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import warnings  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import transformers  # noqa: E402
+import yaml  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config  # noqa: E402
+
+from specbench import costs  # noqa: E402
+from specbench.costs.profile import finish_gpu_work, measure_target  # noqa: E402
+from specbench.drafters.oracle import OracleDrafter  # noqa: E402
+from specbench.engine.graphs import CAPTURES  # noqa: E402
+from specbench.engine.kernels import Compiled  # noqa: E402
+from specbench.engine.lean import StaticTreeLM, key_span, make_lm  # noqa: E402
+from specbench.engine.loop import Limits, Method, generate, generate_batch  # noqa: E402
+from specbench.engine.sampling import Sampling  # noqa: E402
+from specbench.engine.syncs import counting_syncs  # noqa: E402
+from specbench.models.eagle3 import Eagle3Head, head_config  # noqa: E402
 
 MAX_N = 64
 BATCHES = (1, 4, 16)
-EAGLE3_TREE = {"top_k": 8, "depth": 5, "total_tokens": 32}
-TINY_EAGLE3_TREE = {"top_k": 3, "depth": 3, "total_tokens": 10}
+TREE_NODES = 60  # the papers' wide trees (TALON, EAGLE-3 at 60 tokens) against one token
+EAGLE3_TREE = {"top_k": 8, "depth": 5, "total_tokens": 32}  # 6 levels
+TINY_EAGLE3_TREE = {"top_k": 3, "depth": 3, "total_tokens": 10}  # 4 levels
+SPS_GAMMA = 5
 
 
 @dataclass(frozen=True)
@@ -73,22 +95,46 @@ class Scale:
 
     device: str
     compile: str  # engine.compile
+    hardware: str  # conf/hardware entry
     prompt_lengths: tuple[int, ...]  # the identity prompts (a batch of 4: one wider than every bucket)
     identity_tokens: int
     speed_prompts: int
     speed_tokens: int
-    context: int  # f(n) is timed after this many cached rows
+    contexts: tuple[int, ...]  # f(n) is timed after this many cached rows
     repeats: int
-    draft_n: int  # draft forwards are profiled for n = 1..draft_n
+    eagle3_tree: dict
 
 
-GPU = Scale("cuda", "auto", (37, 120, 64, 9), 48, 3, 128, 512, 3, 16)
-TINY = Scale("cpu", "static", (23, 70, 41, 9), 24, 2, 32, 128, 1, 8)
+GPU = Scale("cuda", "auto", "gpu", (37, 120, 64, 9), 48, 3, 128, (512, 4096), 3, EAGLE3_TREE)
+TINY = Scale("cpu", "static", "cpu-fp32", (23, 70, 41, 9), 24, 2, 32, (64, 300), 1, TINY_EAGLE3_TREE)
+# each section's share of a model's budget (the model's budget: --budget over the models)
+SHARES = {"build": 0.08, "identity": 0.22, "bf16 agreement": 0.1, "f(n)": 0.22, "attention": 0.12, "step split": 0.18, "host syncs": 0.08}
+
+
+# ---------------------------------------------------------------- configs from conf/, no hydra
+
+
+def conf(group: str, name: str) -> dict:
+    return yaml.safe_load((ROOT / "conf" / group / f"{name}.yaml").read_text())
+
+
+def engine_defaults() -> dict:
+    return yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["engine"]
+
+
+def build_part(cfg: dict, **overrides):
+    """The object a `_target_` config names, its other keys (and `overrides`) as arguments."""
+    module, name = cfg["_target_"].rsplit(".", 1)
+    params = {k: v for k, v in cfg.items() if k != "_target_"} | overrides
+    return getattr(importlib.import_module(module), name)(**params)
+
+
+# ---------------------------------------------------------------- models
 
 
 def target_configs(tiny: bool) -> dict[str, transformers.PretrainedConfig]:
     """Llama-3.1-8B and Qwen3-8B as their published configs give them (or the same families
-    at tiny shapes), with the conf/model entry each stands for."""
+    at tiny shapes), under the conf/model entry each stands for."""
     if tiny:
         small = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 5, "num_attention_heads": 4, "num_key_value_heads": 2,
                  "vocab_size": 512, "max_position_embeddings": 2048, "eos_token_id": 2, "tie_word_embeddings": False}
@@ -143,215 +189,636 @@ def random_prompts(lengths, vocab: int, seed: int) -> list[list[int]]:
 
 
 class Engine:
-    """The target as a run decodes with it (costs.target_lm, as specbench.plan builds it) and
-    the methods it runs (methods.assemble), for one dtype."""
+    """The target as a run decodes with it (costs.target_lm with conf/'s hardware and engine
+    settings) and the methods built from conf/method, for the model's current dtype."""
 
-    def __init__(self, name: str, model, dtype: str, scale: Scale, head: dict, tiny: bool):
-        mode = scale.compile if scale.compile == "auto" or supports(model) else "off"  # static needs the lean forward
-        overrides = [f"model={name}", f"hardware={'cpu-fp32' if tiny else 'gpu'}", f"engine.compile={mode}"]
-        self.cfg = config(*overrides)
-        self.hardware = {**self.cfg["hardware"], "dtype": dtype}
-        self.lm, _ = costs.target_lm(model, self.cfg, self.hardware)
-        self.ar = methods.assemble(config("method=ar")["method"], model, self.hardware, self.lm.compiled)
-        eagle3_cfg = config("method=eagle3")["method"]
-        eagle3_cfg["drafter"]["head"] = head
-        eagle3_cfg["tree"].update(TINY_EAGLE3_TREE if tiny else EAGLE3_TREE)
-        self.eagle3_cfg = eagle3_cfg
-        self.eagle3 = methods.assemble(eagle3_cfg, model, self.hardware, self.lm.compiled)
+    def __init__(self, name: str, model, scale: Scale, head: dict):
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.hardware = conf("hardware", scale.hardware) | {"dtype": dtype}
+        self.cfg = {"model": conf("model", name), "hardware": self.hardware, "engine": engine_defaults() | {"compile": scale.compile}, "method": None}
+        self.lm, _ = costs.target_lm(model, self.cfg, self.hardware, drafter_layers=True)
+        self.model, self.scale, self.head = model, scale, head
+        self.ar = self.method("ar")
+        self._eagle3 = None
 
-    def decode(self, method, prompts: list[list[int]], limits: Limits, batch: int):
-        """Generations of `prompts`, `batch` rows at a time."""
+    def method(self, name: str, tree: dict | None = None, drafter=None) -> Method:
+        cfg = conf("method", name)
+        return Method(build_part(cfg["tree"], **(tree or {})), build_part(cfg["verifier"]), drafter)
+
+    @property
+    def eagle3(self) -> Method:
+        """EAGLE-3 with the random head, loaded as a run loads a published one (once)."""
+        if self._eagle3 is None:
+            drafter = build_part(conf("method", "eagle3")["drafter"], target=self.model, hardware=self.hardware, compiled=self.lm.compiled, head=self.head)
+            self._eagle3 = self.method("eagle3", self.scale.eagle3_tree, drafter)
+        return self._eagle3
+
+    def oracle(self, name: str, references: dict, stagger: int = 0) -> Method:
+        drafter = OracleDrafter(self.model.config.vocab_size, references, self.lm.device, stagger)
+        tree = self.scale.eagle3_tree if name == "eagle3" else {"gamma": SPS_GAMMA}
+        return self.method(name, tree, drafter)
+
+    def decode(self, method: Method, prompts: list[list[int]], limits: Limits, batch: int, on_step=None):
         out = []
         for start in range(0, len(prompts), batch):
-            out += generate_batch(self.lm, method, prompts[start : start + batch], Sampling(), limits)
+            out += generate_batch(self.lm, method, prompts[start : start + batch], Sampling(), limits, on_step=on_step)
         return out
 
 
-def identity_rows(model, engine: Engine, prompts: list[list[int]], limits: Limits) -> list[dict]:
-    """T=0: our AR against transformers' generate (B=1), EAGLE-3 against our AR (B=1, 4)."""
-    eos = set(limits.stop_token_ids)
-    ar = [generate(engine.lm, engine.ar, p, Sampling(), limits).ids for p in prompts]
-    theirs = [hf_generate(model, p, limits.max_new_tokens, eos)[0] for p in prompts]
-    rows = [compared("our AR vs transformers generate", 1, theirs, ar)]
-    for batch in (1, 4):
-        eagle3 = engine.decode(engine.eagle3, prompts, limits, batch)
-        rows.append(compared("EAGLE-3 vs our AR", batch, ar, [g.ids for g in eagle3]) | {"tau": tau(eagle3)})
-    return rows
+def levels(method: Method) -> int:
+    """Draft levels of a method's tree (EAGLE's depth counts the levels after the first)."""
+    tree = method.tree
+    return tree.depth + 1 if hasattr(tree, "top_k") else tree.gamma
 
 
-def compared(check: str, batch: int, reference: list[list[int]], ids: list[list[int]]) -> dict:
+def hf_generate(model, prompt: list[int], max_new_tokens: int, eos: int) -> tuple[list[int], float]:
+    ids = torch.tensor([prompt], device=model.device)
+    finish_gpu_work()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens if eos is None else 0,
+                             do_sample=False, eos_token_id=eos, pad_token_id=eos if eos is not None else 0)
+    finish_gpu_work()
+    return out[0, len(prompt):].tolist(), time.perf_counter() - start
+
+
+def top2_margin(model, prompt: list[int], before: list[int]) -> dict:
+    """The target's top-2 logits after prompt + before (its own forward): a near-tie tells a
+    rounding difference from a bug."""
+    ids = torch.tensor([prompt + before], device=model.device)
+    with torch.inference_mode():
+        logits = model(ids).logits[0, -1].float()
+    top = logits.topk(2)
+    return {"top2": top.indices.tolist(), "margin": round(float(top.values[0] - top.values[1]), 5)}
+
+
+def compared(check: str, batch: int, reference: list[list[int]], ids: list[list[int]], model=None, prompts=None) -> dict:
+    """Identity of `ids` with `reference` per prompt; at the first difference, where, and the margin there."""
     differing = [i for i, (a, b) in enumerate(zip(reference, ids)) if a != b]
+    agreed = sum(next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))) for a, b in zip(reference, ids))
     first = None
     if differing:
         a, b = reference[differing[0]], ids[differing[0]]
-        first = {"prompt": differing[0], "token": next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))}
-    return {"check": check, "batch": batch, "prompts": len(ids), "tokens": sum(map(len, ids)), "identical": not differing, "first_difference": first}
+        token = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        first = {"prompt": differing[0], "token": token, "reference": a[token] if token < len(a) else None, "ours": b[token] if token < len(b) else None}
+        if model is not None:
+            first |= top2_margin(model, prompts[differing[0]], a[:token])
+    return {"check": check, "batch": batch, "prompts": len(ids), "tokens": sum(map(len, ids)), "identical": not differing,
+            "agreement": round(agreed / max(sum(map(len, reference)), 1), 4), "first_difference": first}
 
 
-def tau(generations) -> float:
-    return sum(len(g.ids) for g in generations) / max(sum(g.target_forwards for g in generations), 1)
+def with_tau(row: dict, generations, method: Method | None = None) -> dict:
+    steps = [n for g in generations for n in g.accept_lengths[:-1]]
+    row["tau"] = round(sum(len(g.ids) for g in generations) / max(sum(g.target_forwards for g in generations), 1), 3)
+    if method is not None:
+        row["levels"] = levels(method)
+        row["full_steps"] = round(sum(n == levels(method) + 1 for n in steps) / max(len(steps), 1), 3)  # steps that accepted every level
+    return row
 
 
-def forward_costs(engine: Engine, scale: Scale) -> dict[int, object]:
-    """f(n) for n = 1..MAX_N after `scale.context` rows, per batch size in BATCHES."""
-    return {batch: measure_target(engine.lm, [scale.context], MAX_N, scale.repeats, batch=batch, every_n=True) for batch in BATCHES}
+# ---------------------------------------------------------------- sections
 
 
-def ar_against_generate(model, engine: Engine, prompts: list[list[int]], limits: Limits) -> dict:
-    """tok/s of our AR and of transformers' generate, back to back per prompt (alternating
-    which goes first), B=1; the generation's own clock for ours, prefill included as in generate."""
-    ours_tokens = ours_seconds = theirs_tokens = theirs_seconds = 0.0
-    eos = set(limits.stop_token_ids)
+class OutOfTime(Exception):
+    """A section's budget ran out between two units of its work."""
+
+
+class Clock:
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+
+    def check(self) -> None:
+        if time.perf_counter() > self.deadline:
+            raise OutOfTime
+
+
+def identity(state: dict, clock: Clock, result: dict) -> None:
+    """fp32: our AR vs generate (B=1); EAGLE-3, oracle EAGLE-3 and oracle SpS vs our AR at B=1, 4."""
+    model, engine = state["model"], state["engine"]
+    prompts, limits, eos = state["prompts"], state["limits"], state["eos"]
+    result |= {"dtype": "float32", "rows": []}
+    rows = result["rows"]
+    ar = [generate(engine.lm, engine.ar, p, Sampling(), limits).ids for p in prompts]
+    state["references"] = references = {tuple(p): ids for p, ids in zip(prompts, ar)}
+    theirs = [hf_generate(model, p, limits.max_new_tokens, eos)[0] for p in prompts]
+    rows.append(compared("our AR vs transformers generate", 1, theirs, ar, model, prompts))
+    clock.check()
+    for label, make in (("EAGLE-3 vs our AR", lambda stagger: engine.eagle3), ("oracle EAGLE-3 vs our AR", lambda stagger: engine.oracle("eagle3", references, stagger)),
+                        ("oracle SpS vs our AR", lambda stagger: engine.oracle("sps", references, stagger))):
+        for batch, stagger in ((1, 0), (4, 0), (4, -1)):
+            if stagger and label.startswith("EAGLE-3"):
+                continue
+            method = make(0)
+            if stagger:
+                method.drafter.stagger = levels(method)
+            generations = engine.decode(method, prompts, limits, batch)
+            check = label + (" (staggered misses)" if stagger else "")
+            rows.append(with_tau(compared(check, batch, ar, [g.ids for g in generations], model, prompts), generations, method if "oracle" in label else None))
+            clock.check()
+
+
+def to_bf16(state: dict) -> None:
+    """The model in bf16, and an engine of its own (the fp32 one's cache and graphs released)."""
+    if state.get("dtype") == "bfloat16":
+        return
+    state["engine"].lm.release()
+    state.pop("engine")
+    gc.collect()
+    empty_cache()
+    if state["scale"].device == "cuda":
+        state["model"].to(torch.bfloat16)
+    state["dtype"] = "bfloat16" if state["scale"].device == "cuda" else "float32"
+    state["engine"] = Engine(state["name"], state["model"], state["scale"], state["head"])
+
+
+def bf16_agreement(state: dict, clock: Clock, result: dict) -> None:
+    """The identity comparisons in the speed dtype (bf16 on a GPU; fp32 on the tiny CPU run)."""
+    to_bf16(state)
+    model, engine, prompts, limits, eos = state["model"], state["engine"], state["prompts"], state["limits"], state["eos"]
+    result |= {"dtype": state["dtype"], "rows": []}
+    ar = [generate(engine.lm, engine.ar, p, Sampling(), limits).ids for p in prompts]
+    references = {tuple(p): ids for p, ids in zip(prompts, ar)}
+    theirs = [hf_generate(model, p, limits.max_new_tokens, eos)[0] for p in prompts]
+    result["rows"].append(compared("our AR vs transformers generate", 1, theirs, ar, model, prompts))
+    clock.check()
+    for batch in (1, 4):
+        method = engine.oracle("eagle3", references)
+        generations = engine.decode(method, prompts, limits, batch)
+        result["rows"].append(with_tau(compared("oracle EAGLE-3 vs our AR", batch, ar, [g.ids for g in generations], model, prompts), generations, method))
+        clock.check()
+
+
+def forward_costs(state: dict, clock: Clock, result: dict) -> None:
+    """f(n), n = 1..MAX_N, per batch size and context (each shape warmed, and captured, before it is timed)."""
+    to_bf16(state)
+    engine, scale = state["engine"], state["scale"]
+    result |= {"dtype": state["dtype"], "forward": engine.lm.kind, "n": list(range(1, MAX_N + 1)), "curves": {}}
+    curves = result["curves"]
+    for context in scale.contexts:
+        for batch in BATCHES:
+            curve = measure_target(engine.lm, [context], MAX_N, scale.repeats, batch=batch, every_n=True)
+            ms = curve.ms[0]
+            curves[f"B={batch} c={context}"] = {"batch": batch, "context": context, "ms": ms, "spread": curve.spread[0],
+                                                f"f({TREE_NODES})/f(1)": round(ms[TREE_NODES - 1] / ms[0], 3)}
+            clock.check()
+
+
+BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
+
+
+def attention_options(lm: StaticTreeLM, batch: int, n: int, context: int) -> dict:
+    """The engine's attention call for a forward of n tokens per row after `context` rows
+    and the alternatives, as (q, k, v, mask, kwargs), at the model's shapes and dtype."""
+    heads, kv, d, dtype, device = lm.heads, lm.kv_heads, lm.head_dim, lm.embed.dtype, lm.device
+    width = n if n == 1 else next(b for b in (1, 2, 4, 8, 16, 32, 64) if b >= n)
+    capacity = max(1024, 2 * (context + width))
+    span = key_span(context + width, capacity)
+    q = torch.randn(batch, heads, width, d, dtype=dtype, device=device)
+    k, v = (torch.randn(batch, kv, capacity, d, dtype=dtype, device=device) for _ in range(2))
+    live = torch.zeros(batch, 1, width, capacity, dtype=torch.bool, device=device)
+    live[..., : context + width] = True
+    groups = heads // kv
+    folded_mask = live[..., :span].repeat(1, 1, groups, 1)
+    options = {
+        "engine: folded GQA, mask over the key span": (q.reshape(batch, kv, groups * width, d), k[:, :, :span], v[:, :, :span], folded_mask, {}),
+        "GQA in SDPA, mask over the whole cache": (q, k, v, live, {"enable_gqa": groups > 1}),
+        "K/V expanded per group, mask over the key span": (q, k[:, :, :span].repeat_interleave(groups, 1), v[:, :, :span].repeat_interleave(groups, 1), live[..., :span], {}),
+    }
+    if n == 1:
+        options["no mask over the live prefix (AR)"] = (q, k[:, :, : context + 1], v[:, :, : context + 1], None, {"enable_gqa": groups > 1})
+    return options
+
+
+def sdpa_report(q, k, v, mask, kwargs, repeats: int) -> dict:
+    """Which SDPA kernels accept this call, each one's ms, and the default's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def run():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs)
+
+    out = {"default_ms": round(timed_ms(run, repeats), 4), "backends": {}}
+    for name in BACKENDS:
+        backend = getattr(SDPBackend, name, None)
+        if backend is None:
+            continue
+        try:
+            with warnings.catch_warnings(), sdpa_kernel([backend]):
+                warnings.simplefilter("ignore")
+                out["backends"][name.lower()] = round(timed_ms(run, repeats), 4)
+        except (RuntimeError, NotImplementedError):
+            out["backends"][name.lower()] = None  # not eligible for this call
+    eligible = {k: ms for k, ms in out["backends"].items() if ms is not None}
+    out["ran"] = min(eligible, key=lambda k: abs(eligible[k] - out["default_ms"])) if eligible else None  # the kernel whose time the default's matches
+    return out
+
+
+def flex_report(lm: StaticTreeLM, batch: int, n: int, context: int, repeats: int) -> dict:
+    """FlexAttention (compiled) with a block mask over the live columns, GQA on."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    heads, kv, d, dtype, device = lm.heads, lm.kv_heads, lm.head_dim, lm.embed.dtype, lm.device
+    columns = key_span(context + n, 2 * (context + n))
+    q = torch.randn(batch, heads, n, d, dtype=dtype, device=device)
+    k, v = (torch.randn(batch, kv, columns, d, dtype=dtype, device=device) for _ in range(2))
+    limit = context + n
+
+    def live(b, h, q_index, kv_index):
+        return kv_index < limit
+
+    block = create_block_mask(live, batch, None, n, columns, device=device)
+    compiled = torch.compile(flex_attention)
+    return {"ms": round(timed_ms(lambda: compiled(q, k, v, block_mask=block, enable_gqa=heads != kv), repeats), 4)}
+
+
+def timed_ms(fn, repeats: int) -> float:
+    """Median ms of fn() after one warm-up call, each call waited for."""
+    fn()
+    finish_gpu_work()
+    times = []
+    for _ in range(max(repeats, 3)):
+        start = time.perf_counter()
+        fn()
+        finish_gpu_work()
+        times.append(1000 * (time.perf_counter() - start))
+    return sorted(times)[len(times) // 2]
+
+
+def attention(state: dict, clock: Clock, result: dict) -> None:
+    to_bf16(state)
+    lm, scale = state["engine"].lm, state["scale"]
+    result |= {"dtype": state["dtype"], "rows": []}
+    shapes = [(1, 1, scale.contexts[0]), (1, 1, scale.contexts[-1]), (4, 1, scale.contexts[-1]), (1, 32, scale.contexts[0]), (1, TREE_NODES, scale.contexts[0]),
+              (16, 64, scale.contexts[-1])]
+    with torch.inference_mode():
+        for batch, n, context in shapes:
+            row = {"batch": batch, "n": n, "context": context, "options": {}}
+            result["rows"].append(row)
+            for label, (q, k, v, mask, kwargs) in attention_options(lm, batch, n, context).items():
+                row["options"][label] = sdpa_report(q, k, v, mask, kwargs, scale.repeats)
+            if scale.device == "cuda" and batch == 1 and n in (1, TREE_NODES):  # a compile per shape: two shapes only
+                try:
+                    row["options"]["FlexAttention, block mask over the live columns"] = flex_report(lm, batch, n, context, scale.repeats)
+                except Exception as error:  # noqa: BLE001 - recorded: an option that does not run is a finding
+                    row["options"]["FlexAttention, block mask over the live columns"] = {"error": repr(error)[:300]}
+            clock.check()
+
+
+class PhaseTimer:
+    """Time spent in the engine's parts during a decode: CUDA events around each call on a
+    GPU (device time between them), wall time elsewhere."""
+
+    def __init__(self, cuda: bool):
+        self.cuda, self.spans, self.restore = cuda, defaultdict(list), []
+
+    def wrap(self, owner, attribute: str, phase) -> None:
+        original = getattr(owner, attribute)
+
+        def timed(*args, **kwargs):
+            name = phase() if callable(phase) else phase
+            if self.cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = original(*args, **kwargs)
+                end.record()
+                self.spans[name].append((start, end))
+            else:
+                began = time.perf_counter()
+                out = original(*args, **kwargs)
+                self.spans[name].append(1000 * (time.perf_counter() - began))
+            return out
+
+        setattr(owner, attribute, timed)
+        self.restore.append((owner, attribute))
+
+    def ms(self) -> dict[str, float]:
+        finish_gpu_work()
+        return {name: sum(s[0].elapsed_time(s[1]) if self.cuda else s for s in spans) for name, spans in self.spans.items()}
+
+    def close(self) -> None:
+        for owner, attribute in self.restore:
+            delattr(owner, attribute)
+
+
+def step_split(lm, method: Method, prompts: list[list[int]], limits: Limits, cuda: bool) -> dict:
+    """ms per decoding step (prefill excluded) in each part, and the host's share: the step's
+    wall time the parts' device time does not cover."""
+    generate_batch(lm, method, prompts, Sampling(), limits)  # warm-up: every shape captured before the timed decode
+    timer = PhaseTimer(cuda)
+    fed = {"calls": 0}
+
+    def forward_phase():
+        fed["calls"] += 1
+        return "prefill" if fed["calls"] == 1 else "target forward"
+
+    timer.wrap(lm, "forward", forward_phase)
+    timer.wrap(lm, "commit", "commit")
+    timer.wrap(method.verifier, "accept_rows", "verifier")
+    if method.drafter is not None:
+        for attribute in ("logits", "root_logits", "level_logits", "commit"):
+            timer.wrap(method.drafter, attribute, "draft commit" if attribute == "commit" else "draft levels")
+    marks = []
+    try:
+        generate_batch(lm, method, prompts, Sampling(), limits, on_step=lambda *_: marks.append(time.perf_counter()))
+        parts = timer.ms()
+    finally:
+        timer.close()
+    steps = max(len(marks) - 1, 1)
+    parts.pop("prefill", None)
+    wall = 1000 * (marks[-1] - marks[0]) / steps if len(marks) > 1 else 0.0
+    per_step = {name: round(ms / len(marks), 3) for name, ms in parts.items()}  # the first step's parts ran before its mark
+    return {"steps": len(marks), "wall_ms_per_step": round(wall, 3), "parts_ms_per_step": per_step,
+            "host_ms_per_step": round(max(wall - sum(per_step.values()), 0.0), 3)}
+
+
+def ar_per_step(state: dict) -> dict:
+    """AR at B=1 per step (prefill excluded): the lean forward eagerly, the static forward's
+    graph replay, and transformers' generate (its time for N tokens less its time for 1)."""
+    model, engine, scale = state["model"], state["engine"], state["scale"]
+    prompt = random_prompts([scale.contexts[0]], model.config.vocab_size, seed=3)[0]
+    limits = Limits(max_new_tokens=scale.speed_tokens)
+    out = {}
+    for label, lm in (("eager (lean forward, no graphs)", make_lm(model, "lean", Compiled())), ("graph replay (static forward)", engine.lm)):
+        generate(lm, engine.ar, prompt, Sampling(), limits)
+        g = generate(lm, engine.ar, prompt, Sampling(), limits)
+        out[label] = round(1000 * (g.seconds - g.prefill_seconds) / max(len(g.ids) - 1, 1), 3)
+        if lm is not engine.lm:
+            lm.release()
+    hf_generate(model, prompt, 2, None)
+    one = min(hf_generate(model, prompt, 1, None)[1] for _ in range(2))
+    ids, seconds = hf_generate(model, prompt, scale.speed_tokens, None)
+    out["transformers generate"] = round(1000 * (seconds - one) / max(len(ids) - 1, 1), 3)
+    return out
+
+
+def ar_against_generate(state: dict) -> dict:
+    """tok/s of our AR and of generate, back to back per prompt (alternating which goes first), B=1."""
+    model, engine, scale = state["model"], state["engine"], state["scale"]
+    prompts = random_prompts([scale.contexts[0] - 50 * i for i in range(scale.speed_prompts)], model.config.vocab_size, seed=1)
+    limits = Limits(max_new_tokens=scale.speed_tokens)
+    totals = {"ours": [0, 0.0], "theirs": [0, 0.0]}
+    generate(engine.lm, engine.ar, prompts[0], Sampling(), limits)
     for i, prompt in enumerate(prompts):
         for side in (("ours", "theirs") if i % 2 == 0 else ("theirs", "ours")):
             finish_gpu_work()
             if side == "ours":
-                run = generate(engine.lm, engine.ar, prompt, Sampling(), limits)
-                ours_tokens, ours_seconds = ours_tokens + len(run.ids), ours_seconds + run.seconds
+                g = generate(engine.lm, engine.ar, prompt, Sampling(), limits)
+                tokens, seconds = len(g.ids), g.seconds
             else:
-                ids, seconds = hf_generate(model, prompt, limits.max_new_tokens, eos)
-                theirs_tokens, theirs_seconds = theirs_tokens + len(ids), theirs_seconds + seconds
-    ours, theirs = ours_tokens / ours_seconds, theirs_tokens / theirs_seconds
-    return {"prompts": len(prompts), "ours_tok_s": round(ours, 2), "generate_tok_s": round(theirs, 2), "ratio": round(ours / theirs, 3)}
+                ids, seconds = hf_generate(model, prompt, limits.max_new_tokens, None)
+                tokens = len(ids)
+            totals[side][0] += tokens
+            totals[side][1] += seconds
+    ours, theirs = (totals[s][0] / totals[s][1] for s in ("ours", "theirs"))
+    return {"prompts": len(prompts), "tokens": scale.speed_tokens, "ours_tok_s": round(ours, 2), "generate_tok_s": round(theirs, 2), "ratio": round(ours / theirs, 3)}
 
 
-def engine_overhead(engine: Engine, scale: Scale, curves: dict, prompts: list[list[int]], limits: Limits) -> list[dict]:
-    """Per method and batch size: the share of decode time outside the profiled target and
-    draft forwards, as a run's summary computes it (costs.predict over the run's records and
-    a profile of these curves), and those ms per step."""
-    drafter = costs.drafter_id(engine.eagle3_cfg["drafter"])
-    draft_curves = {batch: measure_drafter(engine.eagle3.drafter, engine.lm, [scale.context], scale.draft_n, scale.repeats, batch=batch) for batch in (1, 4)}
-    profile = CostProfile(key={"model": engine.cfg["model"]["name"], "dtype": engine.hardware["dtype"]}, target=curves[1], target_batches={str(b): c for b, c in curves.items() if b > 1},
-                          drafters={drafter: draft_curves[1]}, drafter_batches={drafter: {"4": draft_curves[4]}})
-    rows = []
+def speed(state: dict, clock: Clock, result: dict) -> None:
+    to_bf16(state)
+    engine, scale = state["engine"], state["scale"]
+    result |= {"dtype": state["dtype"], "split": []}
+    prompts = random_prompts(scale.prompt_lengths, state["model"].config.vocab_size, seed=2)
+    limits = Limits(max_new_tokens=scale.speed_tokens)
+    references = {tuple(p): generate(engine.lm, engine.ar, p, Sampling(), limits).ids for p in prompts}
+    for name, method in (("ar", engine.ar), ("eagle3", engine.eagle3), ("oracle eagle3", engine.oracle("eagle3", references))):
+        for batch in (1, 4):
+            result["split"].append({"method": name, "batch": batch} | step_split(engine.lm, method, prompts[:batch], limits, scale.device == "cuda"))
+            clock.check()
+    result["ar_ms_per_step"] = ar_per_step(state)
+    clock.check()
+    result["ar_vs_generate"] = ar_against_generate(state)
+
+
+def host_syncs(state: dict, clock: Clock, result: dict) -> None:
+    """Per step: the engine's count (reads and blocking copies of device tensors) and torch's."""
+    to_bf16(state)
+    engine, scale = state["engine"], state["scale"]
+    prompts = random_prompts(scale.prompt_lengths, state["model"].config.vocab_size, seed=4)
+    limits = Limits(max_new_tokens=24)
+    cuda = scale.device == "cuda"
+    result |= {"dtype": state["dtype"], "rows": []}
+    rows = result["rows"]
     for name, method in (("ar", engine.ar), ("eagle3", engine.eagle3)):
         for batch in (1, 4):
-            records = []
-            for start in range(0, len(prompts), batch):
-                rows_prompts = prompts[start : start + batch]
-                generations = generate_batch(engine.lm, method, rows_prompts, Sampling(), limits)
-                records += [asdict(method_run([(len(p), g, "")], len(rows_prompts), g.batch_seconds, f"b{start}", g.verify_seconds))
-                            for p, g in zip(rows_prompts, generations)]
-            forecast = predict(records, profile, drafter if name == "eagle3" else None)
-            share = forecast["engine_overhead_share"]
-            rows.append({"method": name, "batch": batch, "steps": forecast["steps"], "engine_overhead_share": round(share, 3),
-                         "overhead_ms_per_step": round(1000 * share * forecast["measured_decode_seconds"] / forecast["steps"], 3),
-                         "host_syncs_per_step": host_syncs_per_step(engine.lm, method, prompts[:batch], limits)})
-    return rows
+            generate_batch(engine.lm, method, prompts[:batch], Sampling(), limits)  # warm: captures are not steps
+            ours, torchs = [], []
+            with counting_syncs(engine.lm.device) as counts, warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if cuda:
+                    torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    generate_batch(engine.lm, method, prompts[:batch], Sampling(), limits,
+                                   on_step=lambda *_: (ours.append(dict(counts)), torchs.append(sum("synchroniz" in str(w.message) for w in caught))))
+                finally:
+                    if cuda:
+                        torch.cuda.set_sync_debug_mode(0)
+            steps = max(len(ours) - 1, 1)
+            by_kind = {k: round((ours[-1].get(k, 0) - ours[0].get(k, 0)) / steps, 2) for k in ours[-1]} if ours else {}
+            rows.append({"method": name, "batch": batch, "steps": len(ours), "engine_count_per_step": round(sum(by_kind.values()), 2), "by_kind": by_kind,
+                         "torch_count_per_step": round((torchs[-1] - torchs[0]) / steps, 2) if cuda and torchs else None})
+            clock.check()
 
 
-def host_syncs_per_step(lm, method, prompts: list[list[int]], limits: Limits) -> float:
-    """Host synchronisations per decoding step of `method` on `prompts` (one batch): reads
-    of tensors on the target's device between the first and the last verification (on a
-    GPU only those wait for it; prefill excluded)."""
-    marks = []
-    with counting_syncs(lm.device) as counts:
-        generate_batch(lm, method, prompts, Sampling(), limits, on_step=lambda *_: marks.append(sum(counts.values())))
-    return (marks[-1] - marks[0]) / max(len(marks) - 1, 1)
+def build(state: dict, clock: Clock, result: dict) -> None:
+    name, model_config, scale = state["name"], state["config"], state["scale"]
+    state["head"] = write_random_eagle3_head(model_config, state["workdir"] / f"{name}-eagle3", scale.device)
+    state["model"] = random_target(model_config, scale.device)
+    state["eos"] = model_config.eos_token_id
+    state["prompts"] = random_prompts(scale.prompt_lengths, model_config.vocab_size, seed=0)
+    state["limits"] = Limits(max_new_tokens=scale.identity_tokens, stop_token_ids=frozenset({state["eos"]}))
+    state["engine"] = Engine(name, state["model"], scale, state["head"])
+    state["dtype"] = "float32"
+    result |= {"parameters_b": round(sum(p.numel() for p in state["model"].parameters()) / 1e9, 3), "forward": state["engine"].lm.kind}
 
 
-def check_model(name: str, model_config, scale: Scale, tiny: bool, workdir: Path, log) -> dict:
-    started = time.perf_counter()
-    head = write_random_eagle3_head(model_config, workdir / f"{name}-eagle3", scale.device)
-    eos = model_config.eos_token_id
-    model = random_target(model_config, scale.device)
-    vocab = model_config.vocab_size
-    log(f"{name}: built ({sum(p.numel() for p in model.parameters()) / 1e9:.2f}B parameters) in {time.perf_counter() - started:.0f} s")
-    identity_limits = Limits(max_new_tokens=scale.identity_tokens, stop_token_ids=frozenset({eos}))
-    engine = Engine(name, model, "float32", scale, head, tiny)
-    identity = identity_rows(model, engine, random_prompts(scale.prompt_lengths, vocab, seed=0), identity_limits)
-    log(f"{name}: identity {['identical' if r['identical'] else 'DIFFERENT' for r in identity]} ({time.perf_counter() - started:.0f} s)")
-    del engine
-    gc.collect()  # the fp32 forward's cache and graphs (they refer back to it) go before the bf16 copy
-    dtype = "float32" if tiny else "bfloat16"
-    model.to(getattr(torch, dtype))
-    engine = Engine(name, model, dtype, scale, head, tiny)
-    curves = forward_costs(engine, scale)
-    log(f"{name}: f(n) timed ({time.perf_counter() - started:.0f} s)")
-    speed_limits = Limits(max_new_tokens=scale.speed_tokens, stop_token_ids=frozenset({eos}))
-    speed_prompts = random_prompts([scale.context - 50 * i for i in range(scale.speed_prompts)], vocab, seed=1)
-    ar_vs_generate = ar_against_generate(model, engine, speed_prompts, speed_limits)
-    overhead = engine_overhead(engine, scale, curves, random_prompts(scale.prompt_lengths, vocab, seed=2), speed_limits)
-    log(f"{name}: speed and overhead measured ({time.perf_counter() - started:.0f} s)")
-    result = {
-        "forward": engine.lm.kind, "dtype": dtype, "identity_dtype": "float32", "identity": identity,
-        "forward_ms": {str(b): {"context": scale.context, "n": list(range(1, MAX_N + 1)), "ms": c.ms[0], "spread": c.spread[0]} for b, c in curves.items()},
-        "ar_vs_generate": ar_vs_generate, "engine_overhead": overhead, "seconds": round(time.perf_counter() - started, 1),
-    }
-    del engine, model
-    gc.collect()
+SECTIONS = {"build": build, "identity": identity, "bf16 agreement": bf16_agreement, "f(n)": forward_costs, "attention": attention,
+            "step split": speed, "host syncs": host_syncs}
+
+
+# ---------------------------------------------------------------- the report
+
+
+def empty_cache() -> None:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return result
+
+
+def memory() -> dict | None:
+    if not torch.cuda.is_available():
+        return None
+    return {"peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2), "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 2)}
 
 
 def environment(scale: Scale) -> dict:
     gpu = torch.cuda.get_device_name(0) if scale.device == "cuda" else None
     return {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(), "device": scale.device,
-            "gpu": gpu, "gpus": torch.cuda.device_count() if gpu else 0, "cpu": platform.processor() or platform.machine(),
-            "engine_compile": scale.compile, "torch_threads": torch.get_num_threads()}
+            "gpu": gpu, "cuda": torch.version.cuda, "cpu": platform.processor() or platform.machine(), "engine_compile": scale.compile,
+            "torch_threads": torch.get_num_threads()}
+
+
+class Report:
+    """The check's results, written whole to `out` after every section."""
+
+    def __init__(self, out: Path, tiny: bool, scale: Scale, budget: float):
+        self.out, self.started = out, time.perf_counter()
+        self.data = {"tiny": tiny, "environment": environment(scale), "budget_s": budget, "seconds": 0.0, "sections": {}}
+
+    def run(self, label: str, fn, state: dict, seconds: float, forced: bool, log) -> None:
+        started, captures = time.perf_counter(), (CAPTURES.count, CAPTURES.seconds)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        entry = {"budget_s": round(seconds, 1), "result": {}}
+        try:
+            if forced:
+                raise RuntimeError(f"forced by --fail {label.split(': ', 1)[1]!r}")
+            fn(state, Clock(started + seconds), entry["result"])  # fills the result as it goes: what it measured stays
+            entry["status"] = "ok"
+        except OutOfTime:
+            entry |= {"status": "stopped: out of budget"}
+        except Exception:  # noqa: BLE001 - the section's traceback is its result; the next section runs
+            entry |= {"status": "failed", "traceback": traceback.format_exc()[-4000:]}
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        entry = {"status": entry.pop("status")} | entry
+        entry |= {"seconds": round(time.perf_counter() - started, 1), "memory": memory(),
+                  "graph_captures": CAPTURES.count - captures[0], "capture_seconds": round(CAPTURES.seconds - captures[1], 2)}
+        self.data["sections"][label] = entry
+        self.write()
+        log(f"{label}: {entry['status']} in {entry['seconds']:.0f} s")
+
+    def skip(self, label: str, why: str) -> None:
+        self.data["sections"][label] = {"status": f"skipped: {why}"}
+        self.write()
+
+    def write(self) -> None:
+        self.data["seconds"] = round(time.perf_counter() - self.started, 1)
+        self.out.mkdir(parents=True, exist_ok=True)
+        for name, text in (("device-check.json", json.dumps(self.data, indent=1)), ("device-check.md", markdown(self.data))):
+            partial = self.out / f".{name}.partial"
+            partial.write_text(text)
+            partial.replace(self.out / name)
 
 
 def markdown(report: dict) -> str:
     env = report["environment"]
     lines = [f"# Device check ({'tiny shapes, CPU' if report['tiny'] else env['gpu']})", "",
-             f"torch {env['torch']}, transformers {env['transformers']}, device {env['device']}, engine.compile={env['engine_compile']}; "
-             f"{report['seconds']:.0f} s in all. Random weights: speeds hold, acceptance (tau) does not.", ""]
-    models = report["models"]
-    lines += ["## T=0 identity (fp32)", "", "| model | check | B | prompts | tokens | identical | first difference | tau |", "|---|---|---|---|---|---|---|---|"]
-    for name, m in models.items():
-        for r in m["identity"]:
-            lines.append(f"| {name} | {r['check']} | {r['batch']} | {r['prompts']} | {r['tokens']} | {'yes' if r['identical'] else 'NO'} | "
-                         f"{r['first_difference'] or '-'} | {format(r['tau'], '.2f') if 'tau' in r else '-'} |")
-    lines += ["", "## Target forward cost f(n), ms", ""]
-    for name, m in models.items():
-        batches = list(m["forward_ms"])
-        context = m["forward_ms"][batches[0]]["context"]
-        lines += [f"{name} ({m['forward']}, {m['dtype']}), after {context} cached rows:", "", "| n | " + " | ".join(f"B={b}" for b in batches) + " |",
-                  "|---|" + "---|" * len(batches)]
-        for j, n in enumerate(m["forward_ms"][batches[0]]["n"]):
-            lines.append(f"| {n} | " + " | ".join(f"{m['forward_ms'][b]['ms'][j]:.2f}" for b in batches) + " |")
-        lines.append("")
-    lines += ["## Our AR against transformers generate (B=1)", "", "| model | prompts | ours tok/s | generate tok/s | ratio |", "|---|---|---|---|---|"]
-    for name, m in models.items():
-        s = m["ar_vs_generate"]
-        lines.append(f"| {name} | {s['prompts']} | {s['ours_tok_s']:.1f} | {s['generate_tok_s']:.1f} | {s['ratio']:.2f}x |")
-    lines += ["", "## Engine overhead per step", "", "Decode time the profiled target and draft forwards do not explain (costs.predict, as a run's summary).", "",
-              "| model | method | B | steps | overhead share | ms per step |", "|---|---|---|---|---|---|"]
-    for name, m in models.items():
-        for r in m["engine_overhead"]:
-            lines.append(f"| {name} | {r['method']} | {r['batch']} | {r['steps']} | {100 * r['engine_overhead_share']:.0f}% | {r['overhead_ms_per_step']:.2f} |")
-    lines += ["", "## Host syncs per step", "", "| model | method | B | host syncs per step |", "|---|---|---|---|"]
-    for name, m in models.items():
-        for r in m["engine_overhead"]:
-            syncs = r["host_syncs_per_step"]
-            lines.append(f"| {name} | {r['method']} | {r['batch']} | {syncs:.1f} |")
+             f"torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, Python {env['python']}, engine.compile={env['engine_compile']}; "
+             f"{report['seconds']:.0f} s of a {report['budget_s']:.0f} s budget. Random weights: speeds hold, a learned drafter's acceptance does not "
+             "(the oracle drafter drafts the target's own tokens).", "", "| section | status | s | peak GiB | graph captures (s) |", "|---|---|---|---|---|"]
+    for label, entry in report["sections"].items():
+        mem = (entry.get("memory") or {}).get("peak_allocated_gib", "-")
+        lines.append(f"| {label} | {entry['status']} | {entry.get('seconds', '-')} | {mem} | {entry.get('graph_captures', '-')} ({entry.get('capture_seconds', '-')}) |")
+    for label, entry in report["sections"].items():
+        result = entry.get("result")
+        if entry.get("traceback"):
+            lines += ["", f"## {label}: failed", "", "```", entry["traceback"].strip()[-1500:], "```"]
+        if not result:
+            continue
+        lines += ["", f"## {label}", ""]
+        kind = label.split(": ", 1)[1]
+        lines += RENDER.get(kind, lambda r: [f"`{json.dumps(r)[:2000]}`"])(result)
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str]) -> None:
+def render_identity(result: dict) -> list[str]:
+    lines = [f"dtype {result['dtype']}", "", "| check | B | prompts | tokens | identical | agreement | tau | levels | full steps | first difference |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['check']} | {r['batch']} | {r['prompts']} | {r['tokens']} | {'yes' if r['identical'] else 'NO'} | {r['agreement']:.3f} | "
+                     f"{r.get('tau', '-')} | {r.get('levels', '-')} | {r.get('full_steps', '-')} | {json.dumps(r['first_difference']) if r['first_difference'] else '-'} |")
+    return lines
+
+
+def render_costs(result: dict) -> list[str]:
+    curves = result["curves"]
+    labels = list(curves)
+    lines = [f"{result['forward']}, {result['dtype']}; ms per forward of n new tokens per row", "", "| n | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for j, n in enumerate(result["n"]):
+        if n in (1, 2, 4, 8, 16, 24, 32, 48, 60, 64):
+            lines.append(f"| {n} | " + " | ".join(f"{curves[k]['ms'][j]:.3f}" for k in labels) + " |")
+    lines.append(f"| f({TREE_NODES})/f(1) | " + " | ".join(f"{curves[k][f'f({TREE_NODES})/f(1)']:.2f}" for k in labels) + " |")
+    return lines
+
+
+def render_attention(result: dict) -> list[str]:
+    lines = ["| B | n | context | option | ran | default ms | eligible (ms) |", "|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        for label, o in r["options"].items():
+            if "backends" in o:
+                eligible = ", ".join(f"{k} {v}" for k, v in o["backends"].items() if v is not None)
+                lines.append(f"| {r['batch']} | {r['n']} | {r['context']} | {label} | {o['ran']} | {o['default_ms']} | {eligible} |")
+            else:
+                lines.append(f"| {r['batch']} | {r['n']} | {r['context']} | {label} | - | {o.get('ms', '-')} | {o.get('error', '')} |")
+    return lines
+
+
+def render_speed(result: dict) -> list[str]:
+    lines = [f"dtype {result['dtype']}", "", "| method | B | steps | wall ms/step | host ms/step | parts ms/step |", "|---|---|---|---|---|---|"]
+    for r in result["split"]:
+        parts = ", ".join(f"{k} {v}" for k, v in r["parts_ms_per_step"].items())
+        lines.append(f"| {r['method']} | {r['batch']} | {r['steps']} | {r['wall_ms_per_step']} | {r['host_ms_per_step']} | {parts} |")
+    lines += ["", "AR at B=1, ms per step: " + ", ".join(f"{k} {v}" for k, v in result["ar_ms_per_step"].items())]
+    if "ar_vs_generate" in result:
+        s = result["ar_vs_generate"]
+        lines += ["", f"Our AR {s['ours_tok_s']} tok/s against generate {s['generate_tok_s']} tok/s ({s['ratio']}x; {s['prompts']} prompts x {s['tokens']} tokens, B=1)"]
+    return lines
+
+
+def render_syncs(result: dict) -> list[str]:
+    lines = ["| method | B | steps | engine count per step | by kind | torch count per step |", "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['method']} | {r['batch']} | {r['steps']} | {r['engine_count_per_step']} | {json.dumps(r['by_kind'])} | {r['torch_count_per_step']} |")
+    return lines
+
+
+RENDER = {"build": lambda r: [f"{r['parameters_b']}B parameters, {r['forward']}"], "identity": render_identity, "bf16 agreement": render_identity,
+          "f(n)": render_costs, "attention": render_attention, "step split": render_speed, "host syncs": render_syncs}
+
+
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU, engine.compile=static (what the tests run)")
-    parser.add_argument("--out", default="results/device-check", help="directory for device-check.md and device-check.json")
+    parser.add_argument("--out", default="results/device-check", help="directory for device-check.md and .json when $OUT is not set")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check (each section gets its share; default 480)")
+    parser.add_argument("--fail", action="append", default=[], choices=sorted(SECTIONS), help="make this section raise (a crash rehearsal; repeatable)")
+    parser.add_argument("--models", nargs="+", choices=["llama3.1-8b", "qwen3-8b"], help="only these model shapes (default: both)")
     args = parser.parse_args(argv)
     scale = TINY if args.tiny else GPU
     if scale.device == "cuda" and not torch.cuda.is_available():
-        sys.exit(f"device check: torch {torch.__version__} sees no CUDA GPU; run with --tiny for the CPU check")
-    started = time.perf_counter()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+        print(f"device check: torch {torch.__version__} sees no CUDA GPU; run with --tiny for the CPU rehearsal", file=sys.stderr)
+        return 2
+    out = Path(os.environ.get("OUT") or args.out)
+    report = Report(out, args.tiny, scale, args.budget)
+    deadline = report.started + args.budget
 
     def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:5.0f} s] {message}", flush=True)
+        print(f"[{time.perf_counter() - report.started:5.0f} s] {message}", flush=True)
 
     torch.manual_seed(0)
+    transformers.logging.set_verbosity_error()  # generate's notices would crowd the output the lent machine sends back
+    models = {name: c for name, c in target_configs(args.tiny).items() if not args.models or name in args.models}
     with tempfile.TemporaryDirectory(prefix="device-check-") as workdir:
-        models = {name: check_model(name, c, scale, args.tiny, Path(workdir), log) for name, c in target_configs(args.tiny).items()}
-    report = {"tiny": args.tiny, "environment": environment(scale), "models": models, "seconds": round(time.perf_counter() - started, 1)}
-    (out / "device-check.json").write_text(json.dumps(report, indent=1))
-    (out / "device-check.md").write_text(markdown(report))
-    log(f"wrote {out / 'device-check.md'} and {out / 'device-check.json'}")
+        for index, (name, model_config) in enumerate(models.items()):
+            model_budget = (deadline - time.perf_counter()) / (len(models) - index)
+            state = {"name": name, "config": model_config, "scale": scale, "workdir": Path(workdir)}
+            for section, fn in SECTIONS.items():
+                label = f"{name}: {section}"
+                left = deadline - time.perf_counter()
+                if "model" not in state and section != "build":
+                    report.skip(label, "the model was not built")
+                elif left <= 1:
+                    report.skip(label, "the check's budget is spent")
+                else:
+                    report.run(label, fn, state, min(SHARES[section] * model_budget, left), section in args.fail, log)
+            if "engine" in state:
+                state["engine"].lm.release()
+            state.clear()
+            gc.collect()
+            empty_cache()
+    failed = [label for label, entry in report.data["sections"].items() if entry["status"] != "ok"]
+    log(f"wrote {out / 'device-check.md'} and .json; {len(report.data['sections']) - len(failed)} of {len(report.data['sections'])} sections ok"
+        + (f"; not ok: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    run_command(main, sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 
-from hydra.utils import get_class
-
 from specbench.errors import ConfigError
 
 AUTO = "auto"
@@ -29,6 +27,8 @@ def candidates(tree_cfg: dict) -> list[dict]:
     """Concrete tree configs for every candidate of the policy, auto keys filled in,
     keys the user set kept as set (duplicates dropped, order kept; a policy's
     `distinct_candidate(cfg)`, if it has one, writes candidates that build the same tree alike)."""
+    from hydra.utils import get_class  # here, not at import: the engine path (scripts/device_check.py) runs without hydra
+
     keys = auto_keys(tree_cfg)
     tree_class = get_class(tree_cfg["_target_"])
     grid = getattr(tree_class, "AUTO_CANDIDATES", None)

@@ -11,7 +11,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 MIN_GROUPS = 10
 RESAMPLES = 2000
@@ -57,6 +56,8 @@ def bootstrap(samples: tuple, statistic, estimate: float, vectorized: bool = Fal
     """The BCa interval of `statistic` over resamples of each sample (independently when there
     are several), falling back to the percentile interval of the same resamples where BCa is
     undefined (a degenerate distribution); no interval when a sample has fewer than MIN_GROUPS."""
+    from scipy import stats  # here, not at import: the engine path (scripts/device_check.py) runs without scipy
+
     sizes = tuple(len(s) for s in samples)
     if min(sizes) < MIN_GROUPS:
         return Interval(estimate, sizes)
