@@ -231,3 +231,51 @@ def test_a_batch_size_of_the_sweep_without_runs_is_named(tmp_path):
     verdict, text = cast._never_behind(runs)
     assert verdict is None and "B=4: cannot tell: no cast and eagle3 run" in text
     assert "B=1 +0.3 [95% " in text and "n=12 prompts" in text and "n=12 batches" in text
+
+
+def test_the_regime_gate_on_hand_made_cases():
+    """verdicts.out_of_regime: trees more than REGIME_SIZE_FACTOR apart, or a larger tree
+    whose verification here costs more than REGIME_COST_FACTOR times the paper's bound."""
+    assert v.out_of_regime((60, 60), 1.5, 1.6) == ""  # like sizes, GPU-like cost: a wall-clock claim carries
+    assert v.out_of_regime((2.4, 6.9), 1.7, 1.6) == ""  # within 3x, cheap to verify here
+    assert "more than 3x apart" in v.out_of_regime((10, 60), 1.5, 1.6)
+    assert "costs 7.0 one-token forwards here against at most 1.60" in v.out_of_regime((60, 60), 7.0, 1.6)
+    assert v.out_of_regime((60, 60), 3.2, 1.6) == "" and v.out_of_regime((60, 60), 3.21, 1.6) != ""  # the factor's edge
+    assert v.out_of_regime((60, 60), None, 1.6) == ""  # no profile: sizes alone decide
+    assert str(v.REGIME_SIZE_FACTOR).rstrip("0").rstrip(".") in v.REGIME_RULE
+
+
+def gated_run(tmp_path, name, speedups, nodes):
+    """A run whose prompt i ran speedups[i] times AR's speed with trees of `nodes` nodes."""
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    lines = [json.dumps({"id": str(i), "method": {"new_tokens": 60, "target_forwards": 30, "seconds": 1.0, "tree_widths": [[nodes - 1]] * 30},
+                         "baseline": {"new_tokens": 60, "target_forwards": 60, "seconds": s}}) for i, s in enumerate(speedups)]
+    (run_dir / "samples.jsonl").write_text("\n".join(lines))
+    return pd.Series({"run_dir": str(run_dir)})
+
+
+def test_a_speed_comparison_out_of_regime_is_not_testable_and_names_both_speedups(tmp_path):
+    from specbench.replicate import regime
+
+    slow = [0.3 + 0.01 * i for i in range(12)]
+    wide, narrow = gated_run(tmp_path, "wide", slow, 60), gated_run(tmp_path, "narrow", [s + 0.4 for s in slow], 8)
+    cpu = regime.Regime("talon", {1: 1.0, 8: 1.9, 60: 7.0}, "profile", 1.6, 10, (1.2, 2.1), "test", 0)
+    with regime.gating(cpu), regime.collecting() as gated:
+        verdict, text = v.every_higher([("gsm8k", narrow, wide)], "speedup", ("a", "b"))
+    assert verdict == v.NOT_TESTABLE and "more than 3x apart" in text and "a 0.76x, b 0.35x over AR" in text
+    assert [case for case, *_ in gated] == ["gsm8k"]
+    assert v.every_higher([("gsm8k", narrow, wide)], "speedup", ("a", "b"))[0] is True  # no gate outside a report
+    like = gated_run(tmp_path, "like", slow, 8)
+    with regime.gating(cpu):
+        assert v.every_higher([("gsm8k", narrow, like)], "speedup", ("a", "b"))[0] is True  # 8 nodes cost 1.9 here: in regime
+
+
+def test_the_papers_regime_comes_from_their_own_tau_and_speedup():
+    from specbench.replicate import regime
+
+    ratios, left_out = regime.paper_cells("talon")
+    assert len(ratios) == 168 and left_out == 0 and 1 <= min(ratios) and 1.2 < sorted(ratios)[len(ratios) // 2] < 2.2
+    assert regime.published_tau_lead("talon", ("talon", "medusa")) == (12, 12)  # the paper's MAT: TALON above Medusa everywhere
+    lead, cells = regime.published_tau_lead("talon", ("talon", "eagle3"))
+    assert cells == 60 and lead * 2 < cells  # below EAGLE-3's in most cells: no tau claim follows from its speed claim

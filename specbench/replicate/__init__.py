@@ -19,7 +19,7 @@ import torch
 
 from specbench import ROOT
 from specbench.errors import ConfigError, require
-from specbench.replicate import report, results, sweep, tables, verdicts
+from specbench.replicate import regime, report, results, sweep, tables, verdicts
 
 OUR_MODEL = "smollm2-135m"  # the embedded default that cpu scale runs
 
@@ -162,8 +162,11 @@ def write_results(paper: Paper, scale: str, runs, out_dir: Path, sessions: list[
     written = tables.write(compared, out_dir / "tables", paper.title, published_only)
     figures = paper.figures(runs, out_dir / "figures") if len(runs) else []  # every figure draws runs
     names = sorted({p.stem for p in written})
-    header = [paper.setup[scale] + " " + runs_line(runs)] + machine_lines(runs, sessions) + [verdicts.INTERVALS]
-    report.write(out_dir / "report.md", f"{paper.title}: {scale}-scale replication", header, report.verdicts(paper.claims, runs), names, figures, published_only)
+    measured = regime.regime(paper.name, runs)
+    header = [paper.setup[scale] + " " + runs_line(runs)] + machine_lines(runs, sessions) + [measured.header(verdicts.REGIME_RULE), verdicts.INTERVALS]
+    with regime.gating(measured):
+        rows = report.verdicts(paper.claims, runs)
+    report.write(out_dir / "report.md", f"{paper.title}: {scale}-scale replication", header, rows, names, figures, published_only)
     print(f"wrote {len(names)} tables, {len(figures)} figure files and {out_dir / 'report.md'}")
 
 

@@ -15,6 +15,8 @@ import pandas as pd  # noqa: E402
 
 from specbench import ROOT  # noqa: E402
 from specbench.errors import ConfigError  # noqa: E402
+from specbench.replicate import regime  # noqa: E402
+from specbench.replicate import verdicts as rules  # noqa: E402
 
 VERDICTS = {True: "agrees", False: "does not agree", None: "cannot tell"}
 
@@ -28,16 +30,44 @@ class Claim:
 
 
 def verdicts(claims: list[Claim], runs: pd.DataFrame) -> list[dict]:
+    """A row per claim; after a claim whose speed comparisons the regime gate marked not
+    testable, a row of its own judging those cases on tau, worded as such."""
     rows = []
     for claim in claims:
-        try:
-            agrees, evidence = claim.check(runs)
-        except (KeyError, ValueError, IndexError, ZeroDivisionError) as error:  # a run the check needs is missing
-            agrees, evidence = None, f"missing runs ({error.__class__.__name__}: {error})"
-        except ConfigError as error:  # a file the check reads cannot be read here (a dataset's local copy)
-            agrees, evidence = None, f"cannot read what it needs: {error}"
+        with regime.collecting() as gated:
+            agrees, evidence = checked(claim.check, runs)
         rows.append({"source": claim.source, "claim": claim.text, "ours": named(evidence, runs), "verdict": VERDICTS.get(agrees, agrees)})  # or verdicts.NOT_TESTABLE
+        if gated:
+            rows.append(tau_row(claim, gated, runs))
     return rows
+
+
+def tau_row(claim: Claim, gated: list, runs: pd.DataFrame) -> dict:
+    """The row after a speed claim the regime gate set aside: its cases judged on tau where
+    the paper's own tables show the faster side with the higher tau in most cells (its speed
+    then follows tau on a GPU, where verification is about free); else why no tau claim follows."""
+    names = gated[0][3]
+    current = regime.current()
+    lead, cells = regime.published_tau_lead(current.paper, names) if current else (0, 0)
+    claim_text = f"What carries across hardware of the claim above: {names[0]} accepts more tokens per target forward (tau) than {names[1]}"
+    if cells and lead * 2 > cells:
+        agrees, evidence = checked(lambda r: rules.every_higher([(case, a, b) for case, a, b, _ in gated], "tau", names), runs)
+        evidence = f"the paper's tau is higher for {names[0]} in {lead} of {cells} cells; ours: {evidence}"
+    else:
+        published = f"the paper's tau is higher for {names[0]} in only {lead} of {cells} cells" if cells else f"the paper publishes no tau of both {names[0]} and {names[1]}"
+        agrees, evidence = rules.NOT_TESTABLE, (f"{rules.NOT_TESTABLE}: {published}, so its speed claim rests on what drafting and verification cost on its GPU, "
+                                                "which this scale does not reproduce; no tau claim follows from it")
+    return {"source": f"{claim.source} (tau)", "claim": claim_text, "ours": named(evidence, runs), "verdict": VERDICTS.get(agrees, agrees)}
+
+
+def checked(check, runs: pd.DataFrame):
+    """(agrees, evidence) of a claim's check, a missing run or unreadable file as 'cannot tell'."""
+    try:
+        return check(runs)
+    except (KeyError, ValueError, IndexError, ZeroDivisionError) as error:  # a run the check needs is missing
+        return None, f"missing runs ({error.__class__.__name__}: {error})"
+    except ConfigError as error:  # a file the check reads cannot be read here (a dataset's local copy)
+        return None, f"cannot read what it needs: {error}"
 
 
 def named(text: str, runs: pd.DataFrame) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.metrics.intervals import CONFIDENCE, MIN_GROUPS, RESAMPLES, Interval, bootstrap
+from specbench.replicate import regime
 from specbench.replicate.lookup import group_unit, prompt_values, shared_prompts
 
 NOT_TESTABLE = "not testable at this scale"
@@ -126,6 +127,30 @@ def equivalent(interval: Interval, tolerance: float, unit: str = "prompts") -> t
     return None, f"{text}: leans against the claim; about {needed} {unit} would settle it"
 
 
+# The regime gate: a wall-clock comparison of two methods carries across hardware only when
+# their verified trees are of like size and verifying them costs here about what it costs on
+# the paper's GPUs.
+REGIME_SIZE_FACTOR = 3.0  # mean verified nodes per step of the two sides more than this far apart
+REGIME_COST_FACTOR = 2.0  # f(N)/f(1) here more than this times the paper's bound, N the larger tree
+REGIME_RULE = (f"Regime rule (verdicts.out_of_regime): a speed comparison is not testable at this scale when the two sides verify trees more than "
+               f"{REGIME_SIZE_FACTOR:g}x apart in mean nodes per step, or when verifying the larger tree costs here more than {REGIME_COST_FACTOR:g}x "
+               "the paper's bound; its tau (accepted tokens per target forward) and each side's speedup over AR are still given.")
+SPEED_METRICS = ("speedup", "speedup_mean_per_sample", "tok_per_s")
+
+
+def out_of_regime(nodes: tuple[float, float], cost_here: float | None, paper_bound: float) -> str:
+    """Why a wall-clock comparison of trees of `nodes` mean verified nodes cannot carry from
+    the paper's GPUs to this machine ("" when it can): `cost_here` is f(N)/f(1) here at the
+    larger tree (None: unknown), `paper_bound` the paper's f(N)/f(1) bound."""
+    small, large = sorted(nodes)
+    reasons = []
+    if large > REGIME_SIZE_FACTOR * small:
+        reasons.append(f"trees of {small:.1f} and {large:.1f} mean verified nodes, more than {REGIME_SIZE_FACTOR:g}x apart")
+    if cost_here is not None and cost_here > REGIME_COST_FACTOR * paper_bound:
+        reasons.append(f"verifying {large:.0f} nodes costs {cost_here:.1f} one-token forwards here against at most {paper_bound:.2f} on the paper's GPUs")
+    return "; ".join(reasons)
+
+
 def all_hold(verdicts: list) -> bool | str | None:
     """A claim made for every case: False when one case's does not hold; else not testable
     when one case's cannot be tested at this scale; True when every case's holds; cannot
@@ -233,6 +258,15 @@ def compared(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric
         interval, differences = paired_interval(a, b, metric)
         same = f"{names[0]} and {names[1]} give the same {metric} on each of the {interval.n} {unit}" if not any(differences) else ""
         verdict, text = judge(interval, unit, flat_reason=same)
+        gate = regime.current()
+        if metric in SPEED_METRICS and gate is not None:
+            speeds = [float(np.mean(list(prompt_values(run, "speedup").values()))) for run in (a, b)]
+            nodes = (regime.verified_nodes(a), regime.verified_nodes(b))
+            text += f" ({names[0]} {speeds[0]:.2f}x, {names[1]} {speeds[1]:.2f}x over AR; {nodes[0]:.1f} and {nodes[1]:.1f} nodes per verification)"
+            reason = out_of_regime(nodes, gate.here_at(max(nodes)), gate.paper_bound)
+            if reason:
+                verdict, text = NOT_TESTABLE, f"{NOT_TESTABLE} ({reason}): measured {text}"
+                regime.note_gated(case, a, b, names)
         verdicts.append(verdict)
         parts.append(f"{case} {text}")
     return verdicts, parts

@@ -1,0 +1,178 @@
+"""Which wall-clock comparisons carry from the papers' GPUs to the machine the runs ran on.
+
+On the papers' GPUs a verification of tens of tokens costs about one token's forward
+(memory-bound): a wide tree is almost free to verify, and speed follows τ. On a CPU the
+forward is compute-bound past a few tokens: a 60-node tree costs several one-token forwards,
+so a comparison of trees of different sizes, or of any wide trees, measures the CPU. The
+regime of each side comes from numbers, not from a label:
+
+- this machine: f(n)/f(1) from the committed cost profile of the runs' model, dtype, forward
+  and machine (results/bench/profile-*.json; the smallest ratio over its contexts);
+- the paper: f(N)/f(1) <= τ/speedup for each of its published cells (speedup = τ·f(1) /
+  (f(N) + drafting) can exceed τ·f(1)/f(N) in no cell), the median over its cells with both
+  numbers; a paper that publishes no τ (CAST) takes the other three papers' cells.
+
+`out_of_regime` (verdicts.py) applies the rule; `Regime` carries both figures for a report
+and is what verdicts.compared consults for every speed comparison (`gating`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import csv
+import json
+import statistics
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from specbench import ROOT
+from specbench.costs.fingerprint import fingerprint_id
+from specbench.replicate import results
+
+PAPERS = ("mars", "cast", "entmtp", "talon")
+SIZES = (8, 32, 60)  # the tree sizes the papers' claims compare (chains and small trees, EAGLE-3's 32-60, TALON's 60)
+PROFILES = ROOT / "results" / "bench"
+
+
+@dataclass(frozen=True)
+class Regime:
+    """f(n)/f(1) on the runs' machine (None: no committed profile) and the paper's bound."""
+
+    paper: str
+    here: dict[int, float] | None  # n -> f(n)/f(1)
+    profile: str | None  # the committed profile it comes from
+    paper_bound: float  # median over the cells of tau / speedup: f(N)/f(1) is at most this
+    paper_cells: int
+    paper_range: tuple[float, float]
+    paper_source: str  # whose cells
+    left_out: int  # cells whose speedup exceeds their tau (paper_cells)
+
+    def here_at(self, n: float) -> float | None:
+        """f(n)/f(1) here, linear between the profiled n (1..64), None without a profile."""
+        if self.here is None:
+            return None
+        points = sorted(self.here)
+        n = min(max(n, points[0]), points[-1])
+        above = next(p for p in points if p >= n)
+        below = max((p for p in points if p <= n), default=above)
+        if above == below:
+            return self.here[above]
+        return self.here[below] + (self.here[above] - self.here[below]) * (n - below) / (above - below)
+
+    def header(self, rule: str) -> str:
+        """The report's line on the regime it measured in and the paper's."""
+        if self.here is None:
+            here = "no committed cost profile of the runs' machine (results/bench), so only tree sizes gate a comparison"
+        else:
+            here = ", ".join(f"f({n})/f(1) = {self.here_at(n):.2f}" for n in SIZES) + f" ({self.profile}, the smallest over its contexts)"
+        low, high = self.paper_range
+        dropped = f"; {self.left_out} cells whose speedup exceeds their tau left out: no ratio of tok/s over AR can" if self.left_out else ""
+        return (f"Regime: on the runs' machine a target forward over n new tokens costs {here}. On the paper's GPUs it costs at most "
+                f"tau/speedup one-token forwards (speedup = tau f(1) / (f(N) + drafting)): median {self.paper_bound:.2f} (range {low:.2f}-{high:.2f}) "
+                f"over {self.paper_cells} published cells with both numbers ({self.paper_source}{dropped}). {rule}")
+
+
+def published(paper: str) -> dict[tuple, dict[str, float]]:
+    """The paper's published tau and speedup by (table, model, method, dataset, temperature, setting)."""
+    with open(ROOT / "results" / "reference" / f"{paper}.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    cells: dict[tuple, dict[str, float]] = {}
+    for row in rows:
+        if row["metric"] in ("tau", "speedup") and row["value"]:
+            cells.setdefault((row["table"], row["model"], row["method"], row["dataset"], row["temperature"], row["setting"]), {})[row["metric"]] = float(row["value"])
+    return cells
+
+
+def paper_cells(paper: str) -> tuple[list[float], int]:
+    """(tau / speedup of every published cell of `paper` that gives both, AR's excluded; how
+    many cells were left out for a speedup above tau: no wall-clock ratio over AR can
+    exceed the tokens per target forward, so those cells measure something else)."""
+    ratios = [c["tau"] / c["speedup"] for key, c in published(paper).items() if key[2] != "ar" and "tau" in c and c.get("speedup")]
+    return [r for r in ratios if r >= 1], sum(r < 1 for r in ratios)
+
+
+def published_tau_lead(paper: str, names: tuple[str, str]) -> tuple[int, int]:
+    """In how many of the paper's cells that give both methods' tau (same table, model,
+    dataset, temperature) the first has the higher tau: (that many, of how many)."""
+    by_cell: dict[tuple, dict[str, float]] = {}
+    for (table, model, method, dataset, temperature, _), values in published(paper).items():
+        if method in names and "tau" in values:
+            by_cell.setdefault((table, model, dataset, temperature), {})[method] = values["tau"]
+    pairs = [(c[names[0]], c[names[1]]) for c in by_cell.values() if names[0] in c and names[1] in c]
+    return sum(a > b for a, b in pairs), len(pairs)
+
+
+def machine_profile(runs: pd.DataFrame) -> tuple[dict[int, float] | None, str | None]:
+    """f(n)/f(1) for n = 1..64 from the committed profile of the runs' (model, dtype, forward,
+    machine), the smallest over its contexts; (None, None) when none is committed."""
+    if runs.empty or "environment.forward" not in runs:
+        return None, None
+    first = runs.iloc[0]
+    environment = json.loads((Path(first["run_dir"]) / results.SUMMARY).read_text())["environment"]
+    name = f"profile-{first['config.model.name']}-{environment['dtype']}-{environment['forward']}-{fingerprint_id(environment['fingerprint'])}.json"
+    path = PROFILES / name
+    if not path.is_file():
+        return None, None
+    target = json.loads(path.read_text())["target"]
+    rows = target["ms"]
+    ratios = {n: min(row[n - 1] / row[0] for row in rows) for n in range(1, target["max_n"] + 1)}
+    return ratios, f"results/bench/{name}"
+
+
+def regime(paper: str, runs: pd.DataFrame) -> Regime:
+    own, left_out = paper_cells(paper)
+    source = f"{paper}'s tables"
+    if not own and not left_out:
+        others = [paper_cells(other) for other in PAPERS if other != paper]
+        own, left_out = [r for cells, _ in others for r in cells], sum(n for _, n in others)
+        source = f"{paper} publishes no tau: the cells of {', '.join(p for p in PAPERS if p != paper)}, on the same class of GPU"
+    here, profile = machine_profile(runs)
+    return Regime(paper, here, profile, round(statistics.median(own), 4), len(own), (min(own), max(own)), source, left_out)
+
+
+def verified_nodes(run: pd.Series) -> float:
+    """Mean nodes per verification of a run (the root and every drafted node), over every
+    step of every prompt: 1 for AR."""
+    steps = [1 + sum(widths) for record in results.samples(run) for widths in record["method"].get("tree_widths") or []]
+    return sum(steps) / len(steps) if steps else 1.0
+
+
+_current: contextvars.ContextVar[Regime | None] = contextvars.ContextVar("regime", default=None)
+
+
+@contextmanager
+def gating(current: Regime):
+    """Within the block, verdicts.compared gates its speed comparisons by `current`."""
+    token = _current.set(current)
+    try:
+        yield current
+    finally:
+        _current.reset(token)
+
+
+def current() -> Regime | None:
+    return _current.get()
+
+
+_gated: contextvars.ContextVar[list | None] = contextvars.ContextVar("gated", default=None)
+
+
+@contextmanager
+def collecting():
+    """Within the block, every speed comparison the gate marks not testable is listed as
+    (case, a's run, b's run, names): a report judges them again on tau, in a row of its own."""
+    found: list = []
+    token = _gated.set(found)
+    try:
+        yield found
+    finally:
+        _gated.reset(token)
+
+
+def note_gated(case: str, a: pd.Series, b: pd.Series, names: tuple[str, str]) -> None:
+    found = _gated.get()
+    if found is not None:
+        found.append((case, a, b, names))
