@@ -57,7 +57,7 @@ from scipy.stats import pearsonr
 from specbench import ROOT
 from specbench.replicate import OUR_MODEL, Paper, main, results, tables
 from specbench.replicate.lookup import base_filters, not_run, one, parse_setting
-from specbench.replicate.report import Claim, save
+from specbench.replicate.report import FURTHER, Claim, save
 from specbench.replicate.scales import by_source
 from specbench.replicate.sweep import Sweep
 from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, equivalent, every_higher, positive, statistic_interval
@@ -433,21 +433,27 @@ def drafted_alike(a: pd.Series, b: pd.Series) -> bool:
 BIAS_TOLERANCE = 5.0  # percent: the paper's 3.3% with room for a 135M model's noisier heads
 
 
-def bias_pct(groups: list[tuple]) -> float | None:
+def bias_pct(groups: list[tuple], generated: bool = True) -> float | None:
     """(biased - self-rollout) / self-rollout mean accept length in %, over per-prompt sums
-    (biased accepted, biased steps, self accepted, self steps); None when undefined."""
+    (biased accepted, biased steps, self accepted, self steps); None when undefined. With
+    `generated`, the paper's tau (§5.1: tokens generated per draft-verify cycle, AR = 1): the
+    accepted draft tokens per step + 1; else the accepted draft tokens alone."""
     ba, bs, ua, us = (sum(column) for column in zip(*groups))
-    return 100 * (ba / bs - ua / us) / (ua / us) if bs and us and ua else None
+    if not (bs and us and ua):
+        return None
+    extra = 1.0 if generated else 0.0
+    return 100 * ((ba / bs + extra) - (ua / us + extra)) / (ua / us + extra)
 
 
 def tree_groups(entry: dict) -> list[tuple]:
     return list(zip(entry["biased_accepted"], entry["biased_steps"], entry["unbiased_accepted"], entry["unbiased_steps"]))
 
 
-def _bias(runs):
+def _bias(runs, generated: bool = True):
     """Every frontier tree's bias inside ±BIAS_TOLERANCE: per tree, its whole 95% interval
     over the search's prompts (resampled in pairs: each prompt's one-step and self-rollout
-    sums together) must be inside; one interval wholly outside disagrees."""
+    sums together) must be inside; one interval wholly outside disagrees. `generated`: the
+    paper's tau (tokens per cycle), else accepted draft tokens per step (bias_pct)."""
     found = run_searches(runs)
     if not found:
         raise KeyError("the offline search's bank")
@@ -461,14 +467,15 @@ def _bias(runs):
             verdicts.append(None)
             notes.append(f"{task} {nodes(entry)} nodes: no draft token accepted by self-rollout")
             continue
-        verdict, text = equivalent(statistic_interval(groups, bias_pct), BIAS_TOLERANCE)
+        verdict, text = equivalent(statistic_interval(groups, lambda picked: bias_pct(picked, generated)), BIAS_TOLERANCE)
         verdicts.append(verdict)
         if verdict is not True:
             notes.append(f"{task} {nodes(entry)} nodes {text} ({'outside' if verdict is False else 'cannot tell'})")
     inside = sum(v is True for v in verdicts)
     missing = [t for t in DATASETS if t not in {task for task, _ in trees}]
     prompts = sorted({len(e["biased_steps"]) for _, e in trees})
-    text = (f"bias % per frontier tree, 95% CI over the search prompts (n={'/'.join(map(str, prompts))} per task): "
+    convention = "tokens generated per cycle (accepted + 1, the paper's tau)" if generated else "accepted draft tokens per step"
+    text = (f"bias % of {convention} per frontier tree, 95% CI over the search prompts (n={'/'.join(map(str, prompts))} per task): "
             f"{inside} of {len(trees)} trees on {len(found)} tasks inside ±{BIAS_TOLERANCE:g}%" + ("; " + "; ".join(notes) if notes else ""))
     return missing_cases(all_hold(verdicts), text, missing)
 
@@ -519,7 +526,10 @@ CLAIMS = [
           _faster(POLICY_FILTERS["tau"], POLICY_FILTERS["static"], ("entmtp_tau", "entmtp"))),
     Claim("Table 1", "Hydra heads are faster than Medusa heads with their default trees on every task",
           _faster(partial(default_tree, "hydra"), partial(default_tree, "medusa"), ("hydra", "medusa"))),
-    Claim("Table 2", f"The one-step (batched) accept-length estimate is biased by a few percent at most (paper: within ±3.3%; here: every tree's 95% interval inside ±{BIAS_TOLERANCE:g}%)", _bias),
+    Claim("Table 2", "The one-step (batched) accept-length estimate is biased by a few percent at most (paper: \"across all 124 evaluated frontier trees the bias "
+          f"stays within ±3.3%\"; here widened to ±{BIAS_TOLERANCE:g}% for a 135M model's noisier heads: every tree's 95% interval inside)", _bias),
+    Claim(f"{FURTHER} (Table 2)", f"The same bias on accepted draft tokens per step (without the +1 of the paper's tau), inside ±{BIAS_TOLERANCE:g}%",
+          lambda r: _bias(r, generated=False)),
     Claim("Figures 1-2", "The default tree is dominated: a searched frontier tree has a higher predicted throughput on every task", _default_dominated),
 ]
 

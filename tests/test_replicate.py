@@ -85,7 +85,7 @@ def test_tables_are_written_in_three_formats(tmp_path):
     compared = tables.compare(ref, pd.DataFrame(columns=["run_dir", "results.samples"]), mars.locate("cpu"), "smollm2-135m")
     written = tables.write(compared, tmp_path, "caption")
     assert sorted(p.name for p in written) == ["table6.csv", "table6.md", "table6.tex"]
-    assert "0.900 / n/a" in (tmp_path / "table6.md").read_text() and "\\begin{table}" in (tmp_path / "table6.tex").read_text()
+    assert "0.90 / n/a" in (tmp_path / "table6.md").read_text() and "\\begin{table}" in (tmp_path / "table6.tex").read_text()
 
 
 def test_every_published_row_of_every_paper_maps_to_a_run_or_a_reason():

@@ -163,7 +163,8 @@ def write_results(paper: Paper, scale: str, runs, out_dir: Path, sessions: list[
     figures = paper.figures(runs, out_dir / "figures") if len(runs) else []  # every figure draws runs
     names = sorted({p.stem for p in written})
     measured = regime.regime(paper.name, runs)
-    header = [paper.setup[scale] + " " + runs_line(runs)] + machine_lines(runs, sessions) + [measured.header(verdicts.REGIME_RULE), verdicts.INTERVALS]
+    header = ([paper.setup[scale] + " " + runs_line(runs)] + machine_lines(runs, sessions) + identity_lines(runs)
+              + [measured.header(verdicts.REGIME_RULE), verdicts.INTERVALS])
     with regime.gating(measured):
         rows = report.verdicts(paper.claims, runs)
     report.write(out_dir / "report.md", f"{paper.title}: {scale}-scale replication", header, rows, names, figures, published_only)
@@ -179,6 +180,22 @@ def runs_line(runs) -> str:
         precision = runs.get("environment.precision", runs["environment.dtype"]).fillna(runs["environment.dtype"])
         line += f"; ran in {', '.join(sorted(set(precision.dropna())))}"
     return line + "."
+
+
+def identity_lines(runs) -> list[str]:
+    """How many of the T=0 runs gave AR's tokens exactly (every prompt, every token), and
+    which did not: the losslessness a greedy speed comparison rests on."""
+    column = "agreement_with_baseline.exact_match_rate"
+    if runs.empty or column not in runs:
+        return []
+    greedy = runs[(runs["temperature"] == 0) & runs[column].notna() & (runs["method"] != "ar")]
+    if greedy.empty:
+        return []
+    differing = greedy[greedy[column] < 1]
+    line = f"Losslessness: {len(greedy) - len(differing)} of {len(greedy)} T=0 runs gave AR's tokens exactly on every prompt"
+    if not differing.empty:
+        line += "; not: " + ", ".join(f"{r['run']} ({r[column]:.0%} of prompts)" for _, r in differing.iterrows())
+    return [line + "."]
 
 
 def machine_lines(runs, sessions: list[dict]) -> list[str]:

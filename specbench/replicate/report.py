@@ -19,6 +19,7 @@ from specbench.replicate import regime  # noqa: E402
 from specbench.replicate import verdicts as rules  # noqa: E402
 
 VERDICTS = {True: "agrees", False: "does not agree", None: "cannot tell"}
+FURTHER = "further check"  # a claim's source starting so: the project's own hypothesis, not the paper's claim (reported apart, not counted)
 
 
 @dataclass
@@ -84,13 +85,20 @@ def write(path: Path, title: str, header: list[str], rows: list[dict], tables: l
           published_only: dict[str, str] | None = None) -> None:
     """The report: header lines (setup, machine, time, interval method), the claims, and links
     to the tables (those holding published numbers only, with why) and figures."""
-    agreeing = sum(r["verdict"] == "agrees" for r in rows)
+    papers = [r for r in rows if not r["source"].startswith(FURTHER)]
+    further = [r for r in rows if r["source"].startswith(FURTHER)]
+    agreeing = sum(r["verdict"] == "agrees" for r in papers)
+    untestable = sum(str(r["verdict"]).startswith("not testable") for r in papers)
     lines = [f"# {title}", ""]
     for line in header:
         lines += [line, ""]
-    lines += [f"{agreeing} of {len(rows)} claims agree in direction.", ""]
+    lines += [f"{agreeing} of {len(papers)} claims agree in direction; {untestable} are not testable at this scale.", ""]
     lines += ["| source | the paper's claim | our run | direction |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in rows]
+    lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in papers]
+    if further:
+        lines += ["", "Further checks (the project's own hypotheses, not the paper's claims; not counted above):", "",
+                  "| source | hypothesis | our run | direction |", "| --- | --- | --- | --- |"]
+        lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in further]
     only = published_only or {}
     compared = [t for t in tables if t not in only]
     lines += ["", "Tables (published / ours / delta): " + ", ".join(f"[{t}](tables/{t}.md)" for t in compared)]

@@ -151,6 +151,16 @@ def out_of_regime(nodes: tuple[float, float], cost_here: float | None, paper_bou
     return "; ".join(reasons)
 
 
+def speed_sides(a: pd.Series, b: pd.Series, names: tuple[str, str]) -> tuple[str, str]:
+    """(each side's mean speedup over AR and tree size, in words; why the report's regime
+    gate sets the comparison aside, "" when it does not or no report gates)."""
+    speeds = [float(np.mean(list(prompt_values(run, "speedup").values()))) for run in (a, b)]
+    nodes = (regime.verified_nodes(a), regime.verified_nodes(b))
+    sides = f"{names[0]} {speeds[0]:.2f}x, {names[1]} {speeds[1]:.2f}x over AR; {nodes[0]:.1f} and {nodes[1]:.1f} nodes per verification"
+    gate = regime.current()
+    return sides, out_of_regime(nodes, gate.here_at(max(nodes)), gate.paper_bound) if gate is not None else ""
+
+
 def all_hold(verdicts: list) -> bool | str | None:
     """A claim made for every case: False when one case's does not hold; else not testable
     when one case's cannot be tested at this scale; True when every case's holds; cannot
@@ -258,12 +268,9 @@ def compared(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric
         interval, differences = paired_interval(a, b, metric)
         same = f"{names[0]} and {names[1]} give the same {metric} on each of the {interval.n} {unit}" if not any(differences) else ""
         verdict, text = judge(interval, unit, flat_reason=same)
-        gate = regime.current()
-        if metric in SPEED_METRICS and gate is not None:
-            speeds = [float(np.mean(list(prompt_values(run, "speedup").values()))) for run in (a, b)]
-            nodes = (regime.verified_nodes(a), regime.verified_nodes(b))
-            text += f" ({names[0]} {speeds[0]:.2f}x, {names[1]} {speeds[1]:.2f}x over AR; {nodes[0]:.1f} and {nodes[1]:.1f} nodes per verification)"
-            reason = out_of_regime(nodes, gate.here_at(max(nodes)), gate.paper_bound)
+        if metric in SPEED_METRICS and regime.current() is not None:
+            sides, reason = speed_sides(a, b, names)
+            text += f" ({sides})"
             if reason:
                 verdict, text = NOT_TESTABLE, f"{NOT_TESTABLE} ({reason}): measured {text}"
                 regime.note_gated(case, a, b, names)
