@@ -92,7 +92,7 @@ def write(path: Path, title: str, header: list[str], rows: list[dict], tables: l
     lines = [f"# {title}", ""]
     for line in header:
         lines += [line, ""]
-    lines += [f"{agreeing} of {len(papers)} claims agree in direction; {untestable} are not testable at this scale.", ""]
+    lines += [f"{agreeing} of {len(papers)} claims agree in direction; not testable at this scale: {untestable}.", ""]
     lines += ["| source | the paper's claim | our run | direction |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in papers]
     if further:
