@@ -753,3 +753,13 @@ def test_cast_figure3_plots_accepted_tokens_against_tree_confidence(tmp_path):
     assert cast.confidence_steps(runs, "eagle3")["accepted"].tolist() == [1, 1]
     written = cast.confidence_figure(runs, tmp_path / "figures")
     assert {p.name for p in written} >= {"figure3.png"}
+
+
+def test_the_summary_names_the_number_that_decides_each_claim():
+    two = "a +0.1 [95% BCa CI +0.05, +0.2], n=10 prompts; b +0.3 [95% BCa CI +0.01, +0.5], n=10 prompts"
+    assert report.deciding({"ours": two, "verdict": "agrees"}) == "b +0.3 [95% BCa CI +0.01, +0.5]"  # the weakest support decides "every"
+    against = "a +0.1 [95% BCa CI -0.05, +0.2], n=10 prompts; b -0.3 [95% BCa CI -0.5, -0.1], n=10 prompts"
+    assert report.deciding({"ours": against, "verdict": "does not agree"}) == "b -0.3 [95% BCa CI -0.5, -0.1]"
+    assert report.deciding({"ours": against, "verdict": "cannot tell"}) == "a +0.1 [95% BCa CI -0.05, +0.2]"
+    gated = "x - y speedup: gsm8k not testable at this scale (trees of 2.0 and 60.0 mean verified nodes, more than 3x apart): measured +0.1"
+    assert report.deciding({"ours": gated, "verdict": "not testable at this scale"}) == "trees of 2.0 and 60.0 mean verified nodes, more than 3x apart"

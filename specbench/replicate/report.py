@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -56,8 +57,8 @@ def tau_row(claim: Claim, gated: list, runs: pd.DataFrame) -> dict:
         evidence = f"the paper's tau is higher for {names[0]} in {lead} of {cells} cells; ours: {evidence}"
     else:
         published = f"the paper's tau is higher for {names[0]} in only {lead} of {cells} cells" if cells else f"the paper publishes no tau of both {names[0]} and {names[1]}"
-        agrees, evidence = rules.NOT_TESTABLE, (f"{rules.NOT_TESTABLE}: {published}, so its speed claim rests on what drafting and verification cost on its GPU, "
-                                                "which this scale does not reproduce; no tau claim follows from it")
+        agrees, evidence = rules.NOT_TESTABLE, (f"{rules.NOT_TESTABLE}: {published}, so no tau claim follows from its speed claim; that rests on what "
+                                                "drafting and verification cost on its GPU, which this scale does not reproduce")
     return {"source": f"{claim.source} (tau)", "claim": claim_text, "ours": named(evidence, runs), "verdict": VERDICTS.get(agrees, agrees)}
 
 
@@ -93,6 +94,11 @@ def write(path: Path, title: str, header: list[str], rows: list[dict], tables: l
     for line in header:
         lines += [line, ""]
     lines += [f"{agreeing} of {len(papers)} claims agree in direction; not testable at this scale: {untestable}.", ""]
+    lines += ["## Summary", "", "One line per claim: our verdict and the number that decides it (the case that decides a claim made for every case), "
+              "or why it cannot be tested here. The evidence per case follows under Claims.", "",
+              "| source | the paper's claim | verdict | deciding number, or why not testable |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['source']} | {r['claim']} | {r['verdict']} | {deciding(r)} |" for r in papers]
+    lines += ["", "## Claims", ""]
     lines += ["| source | the paper's claim | our run | direction |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in papers]
     if further:
@@ -107,6 +113,38 @@ def write(path: Path, title: str, header: list[str], rows: list[dict], tables: l
     drawn = [f"[{f.stem}](figures/{f.name})" for f in figures if f.suffix == ".png"]
     lines += ["", "Figures: " + (", ".join(drawn) if drawn else "none (no run to draw)"), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+INTERVAL = re.compile(r"(?:(?P<case>[^;:()]*?):? )?(?P<estimate>[+-][0-9.e+-]+) \[95% \w+ CI (?P<low>[+-][0-9.e+-]+), (?P<high>[+-][0-9.e+-]+)\]")
+UNTESTABLE = re.compile(r"not testable at this scale(?: \((?P<paren>[^)]*)\)|: (?P<colon>[^;]*))")
+
+
+def deciding(row: dict) -> str:
+    """The number behind a claim's verdict, from its evidence: an untestable claim's first
+    reason; else, of the intervals its cases give, the one that decides (agrees: the weakest
+    support, the lowest low end; does not agree: the case lying wholly against it; cannot
+    tell: the first case whose interval holds 0)."""
+    text, verdict = row["ours"], row["verdict"]
+    if str(verdict).startswith("not run"):  # its reason: the last parenthesis of the evidence
+        return text[text.rindex("(") + 1 : text.rindex(")")] if "(" in text else text
+    if str(verdict).startswith("not testable"):
+        found = UNTESTABLE.search(text)
+        reason = (found.group("paren") or found.group("colon")) if found else text.split(": ", 1)[-1]
+        return reason.strip()
+    cases = [cases_of(m) for m in INTERVAL.finditer(text)]
+    if not cases:
+        return text.split(";")[0]
+    if verdict == "agrees":
+        chosen = min(cases, key=lambda c: c[2])
+    elif verdict == "does not agree":
+        chosen = min(cases, key=lambda c: c[3])
+    else:
+        chosen = next((c for c in cases if c[2] <= 0 <= c[3]), cases[0])
+    return chosen[4].strip()
+
+
+def cases_of(match: re.Match) -> tuple:
+    return (match.group("case") or "").strip(), float(match.group("estimate")), float(match.group("low")), float(match.group("high")), match.group(0)
 
 
 # no timestamp or library version in the files: the same figure gives the same bytes
