@@ -527,11 +527,10 @@ def _expansion(runs):
     return all_hold(verdicts), "timed on the runs' CPU (the paper: on its GPU); EAGLE's expansion seconds minus TALON's (EAGLE / TALON mean): " + "; ".join(parts)
 
 
-def _funnel(runs):
-    """Per depth, the share of per-node acceptance held by ranks 1-2 (top-1 and top-2 of their
-    parent); the mean over the depths past the first minus the first's, resampled over prompts
-    (depths with an acceptance in the whole run). A tree that accepts every node of a depth
-    alike gives 0."""
+def funnel_shares(runs):
+    """The static-tree run's per-prompt acceptances, the depths with an acceptance, a
+    function of resampled prompts giving each depth's share of per-node acceptance at ranks
+    1-2 (top-1 and top-2 of their parent; flat: 0.20), and those shares in words."""
     found = static_tree_runs(runs)
     run = found.get("qwen3-8b", found.get(OUR_MODEL))
     if run is None:
@@ -541,19 +540,47 @@ def _funnel(runs):
     depths = [d for d in range(LEVELS) if counts[d].sum() > 0]
     shares = top_share(acceptance_per_node(counts, nodes))
     evidence = "share of per-node acceptance at ranks 1-2 by depth (flat: 0.20): " + ", ".join(f"{d + 1}: {shares[d]:.2f} of {counts[d].sum():.0f}" for d in depths)
+
+    def picked_shares(picked):
+        total_counts = sum(per_prompt_found[i][0] for i in picked)
+        total_nodes = sum(per_prompt_found[i][1] for i in picked)
+        return top_share(acceptance_per_node(total_counts, total_nodes))[depths]
+
+    return list(range(len(per_prompt_found))), depths, picked_shares, evidence
+
+
+def _funnel(runs):
+    """The mean share at ranks 1-2 over the depths past the first minus the first's,
+    resampled over prompts. A tree that accepts every node of a depth alike gives 0."""
+    prompts, depths, picked_shares, evidence = funnel_shares(runs)
     if len(depths) < 2:
         return None, evidence
 
     def concentration(picked):
-        total_counts = sum(per_prompt_found[i][0] for i in picked)
-        total_nodes = sum(per_prompt_found[i][1] for i in picked)
-        picked_shares = top_share(acceptance_per_node(total_counts, total_nodes))[depths]
-        if np.isnan(picked_shares[0]) or np.isnan(picked_shares[1:]).all():
+        shares = picked_shares(picked)
+        if np.isnan(shares[0]) or np.isnan(shares[1:]).all():
             return None
-        return float(np.nanmean(picked_shares[1:]) - picked_shares[0])
+        return float(np.nanmean(shares[1:]) - shares[0])
 
-    verdict, text = positive(list(range(len(per_prompt_found))), concentration)
+    verdict, text = positive(prompts, concentration)
     return verdict, f"{evidence}; deeper minus first: {text}"
+
+
+UNIFORM_AT_MOST = 0.6  # "relatively uniform": ranks 1-2 hold at most half-way from flat (0.20) to all of it (1.0)
+
+
+def _uniform_first_layer(runs):
+    """The first layer's share at ranks 1-2 below UNIFORM_AT_MOST, resampled over prompts."""
+    prompts, depths, picked_shares, evidence = funnel_shares(runs)
+    if not depths or depths[0] != 0:
+        raise KeyError("first-layer acceptances of the static-tree run")
+
+    def below(picked):
+        share = picked_shares(picked)[0]
+        return None if np.isnan(share) else UNIFORM_AT_MOST - float(share)
+
+    verdict, text = positive(prompts, below)
+    return verdict, f"{evidence}; {UNIFORM_AT_MOST:g} (half-way from flat to fully concentrated) minus the first layer's share: {text}"
 
 
 CLAIMS = [
@@ -572,6 +599,8 @@ CLAIMS = [
     Claim("Figure 12", "TALON's advantage is largest at the smallest budget", _budget_gap),
     Claim("Figure 13", "With a weakly aligned drafter (low MAT) a low mu (<= 0.02) is best", _mu),
     Claim("Figure 3", "Beyond the first layer acceptances concentrate on the top-ranked nodes (the funnel)", _funnel),
+    Claim("Figure 3", f"The first layer's acceptance is relatively uniform across its top-K candidates (here: ranks 1-2 hold under {UNIFORM_AT_MOST:g} of it)",
+          _uniform_first_layer),
     Claim("Figure 15", "TALON's tree expansion step is faster than EAGLE's dual top-K at every vocabulary size and entropy (1.18-1.44x)", _expansion),
 ]
 
