@@ -35,7 +35,7 @@ from specbench.replicate.lookup import base_filters, matching, not_run, one, per
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
 from specbench.replicate.scales import UNPRICED, by_source, sweep_size
 from specbench.replicate.sweep import Sweep
-from specbench.replicate.verdicts import all_hold, every_higher, mostly_higher, picked_mean, positive, slope, unpaired_difference
+from specbench.replicate.verdicts import all_hold, every_higher, gated, mostly_higher, picked_mean, positive, slope, unpaired_difference
 
 NAME = "talon"
 TITLE = "TALON: budget-driven adaptive draft trees"
@@ -458,7 +458,8 @@ def _budget(runs):
 def _budget_gap(runs):
     """TALON's advantage (per-prompt speedup minus EAGLE-3's at the same N) at the smallest
     budget against each larger one, on the prompts every run of the sweep decoded."""
-    values = {n: (prompt_values(talon, "speedup"), prompt_values(eagle, "speedup")) for n, talon, eagle in budget_pairs(runs)}
+    pairs = budget_pairs(runs)
+    values = {n: (prompt_values(talon, "speedup"), prompt_values(eagle, "speedup")) for n, talon, eagle in pairs}
     if len(values) < 2:
         raise KeyError("budget sweep")
     prompts = shared_prompts([v for pair in values.values() for v in pair], "every budget's runs decoded")
@@ -474,13 +475,14 @@ def _budget_gap(runs):
         verdicts.append(verdict)
         parts.append(f"N={smallest} minus N={n} {text}")
     advantages = ", ".join(f"{advantage(n, prompts):+.2f} at N={n}" for n in sorted(values))
-    return all_hold(verdicts), f"TALON - EAGLE-3 speedup per prompt: {advantages}; " + "; ".join(parts)
+    return gated(all_hold(verdicts), f"TALON - EAGLE-3 speedup per prompt: {advantages}; " + "; ".join(parts), [run for _, *both in pairs for run in both])
 
 
 def _mu(runs):
     """The fastest mu <= 0.02 against the fastest above it, by per-prompt speedups (each over
     its own AR), with the interval over the prompts every mu run decoded."""
-    speedups = {mu: prompt_values(run, "speedup") for mu, run in ablation_runs(runs, "mu")["talon"].items()}
+    sweep = ablation_runs(runs, "mu")["talon"]
+    speedups = {mu: prompt_values(run, "speedup") for mu, run in sweep.items()}
     low, high = [m for m in speedups if m <= 0.02], [m for m in speedups if m > 0.02]
     if not low or not high:
         raise KeyError("mu sweep on both sides of 0.02")
@@ -489,7 +491,8 @@ def _mu(runs):
     verdict, text = positive(prompts, lambda picked: max(picked_mean(speedups[m], picked) for m in low) - max(picked_mean(speedups[m], picked) for m in high))
     tau = one(runs, method="talon", dataset="mt_bench", temperature=0.0, **DEFAULTS["talon"])["results.tau"]
     points = ", ".join(f"{m:g}: {picked_mean(speedups[m], prompts):.2f}x" for m in sorted(speedups))
-    return verdict, f"best speedup at mu <= 0.02 minus best above, per-prompt means: {text} (tau at mu 0.03: {tau:.2f}, low alignment); {points}"
+    return gated(verdict, f"best speedup at mu <= 0.02 minus best above, per-prompt means: {text} (tau at mu 0.03: {tau:.2f}, low alignment); {points}",
+                 list(sweep.values()))
 
 
 def _robust_init(runs):

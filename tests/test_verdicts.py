@@ -279,3 +279,15 @@ def test_the_papers_regime_comes_from_their_own_tau_and_speedup():
     assert regime.published_tau_lead("talon", ("talon", "medusa")) == (12, 12)  # the paper's MAT: TALON above Medusa everywhere
     lead, cells = regime.published_tau_lead("talon", ("talon", "eagle3"))
     assert cells == 60 and lead * 2 < cells  # below EAGLE-3's in most cells: no tau claim follows from its speed claim
+
+
+def test_a_speed_trend_out_of_regime_is_not_testable(tmp_path):
+    from specbench.replicate import regime
+
+    points = [(x, gated_run(tmp_path, f"t{x}", [0.5 - 0.02 * x + 0.001 * i for i in range(12)], 50)) for x in range(4)]
+    cpu = regime.Regime("mars", {1: 1.0, 50: 6.4, 64: 7.0}, "profile", 1.55, 10, (1.0, 2.1), "test", 0)
+    assert v.every_slope([("gsm8k", points)], "speedup", rising=False, axis="theta")[0] is True  # no gate outside a report
+    with regime.gating(cpu):
+        verdict, text = v.every_slope([("gsm8k", points)], "speedup", rising=False, axis="theta")
+        assert verdict == v.NOT_TESTABLE and "verifying 50 nodes costs 6.4" in text
+        assert "one-token forwards" not in v.every_slope([("gsm8k", points)], "tau", rising=False, axis="theta")[1]  # tau is not gated

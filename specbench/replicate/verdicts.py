@@ -161,6 +161,18 @@ def speed_sides(a: pd.Series, b: pd.Series, names: tuple[str, str]) -> tuple[str
     return sides, out_of_regime(nodes, gate.here_at(max(nodes)), gate.paper_bound) if gate is not None else ""
 
 
+def gated(verdict, text: str, runs: list[pd.Series]) -> tuple:
+    """A speed claim over `runs` (a sweep, an advantage across settings) as the report's regime
+    gate has it: not testable, with the reason and what was measured, when their trees or
+    the cost of verifying the largest put it out of regime; else as judged."""
+    current = regime.current()
+    if current is None or not runs:
+        return verdict, text
+    nodes = [regime.verified_nodes(run) for run in runs]
+    reason = out_of_regime((min(nodes), max(nodes)), current.here_at(max(nodes)), current.paper_bound)
+    return (NOT_TESTABLE, f"{NOT_TESTABLE} ({reason}): measured {text}") if reason else (verdict, text)
+
+
 def all_hold(verdicts: list) -> bool | str | None:
     """A claim made for every case: False when one case's does not hold; else not testable
     when one case's cannot be tested at this scale; True when every case's holds; cannot
@@ -237,6 +249,8 @@ def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: 
         unmoved = all(len({v[p] for v in values}) == 1 for p in prompts)
         reason = f"{metric} is the same at every {axis} on each of the {len(prompts)} {unit}: the sweep does not move it at this scale"
         verdict, text = judge(statistic_interval(prompts, fitted), unit, falls=not rising, flat_reason=reason if unmoved else "")
+        if metric in SPEED_METRICS:
+            verdict, text = gated(verdict, text, [run for _, run in points])
         verdicts.append(verdict)
         parts.append(f"{case} {text}")
     return all_hold(verdicts), f"slope of {metric} per unit {axis}, per-prompt means: " + "; ".join(parts)
