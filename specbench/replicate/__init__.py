@@ -175,7 +175,12 @@ def runs_line(runs) -> str:
     """How many runs, how many prompts and new tokens they decoded."""
     if runs.empty:
         return "No finished runs: every table holds the published numbers, and each of our cells says it was not run."
-    line = f"{len(runs)} finished runs; prompts per dataset {sorted(set(runs['config.dataset.limit'].astype(str)))}, new tokens {sorted(set(runs['config.gen.max_new_tokens']))}"
+    methods = runs["method"] if "method" in runs else runs.get("config.method.name", pd.Series(["?"] * len(runs), index=runs.index))
+    sizes = pd.DataFrame({"limit": runs["config.dataset.limit"].astype(str), "tokens": runs["config.gen.max_new_tokens"], "method": methods.astype(str)})
+    by_size = sizes.groupby(["limit", "tokens"])["method"].agg(lambda m: (len(m), sorted(set(m))))
+    sized = "; ".join(f"{limit} prompts x {tokens} new tokens: {count} runs ({', '.join(methods)})"
+                      for (limit, tokens), (count, methods) in sorted(by_size.items(), key=lambda kv: -kv[1][0]))
+    line = f"{len(runs)} finished runs (prompts per dataset x new tokens, as the runner's sweeps set them: {sized})"
     if "environment.dtype" in runs:  # what the runs computed in (summaries from before `precision` name their dtype)
         precision = runs.get("environment.precision", runs["environment.dtype"]).fillna(runs["environment.dtype"])
         line += f"; ran in {', '.join(sorted(set(precision.dropna())))}"
