@@ -71,7 +71,7 @@ from safetensors.torch import save_file  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config  # noqa: E402
 
 from specbench import costs  # noqa: E402
-from specbench.costs.profile import finish_gpu_work, measure_target  # noqa: E402
+from specbench.costs.profile import finish_gpu_work, measure_target, timed  # noqa: E402
 from specbench.drafters.oracle import OracleDrafter  # noqa: E402
 from specbench.engine.graphs import CAPTURES  # noqa: E402
 from specbench.engine.kernels import Compiled  # noqa: E402
@@ -80,6 +80,7 @@ from specbench.engine.loop import Limits, Method, generate, generate_batch  # no
 from specbench.engine.sampling import Sampling  # noqa: E402
 from specbench.engine.syncs import counting_syncs  # noqa: E402
 from specbench.models.eagle3 import Eagle3Head, head_config  # noqa: E402
+from specbench.trees.chain import Chain  # noqa: E402
 
 MAX_N = 64
 BATCHES = (1, 4, 16)
@@ -228,7 +229,7 @@ class Engine:
 def levels(method: Method) -> int:
     """Draft levels of a method's tree (EAGLE's depth counts the levels after the first)."""
     tree = method.tree
-    return tree.depth + 1 if hasattr(tree, "top_k") else tree.gamma
+    return tree.gamma if isinstance(tree, Chain) else tree.depth + 1
 
 
 def hf_generate(model, prompt: list[int], max_new_tokens: int, eos: int) -> tuple[list[int], float]:
@@ -283,7 +284,9 @@ class OutOfTime(Exception):
     """A section's budget ran out between two units of its work."""
 
 
-class Clock:
+class Deadline:
+    """When a section's budget runs out: `check` between units of its work."""
+
     def __init__(self, deadline: float):
         self.deadline = deadline
 
@@ -292,7 +295,7 @@ class Clock:
             raise OutOfTime
 
 
-def identity(state: dict, clock: Clock, result: dict) -> None:
+def identity(state: dict, clock: Deadline, result: dict) -> None:
     """fp32: our AR vs generate (B=1); EAGLE-3, oracle EAGLE-3 and oracle SpS vs our AR at B=1, 4."""
     model, engine = state["model"], state["engine"]
     prompts, limits, eos = state["prompts"], state["limits"], state["eos"]
@@ -331,7 +334,7 @@ def to_bf16(state: dict) -> None:
     state["engine"] = Engine(state["name"], state["model"], state["scale"], state["head"])
 
 
-def bf16_agreement(state: dict, clock: Clock, result: dict) -> None:
+def bf16_agreement(state: dict, clock: Deadline, result: dict) -> None:
     """The identity comparisons in the speed dtype (bf16 on a GPU; fp32 on the tiny CPU run)."""
     to_bf16(state)
     model, engine, prompts, limits, eos = state["model"], state["engine"], state["prompts"], state["limits"], state["eos"]
@@ -348,7 +351,7 @@ def bf16_agreement(state: dict, clock: Clock, result: dict) -> None:
         clock.check()
 
 
-def forward_costs(state: dict, clock: Clock, result: dict) -> None:
+def forward_costs(state: dict, clock: Deadline, result: dict) -> None:
     """f(n), n = 1..MAX_N, per batch size and context (each shape warmed, and captured, before it is timed)."""
     to_bf16(state)
     engine, scale = state["engine"], state["scale"]
@@ -396,7 +399,7 @@ def sdpa_report(q, k, v, mask, kwargs, repeats: int) -> dict:
     def run():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs)
 
-    out = {"default_ms": round(timed_ms(run, repeats), 4), "backends": {}}
+    out = {"default_ms": round(timed(run, max(repeats, 3))[0], 4), "backends": {}}
     for name in BACKENDS:
         backend = getattr(SDPBackend, name, None)
         if backend is None:
@@ -404,7 +407,7 @@ def sdpa_report(q, k, v, mask, kwargs, repeats: int) -> dict:
         try:
             with warnings.catch_warnings(), sdpa_kernel([backend]):
                 warnings.simplefilter("ignore")
-                out["backends"][name.lower()] = round(timed_ms(run, repeats), 4)
+                out["backends"][name.lower()] = round(timed(run, max(repeats, 3))[0], 4)
         except (RuntimeError, NotImplementedError):
             out["backends"][name.lower()] = None  # not eligible for this call
     eligible = {k: ms for k, ms in out["backends"].items() if ms is not None}
@@ -427,23 +430,10 @@ def flex_report(lm: StaticTreeLM, batch: int, n: int, context: int, repeats: int
 
     block = create_block_mask(live, batch, None, n, columns, device=device)
     compiled = torch.compile(flex_attention)
-    return {"ms": round(timed_ms(lambda: compiled(q, k, v, block_mask=block, enable_gqa=heads != kv), repeats), 4)}
+    return {"ms": round(timed(lambda: compiled(q, k, v, block_mask=block, enable_gqa=heads != kv), max(repeats, 3))[0], 4)}
 
 
-def timed_ms(fn, repeats: int) -> float:
-    """Median ms of fn() after one warm-up call, each call waited for."""
-    fn()
-    finish_gpu_work()
-    times = []
-    for _ in range(max(repeats, 3)):
-        start = time.perf_counter()
-        fn()
-        finish_gpu_work()
-        times.append(1000 * (time.perf_counter() - start))
-    return sorted(times)[len(times) // 2]
-
-
-def attention(state: dict, clock: Clock, result: dict) -> None:
+def attention(state: dict, clock: Deadline, result: dict) -> None:
     to_bf16(state)
     lm, scale = state["engine"].lm, state["scale"]
     result |= {"dtype": state["dtype"], "rows": []}
@@ -473,7 +463,7 @@ class PhaseTimer:
     def wrap(self, owner, attribute: str, phase) -> None:
         original = getattr(owner, attribute)
 
-        def timed(*args, **kwargs):
+        def in_phase(*args, **kwargs):
             name = phase() if callable(phase) else phase
             if self.cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -487,7 +477,7 @@ class PhaseTimer:
                 self.spans[name].append(1000 * (time.perf_counter() - began))
             return out
 
-        setattr(owner, attribute, timed)
+        setattr(owner, attribute, in_phase)
         self.restore.append((owner, attribute))
 
     def ms(self) -> dict[str, float]:
@@ -572,7 +562,7 @@ def ar_against_generate(state: dict) -> dict:
     return {"prompts": len(prompts), "tokens": scale.speed_tokens, "ours_tok_s": round(ours, 2), "generate_tok_s": round(theirs, 2), "ratio": round(ours / theirs, 3)}
 
 
-def speed(state: dict, clock: Clock, result: dict) -> None:
+def speed(state: dict, clock: Deadline, result: dict) -> None:
     to_bf16(state)
     engine, scale = state["engine"], state["scale"]
     result |= {"dtype": state["dtype"], "split": []}
@@ -588,7 +578,7 @@ def speed(state: dict, clock: Clock, result: dict) -> None:
     result["ar_vs_generate"] = ar_against_generate(state)
 
 
-def host_syncs(state: dict, clock: Clock, result: dict) -> None:
+def host_syncs(state: dict, clock: Deadline, result: dict) -> None:
     """Per step: the engine's count (reads and blocking copies of device tensors) and torch's."""
     to_bf16(state)
     engine, scale = state["engine"], state["scale"]
@@ -618,7 +608,7 @@ def host_syncs(state: dict, clock: Clock, result: dict) -> None:
             clock.check()
 
 
-def build(state: dict, clock: Clock, result: dict) -> None:
+def build(state: dict, clock: Deadline, result: dict) -> None:
     name, model_config, scale = state["name"], state["config"], state["scale"]
     state["head"] = write_random_eagle3_head(model_config, state["workdir"] / f"{name}-eagle3", scale.device)
     state["model"] = random_target(model_config, scale.device)
@@ -670,7 +660,7 @@ class Report:
         try:
             if forced:
                 raise RuntimeError(f"forced by --fail {label.split(': ', 1)[1]!r}")
-            fn(state, Clock(started + seconds), entry["result"])  # fills the result as it goes: what it measured stays
+            fn(state, Deadline(started + seconds), entry["result"])  # fills the result as it goes: what it measured stays
             entry["status"] = "ok"
         except OutOfTime:
             entry |= {"status": "stopped: out of budget"}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from specbench.engine.parts import Drafter
-from specbench.engine.transfer import device_tensor, to_device
+from specbench.engine.transfer import device_tensor
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 
@@ -97,6 +97,6 @@ class OracleDrafter(Drafter):
 
     def keep(self, rows: list[int]) -> None:
         self.sequences = [self.sequences[r] for r in rows]
-        self.table = self.table[to_device(torch.tensor(rows), self.device)]
+        self.table = self.table[device_tensor(rows, self.device)]
         self.steps = [self.steps[r] for r in rows]
         self.rows = [self.rows[r] for r in rows]

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specbench.engine.graphs import CAPTURES
+from specbench.engine.graphs import BUCKETS, CAPTURES
 from specbench.engine.lm import TreeLM
 from specbench.engine.sampling import Sampling
 from specbench.engine.transfer import device_tensor
 from specbench.engine.parts import Drafter, StepCosts, TreePolicy, Verifier
 
 
-RESERVE_TREE_ROWS = 64  # cache columns reserved past the longest prompt and the token limit: the widest verified tree
+RESERVE_TREE_ROWS = max(BUCKETS)  # cache columns reserved past the longest prompt and the token limit: the widest bucketed tree
 
 
 @dataclass

@@ -36,8 +36,7 @@ LIST_INDEX = "list index"
 
 def _device_of(args, kwargs) -> torch.device | None:
     """The device a `Tensor.to` / factory call names, if any."""
-    candidates = [kwargs.get("device"), *args]
-    for value in candidates:
+    for value in (kwargs.get("device"), *args):
         if isinstance(value, torch.device):
             return value
         if isinstance(value, str):
@@ -45,7 +44,7 @@ def _device_of(args, kwargs) -> torch.device | None:
                 return torch.device(value)
             except RuntimeError:
                 continue
-        if isinstance(value, torch.Tensor) and value is not candidates[0]:
+        if isinstance(value, torch.Tensor):  # .to(other): other's device
             return value.device
     return None
 
