@@ -28,7 +28,7 @@ beside it (tables/path-value.md). The score reuses the last step's logits: sched
 makes no drafter call.
 
 Conventions: τ is the paper's accept length in every table here, accepted draft tokens
-per step (the release's accept_length; specbench's τ, tokens per target forward, minus
+per step (the release's accept_length; specbench's τ, tokens per draft-verify cycle, minus
 one); the published AR 1.00 is the release's constant for vanilla decoding, not a value
 in that convention. Node counts are the paper's: draft nodes, the root excluded. The
 default trees at cpu scale are specbench's own small ones (Hydra 8 draft nodes, Medusa 9:
@@ -89,7 +89,7 @@ POLICY_FILTERS = {  # Table 1's EntMTP rows; the switch driven by the release's 
     "tau": {"config.method.name": "entmtp_tau", "config.method.tree.path_value": "best_path_value"},
 }
 PATH_VALUES = ("best_path_value", "greedy_depth")  # Table 1's, then the option run beside it
-TAU_CONVENTION = ("tau: accepted draft tokens per step, the paper's accept length (ours: tokens per target forward - 1); "
+TAU_CONVENTION = ("tau: accepted draft tokens per step, the paper's accept length (ours: tokens per draft-verify cycle - 1); "
                   "the published AR 1.00 is the release's constant for vanilla decoding")
 
 
@@ -276,7 +276,7 @@ def frontier_figures(found: dict[str, dict], out_dir: Path) -> list[Path]:
 
 def accept_length_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs with τ (and its interval) as the paper counts it: accepted draft tokens
-    per step, specbench's tokens per target forward minus one."""
+    per step: specbench's τ (tokens per draft-verify cycle) minus the one the target adds."""
     converted = runs.copy()
     if "results.tau" in converted:
         converted["results.tau"] = converted["results.tau"] - 1

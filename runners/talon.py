@@ -30,6 +30,7 @@ import pandas as pd
 
 from specbench import ROOT
 from specbench.costs import expansion
+from specbench.metrics.speed import sample_tau
 from specbench.replicate import OUR_MODEL, Paper, main, results
 from specbench.replicate.lookup import base_filters, matching, not_run, one, per_prompt, prompt_values, shared_prompts, size_keys, sweep_runs
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
@@ -305,7 +306,7 @@ def mat_figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(present), figsize=(6 * len(present), 3.8), squeeze=False)
         for ax, model in zip(axes[0], present):
             records = results.samples(found[model])
-            frame = pd.DataFrame([{"category": r.get("category", ""), "tau": r["method"]["new_tokens"] / r["method"]["target_forwards"]}
+            frame = pd.DataFrame([{"category": r.get("category", ""), "tau": sample_tau(r["method"])}
                                   for r in records if r["method"]["target_forwards"]])
             categories = sorted(frame["category"].unique())
             for i, category in enumerate(categories):

@@ -29,9 +29,11 @@ ACCURACY_KEYS = ("gsm8k_accuracy", "humaneval_pass@1")
 
 
 def per_prompt_points(stems: list[Path]) -> pd.DataFrame:
+    """τ and δ per prompt; rows written before bench_methods kept `cycle_tokens` (the
+    committed session files) count the prefill's first token of each turn in τ too."""
     rows = [
         {"dataset": r["dataset"], "temperature": r["temperature"], "method": r["method"], "id": r["id"],
-         "tau": r["tokens"] / r["target_forwards"], "delta": r["draft_forwards"] / r["target_forwards"]}
+         "tau": r.get("cycle_tokens", r["tokens"]) / r["target_forwards"], "delta": r["draft_forwards"] / r["target_forwards"]}
         for stem in stems
         for r in read_records(stem.with_suffix(".samples.jsonl"))
         if r["method"] in ("talon", "eagle3") and r["target_forwards"]

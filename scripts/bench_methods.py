@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from specbench.config import run_name
+from specbench.metrics.speed import cycle_tokens
 from specbench.records import read_records
 from specbench.run import Runner
 from specbench.errors import run_command
@@ -79,7 +80,7 @@ def per_prompt(label: str, dataset: str, temperature: float, out_dir: Path) -> l
     for record in read_records(out_dir / "samples.jsonl"):
         m = record["method"]
         rows.append({"dataset": dataset, "temperature": temperature, "method": label, "id": record["id"], "tokens": m["new_tokens"],
-                     "seconds": m["seconds"], "target_forwards": m["target_forwards"], "draft_forwards": m["draft_forwards"]})
+                     "cycle_tokens": cycle_tokens(m), "seconds": m["seconds"], "target_forwards": m["target_forwards"], "draft_forwards": m["draft_forwards"]})
     return rows
 
 

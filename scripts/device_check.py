@@ -270,7 +270,8 @@ def compared(check: str, batch: int, reference: list[list[int]], ids: list[list[
 
 def with_tau(row: dict, generations, method: Method | None = None) -> dict:
     steps = [n for g in generations for n in g.accept_lengths[:-1]]
-    row["tau"] = round(sum(len(g.ids) for g in generations) / max(sum(g.target_forwards for g in generations), 1), 3)
+    cycle_tokens = sum(len(g.ids) - 1 for g in generations if g.ids)  # the prefill gives each first token: AR's tau is 1.00
+    row["tau"] = round(cycle_tokens / max(sum(g.target_forwards for g in generations), 1), 3)
     if method is not None:
         row["levels"] = levels(method)
         row["full_steps"] = round(sum(n == levels(method) + 1 for n in steps) / max(len(steps), 1), 3)  # steps that accepted every level

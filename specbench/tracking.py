@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from specbench.errors import ConfigError
+from specbench.metrics import speed
 
 MODES = ("offline", "online", "disabled")
 
@@ -35,7 +36,7 @@ class WandbTracker:
         method = record["method"]
         steps = method["target_forwards"] or 1
         row = {"sample/tok_per_s": method["new_tokens"] / method["seconds"] if method["seconds"] else 0.0,
-               "sample/tau": method["new_tokens"] / steps, "sample/delta": method["draft_forwards"] / steps}
+               "sample/tau": speed.cycle_tokens(method) / steps, "sample/delta": method["draft_forwards"] / steps}
         if "baseline" in record and record["baseline"]["seconds"] and method["seconds"]:
             baseline = record["baseline"]
             row["sample/speedup"] = row["sample/tok_per_s"] / (baseline["new_tokens"] / baseline["seconds"])

@@ -167,8 +167,19 @@ def test_repeated_answers_give_pass_at_n_and_avg_at_n():
 
 
 def _run(tokens, seconds, batch_id="", batch_size=1, batch_seconds=0.0):
-    return {"new_tokens": tokens, "seconds": seconds, "target_forwards": tokens, "draft_forwards": 0, "accept_lengths": [1] * tokens,
-            "batch_id": batch_id, "batch_size": batch_size, "batch_seconds": batch_seconds}
+    """One AR-like sample of one turn: the prefill gives the first token, each forward one more."""
+    return {"new_tokens": tokens, "seconds": seconds, "target_forwards": tokens - 1, "draft_forwards": 0, "accept_lengths": [1] * (tokens - 1),
+            "turn_ids": [list(range(tokens))], "batch_id": batch_id, "batch_size": batch_size, "batch_seconds": batch_seconds}
+
+
+def test_tau_counts_tokens_per_draft_verify_cycle_so_ar_is_one():
+    """The papers' tau: tokens per draft-verify cycle, each turn's first token (the
+    prefill's) excluded: AR over two turns of 5 and 4 tokens took 7 forwards, tau 1.00; a
+    speculative sample with 3 cycles giving 3 + 2 + 4 tokens after its prefill token, 3.00."""
+    ar = {**_run(9, 1.0), "target_forwards": 7, "turn_ids": [[1] * 5, [2] * 4]}
+    spec = {**_run(10, 1.0), "target_forwards": 3, "accept_lengths": [3, 2, 4]}
+    assert speed.totals([ar])["tau"] == 1.0 and speed.sample_tau(ar) == 1.0
+    assert speed.totals([spec])["tau"] == 3.0 and speed.totals([ar, spec])["tau"] == (7 + 9) / (7 + 3)
 
 
 def test_batched_throughput_counts_each_batch_once():
@@ -226,7 +237,7 @@ def test_a_run_summarys_interval_is_scipys_bca_over_prompts_whatever_order_the_r
     (scipy.stats.bootstrap, BCa, seeded): tau over 12 prompts equals scipy's interval of
     the ratio of sums over resampled prompts, and shuffling the records changes nothing."""
     runs = [{**_run(30, 1.0), "target_forwards": 10 + (7 * i) % 5, "batch_id": f"p{i:02d}"} for i in range(12)]
-    tokens = np.array([r["new_tokens"] for r in runs], dtype=float)
+    tokens = np.array([speed.cycle_tokens(r) for r in runs], dtype=float)
     forwards = np.array([r["target_forwards"] for r in runs], dtype=float)
 
     def tau(indices, axis=-1):
@@ -234,8 +245,8 @@ def test_a_run_summarys_interval_is_scipys_bca_over_prompts_whatever_order_the_r
 
     direct = stats.bootstrap((np.arange(12),), tau, vectorized=True, n_resamples=intervals.RESAMPLES, method="BCa",
                              rng=np.random.default_rng(intervals.SEED)).confidence_interval
-    assert speed.ratio_ci(runs, "new_tokens", "target_forwards") == pytest.approx(list(direct))
-    assert speed.ratio_ci(runs[::-1], "new_tokens", "target_forwards") == speed.ratio_ci(runs, "new_tokens", "target_forwards")
+    assert speed.intervals(runs)["tau_ci95"] == pytest.approx(list(direct))
+    assert speed.intervals(runs[::-1])["tau_ci95"] == speed.intervals(runs)["tau_ci95"]
 
 
 def test_a_run_says_how_busy_the_machine_was_while_it_was_timed():

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run_in_process
 from runners import cast, entmtp, mars, talon
-from specbench.metrics.speed import bootstrap_ci, ratio_ci
+from specbench.metrics.speed import bootstrap_ci, cycle_tokens, ratio_ci, tau
 from specbench.replicate import machine_lines, regenerate, report, results, tables, verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,10 +50,10 @@ def hand_made_outputs(tmp_path: Path) -> tuple[Path, Path]:
         for i in range(len(ARTICLES)):
             steps = 60 / (tau + 0.1 * (i % 3))
             decisions = [[2.0 + i, 1.0, 2.5 + i, "exact"], [1.5, 1.4, 2.0, "relaxed"]] if method == "mars" else []
-            records.append({"id": f"a{i}", "method": {"new_tokens": 60, "target_forwards": steps, "draft_forwards": steps * 6, "seconds": speed + 0.01 * i,
+            records.append({"id": f"a{i}", "method": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": steps, "draft_forwards": steps * 6, "seconds": speed + 0.01 * i,
                                                       "turn_texts": [f"the council votes to repair bridge {i}" if i % 2 else "a bridge"],
                                                       "verifier_notes": {"decisions": decisions}},
-                            "baseline": {"new_tokens": 60, "target_forwards": 59, "seconds": 1.0, "turn_texts": [f"council votes to repair bridge {i}"]}})
+                            "baseline": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60, "seconds": 1.0, "turn_texts": [f"council votes to repair bridge {i}"]}})
         (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         config = {"model": {"name": "smollm2-135m"}, "method": {"name": method, "tree": {k: v for k, v in tree.items() if k != "verifier"}, "verifier": tree.get("verifier", {})},
                   "dataset": dataset, "gen": {"temperature": 1, "max_new_tokens": 64, "batch_size": 1}, "output_root": str(outputs)}
@@ -263,20 +263,22 @@ def test_a_tiny_replication_commits_its_runs_and_regenerates_identically(tmp_pat
 
 
 def test_a_table_cells_interval_is_redrawn_from_the_runs_records_by_the_current_rule(tmp_path):
-    """A summary written under an older interval rule (here: intervals from 6 prompts) shows
-    in the tables with what its committed records give by the rule the report's header
-    states: scipy's BCa from 10 groups up, none below; a run without records keeps its own."""
+    """A summary written under an older interval rule (here: intervals from 6 prompts) and
+    an older tau convention (the prefill's token counted) shows in the tables with what its
+    committed records give by the rules the report's header states: scipy's BCa from 10
+    groups up, none below, and AR's tau 1.00; a run without records keeps its own."""
     def write_run(name, prompts, records=True):
         run_dir = tmp_path / "runs" / name
         run_dir.mkdir(parents=True)
         old = [0.1, 9.9]
         summary = {"config": {"gen": {"temperature": 0.0}}, "speedup": 1.5, "speedup_ci95": old,
-                   "results": {"tau": 2.0, "tau_ci95": old, "delta_ci95": old, "samples": prompts}}
+                   "results": {"tau": 2.0, "tau_ci95": old, "delta_ci95": old, "samples": prompts}, "baseline": {"tau": 1.02}}
         (run_dir / "summary.json").write_text(json.dumps(summary))
         lines = []
         for i in range(prompts):
-            method = {"new_tokens": 40 + i, "seconds": 1.0 + 0.1 * i, "target_forwards": 15 + i % 4, "draft_forwards": 30 + i, "batch_id": f"p{i:02d}"}
-            baseline = {"new_tokens": 40 + i, "seconds": 1.6 + 0.05 * i, "target_forwards": 40 + i, "draft_forwards": 0, "batch_id": f"p{i:02d}"}
+            turn = [[7] * (40 + i)]
+            method = {"new_tokens": 40 + i, "seconds": 1.0 + 0.1 * i, "target_forwards": 15 + i % 4, "draft_forwards": 30 + i, "batch_id": f"p{i:02d}", "turn_ids": turn}
+            baseline = {"new_tokens": 40 + i, "seconds": 1.6 + 0.05 * i, "target_forwards": 39 + i, "draft_forwards": 0, "batch_id": f"p{i:02d}", "turn_ids": turn}
             lines.append(json.dumps({"id": f"p{i:02d}", "method": method, "baseline": baseline}))
         if records:
             (run_dir / "samples.jsonl").write_text("\n".join(lines) + "\n")
@@ -288,7 +290,8 @@ def test_a_table_cells_interval_is_redrawn_from_the_runs_records_by_the_current_
     runs = results.collect(tmp_path / "runs").set_index("run")
     methods, baselines = [r["method"] for r in enough], [r["baseline"] for r in enough]
     assert runs.loc["enough", "speedup_ci95"] == bootstrap_ci(methods, baselines) != [0.1, 9.9]
-    assert runs.loc["enough", "results.tau_ci95"] == ratio_ci(methods, "new_tokens", "target_forwards")
+    assert runs.loc["enough", "results.tau_ci95"] == ratio_ci(methods, cycle_tokens, "target_forwards")
+    assert runs.loc["enough", "results.tau"] == tau(methods) != 2.0 and runs.loc["enough", "baseline.tau"] == 1.0
     assert runs.loc["few", "speedup_ci95"] is None and runs.loc["few", "results.delta_ci95"] is None
     assert runs.loc["unrecorded", "speedup_ci95"] == [0.1, 9.9]
     assert "a table cell's interval is drawn by the same rule from its run's records" in verdicts.INTERVALS

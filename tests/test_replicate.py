@@ -477,7 +477,7 @@ def batched_run_on_disk(tmp_path, name, speedups, batch=8) -> str:
     lines = []
     for i, speedup in enumerate(speedups):
         for row in range(batch):
-            common = {"new_tokens": 60, "target_forwards": 30, "draft_forwards": 0, "accept_lengths": [], "batch_size": batch, "batch_id": f"b{i}"}
+            common = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 30, "draft_forwards": 0, "accept_lengths": [], "batch_size": batch, "batch_id": f"b{i}"}
             lines.append(json.dumps({"id": f"{i}-{row}", "method": {**common, "seconds": 1.0, "batch_seconds": 1.0},
                                      "baseline": {**common, "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup}}))
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
@@ -516,8 +516,8 @@ def runs_on_disk(tmp_path, name, taus, speedups=None, widths=None):
     run_dir.mkdir()
     lines = []
     for i, tau in enumerate(taus):
-        method = {"new_tokens": 60, "target_forwards": 60 / tau, "seconds": 1.0} | ({"tree_widths": widths} if widths else {})
-        baseline = {"new_tokens": 60, "target_forwards": 60, "seconds": (speedups or [1.0] * len(taus))[i]}
+        method = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60 / tau, "seconds": 1.0} | ({"tree_widths": widths} if widths else {})
+        baseline = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60, "seconds": (speedups or [1.0] * len(taus))[i]}
         lines.append(json.dumps({"id": str(i), "method": method, "baseline": baseline}))
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
     return pd.Series({"run_dir": str(run_dir)})
@@ -565,7 +565,7 @@ def test_talon_figure6_claims_pair_prompts_of_one_run_per_cell(tmp_path):
     def run(name, method, dataset, points):
         run_dir = tmp_path / name
         run_dir.mkdir()
-        records = [{"id": str(i), "method": {"new_tokens": 60, "target_forwards": 60 / tau, "draft_forwards": 60 / tau * delta}}
+        records = [{"id": str(i), "method": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60 / tau, "draft_forwards": 60 / tau * delta}}
                    for i, (tau, delta) in enumerate(points)]
         (run_dir / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in records))
         return {"config.method.name": method, **talon.DEFAULTS[method], "config.model.name": "smollm2-135m", "config.dataset.name": dataset, "temperature": 0.0,

@@ -26,7 +26,7 @@ def write_run(tmp_path, name, records, **columns):
 
 def static_run(tmp_path, prompts):
     """A static-tree run whose prompt i accepts, at each step, the sibling ranks prompts[i] gives."""
-    records = [{"id": str(i), "category": "writing", "method": {"new_tokens": len(steps) * 3, "target_forwards": len(steps),
+    records = [{"id": str(i), "category": "writing", "method": {"new_tokens": len(steps) * 3 + 1, "turn_ids": [[0]], "target_forwards": len(steps),
                                                                   "accepted_sibling_ranks": steps, "tree_widths": [STATIC_WIDTHS] * len(steps)}}
                for i, steps in enumerate(prompts)]
     return write_run(tmp_path, "static", records, **{"config.method.name": "eagle3", "config.method.tree.total_tokens": talon.STATIC_TREE,

@@ -25,8 +25,8 @@ def run_on_disk(tmp_path, name, taus, speedups=None, batch=1):
         speedup = (speedups or [1.0] * len(taus))[i]
         for row in range(batch):
             common = {"batch_size": batch, "batch_id": f"b{i}", "draft_forwards": 0, "accept_lengths": []} if batch > 1 else {}
-            method = {"new_tokens": 60, "target_forwards": 60 / tau, "seconds": 1.0, "batch_seconds": 1.0, **common}
-            baseline = {"new_tokens": 60, "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup, **common}
+            method = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60 / tau, "seconds": 1.0, "batch_seconds": 1.0, **common}
+            baseline = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup, **common}
             lines.append(json.dumps({"id": f"{i}-{row}", "method": method, "baseline": baseline}))
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
     return pd.Series({"run_dir": str(run_dir)})
@@ -249,8 +249,8 @@ def gated_run(tmp_path, name, speedups, nodes):
     """A run whose prompt i ran speedups[i] times AR's speed with trees of `nodes` nodes."""
     run_dir = tmp_path / name
     run_dir.mkdir()
-    lines = [json.dumps({"id": str(i), "method": {"new_tokens": 60, "target_forwards": 30, "seconds": 1.0, "tree_widths": [[nodes - 1]] * 30},
-                         "baseline": {"new_tokens": 60, "target_forwards": 60, "seconds": s}}) for i, s in enumerate(speedups)]
+    lines = [json.dumps({"id": str(i), "method": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 30, "seconds": 1.0, "tree_widths": [[nodes - 1]] * 30},
+                         "baseline": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60, "seconds": s}}) for i, s in enumerate(speedups)]
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
     return pd.Series({"run_dir": str(run_dir)})
 

@@ -2,7 +2,9 @@
 
 tokens: new tokens after the prompt; N_p: target forwards after prefill; N_q: draft
 forwards (per sequence: the verifications it took part in and the draft forwards
-during them); tau = tokens / N_p; delta = N_q / N_p; tok/s = tokens / wall seconds
+during them); tau = cycle tokens / N_p, the papers' tokens per draft-verify cycle: the new
+tokens less each turn's first, which the prefill gives, so AR's tau is 1.00;
+delta = N_q / N_p; tok/s = tokens / wall seconds
 (prefill included): at batch size B > 1, throughput, every token of the batch over the
 batch's wall time, with each sample's latency beside it. Aggregates are ratios of sums
 over all samples and turns.
@@ -28,7 +30,7 @@ def totals(runs: list[dict]) -> dict:
         "tokens": tokens,
         "seconds": round(seconds, 4),
         "tok_per_s": tokens / seconds if seconds else None,
-        "tau": tokens / n_p if n_p else None,
+        "tau": tau(runs),
         "delta": n_q / n_p if n_p else 0.0,
         "target_forwards": n_p,
         "batch_size": max((r.get("batch_size", 1) for r in runs), default=1),
@@ -38,6 +40,22 @@ def totals(runs: list[dict]) -> dict:
         "target_nll_per_token": sum(r.get("nll", 0.0) for r in runs) / tokens if tokens else None,
         "verifier": verifier_counts(runs),
     }
+
+
+def cycle_tokens(run: dict) -> int:
+    """The new tokens the draft-verify cycles gave: all but each turn's first (the prefill's)."""
+    return run["new_tokens"] - sum(1 for ids in run["turn_ids"] if ids)
+
+
+def tau(runs: list[dict]) -> float | None:
+    """Cycle tokens per target forward over these samples (a ratio of sums); None without a verification."""
+    forwards = sum(r["target_forwards"] for r in runs)
+    return sum(cycle_tokens(r) for r in runs) / forwards if forwards else None
+
+
+def sample_tau(run: dict) -> float | None:
+    """One sample's tau (cycle tokens per target forward); None without a verification."""
+    return cycle_tokens(run) / run["target_forwards"] if run["target_forwards"] else None
 
 
 def wall_seconds(runs: list[dict]) -> float:
@@ -86,16 +104,20 @@ def bootstrap_ci(method: list[dict], baseline: list[dict]) -> list[float] | None
     return of_sums(table, lambda s: (s[0] / s[1]) / (s[2] / s[3])).bounds
 
 
-def ratio_ci(runs: list[dict], numerator: str, denominator: str) -> list[float] | None:
+def ratio_ci(runs: list[dict], numerator, denominator) -> list[float] | None:
     """95% interval (over batches, as bootstrap_ci) of sum(numerator) / sum(denominator),
-    e.g. tau = new_tokens / target_forwards; None below MIN_GROUPS batches."""
-    table = [[sum(runs[i][numerator] for i in g), sum(runs[i][denominator] for i in g)] for g in batch_groups(runs)]
+    each a record's key or a function of the record (tau = cycle_tokens / target_forwards);
+    None below MIN_GROUPS batches."""
+    def value(run, part):
+        return part(run) if callable(part) else run[part]
+
+    table = [[sum(value(runs[i], numerator) for i in g), sum(value(runs[i], denominator) for i in g)] for g in batch_groups(runs)]
     return of_sums(table, lambda s: s[0] / s[1]).bounds
 
 
 def intervals(runs: list[dict]) -> dict:
     """tau's and delta's 95% intervals, for a run's results beside their point values."""
-    return {"tau_ci95": ratio_ci(runs, "new_tokens", "target_forwards"), "delta_ci95": ratio_ci(runs, "draft_forwards", "target_forwards")}
+    return {"tau_ci95": ratio_ci(runs, cycle_tokens, "target_forwards"), "delta_ci95": ratio_ci(runs, "draft_forwards", "target_forwards")}
 
 
 def batch_groups(runs: list[dict]) -> list[list[int]]:

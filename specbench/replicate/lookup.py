@@ -9,7 +9,7 @@ import pandas as pd
 from specbench import ROOT
 from specbench.data import questions
 from specbench.metrics import quality
-from specbench.metrics.speed import batch_groups, sample_speedup, totals
+from specbench.metrics.speed import batch_groups, sample_speedup, sample_tau, totals
 from specbench.replicate import results
 
 
@@ -81,13 +81,13 @@ def per_prompt(run: pd.Series) -> pd.DataFrame:
     for record in results.samples(run):
         method = record["method"]
         steps = method["target_forwards"]
-        rows.append({"id": record["id"], "tau": method["new_tokens"] / steps if steps else np.nan,
+        rows.append({"id": record["id"], "tau": sample_tau(method) if steps else np.nan,
                      "delta": method["draft_forwards"] / steps if steps else np.nan})
     return pd.DataFrame(rows)
 
 
 def prompt_values(run: pd.Series, metric: str) -> dict[str, float]:
-    """Per prompt of a run: `tau` (tokens per target forward) or `speedup` (its tok/s over
+    """Per prompt of a run: `tau` (cycle tokens per target forward) or `speedup` (its tok/s over
     AR's on the same prompt in the same run). Batched runs give one value per batch (keyed
     by its batch id): its rows share one wall time, and speedup there is throughput."""
     records = results.samples(run)
@@ -97,7 +97,7 @@ def prompt_values(run: pd.Series, metric: str) -> dict[str, float]:
     for record in records:
         m, b = record["method"], record.get("baseline")
         if metric == "tau":
-            value = m["new_tokens"] / m["target_forwards"] if m["target_forwards"] else None
+            value = sample_tau(m)
         else:
             value = sample_speedup(m, b) if b else None
         if value is not None:

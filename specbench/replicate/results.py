@@ -71,16 +71,20 @@ def collect(root: Path) -> pd.DataFrame:
 
 
 def redrawn(summary: dict, run_dir: Path) -> dict:
-    """The summary with its 95% intervals (tau, delta, speedup) drawn again from the run's
-    records by the current rule (specbench.metrics.intervals), so every table cell follows
-    the rule its report's header states, whichever version wrote the summary; as written
-    when the records are not beside it."""
+    """The summary with tau (method's and AR's) and the 95% intervals (tau, delta, speedup)
+    drawn again from the run's records by the current rules (tau's convention in
+    specbench.metrics.speed, intervals in specbench.metrics.intervals), so every table cell
+    follows the rules its report's header states, whichever version wrote the summary; as
+    written when the records are not beside it."""
     try:
         records = list({r["id"]: r for r in read_samples(run_dir)}.values())  # a sample written twice counts once, as in its summary
     except KeyError:
         return summary
-    summary["results"] = {**summary["results"], **speed.intervals([r["method"] for r in records])}
+    methods = [r["method"] for r in records]
+    summary["results"] = {**summary["results"], "tau": speed.tau(methods), **speed.intervals(methods)}
     pairs = [r for r in records if "baseline" in r]
+    if "baseline" in summary and pairs:
+        summary["baseline"] = {**summary["baseline"], "tau": speed.tau([r["baseline"] for r in pairs])}
     if "speedup_ci95" in summary and pairs:
         summary["speedup_ci95"] = speed.bootstrap_ci([r["method"] for r in pairs], [r["baseline"] for r in pairs])
     return summary
