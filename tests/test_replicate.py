@@ -763,3 +763,18 @@ def test_the_summary_names_the_number_that_decides_each_claim():
     assert report.deciding({"ours": against, "verdict": "cannot tell"}) == "a +0.1 [95% BCa CI -0.05, +0.2]"
     gated = "x - y speedup: gsm8k not testable at this scale (trees of 2.0 and 60.0 mean verified nodes, more than 3x apart): measured +0.1"
     assert report.deciding({"ours": gated, "verdict": "not testable at this scale"}) == "trees of 2.0 and 60.0 mean verified nodes, more than 3x apart"
+
+
+def test_a_verdict_another_machine_read_differently_says_it_rests_on_one_machine(tmp_path):
+    """A claim whose verdict docs/replication.md records as different on another machine
+    carries that note in the summary and the claims table; the count of agreeing claims
+    reads the verdict alone."""
+    claims = [report.Claim("Table 2", "K raises tau", lambda runs: (None, "gsm8k +0.07 [95% BCa CI -0.01, +0.27], n=10 prompts"),
+                           moved="it read agrees on another machine"),
+              report.Claim("Table 3", "m raises tau", lambda runs: (True, "gsm8k +0.5 [95% BCa CI +0.2, +0.7], n=10 prompts"))]
+    rows = report.verdicts(claims, pd.DataFrame())
+    report.write(tmp_path / "report.md", "t", [], rows, [], [])
+    text = (tmp_path / "report.md").read_text()
+    note = "this verdict rests on one machine and session: it read agrees on another machine (docs/replication.md)"
+    assert text.count(note) == 2 and "1 of 2 claims agree in direction" in text
+    assert [line for line in text.splitlines() if line.startswith("| Table 3")] and note not in "".join(l for l in text.splitlines() if l.startswith("| Table 3"))

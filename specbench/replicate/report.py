@@ -29,6 +29,9 @@ class Claim:
     text: str  # the claim, in the paper's direction
     # our runs -> (agrees? None when our runs cannot tell, the evidence in a few words)
     check: Callable[[pd.DataFrame], "tuple[bool | None, str]"]
+    # where docs/replication.md records this claim's verdict differing on another machine:
+    # what it read there, so the report says the verdict rests on one machine and session
+    moved: str = ""
 
 
 def verdicts(claims: list[Claim], runs: pd.DataFrame) -> list[dict]:
@@ -38,7 +41,8 @@ def verdicts(claims: list[Claim], runs: pd.DataFrame) -> list[dict]:
     for claim in claims:
         with regime.collecting() as gated:
             agrees, evidence = checked(claim.check, runs)
-        rows.append({"source": claim.source, "claim": claim.text, "ours": named(evidence, runs), "verdict": VERDICTS.get(agrees, agrees)})  # or verdicts.NOT_TESTABLE
+        rows.append({"source": claim.source, "claim": claim.text, "ours": named(evidence, runs), "verdict": VERDICTS.get(agrees, agrees),  # or verdicts.NOT_TESTABLE
+                     "moved": claim.moved})
         if gated:
             rows.append(tau_row(claim, gated, runs))
     return rows
@@ -97,10 +101,10 @@ def write(path: Path, title: str, header: list[str], rows: list[dict], tables: l
     lines += ["## Summary", "", "One line per claim: our verdict and the number that decides it (the case that decides a claim made for every case), "
               "or why it cannot be tested here. The evidence per case follows under Claims.", "",
               "| source | the paper's claim | verdict | deciding number, or why not testable |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r['source']} | {r['claim']} | {r['verdict']} | {deciding(r)} |" for r in papers]
+    lines += [f"| {r['source']} | {r['claim']} | {r['verdict']} | {deciding(r)}{moved(r)} |" for r in papers]
     lines += ["", "## Claims", ""]
     lines += ["| source | the paper's claim | our run | direction |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in papers]
+    lines += [f"| {r['source']} | {r['claim']} | {r['ours']}{moved(r)} | {r['verdict']} |" for r in papers]
     if further:
         lines += ["", "Further checks (the project's own hypotheses, not the paper's claims; not counted above):", "",
                   "| source | hypothesis | our run | direction |", "| --- | --- | --- | --- |"]
@@ -113,6 +117,11 @@ def write(path: Path, title: str, header: list[str], rows: list[dict], tables: l
     drawn = [f"[{f.stem}](figures/{f.name})" for f in figures if f.suffix == ".png"]
     lines += ["", "Figures: " + (", ".join(drawn) if drawn else "none (no run to draw)"), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def moved(row: dict) -> str:
+    """The note after a verdict that another machine's runs read differently."""
+    return f"; this verdict rests on one machine and session: {row['moved']} (docs/replication.md)" if row.get("moved") else ""
 
 
 INTERVAL = re.compile(r"(?:(?P<case>[^;:()]*?):? )?(?P<estimate>[+-][0-9.e+-]+) \[95% \w+ CI (?P<low>[+-][0-9.e+-]+), (?P<high>[+-][0-9.e+-]+)\]")
