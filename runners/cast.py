@@ -34,7 +34,8 @@ from scipy import stats
 
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
-from specbench.replicate import OUR_MODEL, Paper, main, regime, results
+from specbench import ROOT
+from specbench.replicate import OUR_MODEL, Paper, main, regime, results, tables
 from specbench.replicate.lookup import base_filters, not_run, one_or_none, parse_setting, prompt_values, shared_prompts
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import LOOKAHEAD, by_source, model_params, sweep_size
@@ -286,6 +287,32 @@ def batch_sweep(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["variant", "batch", "speedup", "ci", "tok_per_s", "prompts", "run"])
 
 
+def published_batch_sweep() -> pd.DataFrame:
+    """Table 3's published speedups per row and batch size (Vicuna-13B, HumanEval, T=0), the curves Figure 5 draws."""
+    reference = tables.read_reference(ROOT / "results" / "reference" / f"{NAME}.csv")
+    rows = []
+    for _, row in reference[(reference["table"] == "table3") & (reference["metric"] == "speedup")].iterrows():
+        setting = parse_setting(row["setting"])
+        ablation = setting.get("ablation")
+        variant = next((v for v, a in VARIANTS.items() if a == ablation and (a is None) == (row["method"] == "eagle3")), None)
+        if variant is not None:
+            rows.append({"variant": variant, "batch": int(setting["batch"]), "speedup": row["published"]})
+    return pd.DataFrame(rows, columns=["variant", "batch", "speedup"])
+
+
+def normalised_panel(ax, sweep: pd.DataFrame, published: pd.DataFrame) -> None:
+    """Each Table 3 row's speedup over its own batch-size-1 value, ours solid and the
+    paper's dashed in the same colour: the trend with B, which carries across scales where
+    the absolute speedups do not."""
+    for i, (variant, group) in enumerate(sweep.groupby("variant", sort=False)):
+        color = f"C{i}"
+        for frame, style, who in ((group, "o-", "ours"), (published[published["variant"] == variant], "s--", "paper")):
+            first = frame.loc[frame["batch"] == 1, "speedup"]
+            if not first.empty:
+                ax.plot(frame["batch"], frame["speedup"] / first.iloc[0], style, color=color, label=f"{variant} ({who})", markersize=4)
+    ax.set(xlabel="batch size", ylabel="speedup / its value at batch size 1", title="normalised: ours (solid), paper's Table 3 (dashed)")
+
+
 def verified_sweep(runs: pd.DataFrame) -> pd.DataFrame:
     """EAGLE-3's tau and speedup against the number of verified tokens m (Figure 4)."""
     filters = {"config.method.name": "eagle3", "config.dataset.name": "humaneval", "temperature": 0.0, "config.gen.batch_size": 1,
@@ -385,19 +412,22 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     paths = []
     sweep = batch_sweep(runs)
     if not sweep.empty:
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-        for variant, group in sweep.groupby("variant"):
+        fig, (left, right, trend) = plt.subplots(1, 3, figsize=(16, 4))
+        for variant, group in sweep.groupby("variant", sort=False):
             errors = [[s - c[0] if c else 0 for s, c in zip(group["speedup"], group["ci"])], [c[1] - s if c else 0 for s, c in zip(group["speedup"], group["ci"])]]
             left.errorbar(group["batch"], group["speedup"], yerr=errors, marker="o", capsize=3, label=variant)
             right.plot(group["batch"], group["tok_per_s"], "o-", label=variant)
         left.axhline(1.0, color="gray", linestyle="--", linewidth=0.8)
         left.set(xlabel="batch size", ylabel="speedup over AR at the same batch size", title="CAST Figure 5 / Table 3 (ours), HumanEval T=0")
         right.set(xlabel="batch size", ylabel="tok/s over the batch", title="throughput")
+        published = published_batch_sweep()
+        normalised_panel(trend, sweep, published)
         batches = sorted(sweep["batch"].unique())
-        for ax in (left, right):
+        for ax, shown in ((left, batches), (right, batches), (trend, sorted(set(batches) | set(published["batch"])))):
             ax.set_xscale("log", base=2)
-            ax.set_xticks(batches, [str(b) for b in batches])
+            ax.set_xticks(shown, [str(b) for b in shown])
         left.legend(fontsize=7)
+        trend.legend(fontsize=6, ncol=2)
         paths += save(fig, out_dir, "figure5")
     verified = verified_sweep(runs)
     if not verified.empty:

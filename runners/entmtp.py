@@ -291,8 +291,8 @@ def write_table1(runs: pd.DataFrame, tables_dir: Path) -> None:
     scale = _scale(runs)
     reference = tables.read_reference(ROOT / "results" / "reference" / f"{NAME}.csv")
     compared = tables.compare(reference[reference["table"] == "table1"], accept_length_runs(runs), locate(scale),
-                              OUR_MODEL if scale == "cpu" else None, SPEEDUP)
-    tables.write(compared, tables_dir, f"{TITLE}; {TAU_CONVENTION}")
+                              OUR_MODEL if scale == "cpu" else None, SPEEDUP, PAPER.relative_to)
+    tables.write(compared, tables_dir, f"{TITLE}; {TAU_CONVENTION}", relative_to=PAPER.relative_to)
 
 
 def path_values(runs: pd.DataFrame) -> pd.DataFrame:
@@ -548,7 +548,7 @@ PUBLISHED_ONLY = {"cpu": {"table2": SEARCHED}, "paper": {"table2": SEARCHED}}
 
 PAPER = Paper(
     name=NAME, title=TITLE, description=__doc__, cpu_prompts=CPU_PROMPTS, cpu_max_new_tokens=CPU_MAX_NEW_TOKENS, setup=SETUP,
-    sweeps=sweeps, defaults=DEFAULTS, locate=locate, speedup=SPEEDUP, figures=figures, claims=CLAIMS, published_only=PUBLISHED_ONLY,
+    sweeps=sweeps, defaults=DEFAULTS, locate=locate, speedup=SPEEDUP, figures=figures, claims=CLAIMS, published_only=PUBLISHED_ONLY, relative_to="hydra",
 )
 
 if __name__ == "__main__":

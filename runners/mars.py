@@ -30,7 +30,7 @@ import pandas as pd
 
 from specbench.metrics import quality
 from specbench.replicate import Paper, main, results
-from specbench.replicate.lookup import answers, base_filters, not_run, number, one, one_or_none, parse_setting, prompt_quality, shared_prompts, size_keys
+from specbench.replicate.lookup import answers, base_filters, not_run, number, one, one_or_none, parse_setting, prompt_quality, prompt_values, shared_prompts, size_keys
 from specbench.replicate.report import FURTHER, Claim, save
 from specbench.replicate.scales import LOOKAHEAD, REDUCED_PROMPTS, REDUCED_TOKENS, UNPRICED, by_source, sweep_size
 from specbench.replicate.verdicts import NOT_TESTABLE, all_hold, equivalent, every_higher, every_slope, mean_interval, picked_mean, positive
@@ -274,8 +274,9 @@ def _versus(runs, metric, method, other, datasets, temperature, mars_rule=None, 
 
 
 def _rules(runs, metric):
-    """MARS's release rule minus Algorithm 1 (rule=paper) on Table 1's T=1 cells, paired per prompt."""
-    pairs = []
+    """MARS's release rule minus Algorithm 1 (rule=paper) on Table 1's T=1 cells, paired per
+    prompt; then the share of the headline's gain over EAGLE-3 that the release rule adds."""
+    pairs, shares = [], []
     for dataset in ("mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm"):
         try:
             runs_of = {rule: one(runs, method="mars", dataset=dataset, temperature=1.0, **{**DEFAULTS["mars"], "config.method.verifier.rule": rule})
@@ -283,7 +284,21 @@ def _rules(runs, metric):
         except KeyError:
             continue
         pairs.append((dataset, runs_of["release"], runs_of["paper"]))
-    return every_higher(pairs, metric, ("release rule", "paper rule"))
+        eagle3 = one_or_none(runs, method="eagle3", dataset=dataset, temperature=1.0, **shape("eagle3", 1.0))
+        if eagle3 is not None:
+            shares.append(f"{dataset} {_release_share(runs_of['release'], runs_of['paper'], eagle3, metric):.0%}")
+    verdict, text = every_higher(pairs, metric, ("release rule", "paper rule"))
+    if shares:
+        text += (f"; of the headline's {metric} gain over eagle3 (release rule - eagle3), the part the release rule adds over "
+                 f"Algorithm 1 (release - paper rule), prompt means on the prompts all three decoded: {', '.join(shares)}")
+    return verdict, text
+
+
+def _release_share(release: pd.Series, paper: pd.Series, eagle3: pd.Series, metric: str) -> float:
+    values = [prompt_values(run, metric) for run in (release, paper, eagle3)]
+    prompts = sorted(set.intersection(*(set(v) for v in values)))
+    means = [float(np.mean([v[p] for p in prompts])) for v in values]
+    return (means[0] - means[1]) / (means[0] - means[2])
 
 
 def _k_claim(runs):
@@ -365,7 +380,8 @@ def _rouge(runs):
 def _wmt(runs):
     """Mean corpus BLEU of the theta >= 0.90 runs minus the theta < 0.88 runs, corpus BLEU
     recomputed on each resample of the prompts all of them translated (from each answer's
-    statistics, counted once)."""
+    statistics, counted once); beside it, as the paper's table does, AR's BLEU and chrF on
+    the same prompts (the AR runs beside each MARS run) and each side's."""
     found = {}
     for theta in THETAS:
         try:
@@ -385,7 +401,21 @@ def _wmt(runs):
     verdict, text = positive(prompts, lambda picked: bleu(high, picked) - bleu(low, picked))
     if max(bleu(high, prompts), bleu(low, prompts)) < BLEU_FLOOR:
         verdict, text = NOT_TESTABLE, f"{NOT_TESTABLE} (corpus BLEU under {BLEU_FLOOR:g} of 100 on both sides: the floor rule, a handful of matching n-grams): {text}"
-    return verdict, f"mean BLEU {bleu(high, prompts):.2f} at theta >= 0.90 vs {bleu(low, prompts):.2f} at theta < 0.88; difference {text}"
+    beside_ar = "; ".join(f"{name} BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}" for name, scores in
+                          (("theta >= 0.90", _translation_scores(found, high, prompts)), ("theta < 0.88", _translation_scores(found, low, prompts)),
+                           ("AR", _translation_scores(found, list(found), prompts, baseline=True))))
+    return verdict, (f"mean BLEU {bleu(high, prompts):.2f} at theta >= 0.90 vs {bleu(low, prompts):.2f} at theta < 0.88; difference {text}; "
+                     f"beside AR on the same {len(prompts)} prompts (means over runs): {beside_ar}")
+
+
+def _translation_scores(found: dict, thetas: list, prompts: list, baseline: bool = False) -> dict:
+    """Mean corpus BLEU and chrF over the runs at `thetas` on `prompts`: MARS's answers, or with
+    `baseline` the AR answers beside each run."""
+    scores = []
+    for theta in thetas:
+        picked = [found[theta][p] for p in prompts]
+        scores.append(quality.bleu_chrf([s for s, _, _ in picked], [ar if baseline else turns for _, turns, ar in picked]))
+    return {key: float(np.mean([s[key] for s in scores])) for key in ("bleu", "chrf")}
 
 
 def _top1_positive(runs):

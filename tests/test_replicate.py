@@ -80,6 +80,30 @@ def test_paper_scale_delta_baseline_rows_and_missing_runs():
     assert "29.12 / 27.00 (-2.12) [n=3]" == tables.cell(compared.loc["theta=0.86"])  # each cell says what it rests on
 
 
+def test_tables_mark_missing_cells_once_and_divide_by_the_baseline_in_a_relative_view(tmp_path):
+    """A reason for a missing cell is a short marker with one legend line; the relative view
+    divides each value by the baseline method's in its column (published and ours each),
+    and a speedup prints in the paper's unit."""
+    runs = pd.DataFrame([
+        run_row("mars", "wmt19", 1.0, **{**MARS_TREE, "config.model.name": "qwen3-8b", "config.method.verifier.theta": 0.86, "quality.bleu": 27.0,
+                                         "baseline_quality.bleu": 30.0}),
+    ])
+    ref = reference(
+        ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.86", "bleu", 29.12),
+        ("table4", "qwen3-8b", "ar", "wmt19", 1, "", "bleu", 29.71),
+        ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.88", "bleu", 29.34),
+        ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.90", "bleu", 29.50),
+        ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.86", "speedup", 2.5),
+    )
+    compared = tables.compare(ref, runs, mars.locate("paper"), relative_to="ar")
+    mars_086 = compared[(compared["setting"] == "theta=0.86") & (compared["metric"] == "bleu")].iloc[0]
+    assert mars_086["published_rel"] == pytest.approx(29.12 / 29.71) and mars_086["ours_rel"] == pytest.approx(27.0 / 30.0)
+    tables.write(compared, tmp_path, "t", relative_to="ar")
+    text = (tmp_path / "table4.md").read_text()
+    assert text.count(tables.NOT_RUN) == 1 and text.count("/ – [a]") == 2 and f"\n[a] {tables.NOT_RUN}\n" in text
+    assert "2.50x / " in text and "Relative to ar" in text and f"{29.12 / 29.71:.2f} / {27.0 / 30.0:.2f}" in text
+
+
 def test_tables_are_written_in_three_formats(tmp_path):
     ref = reference(("table6", "qwen3-8b", "eagle3", "gsm8k", 0, "", "accuracy", 0.9))
     compared = tables.compare(ref, pd.DataFrame(columns=["run_dir", "results.samples"]), mars.locate("cpu"), "smollm2-135m")

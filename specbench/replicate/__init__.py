@@ -42,6 +42,7 @@ class Paper:
     claims: list[report.Claim]  # what the report checks the direction of
     # scale -> {table: why none of its cells can have a number of ours}: written as published numbers only
     published_only: dict[str, dict[str, str]] = field(default_factory=dict)
+    relative_to: str = "eagle3"  # the baseline method the tables' relative view divides by
 
 
 FUNCTIONS = ("sweeps", "locate", "figures")
@@ -157,9 +158,9 @@ def regenerate(paper: Paper, scale: str, runs_dir: Path, out_dir: Path) -> None:
 
 def write_results(paper: Paper, scale: str, runs, out_dir: Path, sessions: list[dict] = ()) -> None:
     reference = tables.read_reference(ROOT / "results" / "reference" / f"{paper.name}.csv")
-    compared = tables.compare(reference, runs, paper.locate(scale), OUR_MODEL if scale == "cpu" else None, paper.speedup)
+    compared = tables.compare(reference, runs, paper.locate(scale), OUR_MODEL if scale == "cpu" else None, paper.speedup, paper.relative_to)
     published_only = paper.published_only.get(scale, {})
-    written = tables.write(compared, out_dir / "tables", paper.title, published_only)
+    written = tables.write(compared, out_dir / "tables", paper.title, published_only, paper.relative_to)
     figures = paper.figures(runs, out_dir / "figures") if len(runs) else []  # every figure draws runs
     names = sorted({p.stem for p in written})
     measured = regime.regime(paper.name, runs)

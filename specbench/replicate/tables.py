@@ -1,6 +1,7 @@
 """Published numbers beside ours: one row per published cell, then each table in the
 paper's layout (rows: model, method, temperature, setting; columns: dataset, metric) as
-Markdown, LaTeX and CSV."""
+Markdown, LaTeX and CSV, and in Markdown again relative to the paper's baseline method (each
+value over the baseline's in the same column), which is what carries across scales."""
 
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ def read_reference(path: Path) -> pd.DataFrame:
     return reference.rename(columns={"value": "published"})
 
 
-def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_model: str | None = None, speedup: str = "speedup") -> pd.DataFrame:
+def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_model: str | None = None, speedup: str = "speedup",
+            relative_to: str = "eagle3") -> pd.DataFrame:
     """Every published cell with ours and the delta. With `our_model` (cpu scale) the
     paper's models say they were not run, and rows for `our_model` (no published value)
     carry our numbers for every cell the tables have. `speedup` is the summary column
     the paper's speedup convention reads (`speedup_mean_per_sample` for the mean of
-    per-prompt ratios); when it is not ours, our aggregate ratio goes in the note beside."""
+    per-prompt ratios); when it is not ours, our aggregate ratio goes in the note beside.
+    `published_rel` and `ours_rel` are each value over `relative_to`'s in its column."""
     rows = reference[KEYS + ["published"]].copy()
     if our_model is not None:
         ours = rows.drop_duplicates(subset=[k for k in KEYS if k != "model"]).assign(model=our_model, published=float("nan"))
@@ -71,7 +74,21 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
     rows["ours"], rows["note"], rows["run"] = pd.Series(values, dtype=float).values, notes, names
     _fill_means(rows)
     rows["delta"] = rows["ours"] - rows["published"]
-    return rows[KEYS + ["published", "ours", "delta", "note", "run"]]
+    rows["published_rel"], rows["ours_rel"] = relative(rows, relative_to, "published"), relative(rows, relative_to, "ours")
+    return rows[KEYS + ["published", "ours", "delta", "note", "run", "published_rel", "ours_rel"]]
+
+
+COLUMN = ["table", "model", "temperature", "dataset", "metric"]
+
+
+def relative(rows: pd.DataFrame, baseline: str, side: str) -> pd.Series:
+    """`side`'s value over the baseline method's in the same table, model, temperature,
+    dataset and metric (its row without a setting first); NaN where either is missing or the
+    baseline's is not positive."""
+    base = rows[rows["method"] == baseline].sort_values("setting", kind="stable").drop_duplicates(COLUMN)
+    merged = rows[COLUMN].merge(base[COLUMN + [side]].rename(columns={side: "base"}), on=COLUMN, how="left")
+    ratio = rows[side].to_numpy() / merged["base"].where(merged["base"] > 0).to_numpy()
+    return pd.Series(ratio, index=rows.index)
 
 
 def baseline_speed(run: pd.Series) -> str:
@@ -117,32 +134,68 @@ def _published(value: float) -> str:
     return f"{value:.{max(2, decimals)}f}"
 
 
-def cell(row: pd.Series) -> str:
-    published = "–" if pd.isna(row["published"]) else _published(row["published"])
+def unit(row: pd.Series) -> str:
+    """The paper's unit after a value: x for a speedup."""
+    return "x" if row["metric"] == "speedup" else ""
+
+
+def cell(row: pd.Series, markers: dict[str, str] | None = None) -> str:
+    """'published / ours (delta)', with the paper's unit; a cell without ours carries the
+    short marker of its reason (`markers`: reason -> marker, legend under the table), or the
+    reason itself where it has none."""
+    published = "–" if pd.isna(row["published"]) else _published(row["published"]) + unit(row)
     if pd.isna(row["ours"]):
-        return f"{published} / n/a" if row["note"] == NOT_AT_SCALE else f"{published} / – ({row['note']})"
+        note = row["note"]
+        return f"{published} / n/a" if note == NOT_AT_SCALE else f"{published} / – " + (markers or {}).get(note, f"({note})")
     delta = "" if pd.isna(row["delta"]) else f" ({row['delta']:+.2f})"
-    return f"{published} / {_fmt(row['ours'])}{delta}" + (f" [{row['note']}]" if row["note"] else "")
+    return f"{published} / {_fmt(row['ours'])}{unit(row)}{delta}" + (f" [{row['note']}]" if row["note"] else "")
 
 
-def layout(rows: pd.DataFrame) -> pd.DataFrame:
-    """One table in the paper's layout; each cell 'published / ours (delta)'."""
-    shown = rows.assign(cell=rows.apply(cell, axis=1), T=rows["temperature"].map(lambda t: f"{t:g}"))
+def relative_cell(row: pd.Series) -> str:
+    """'published / ours', each over the baseline's value in its column; the one that exists
+    alone (at cpu scale a row is the paper's model or ours)."""
+    sides = [f"{row[side]:.2f}" for side in ("published_rel", "ours_rel") if pd.notna(row[side])]
+    return " / ".join(sides)
+
+
+def markers_of(rows: pd.DataFrame) -> dict[str, str]:
+    """A short marker per reason a cell has no number of ours (n/a aside), in order of appearance."""
+    reasons = [n for n in dict.fromkeys(rows.loc[rows["ours"].isna(), "note"]) if n and n != NOT_AT_SCALE]
+    return {reason: f"[{chr(ord('a') + i)}]" for i, reason in enumerate(reasons)}
+
+
+def pivot(rows: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
+    shown = rows.assign(cell=cells, T=rows["temperature"].map(lambda t: f"{t:g}"))
     table = shown.pivot_table(index=["model", "method", "T", "setting"], columns=["dataset", "metric"], values="cell", aggfunc="first", sort=False)
     return table.fillna("")
 
 
-def write(compared: pd.DataFrame, out_dir: Path, caption: str, published_only: dict[str, str] | None = None) -> list[Path]:
-    """<table>.csv (long form), <table>.md and <table>.tex (layout) per table; a table in
-    `published_only` (name -> why none of its cells can have ours) holds the published
-    numbers alone, saying why."""
+def layout(rows: pd.DataFrame) -> pd.DataFrame:
+    """One table in the paper's layout; each cell 'published / ours (delta)'."""
+    markers = markers_of(rows)
+    return pivot(rows, rows.apply(cell, axis=1, markers=markers))
+
+
+def flat(table: pd.DataFrame) -> pd.DataFrame:
+    flattened = table.copy()
+    flattened.columns = [f"{d} {m}" for d, m in flattened.columns]
+    return flattened.reset_index()
+
+
+def write(compared: pd.DataFrame, out_dir: Path, caption: str, published_only: dict[str, str] | None = None,
+          relative_to: str = "eagle3") -> list[Path]:
+    """<table>.csv (long form), <table>.md and <table>.tex (layout) per table, the .md
+    followed by the reasons behind its markers and the table relative to `relative_to`; a
+    table in `published_only` (name -> why none of its cells can have ours) holds the
+    published numbers alone, saying why."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, rows in compared.groupby("table", sort=False):
         reason = (published_only or {}).get(name)
+        after = ""
         if reason:
             rows = rows[rows["published"].notna()]
-            table = rows.assign(cell=rows["published"].map(_fmt), T=rows["temperature"].map(lambda t: f"{t:g}")).pivot_table(
+            table = rows.assign(cell=rows.apply(lambda row: _published(row["published"]) + unit(row), axis=1), T=rows["temperature"].map(lambda t: f"{t:g}")).pivot_table(
                 index=["model", "method", "T", "setting"], columns=["dataset", "metric"], values="cell", aggfunc="first", sort=False).fillna("")
             legend = f"{name}: {caption}. Published only: {reason}."
             long_form = rows[KEYS + ["published"]]
@@ -150,12 +203,17 @@ def write(compared: pd.DataFrame, out_dir: Path, caption: str, published_only: d
             table = layout(rows)
             legend = f"{name}: {caption}. Each cell: published / ours (ours - published); n/a: {NOT_AT_SCALE}."
             long_form = rows
-        flat = table.copy()
-        flat.columns = [f"{d} {m}" for d, m in flat.columns]
-        flat = flat.reset_index()
+            after = "".join(f"\n{marker} {reason}\n" for reason, marker in markers_of(rows).items())
+            if rows["method"].eq(relative_to).any() and rows[["published_rel", "ours_rel"]].notna().any().any():
+                related = pivot(rows, rows.apply(relative_cell, axis=1))
+                related = flat(related[(related != "").any(axis=1)])
+                after += (f"\nRelative to {relative_to}: each value over {relative_to}'s in the same model, T, dataset and metric "
+                          f"(published / ours where a row has both; the paper's models' rows are published, ours are ours): "
+                          f"what carries across scales.\n\n{related.to_markdown(index=False, disable_numparse=True)}\n")
+        flattened = flat(table)
         paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md", out_dir / f"{name}.tex"]
         long_form.to_csv(paths[0], index=False)
-        paths[1].write_text(f"{legend}\n\n{flat.to_markdown(index=False)}\n", encoding="utf-8")
-        paths[2].write_text(flat.to_latex(index=False, caption=legend, label=f"tab:{name}", escape=True), encoding="utf-8")
+        paths[1].write_text(f"{legend}\n\n{flattened.to_markdown(index=False)}\n{after}", encoding="utf-8")
+        paths[2].write_text(flattened.to_latex(index=False, caption=legend, label=f"tab:{name}", escape=True), encoding="utf-8")
         written += paths
     return written
