@@ -144,3 +144,14 @@ def test_a_network_namespace_refused_is_reported():
 
     note = sandbox_child.isolate_network(Refusing(), error_number=lambda: 1)
     assert note == "failed: netns (Operation not permitted)"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the drop to an unprivileged uid is root's layer")
+def test_root_without_bwrap_drops_to_the_unprivileged_uid_even_where_python_lives_under_roots_home():
+    """Without bubblewrap, root's child runs the probe as SANDBOX_UID: Python's files are
+    imported through directories kept open before the drop, so a Python under a directory only
+    root may search (pyenv in /root, mode 700) still imports its standard library there."""
+    chosen = humaneval.boundary(bwrap=None)
+    assert chosen.uid == humaneval.SANDBOX_UID and not chosen.failed
+    outcome = graded(f"import os, fractions, statistics; assert os.getuid() == {humaneval.SANDBOX_UID}", chosen)
+    assert outcome.passed and f"uid {humaneval.SANDBOX_UID}" in outcome.layers and "failed" not in outcome.layers, outcome

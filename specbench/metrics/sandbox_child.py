@@ -58,14 +58,46 @@ def isolate_network(libc, error_number) -> str:
     return "netns"
 
 
-def drop_privileges(uid: int) -> str:
+PR_SET_DUMPABLE = 4
+
+
+def drop_privileges(uid: int, libc) -> str:
+    """Root becomes `uid`, its import directories kept reachable (reachable_imports)."""
+    reachable_imports()
     try:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
     except OSError as error:
         return f"failed: uid {uid} ({error.strerror})"
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # else /proc/self/fd turns root's, and the imports below with it
     return f"uid {uid}"
+
+
+def reachable_imports() -> None:
+    """Python's files can sit under a directory only root may search (pyenv under /root,
+    mode 700), where the dropped uid cannot import even the standard library. Each import
+    directory is kept open and imported through /proc/self/fd/N, which reaches an open
+    directory without searching its parents; reading stays under the directory's own mode,
+    and the audit hook still resolves each path to the real one."""
+    opened = {}
+    for entry in sys.path:
+        try:
+            opened[entry] = f"/proc/self/fd/{os.open(entry or '.', os.O_RDONLY | os.O_DIRECTORY)}"
+        except OSError:  # a zip or a missing entry: nothing to keep open
+            pass
+
+    def through_descriptor(path: str) -> str:
+        for entry, reachable in opened.items():
+            if entry and (path == entry or path.startswith(entry.rstrip(os.sep) + os.sep)):
+                return reachable + path[len(entry):]
+        return path
+
+    sys.path[:] = [opened.get(entry, entry) for entry in sys.path]
+    for module in list(sys.modules.values()):  # a package imported already finds its submodules by its own __path__
+        if isinstance(getattr(module, "__path__", None), list):
+            module.__path__[:] = [through_descriptor(path) for path in module.__path__]
+    sys.path_importer_cache.clear()
 
 
 def load_seccomp() -> str:
@@ -162,9 +194,10 @@ def main() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)  # the program's own output is not the verdict
+    libc = ctypes.CDLL(None, use_errno=True)
     layers = [layer for layer in outer.split(",") if layer] + [limit_resources(cpu_seconds)]
     if "bwrap" not in layers:
-        layers.append(isolate_network(ctypes.CDLL(None, use_errno=True), ctypes.get_errno))
+        layers.append(isolate_network(libc, ctypes.get_errno))
     with open(program, encoding="utf-8") as f:
         source = f.read()
     try:
@@ -172,7 +205,7 @@ def main() -> None:
     except ImportError:
         pass
     if uid >= 0:
-        layers.append(drop_privileges(uid))
+        layers.append(drop_privileges(uid, libc))
     layers.append(load_seccomp())
     forget_modules()
     layers.append("audit")
