@@ -35,8 +35,8 @@ test-slow:
 # This machine's cost profile: target forwards for n = 1..64 new tokens (and each drafter's),
 # cached in ~/.cache/specbench/costs with a PNG of the curves; auto dtype and shapes use it.
 profile:
-	$(PY) -m specbench.costs method=eagle3
-	$(PY) -m specbench.costs method=sps
+	$(PY) -m specbench.run.costs method=eagle3
+	$(PY) -m specbench.run.costs method=sps
 
 # What speed this machine gets: fingerprint, ours vs transformers, our AR in bf16 vs fp32, every
 # method's default (auto dtype and shape) vs AR with predicted beside measured
@@ -145,6 +145,6 @@ replicate-mars replicate-talon replicate-cast replicate-entmtp: replicate-%:
 	$(PY) runners/$*.py --scale $(SCALE) $(ARGS)
 
 # Every table, figure and verdict of a paper again from its committed runs alone (no outputs/,
-# no dataset copies, no GPU): the same bytes as committed (tests/test_provenance.py checks it)
+# no dataset copies, no GPU): the same bytes as committed (tests/replicate/test_provenance.py checks it)
 report-mars report-talon report-cast report-entmtp: report-%:
 	$(PY) runners/$*.py --scale $(SCALE) --report-only

@@ -7,7 +7,7 @@ specbench's Hydra and Medusa heads on seeded prompt subsets).
     python runners/entmtp.py                      # cpu scale: search, Table 1 runs, tables/figures/report (~55 min on 2 cores)
     python runners/entmtp.py --scale paper        # print the paper-scale commands (no GPU here)
 
-First the offline stage: `python -m specbench.search` builds, per task (HumanEval, GSM8K,
+First the offline stage: `python -m specbench.run.entmtp_search` builds, per task (HumanEval, GSM8K,
 ShareGPT), the acceptance frontier of the Hydra heads (Algorithm 1), re-measures every
 frontier tree by self-rollout (Appendix B), measures the default tree the same way and
 keeps the throughput-Pareto trees, priced with this machine's cost profile, in the bank
@@ -116,7 +116,7 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     out = []
     for dataset in DATASETS:
         # the search decodes prompts outside the evaluated subset (the paper: a calibration split)
-        options = ["specbench.search", "--bank", str(bank), "--keep-existing", "--exclude-limit", str(100 if paper else prompts), *SEARCH[scale]]
+        options = ["specbench.run.entmtp_search", "--bank", str(bank), "--keep-existing", "--exclude-limit", str(100 if paper else prompts), *SEARCH[scale]]
         out.append(Sweep("search", ["method=hydra", *DEFAULT_TREE[scale]["hydra"], f"dataset={dataset}", seed, "dataset.max_turns=1",
                                     f"gen.temperature={TEMPERATURE}", *model], program=options))
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from specbench import ROOT
-from specbench.costs import expansion
+from specbench.trees import talon_expansion
 from specbench.metrics.speed import sample_tau
 from specbench.replicate import OUR_MODEL, Paper, main, results
 from specbench.replicate.lookup import base_filters, matching, not_run, one, per_prompt, prompt_values, shared_prompts, size_keys, sweep_runs
@@ -127,7 +127,7 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     sweeps += at("figure7", DATASETS if scale == "paper" else FIGURE7_CLAIMED,
                  ["method=talon", f"method.tree.robust_layers={','.join(map(str, ROBUST_LAYERS))}", "gen.temperature=0"], ["llama3.1-8b"])
     device = ["--device", "cuda"] if scale == "paper" else []
-    sweeps.append(Sweep("figure15", [], program=["specbench.costs.expansion", "--out", str(figure15_path(scale, results_dir)), *device]))
+    sweeps.append(Sweep("figure15", [], program=["specbench.trees.talon_expansion", "--out", str(figure15_path(scale, results_dir)), *device]))
     return sweeps
 
 
@@ -355,7 +355,7 @@ def robust_layers_figure(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 def expansion_figure(timings: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Mean latency of one layer's expansion per vocabulary and Zipf alpha, EAGLE's dual
     top-K beside TALON's gate, each pair labelled with EAGLE's time over TALON's."""
-    ratios = expansion.speedups(timings)
+    ratios = talon_expansion.speedups(timings)
     fig, ax = plt.subplots(figsize=(8, 3.8))
     labels = [f"{round(v / 1000)}K, a={a:g}" for v, a in zip(ratios["vocab"], ratios["alpha"])]
     x = np.arange(len(ratios))

@@ -22,7 +22,7 @@ import pandas as pd
 
 from specbench.replicate.report import delta_vs_tau_figure, save
 from specbench.replicate.verdicts import slope
-from specbench.records import read_records
+from specbench.metrics.records import read_records
 from specbench.errors import run_command
 
 ACCURACY_KEYS = ("gsm8k_accuracy", "humaneval_pass@1")

@@ -1,6 +1,6 @@
 """Methods against AR on the same prompts, side by side: a sweep of `python -m specbench` runs.
 
-Each (temperature, dataset, method) is one run of the runner itself (specbench.run.Runner:
+Each (temperature, dataset, method) is one run of the runner itself (specbench.run.runner.Runner:
 AR back to back with the method on every prompt, the order alternating; the clock, τ, δ,
 speedup, intervals, agreement, quality and the cost-model prediction computed where every
 run computes them). Runs resume by config hash under --runs, so an interrupted sweep
@@ -19,10 +19,10 @@ import argparse
 import json
 from pathlib import Path
 
-from specbench.config import run_name
+from specbench.run.config import run_name
 from specbench.metrics.speed import cycle_tokens
-from specbench.records import read_records
-from specbench.run import Runner
+from specbench.metrics.records import read_records
+from specbench.run.runner import Runner
 from specbench.errors import run_command
 
 from bench_vs_transformers import config

@@ -29,10 +29,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from specbench import costs  # noqa: E402
 from specbench.costs import autotune  # noqa: E402
-from specbench.config import run_name  # noqa: E402
+from specbench.run.config import run_name  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.errors import require, run_command  # noqa: E402
-from specbench.run import Runner  # noqa: E402
+from specbench.run.runner import Runner  # noqa: E402
 
 from bench_dtype import compare_dtypes  # noqa: E402
 from bench_vs_transformers import compare, config, floor_line  # noqa: E402
@@ -175,7 +175,7 @@ def main(argv: list[str]) -> None:
     if any(r["identical"] < 1 and r["dtype"] == "bfloat16" for r in rows):
         lines += ["", "identical ids below 1.00 in a bf16 row is rounding, not a lossy method: one-token and n-token bf16 "
                   "forwards round differently, so greedy paths can part. Losslessness is checked in fp32 (and on fp16 weights), "
-                  "where every method reproduces AR's ids (tests/test_lossless_greedy.py, tests/test_lean.py)."]
+                  "where every method reproduces AR's ids (tests/invariants/test_1_lossless_greedy.py, tests/engine/test_lean.py)."]
     (args.out / f"speed-{name}.md").write_text("\n".join(lines) + "\n")
     (args.out / f"speed-{name}.json").write_text(json.dumps({"fingerprint": fingerprint, "transformers": hf, "settings": settings, "ar_by_dtype": plain, "ar_dtype": ar_dtype, "methods": rows}, indent=1))
     print("\n".join(lines))

@@ -24,13 +24,14 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from specbench import costs, methods
+from specbench import costs
+from specbench.engine import methods
 from specbench.data import questions
 from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
 from specbench.data.chat import chat_prompt, stop_token_ids
-from specbench.config import CONF_DIR
+from specbench.run.config import CONF_DIR
 from specbench.errors import run_command
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specbench.tracking import read_offline_run
+from specbench.run.tracking import read_offline_run
 from specbench.errors import run_command
 
 METRICS = {"speedup": "speedup", "tau": "results/tau", "delta": "results/delta", "tok_per_s": "results/tok_per_s"}

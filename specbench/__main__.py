@@ -10,14 +10,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra_plugins.specbench_launcher import quiet_schema_match_warning
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.config import check_command_line
+from specbench.run.config import check_command_line
 from specbench.errors import run_command
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from specbench.errors import ConfigError
-    from specbench.run import Runner
+    from specbench.run.runner import Runner
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:

@@ -69,7 +69,7 @@ _built_lms: dict[tuple, TreeLM] = {}
 
 def shared_lm(model: torch.nn.Module, forward: str, compiled) -> TreeLM:
     """make_lm, built once per process for the same model, forward and compile choice: the
-    runs of a group (specbench.group) or of a multirun share the target's packed weights
+    runs of a group (specbench.run.group) or of a multirun share the target's packed weights
     (about 0.4 GB a run for the 135M model on an AVX2 CPU) instead of each building its own.
     Every decode resets the LM (engine.loop.generate_batch), so sharing changes no output.
     Only LMs of the current model in its current dtype and device are kept: a model let go

@@ -26,13 +26,13 @@ import torch
 from scipy.stats import theilslopes
 from tqdm import tqdm
 
-from specbench.auto import DRAFTING_OFF, auto_keys, candidates
+from specbench.engine.candidates import DRAFTING_OFF, auto_keys, candidates
 from specbench.costs import contention
 from specbench.costs.predict import pace, predict, tree_step_ms
 from specbench.costs.profile import CostProfile, ProfileCosts, write_whole
 from specbench.engine.loop import Limits, Method, generate_batch
-from specbench.methods import instantiate_part
-from specbench.records import method_run
+from specbench.engine.methods import instantiate_part
+from specbench.metrics.records import method_run
 
 VERSION = 11  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype; 8: tree work charged step by step, as when priced in another dtype; 9: unpriced work at the profile's pace; 10: drafters on packed weights where the target is; 11: packed output layers)
 

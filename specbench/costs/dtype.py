@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.auto import DRAFTING_OFF
+from specbench.engine.candidates import DRAFTING_OFF
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import interleaved, tree_forward
 from specbench.engine.kernels import Compiled

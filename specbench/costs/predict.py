@@ -43,7 +43,7 @@ def turn_steps(run: dict) -> list[list[tuple[int, int, int]]]:
 
 
 def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_overhead: dict | None = None) -> dict:
-    """Predicted speedup over AR at the runs' batch size for the samples `runs` (as specbench.records
+    """Predicted speedup over AR at the runs' batch size for the samples `runs` (as specbench.metrics.records
     writes them), the verification steps, and the share of the measured decode time that
     the profiled forwards do not explain. `tree_overhead` ({"ms", "ms_per_node", "ms_per_draft"}) prices
     each drafting step's tree work; without it that work is left out."""

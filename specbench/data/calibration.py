@@ -10,8 +10,8 @@ import re
 
 from specbench.data import sharegpt
 from specbench.data.chat import chat_prompt
-from specbench.data.contamination import evaluation_index
-from specbench.data.prompt_sources import COMMITTED_PACKS, prompt_table
+from specbench.train.prompts.contamination import evaluation_index
+from specbench.train.prompts.sources import COMMITTED_PACKS, prompt_table
 from specbench.errors import require
 
 CALIBRATION_SEED = 7

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from specbench.drafters import DrafterLoader
+from specbench.engine.parts import DrafterLoader
 from specbench.engine.columns import ColumnCache
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
@@ -93,9 +93,9 @@ class EagleDrafter(Drafter):
         hidden, attended = self._level
         batch, width = tokens.shape
         self._depth += 1
-        plan, attended = self.layout.level_plan(attended, parents, self._depth, node_offset=-1)
+        feed, attended = self.layout.level_feed(attended, parents, self._depth, node_offset=-1)
         features = hidden.gather(1, parents[:, :, None].expand(-1, -1, hidden.shape[-1]))
-        new_hidden, logits = self._forward(tokens, features, plan)
+        new_hidden, logits = self._forward(tokens, features, feed)
         self._level = (new_hidden, attended)
         return self._to_target_vocab(logits.reshape(batch * width, -1)).reshape(batch, width, -1)
 
@@ -119,9 +119,9 @@ class EagleDrafter(Drafter):
         the rows whose root is asked for)."""
         rows = [self._pending[b] if root is not None else None for b, root in enumerate(roots)]
         counts = [len(r[1]) + 1 if r else 0 for r in rows]
-        plan = self.layout.plan(counts, [None] * len(rows), [[] for _ in rows])
+        feed = self.layout.feed(counts, [None] * len(rows), [[] for _ in rows])
         dtype, device = self.head.fc.weight.dtype, self.head.fc.weight.device  # features may come from another GPU (multi-GPU targets end on the last)
-        tokens = torch.zeros(len(rows), plan.width, dtype=torch.long)
+        tokens = torch.zeros(len(rows), feed.width, dtype=torch.long)
         features = None
         for b, row in enumerate(rows):
             if row is None:
@@ -129,9 +129,9 @@ class EagleDrafter(Drafter):
             row_features, row_tokens = row
             tokens[b, : counts[b]] = torch.tensor(row_tokens + [roots[b]])
             if features is None:
-                features = torch.zeros(len(rows), plan.width, row_features.shape[-1], dtype=dtype, device=device)
+                features = torch.zeros(len(rows), feed.width, row_features.shape[-1], dtype=dtype, device=device)
             features[b, : counts[b]] = on_device(row_features, device).to(dtype)
-        hidden, logits = self._forward(tokens, self.head.project(features), plan)
+        hidden, logits = self._forward(tokens, self.head.project(features), feed)
         for b, count in enumerate(counts):
             if count:
                 self._rows[b][0] = (hidden[b, count - 1], logits[b, count - 1])
@@ -139,23 +139,23 @@ class EagleDrafter(Drafter):
     def _read_nodes(self, trees: list[DraftTree], nodes: list[list[int]]) -> None:
         """Tree nodes: feature = the parent row's own hidden state, tree attention mask;
         the root's row is the last committed row, not a tree column."""
-        plan = self.layout.plan([0] * len(trees), trees, nodes, node_offset=-1)
-        tokens = torch.zeros(len(trees), plan.width, dtype=torch.long)
-        features = torch.zeros(len(trees), plan.width, self.head.config.hidden_size, dtype=self.head.fc.weight.dtype, device=self.head.fc.weight.device)
+        feed = self.layout.feed([0] * len(trees), trees, nodes, node_offset=-1)
+        tokens = torch.zeros(len(trees), feed.width, dtype=torch.long)
+        features = torch.zeros(len(trees), feed.width, self.head.config.hidden_size, dtype=self.head.fc.weight.dtype, device=self.head.fc.weight.device)
         for b, (tree, row_nodes) in enumerate(zip(trees, nodes)):
             if row_nodes:
                 tokens[b, : len(row_nodes)] = torch.tensor([tree.tokens[n] for n in row_nodes])
                 features[b, : len(row_nodes)] = torch.stack([self._rows[b][tree.parents[n]][0] for n in row_nodes])
-        hidden, logits = self._forward(tokens, features, plan)
+        hidden, logits = self._forward(tokens, features, feed)
         for b, row_nodes in enumerate(nodes):
             for i, n in enumerate(row_nodes):
                 self._rows[b][n] = (hidden[b, i], logits[b, i])
 
-    def _forward(self, tokens: torch.Tensor, features: torch.Tensor, plan):
+    def _forward(self, tokens: torch.Tensor, features: torch.Tensor, feed):
         embeds = on_device(self.embed(to_device(tokens, self.embed.weight.device)), self.head.fc.weight.device).to(self.head.fc.weight.dtype)
-        mask = plan.mask if plan.mask is not None else plan.causal_mask()
-        hidden, logits, self.past = self.head(embeds, features, plan.positions, self.past, mask, position_bound=plan.position_bound)
-        self.layout.advance(plan)
+        mask = feed.mask if feed.mask is not None else feed.causal_mask()
+        hidden, logits, self.past = self.head(embeds, features, feed.positions, self.past, mask, position_bound=feed.position_bound)
+        self.layout.advance(feed)
         self.forwards += 1
         return hidden, logits
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from specbench.drafters import DrafterLoader
+from specbench.engine.parts import DrafterLoader
 from specbench.drafters.eagle import EagleDrafter
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.models import registry

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from specbench.drafters import DrafterLoader
+from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
 from specbench.engine.transfer import device_tensor

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from specbench.drafters import DrafterLoader
+from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specbench.drafters import DrafterLoader
+from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled
 from specbench.engine.parts import Drafter
 from specbench.engine.tree import DraftTree

@@ -18,7 +18,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from specbench.drafters import DrafterLoader
+from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled
 from specbench.engine.lean import make_lm
 from specbench.engine.parts import Drafter
@@ -172,9 +172,9 @@ class SmallLMDrafter(Drafter):
         """One draft forward over the level, its mask and positions built on the device; the
         level is kept (tokens and parent slots) to find the accepted nodes at commit."""
         batch, width = tokens.shape
-        plan, self._attended = self.lm.layout.level_plan(self._attended, parents, depth=len(self._levels) + 1)
+        feed, self._attended = self.lm.layout.level_feed(self._attended, parents, depth=len(self._levels) + 1)
         self._levels.append((tokens, parents))
-        logits = self.lm.forward_level(tokens, plan)
+        logits = self.lm.forward_level(tokens, feed)
         return self._in_target_vocab(logits.reshape(batch * width, -1)).reshape(batch, width, -1)
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features=None) -> None:

@@ -21,7 +21,7 @@ from specbench.engine.transfer import device_tensor, to_device
 
 
 @dataclass
-class Plan:
+class Feed:
     """One forward: tokens per row (context first, then tree nodes), right-padded."""
 
     start: int  # first new column
@@ -47,7 +47,7 @@ class ColumnCache:
         self.lengths = [0] * batch_size  # committed tokens per row
         self.node_columns: list[dict[int, int]] = [{} for _ in range(batch_size)]
 
-    def plan(self, contexts: list[int], trees: list[DraftTree | None], nodes: list[list[int]], node_offset: int = 0) -> Plan:
+    def feed(self, contexts: list[int], trees: list[DraftTree | None], nodes: list[list[int]], node_offset: int = 0) -> Feed:
         """Lay out a forward of `contexts[b]` new context tokens then tree `nodes[b]` of
         `trees[b]` per row. A node's position is the row's committed length (after the new
         context) + its depth + `node_offset` (-1 where the root is committed context)."""
@@ -68,15 +68,15 @@ class ColumnCache:
                 positions[b, n_context : n_context + len(row_nodes)] = base + n_context + node_offset + torch.tensor(depths)
                 bound = max(bound, base + n_context + node_offset + max(depths) + 1)
         mask = None if self._causal_suffices(contexts, trees, nodes) else self._mask(start, width, contexts, trees, nodes)
-        return Plan(start, width, list(contexts), [list(n) for n in nodes], to_device(positions, self.device), mask, bound)
+        return Feed(start, width, list(contexts), [list(n) for n in nodes], to_device(positions, self.device), mask, bound)
 
-    def level_plan(self, attended: torch.Tensor, parents: torch.Tensor, depth: int, node_offset: int = 0) -> tuple[Plan, torch.Tensor]:
+    def level_feed(self, attended: torch.Tensor, parents: torch.Tensor, depth: int, node_offset: int = 0) -> tuple[Feed, torch.Tensor]:
         """A forward of one level of a tree grown on the device, laid out without reading it:
         node j of row b is a child of the node in slot `parents[b, j]` of the level fed
         before, whose tree columns (its ancestors' and its own) `attended[b]` [w_before,
         columns] marks. It attends to the committed context, those columns and its own, at
         position length + `depth` + `node_offset`, and is cached as node k + j, k the nodes
-        the row has cached (the order fed). Returns the plan and the new level's `attended`."""
+        the row has cached (the order fed). Returns the feed and the new level's `attended`."""
         batch, width = parents.shape
         start, device = self.columns, parents.device
         in_tree = torch.zeros(batch, width, start, dtype=torch.bool, device=device)
@@ -85,9 +85,9 @@ class ColumnCache:
         context = to_device(self.valid[:, None, :start], device)
         positions = device_tensor([[length + depth + node_offset] * width for length in self.lengths], device)
         first = [len(cached) for cached in self.node_columns]
-        plan = Plan(start, width, [0] * batch, [list(range(k, k + width)) for k in first], positions,
+        feed = Feed(start, width, [0] * batch, [list(range(k, k + width)) for k in first], positions,
                     torch.cat([in_tree | context, own], dim=2), max(self.lengths) + depth + node_offset + 1)
-        return plan, torch.cat([in_tree, own], dim=2)
+        return feed, torch.cat([in_tree, own], dim=2)
 
     def _causal_suffices(self, contexts, trees, nodes) -> bool:
         """One row, no holes, no cached tree nodes, and the fed nodes form the chain 0, 1, ..."""
@@ -114,17 +114,17 @@ class ColumnCache:
                 mask[b, i, start + i] = True
         return to_device(mask, self.device)
 
-    def advance(self, plan: Plan) -> None:
-        """Record what a forward of `plan` wrote: new context is committed, nodes cached."""
-        end = plan.start + plan.width
+    def advance(self, feed: Feed) -> None:
+        """Record what a forward of `feed` wrote: new context is committed, nodes cached."""
+        end = feed.start + feed.width
         self._reserve(end)
-        for b, (n_context, row_nodes) in enumerate(zip(plan.contexts, plan.nodes)):
-            self.valid[b, plan.start : plan.start + n_context] = True
+        for b, (n_context, row_nodes) in enumerate(zip(feed.contexts, feed.nodes)):
+            self.valid[b, feed.start : feed.start + n_context] = True
             self.lengths[b] += n_context
             for i, node in enumerate(row_nodes):
-                self.node_columns[b][node] = plan.start + n_context + i
-        if any(plan.contexts):
-            self.context_end = plan.start + max(plan.contexts)
+                self.node_columns[b][node] = feed.start + n_context + i
+        if any(feed.contexts):
+            self.context_end = feed.start + max(feed.contexts)
         self.columns = end
 
     def commit(self, paths: list[list[int]]) -> tuple[list[list[int]], int]:

@@ -98,7 +98,7 @@ class RopeTable(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, bound: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """`bound`: 1 + the largest of `positions` where the caller knows it on the host (the
-        engine's Plan does); None reads it from `positions`, a host synchronisation."""
+        engine's Feed does); None reads it from `positions`, a host synchronisation."""
         cos, sin = self.table(int(positions.max()) + 1 if bound is None else bound, x)
         return cos[positions], sin[positions]
 
@@ -205,16 +205,16 @@ class LeanTreeLM(TreeLM):
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    def _run(self, tokens: torch.Tensor, plan):
+    def _run(self, tokens: torch.Tensor, feed):
         batch, n = tokens.shape
         start = self._rows
         self._reserve(start + n)
-        cos, sin = self._rope(self.embed, plan.positions, plan.position_bound)
+        cos, sin = self._rope(self.embed, feed.positions, feed.position_bound)
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, n, d]: broadcast over heads
-        if plan.mask is not None:
-            attn_mask = plan.mask[:, None]  # [B, 1, n, kv]
+        if feed.mask is not None:
+            attn_mask = feed.mask[:, None]  # [B, 1, n, kv]
         elif n > 1:  # causal over the new rows, everything cached before them
-            attn_mask = plan.causal_mask()
+            attn_mask = feed.causal_mask()
         else:
             attn_mask = None
         normed, hidden = self._layers(F.embedding(tokens, self.embed), cos, sin, attn_mask, start)
@@ -358,18 +358,18 @@ class StaticTreeLM(LeanTreeLM):
         groups = self.heads // self.kv_heads
         return mask.repeat(1, 1, groups, 1) if groups > 1 else mask
 
-    def _run(self, tokens: torch.Tensor, plan):
+    def _run(self, tokens: torch.Tensor, feed):
         batch, n = tokens.shape
         width = bucket(n)
         if width is None:
-            return super()._run(tokens, plan)
+            return super()._run(tokens, feed)
         start = self._rows
         self._reserve(start + width)
         mask = torch.zeros(batch, 1, width, key_span(start + width, self._k.shape[3]), dtype=torch.bool, device=self.device)
-        mask[:, 0, :n, : start + n] = plan.mask if plan.mask is not None else plan.causal_mask()
+        mask[:, 0, :n, : start + n] = feed.mask if feed.mask is not None else feed.causal_mask()
         padding = torch.arange(n, width, device=self.device)
         mask[:, 0, padding, start + padding] = True
-        inputs = (F.pad(tokens, (0, width - n)), F.pad(plan.positions, (0, width - n)), mask, torch.arange(start, start + width, device=self.device))
+        inputs = (F.pad(tokens, (0, width - n)), F.pad(feed.positions, (0, width - n)), mask, torch.arange(start, start + width, device=self.device))
         normed, hidden = self._replay(inputs)
         self._rows = start + n
         return normed[:, :n], None if hidden is None else [h[:, :n] for h in hidden]

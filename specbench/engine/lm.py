@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from specbench.engine.columns import ColumnCache, Plan, moves
+from specbench.engine.columns import ColumnCache, Feed, moves
 from specbench.engine.kernels import Compiled
 from specbench.engine.tree import DraftTree
 from specbench.engine.transfer import device_tensor, on_device, to_device
@@ -79,12 +79,12 @@ class TreeLM:
         contexts = [list(c) for c in contexts] if contexts is not None else [[] for _ in range(rows)]
         nodes = [list(n) for n in nodes] if nodes is not None else [[] for _ in range(rows)]
         trees = list(trees) if trees is not None else [None] * rows
-        plan = self.layout.plan([len(c) for c in contexts], trees, nodes)
-        tokens = torch.zeros(rows, plan.width, dtype=torch.long)
+        feed = self.layout.feed([len(c) for c in contexts], trees, nodes)
+        tokens = torch.zeros(rows, feed.width, dtype=torch.long)
         for b, (context, row_nodes) in enumerate(zip(contexts, nodes)):
             fed = context + [trees[b].tokens[n] for n in row_nodes]
             tokens[b, : len(fed)] = torch.tensor(fed, dtype=torch.long)
-        normed, hidden = self._step(to_device(tokens, self.device), plan)
+        normed, hidden = self._step(to_device(tokens, self.device), feed)
         counts = [len(c) + len(n) for c, n in zip(contexts, nodes)]
         if self.feature_layers:
             # on the model's first device: layers spread over GPUs leave each state on its own
@@ -101,27 +101,27 @@ class TreeLM:
             out[b] = row_logits
         return out
 
-    def forward_level(self, tokens: torch.Tensor, plan: Plan) -> torch.Tensor:
+    def forward_level(self, tokens: torch.Tensor, feed: Feed) -> torch.Tensor:
         """Logits [B, width, V] after each of `tokens` [B, width] (on the device), laid out by
-        `plan` (ColumnCache.level_plan): a level of a tree grown on the device, whose tokens
+        `feed` (ColumnCache.level_feed): a level of a tree grown on the device, whose tokens
         the host has not read. A drafter's forward: no features are kept."""
-        normed, _ = self._step(tokens, plan)
+        normed, _ = self._step(tokens, feed)
         return self.lm_head(normed)
 
-    def _step(self, tokens: torch.Tensor, plan: Plan):
+    def _step(self, tokens: torch.Tensor, feed: Feed):
         """_run, then the cache layout and the forward count follow what was fed."""
-        out = self._run(tokens, plan)
-        self.layout.advance(plan)
+        out = self._run(tokens, feed)
+        self.layout.advance(feed)
         self.forwards += 1
         return out
 
-    def _run(self, tokens: torch.Tensor, plan: Plan):
+    def _run(self, tokens: torch.Tensor, feed: Feed):
         """(final-normed hidden [B, width, H], hidden_states per layer [B, width, H] when
         features are read, else None) for `tokens` [B, width] appended to the cache."""
         out = self.model.base_model(
             input_ids=tokens,
-            position_ids=plan.positions,
-            attention_mask=plan.mask[:, None] if plan.mask is not None else None,
+            position_ids=feed.positions,
+            attention_mask=feed.mask[:, None] if feed.mask is not None else None,
             past_key_values=self.cache,
             use_cache=True,
             output_hidden_states=bool(self.feature_layers),

@@ -19,7 +19,7 @@ from specbench.metrics.intervals import of_sums
 
 
 def totals(runs: list[dict]) -> dict:
-    """Aggregate per-sample measurements of one method (each a dict as specbench.records writes it)."""
+    """Aggregate per-sample measurements of one method (each a dict as specbench.metrics.records writes it)."""
     tokens = sum(r["new_tokens"] for r in runs)
     seconds = wall_seconds(runs)
     n_p = sum(r["target_forwards"] for r in runs)

@@ -3,7 +3,7 @@
 A runner (runners/<paper>.py) lists its sweeps per scale; this module turns them into
 `python -m specbench -m ...` commands and prints them (dry run, or `scale=paper` on a
 machine without a GPU), hands them to a cluster launcher, or, on this machine, runs their
-runs in groups that share one AR decode per prompt (specbench.group). Every run lands in a
+runs in groups that share one AR decode per prompt (specbench.run.group). Every run lands in a
 directory named by its config hash, so a re-run skips finished runs and finished samples,
 and two sweeps that ask for the same run share it.
 """
@@ -118,7 +118,7 @@ def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[s
            seconds: dict[str, float] | None = None) -> None:
     """Run (or print) every sweep; stop at the first that fails, naming it. On one machine
     (the basic launcher) the runs of all sweeps that differ only in their method run as
-    groups that share one AR decode per prompt (specbench.group); the offline stages first,
+    groups that share one AR decode per prompt (specbench.run.group); the offline stages first,
     in their order. `seconds` adds up the wall time of each sweep name (or group of names,
     "table1+table3"), a failed one's too, so a replication can say where its time went."""
     sweeps = per_method(sweeps)
@@ -133,7 +133,7 @@ def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[s
             path = output_root / "groups" / f"{index:02d}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(jobs, indent=1))
-            cmd = [sys.executable, "-m", "specbench.group", str(path)]
+            cmd = [sys.executable, "-m", "specbench.run.group", str(path)]
             print(f"[{index}/{len(planned)}] {'+'.join(names)}: {len(jobs)} runs: {show(cmd)}", flush=True)
             timed("+".join(names), cmd, seconds)
         return
@@ -165,13 +165,13 @@ def jobs(sweep: Sweep, output_root: Path, extra: tuple[str, ...] = ()) -> list[l
 
 def grouped(sweeps: list[Sweep], output_root: Path, extra: tuple[str, ...]) -> list[tuple[list[str], list[list[str]]]]:
     """(sweep names, the runs' override lists) per group of runs that share their AR
-    decode (specbench.group.shared_key), in the order their first run appears; a run two
+    decode (specbench.run.group.shared_key), in the order their first run appears; a run two
     sweeps ask for is run once."""
-    from specbench.config import compose_config
-    from specbench.group import out_dir, shared_key
+    from specbench.run.config import compose_config
+    from specbench.run.group import out_dir, shared_key
 
     found: dict[str, tuple[list[str], list[list[str]]]] = {}
-    group_of: dict[str, str] = {}  # a run's directory (its identity: specbench.config.config_hash) -> its group's key
+    group_of: dict[str, str] = {}  # a run's directory (its identity: specbench.run.config.config_hash) -> its group's key
     for sweep in sweeps:
         for overrides in jobs(sweep, output_root, extra):
             cfg = compose_config(overrides)

@@ -4,11 +4,11 @@
 Prompts come from a source (--source, each asked as a single-turn chat): `sharegpt`, every
 human turn of the ShareGPT conversations the pip package ships; `python-stdlib`,
 HumanEval-style completion requests for the documented functions of the standard library
-(specbench/data/code_prompts.py); `math-word-problems`, grade-school problems made from
-templates and asked as GSM8K asks (specbench/data/math_prompts.py); `function-problems`,
+(specbench/train/prompts/code.py); `math-word-problems`, grade-school problems made from
+templates and asked as GSM8K asks (specbench/train/prompts/math.py); `function-problems`,
 short programming exercises made from task templates and asked as HumanEval asks
-(specbench/data/function_prompts.py); `chat-requests`, writing, role-play, reasoning,
-extraction and explanation requests made from templates (specbench/data/chat_prompts.py). They are deduplicated by normalized text, minus any
+(specbench/train/prompts/functions.py); `chat-requests`, writing, role-play, reasoning,
+extraction and explanation requests made from templates (specbench/train/prompts/chat.py). They are deduplicated by normalized text, minus any
 prompt that shares a 13-word span with (or equals) a prompt of an evaluation set:
 MT-Bench, HumanEval, GSM8K test and, when ../shared/data is beside the checkout, its question files. Answers are
 generated in shards, one JSONL file per (source, shard, temperature), appended and flushed
@@ -38,13 +38,13 @@ from tqdm import tqdm
 
 from specbench import costs
 from specbench.data.chat import chat_prompt
-from specbench.data.contamination import evaluation_index
-from specbench.data.prompt_sources import COMMITTED_PACKS, SOURCES, prompt_key, training_prompts
+from specbench.train.prompts.contamination import evaluation_index
+from specbench.train.prompts.sources import COMMITTED_PACKS, SOURCES, prompt_key, training_prompts
 from specbench.errors import run_command
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.models import registry
-from specbench.records import read_records
+from specbench.metrics.records import read_records
 from specbench.train.data import TARGET, TARGET_FILE, add_target_argument, check_corpus_target, target_entry, target_record
 from specbench.train.packed import packed_pairs
 from specbench.trees.autoregressive import Autoregressive

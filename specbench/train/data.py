@@ -13,10 +13,10 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from specbench.config import CONF_DIR, compose_config
+from specbench.run.config import CONF_DIR, compose_config
 from specbench.data import sharegpt
 from specbench.data.chat import chat_prompt
-from specbench.data.contamination import evaluation_index
+from specbench.train.prompts.contamination import evaluation_index
 from specbench.errors import ConfigError, require
 
 # the embedded target, as its model config names it (the default target of every trainer)

@@ -26,7 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from specbench.data.chat import chat_prompt
-from specbench.data.prompt_sources import SOURCES, prompt_table
+from specbench.train.prompts.sources import SOURCES, prompt_table
 from specbench.errors import require, run_command
 
 

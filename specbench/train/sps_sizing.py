@@ -69,7 +69,7 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int, max
     `root` and return the ranking (best first; the chosen one is the best that fits
     `max_file_mb`)."""
     from specbench import costs
-    from specbench.config import compose_config
+    from specbench.run.config import compose_config
     from specbench.costs.fingerprint import fingerprint_id
     from specbench.costs.profile import measure_drafter
     from specbench.drafters.small_lm import SmallLMDrafter, load_draft

@@ -15,7 +15,7 @@ from specbench.data import questions
 from specbench.errors import ConfigError, require
 from specbench.models import registry
 from specbench.data.chat import chat_prompt
-from specbench.records import read_records
+from specbench.metrics.records import read_records
 from specbench.train.data import check_corpus_target, load_rows, target_entry
 from specbench.train.packed import read_answers
 

@@ -1,6 +1,6 @@
 """EntMTP's runtime: a bank of frontier trees per task and a per-step choice among them.
 
-The bank (built offline by `python -m specbench.search`) holds, per task, the trees of the
+The bank (built offline by `python -m specbench.run.entmtp_search`) holds, per task, the trees of the
 throughput-Pareto frontier with their frozen buffers (trees/static.py), and names the
 task's throughput-optimal tree (`static`) and the scheduler's conservative and
 aggressive pair, as the search machine's costs priced them. A run with a cost profile
@@ -78,7 +78,7 @@ def bank_version(path: Path) -> int | None:
 
 def load_bank(path: str, key: str = "method.tree.bank") -> tuple[dict[str, TaskTrees], dict]:
     """The bank at `path`, every tree's buffers built once."""
-    require(bool(path), key, "no tree bank given; build one with python -m specbench.search (or make replicate-entmtp) and set its path")
+    require(bool(path), key, "no tree bank given; build one with python -m specbench.run.entmtp_search (or make replicate-entmtp) and set its path")
     file = Path(path)
     require(file.is_file(), key, f"no such file {path!r}")
     try:

@@ -1,1 +1,0 @@
-"""Tables and figures for people."""

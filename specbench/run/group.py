@@ -1,0 +1,105 @@
+"""Runs that differ only in their method, decoded together so AR is decoded once per prompt.
+
+A replication sweeps one setting (theta, a tree size, a component switch) or sets methods
+side by side on the same prompts; run one by one, each run decodes the same AR baseline
+again beside it (a fifth of a replication's time went to such repeats). A group decodes,
+per batch of prompts, AR once and then every method of the group that still lacks that
+batch, all in one block, in one process; the block's order rotates from batch to batch, so
+each method runs before and after AR equally often and drift within a block hits all
+alike. Each run keeps its own directory, records, resume and summary, exactly as it would
+alone; its records say how many methods shared their AR decode (`block_methods`).
+
+    python -m specbench.run.group JOBS.json   # a JSON list of override lists, one per run
+
+Runs join a group only when everything but the method (and what does not change decoding:
+costs, output_root) is equal, the baseline is paired, nothing is logged to W&B, and their
+plans chose the same target forward (dtype and kind); the rest run on their own, as
+`python -m specbench` would.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from specbench.run.config import check_output_root, compose_config, run_name
+from specbench.errors import ConfigError, run_command
+from specbench.run.runner import Runner, decode_in_blocks
+
+UNSHARED_KEYS = ("method", "costs", "output_root")  # what may differ within a group: none of it changes the AR decode
+
+
+def out_dir(cfg: dict) -> Path:
+    """Where a multirun job of this config writes (conf/config.yaml hydra.sweep), so a run
+    resumes the same directory whether it ran in a group or in a Hydra multirun."""
+    return Path(cfg["output_root"]) / "multirun" / cfg["method"]["name"] / run_name(cfg)
+
+
+def shared_key(cfg: dict) -> str | None:
+    """Runs with equal keys decode the same AR baseline; None: a run that pairs no AR, or
+    one logged to W&B (one W&B run per process at a time: it runs on its own)."""
+    if cfg["baseline"]["mode"] != "paired" or cfg["method"] == cfg["baseline"]["method"]:
+        return None
+    if (cfg.get("logger") or {}).get("name", "none") != "none":
+        return None
+    return json.dumps({k: v for k, v in cfg.items() if k not in UNSHARED_KEYS}, sort_keys=True, default=str)
+
+
+def groups(cfgs: list[dict]) -> list[list[int]]:
+    """Indexes of `cfgs` in groups that may share AR, in order of first appearance; a run
+    that cannot share is a group of its own."""
+    found: dict[str, list[int]] = {}
+    alone = []
+    for index, cfg in enumerate(cfgs):
+        key = shared_key(cfg)
+        if key is None:
+            alone.append([index])
+        else:
+            found.setdefault(key, []).append(index)
+    return sorted([*found.values(), *alone], key=lambda g: g[0])
+
+
+def forward_of(runner: Runner) -> tuple:
+    """What AR's cost and outputs depend on beyond the shared config: the target's dtype and forward."""
+    decided = runner.decided
+    return decided.dtype, decided.precision, decided.forward, json.dumps(decided.compile_choice, sort_keys=True, default=str)
+
+
+def run_group(runners: list[Runner]) -> list[dict]:
+    """Decode the runners (one shared AR config) block by block; returns their summaries."""
+    left = {id(r): r.prepare() for r in runners}
+    decoding = [r for r in runners if left[id(r)]]
+    by_forward: dict[tuple, list[Runner]] = {}
+    for runner in decoding:
+        by_forward.setdefault(forward_of(runner), []).append(runner)
+    for members in by_forward.values():
+        decode_in_blocks(members, [left[id(r)] for r in members])
+    return [runner.finish() for runner in runners]
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        raise ConfigError("usage: python -m specbench.run.group JOBS.json (a JSON list of override lists, one per run)")
+    jobs = json.loads(Path(argv[0]).read_text())
+    cfgs = [compose_config(list(overrides)) for overrides in jobs]
+    for cfg in cfgs:
+        check_output_root(str(cfg["output_root"]))
+    for indexes in groups(cfgs):
+        runners = []
+        for i in indexes:
+            path = out_dir(cfgs[i])
+            path.mkdir(parents=True, exist_ok=True)
+            runners.append(Runner(cfgs[i], path))
+        if len(runners) == 1:
+            runners[0].run()
+        else:
+            run_group(runners)
+
+
+if __name__ == "__main__":
+    try:
+        run_command(main, sys.argv[1:])
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished samples are kept in each run's samples.jsonl; run the same command to resume", file=sys.stderr)
+        sys.exit(130)

@@ -1,1 +1,0 @@
-"""Offline searches over draft-tree shapes (EntMTP's acceptance frontier)."""

@@ -1,0 +1,56 @@
+"""The compile probe: it times what the method runs, only the parts a run needs, and keeps a contended record."""
+
+import pytest
+from specbench import costs
+from specbench.engine import methods
+from specbench.engine.candidates import DRAFTING_OFF
+from specbench.costs import fingerprint
+from cost_fixtures import busy
+
+
+def test_a_probe_times_only_the_parts_a_run_needs_and_keeps_a_contended_record(tmp_path, monkeypatch):
+    from specbench.costs import contention
+
+    monkeypatch.setenv("SPECBENCH_CONTENDED_CORES", "0.25")
+    monkeypatch.setattr(contention, "watch", busy(1.4))
+    monkeypatch.setattr(contention, "idle_now", lambda: False)
+    timed = []
+
+    def measure(parts):
+        timed.append(parts)
+        return {"probe": {"plain": {p: 1.0 for p in parts}}}
+
+    path, quiet = tmp_path / "probe.json", {"log": lambda *_: None}
+    record, seconds = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["1"], **quiet)
+    assert record["contended_cores"] == 1.4 and path.is_file() and seconds is not None
+    record, seconds = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["1", "16"], **quiet)
+    assert timed == [["1"], ["16"]] and record["probe"]["plain"] == {"1": 1.0, "16": 1.0}  # merged, not replaced
+    assert fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["16"], **quiet)[1] is None and len(timed) == 2
+    monkeypatch.setattr(contention, "watch", busy(0.0))
+    monkeypatch.setattr(contention, "idle_now", lambda: True)
+    record, _ = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["16"], **quiet)
+    assert timed[-1] == ["1", "16"] and record["contended_cores"] == 0.0  # refined: every part it held, timed again
+    fingerprint.cached_probe(path, {"cpu": "y"}, measure, ["16"], **quiet)
+    assert timed[-1] == ["16"]  # another machine's record is not this one's
+
+
+@pytest.mark.parametrize("method, parts", [
+    ({"drafter": None, "tree": DRAFTING_OFF}, ["n=1"]),  # AR: one-token forwards, no drafter projections
+    ({"drafter": {"_target_": "specbench.drafters.prompt_lookup.load"}, "tree": {"_target_": "specbench.trees.chain.Chain"}},
+     [f"n={n}" for n in (1, 2, 4, 8, 16, 64)]),  # PLD drafts without layers: no int8 projections to time
+    ({"drafter": {"_target_": "specbench.drafters.eagle3.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}},
+     [*(f"n={n}" for n in (1, 2, 4, 8, 16, 64)), "int8"]),
+])
+def test_the_compile_probe_times_what_the_method_runs(method, parts, tmp_path, monkeypatch):
+    from specbench.costs import compile as compile_rule
+
+    from conftest import tiny_llama
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(compile_rule, "measure", lambda model, forward, sizes, **_: {"plain": {str(n): 1.0 for n in sizes}})
+    monkeypatch.setattr(compile_rule, "measure_int8", lambda model, packed: {k: {str(n): 1.0 for n in compile_rule.INT8_ROWS} for k in ("float", "int8")})
+    model = tiny_llama(0)
+    model.config.save_pretrained(tmp_path / "tiny")  # caches are named by the weights' files: here config.json alone
+    cfg = {"model": {"name": "tiny", "path": str(tmp_path / "tiny")}, "hardware": {"dtype": "float32", "device": "cpu", "threads": 1}, "engine": {}, "method": method}
+    _, record = costs.target_lm(model, cfg, cfg["hardware"], drafter_layers=methods.drafter_layers(method))
+    assert record["parts"] == parts
