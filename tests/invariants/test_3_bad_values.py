@@ -47,16 +47,22 @@ SWITCHES = {CastTree: ("breadth_pruning", "depth_pruning", "dynamic_rerank")}
 
 BAD_INTEGERS = [True, "3", 2.5, [3]]  # None is valid where it means "all" (StaticTree.size)
 BAD_NUMBERS = [True, "0.5", math.nan, math.inf, -1, [0.5]]
+# EntMTP's offline frontier search and TALON's Figure 15 benchmark (trees/), not parts
+EXPERIMENTS = {"entmtp_frontier", "talon_expansion"}
 BAD_CHOICES = ["nonsense", None, 1]
 BAD_SWITCHES = [1, "yes", None]
 
 
 def part_classes() -> set[type]:
-    """Every TreePolicy and Verifier defined in specbench/trees and specbench/verify."""
+    """Every TreePolicy and Verifier defined in specbench/trees and specbench/verify, but for
+    the papers' experiments beside their policies (EXPERIMENTS), whose verifiers wrap a
+    configured one and no method config names."""
     found = set()
     root = Path(specbench.__file__).parent
     for package in ("trees", "verify"):
         for file in sorted((root / package).glob("*.py")):
+            if file.stem in EXPERIMENTS:
+                continue
             module = importlib.import_module(f"specbench.{package}.{file.stem}")
             found |= {c for c in vars(module).values() if isinstance(c, type) and issubclass(c, (TreePolicy, Verifier))
                       and c.__module__ == module.__name__}
