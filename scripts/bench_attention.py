@@ -8,23 +8,22 @@ so drift hits both alike; the ratio is what to quote. Both use the packing the p
 
 from __future__ import annotations
 
-import sys
 import dataclasses
+import sys
 
 import torch
+from bench_vs_transformers import prompt_config, prompt_parser
 
 from specbench import costs
 from specbench.data import questions
+from specbench.data.chat import chat_prompt, stop_token_ids
 from specbench.engine.lean import make_lm
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
+from specbench.errors import run_command
 from specbench.models import registry
-from specbench.data.chat import chat_prompt, stop_token_ids
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
-from specbench.errors import run_command
-
-from bench_vs_transformers import prompt_config, prompt_parser
 
 
 def main(argv: list[str]) -> None:
@@ -38,15 +37,23 @@ def main(argv: list[str]) -> None:
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     chosen, _ = costs.target_lm(model, cfg, hardware)
     compiled = chosen.compiled
-    lms = {name: make_lm(model, hardware.get("forward", "auto"), dataclasses.replace(compiled, float_attention=flag))
-           for name, flag in ((hardware["dtype"], False), ("fp32", True))}
+    lms = {
+        name: make_lm(model, hardware.get("forward", "auto"), dataclasses.replace(compiled, float_attention=flag))
+        for name, flag in ((hardware["dtype"], False), ("fp32", True))
+    }
     limits = Limits(args.max_new_tokens, frozenset(stop_token_ids(model, tokenizer, cfg["model"])))
     method = Method(Autoregressive(), StandardVerifier())
-    prompts = [chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])]
+    prompts = [
+        chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])
+    ]
     for lm in lms.values():  # warm-up, untimed
         generate_batch(lm, method, prompts[:2], Sampling(), Limits(16, limits.stop_token_ids))
-    print(f"{cfg['model']['name']} {dataclasses.replace(compiled, float_attention=False).precision(hardware['dtype'])} {compiled} threads={torch.get_num_threads()} "
-          f"prompts={len(prompts)} max_new_tokens={args.max_new_tokens} T=0 dataset={cfg['dataset']['name']}")
+    print(
+        f"{cfg['model']['name']} "
+        f"{dataclasses.replace(compiled, float_attention=False).precision(hardware['dtype'])} {compiled} "
+        f"threads={torch.get_num_threads()} "
+        f"prompts={len(prompts)} max_new_tokens={args.max_new_tokens} T=0 dataset={cfg['dataset']['name']}"
+    )
     print(f"| batch size | {' | '.join(f'{name} attention tok/s' for name in lms)} | ratio | identical rows |")
     print("| --- | --- | --- | --- | --- |")
     for batch in args.batches:
@@ -54,14 +61,18 @@ def main(argv: list[str]) -> None:
         for i, start in enumerate(range(0, len(prompts) - batch + 1, batch)):
             rows = prompts[start : start + batch]
             ids = {}
-            for name in (list(lms) if i % 2 == 0 else list(lms)[::-1]):
+            for name in list(lms) if i % 2 == 0 else list(lms)[::-1]:
                 out = generate_batch(lms[name], method, rows, Sampling(), limits)
                 tokens[name] += sum(len(g.ids) for g in out)
                 seconds[name] += out[0].batch_seconds
                 ids[name] = [g.ids for g in out]
             identical += sum(a == b for a, b in zip(*ids.values()))
         speeds = [tokens[name] / seconds[name] for name in lms]
-        print(f"| {batch} | {speeds[0]:.1f} | {speeds[1]:.1f} | {speeds[1] / speeds[0]:.2f}x | {identical} of {len(prompts) // batch * batch} |", flush=True)
+        print(
+            f"| {batch} | {speeds[0]:.1f} | {speeds[1]:.1f} | {speeds[1] / speeds[0]:.2f}x | {identical} of "
+            f"{len(prompts) // batch * batch} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ drawn from. Written to results/bench/batch-<fingerprint>.{md,json,png}.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -27,19 +27,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 from specbench import ROOT  # noqa: E402
 from specbench.costs import autotune  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
-from specbench.metrics.intervals import MIN_GROUPS  # noqa: E402
 from specbench.errors import run_command  # noqa: E402
+from specbench.metrics.intervals import MIN_GROUPS  # noqa: E402
 
 sys.path.append(str(ROOT))  # Appendix E's shape is a paper setting: it lives in CAST's runner
-from runners.cast import cast_filters, tree_overrides  # noqa: E402
-
 from bench_speed import add_run_arguments, run_method  # noqa: E402
 from bench_vs_transformers import config  # noqa: E402
+
+from runners.cast import cast_filters, tree_overrides  # noqa: E402
+
 
 def paper_shape(**switches: bool):
     """Overrides at a batch size: Appendix E's shape (threshold 3, the 8B models'), shared by the
     paper's rows so the ablations compare one tree rule, with `switches` (component: on?)."""
-    return lambda batch: tree_overrides({**cast_filters("llama3.1-8b", batch), **{f"config.method.tree.{k}": v for k, v in switches.items()}})
+    return lambda batch: tree_overrides(
+        {**cast_filters("llama3.1-8b", batch), **{f"config.method.tree.{k}": v for k, v in switches.items()}}
+    )
 
 
 # each variant's method and its overrides at a batch size
@@ -79,11 +82,19 @@ def figure(rows: list[dict], path: Path) -> None:
 def point(variant: str, dataset: str, batch: int, summary: dict) -> dict:
     """One measured point: its run's speeds and shape, the dtype it loaded and what it computed in."""
     return {
-        "variant": variant, "dataset": dataset, "batch": batch, "prompts": summary["results"]["samples"],
-        "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
-        "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
-        "speedup": summary["speedup"], "ci95": summary.get("speedup_ci95"),
-        "latency_s": summary["results"]["mean_latency_s"], "dtype": summary["environment"]["dtype"], "precision": summary["environment"]["precision"],
+        "variant": variant,
+        "dataset": dataset,
+        "batch": batch,
+        "prompts": summary["results"]["samples"],
+        "tau": summary["results"]["tau"],
+        "delta": summary["results"]["delta"],
+        "tok_s": summary["results"]["tok_per_s"],
+        "ar_tok_s": summary["baseline"]["tok_per_s"],
+        "speedup": summary["speedup"],
+        "ci95": summary.get("speedup_ci95"),
+        "latency_s": summary["results"]["mean_latency_s"],
+        "dtype": summary["environment"]["dtype"],
+        "precision": summary["environment"]["precision"],
         "predicted": (summary.get("cost_model") or {}).get("predicted_speedup"),
         "shape": autotune.describe(summary["tree_choice"]) if summary.get("tree_choice") else "",
     }
@@ -96,17 +107,21 @@ def write(rows: list[dict], args, base: dict, fingerprint: dict) -> list[str]:
     lines = [
         f"# Speedup against batch size on {fingerprint.get('cpu_model') or fingerprint.get('gpu')}",
         "",
-        f"Fingerprint: `{json.dumps(fingerprint)}`. ran in {' / '.join(sorted({r['precision'] for r in rows}))} (hardware.dtype={base['hardware']['dtype']}), T=0, "
-        f"{args.max_new_tokens} new tokens, first turn only; AR at the same batch size on the same prompts, back to back.",
+        f"Fingerprint: `{json.dumps(fingerprint)}`. ran in {' / '.join(sorted({r['precision'] for r in rows}))} "
+        f"(hardware.dtype={base['hardware']['dtype']}), T=0, "
+        f"{args.max_new_tokens} new tokens, first turn only; AR at the same batch size on the same prompts, back "
+        "to back.",
         "",
-        "| dataset | batch | variant | shape (auto) | prompts | tau | delta | tok/s | AR tok/s | speedup (95% CI) | predicted | mean latency s |",
+        "| dataset | batch | variant | shape (auto) | prompts | tau | delta | tok/s | AR tok/s | speedup (95% "
+        "CI) | predicted | mean latency s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ci = f" ({r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})" if r["ci95"] else ""
         predicted = f"{r['predicted']:.2f}x" if r["predicted"] else "-"
         lines.append(
-            f"| {r['dataset']} | {r['batch']} | {r['variant']} | {r['shape']} | {r['prompts']} | {r['tau']:.2f} | {r['delta']:.2f} | "
+            f"| {r['dataset']} | {r['batch']} | {r['variant']} | {r['shape']} | {r['prompts']} | {r['tau']:.2f} "
+            f"| {r['delta']:.2f} | "
             f"{r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | {r['speedup']:.2f}x{ci} | {predicted} | {r['latency_s']:.1f} |"
         )
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")

@@ -11,20 +11,20 @@ so plain decoding can be fastest in bf16 where every drafting method is fastest 
 from __future__ import annotations
 
 import sys
+
 import torch
+from bench_vs_transformers import prompt_config, prompt_parser
 
 from specbench import costs
 from specbench.costs import dtype as dtype_rule
 from specbench.data import questions
+from specbench.data.chat import chat_prompt, stop_token_ids
 from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
+from specbench.errors import run_command
 from specbench.models import registry
-from specbench.data.chat import chat_prompt, stop_token_ids
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
-from specbench.errors import run_command
-
-from bench_vs_transformers import prompt_config, prompt_parser
 
 
 def compare_dtypes(cfg: dict, max_new_tokens: int, log=print) -> dict:
@@ -39,29 +39,41 @@ def compare_dtypes(cfg: dict, max_new_tokens: int, log=print) -> dict:
         lms[dtype], _ = costs.target_lm(model, cfg, {**hardware, "dtype": dtype})
         eos = stop_token_ids(model, tokenizer, cfg["model"])
     method, limits = Method(Autoregressive(), StandardVerifier()), Limits(max_new_tokens, frozenset(eos))
-    prompts = [chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])]
+    prompts = [
+        chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])
+    ]
     for lm in lms.values():  # warm-up, untimed
         generate(lm, method, prompts[0], Sampling(), Limits(16, limits.stop_token_ids))
     tokens, seconds, identical = {d: 0 for d in lms}, {d: 0.0 for d in lms}, 0
     for i, prompt in enumerate(prompts):
         outs = {}
-        for dtype in (list(lms) if i % 2 == 0 else list(lms)[::-1]):
+        for dtype in list(lms) if i % 2 == 0 else list(lms)[::-1]:
             outs[dtype] = out = generate(lms[dtype], method, prompt, Sampling(), limits)
             tokens[dtype] += len(out.ids)
             seconds[dtype] += out.seconds
         identical += len({tuple(out.ids) for out in outs.values()}) == 1
         log(f"prompt {i}: AR " + ", ".join(f"{d} {len(outs[d].ids) / outs[d].seconds:.1f}" for d in lms) + " tok/s")
-    return {**{d: tokens[d] / seconds[d] for d in lms}, "identical": identical, "prompts": len(prompts), "forwards": {d: lm.kind for d, lm in lms.items()},
-            "precisions": {d: lm.compiled.precision(d) for d, lm in lms.items()}}
+    return {
+        **{d: tokens[d] / seconds[d] for d in lms},
+        "identical": identical,
+        "prompts": len(prompts),
+        "forwards": {d: lm.kind for d, lm in lms.items()},
+        "precisions": {d: lm.compiled.precision(d) for d, lm in lms.items()},
+    }
 
 
 def main(argv: list[str]) -> None:
     args = prompt_parser(__doc__, prompts=5).parse_args(argv)
     cfg = prompt_config(args)
     rows = compare_dtypes(cfg, args.max_new_tokens)
-    print(f"{cfg['model']['name']} AR, threads={torch.get_num_threads()} prompts={rows['prompts']} max_new_tokens={args.max_new_tokens} T=0 "
-          f"dataset={cfg['dataset']['name']}: " + ", ".join(f"{rows['precisions'][d]} {rows[d]:.1f} tok/s" for d in dtype_rule.CANDIDATES) + ", "
-          f"bf16/fp32 {rows['bfloat16'] / rows['float32']:.2f}x, identical ids {rows['identical']}/{rows['prompts']}")
+    print(
+        f"{cfg['model']['name']} AR, threads={torch.get_num_threads()} prompts={rows['prompts']} "
+        f"max_new_tokens={args.max_new_tokens} T=0 "
+        f"dataset={cfg['dataset']['name']}: "
+        + ", ".join(f"{rows['precisions'][d]} {rows[d]:.1f} tok/s" for d in dtype_rule.CANDIDATES)
+        + ", "
+        f"bf16/fp32 {rows['bfloat16'] / rows['float32']:.2f}x, identical ids {rows['identical']}/{rows['prompts']}"
+    )
 
 
 if __name__ == "__main__":

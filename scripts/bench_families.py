@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 import transformers
-
 from bench_vs_transformers import hf_generate  # its own wall time is not used: `clock` times each side here
+
 from specbench.engine.lean import forward_note, make_lm
 from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
@@ -47,33 +47,61 @@ def timed(clock, run) -> tuple[list[int], float]:
     return ids, clock() - start
 
 
-def compare(family: str, shape: str, prompts: int, prompt_tokens: int, max_new_tokens: int, clock: str = "wall", log=print) -> dict:
+def compare(
+    family: str, shape: str, prompts: int, prompt_tokens: int, max_new_tokens: int, clock: str = "wall", log=print
+) -> dict:
     """One family at one shape: per prompt our tok/s over transformers', and identity."""
     model = random_model(family, SHAPES[shape])
     model.generation_config.eos_token_id = STOP
     lm, ar = make_lm(model), Method(Autoregressive(), StandardVerifier())
     limits = Limits(max_new_tokens, frozenset({STOP}))
     generator = torch.Generator().manual_seed(0)
-    inputs = [torch.randint(3, model.config.vocab_size, (prompt_tokens,), generator=generator).tolist() for _ in range(prompts)]
+    inputs = [
+        torch.randint(3, model.config.vocab_size, (prompt_tokens,), generator=generator).tolist()
+        for _ in range(prompts)
+    ]
     generate(lm, ar, inputs[0], Sampling(), Limits(8, frozenset({STOP})))  # warm-up, untimed
     hf_generate(model, inputs[0], 8, {STOP})
     ratios, identical = [], 0
-    sides = {"ours": lambda prompt: generate(lm, ar, prompt, Sampling(), limits).ids, "hf": lambda prompt: hf_generate(model, prompt, max_new_tokens, {STOP})[0]}
+    sides = {
+        "ours": lambda prompt: generate(lm, ar, prompt, Sampling(), limits).ids,
+        "hf": lambda prompt: hf_generate(model, prompt, max_new_tokens, {STOP})[0],
+    }
     for i, prompt in enumerate(inputs):
-        runs = {side: timed(CLOCKS[clock], lambda: sides[side](prompt)) for side in (["ours", "hf"] if i % 2 == 0 else ["hf", "ours"])}
+        runs = {
+            side: timed(CLOCKS[clock], lambda: sides[side](prompt))
+            for side in (["ours", "hf"] if i % 2 == 0 else ["hf", "ours"])
+        }
         (ours, ours_s), (theirs, theirs_s) = runs["ours"], runs["hf"]
         ratios.append((len(ours) / ours_s) / (len(theirs) / theirs_s))
         identical += ours == theirs
-        log(f"  {family} {shape} prompt {i}: ours / transformers {ratios[-1]:.2f}x, {len(ours)} tokens, ids {'identical' if ours == theirs else 'DIFFER'}")
-    return {"family": family, "shape": shape, "model": type(model).__name__, "forward": forward_note(model), "kind": lm.kind,
-            "ratios": [round(r, 3) for r in ratios], "median_ratio": round(statistics.median(ratios), 3), "identical": identical, "prompts": prompts}
+        log(
+            f"  {family} {shape} prompt {i}: ours / transformers {ratios[-1]:.2f}x, {len(ours)} tokens, ids "
+            f"{'identical' if ours == theirs else 'DIFFER'}"
+        )
+    return {
+        "family": family,
+        "shape": shape,
+        "model": type(model).__name__,
+        "forward": forward_note(model),
+        "kind": lm.kind,
+        "ratios": [round(r, 3) for r in ratios],
+        "median_ratio": round(statistics.median(ratios), 3),
+        "identical": identical,
+        "prompts": prompts,
+    }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| family | shape | model | forward | ours / transformers (median) | per prompt | identical ids |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| family | shape | model | forward | ours / transformers (median) | per prompt | identical ids |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['shape']} | {r['model']} | {r['forward']} | {r['median_ratio']:.2f}x | "
-                     f"{' '.join(f'{x:.2f}' for x in r['ratios'])} | {r['identical']}/{r['prompts']} |")
+        lines.append(
+            f"| {r['family']} | {r['shape']} | {r['model']} | {r['forward']} | {r['median_ratio']:.2f}x | "
+            f"{' '.join(f'{x:.2f}' for x in r['ratios'])} | {r['identical']}/{r['prompts']} |"
+        )
     return "\n".join(lines)
 
 
@@ -85,21 +113,47 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="wall time, or this process's CPU time (a shared machine, --threads 1)")
+    parser.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="wall",
+        help="wall time, or this process's CPU time (a shared machine, --threads 1)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     unknown = [f for f in args.families if f not in FAMILIES] + [s for s in args.shapes if s not in SHAPES]
-    require(not unknown, "--families/--shapes", f"unknown {unknown}; families: {', '.join(FAMILIES)}; shapes: {', '.join(SHAPES)}")
-    require(args.prompts >= 1 and args.max_new_tokens >= 1 and args.prompt_tokens >= 1, "--prompts/--prompt-tokens/--max-new-tokens", "must be at least 1")
+    require(
+        not unknown,
+        "--families/--shapes",
+        f"unknown {unknown}; families: {', '.join(FAMILIES)}; shapes: {', '.join(SHAPES)}",
+    )
+    require(
+        args.prompts >= 1 and args.max_new_tokens >= 1 and args.prompt_tokens >= 1,
+        "--prompts/--prompt-tokens/--max-new-tokens",
+        "must be at least 1",
+    )
     if args.threads:
         torch.set_num_threads(args.threads)
-    rows = [compare(f, s, args.prompts, args.prompt_tokens, args.max_new_tokens, args.clock) for s in args.shapes for f in args.families]
-    print(f"\nour AR over transformers {transformers.__version__} generate, fp32, T=0, threads={torch.get_num_threads()}, {args.clock} clock, "
-          f"{args.prompts} prompts of {args.prompt_tokens} tokens, up to {args.max_new_tokens} new (ratios > 1: ours faster)")
+    rows = [
+        compare(f, s, args.prompts, args.prompt_tokens, args.max_new_tokens, args.clock)
+        for s in args.shapes
+        for f in args.families
+    ]
+    print(
+        f"\nour AR over transformers {transformers.__version__} generate, fp32, T=0, "
+        f"threads={torch.get_num_threads()}, {args.clock} clock, "
+        f"{args.prompts} prompts of {args.prompt_tokens} tokens, up to {args.max_new_tokens} new (ratios > 1: "
+        "ours faster)"
+    )
     print(table(rows))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out), "threads": torch.get_num_threads()}, "rows": rows}, indent=1))
+        args.out.write_text(
+            json.dumps(
+                {"settings": vars(args) | {"out": str(args.out), "threads": torch.get_num_threads()}, "rows": rows},
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

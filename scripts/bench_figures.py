@@ -11,19 +11,19 @@
 
 from __future__ import annotations
 
-import sys
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from specbench.errors import run_command
+from specbench.metrics.records import read_records
 from specbench.replicate.report import delta_vs_tau_figure, save
 from specbench.replicate.verdicts import slope
-from specbench.metrics.records import read_records
-from specbench.errors import run_command
 
 ACCURACY_KEYS = ("gsm8k_accuracy", "humaneval_pass@1")
 
@@ -32,8 +32,14 @@ def per_prompt_points(stems: list[Path]) -> pd.DataFrame:
     """τ and δ per prompt; rows written before bench_methods kept `cycle_tokens` (the
     committed session files) count the prefill's first token of each turn in τ too."""
     rows = [
-        {"dataset": r["dataset"], "temperature": r["temperature"], "method": r["method"], "id": r["id"],
-         "tau": r.get("cycle_tokens", r["tokens"]) / r["target_forwards"], "delta": r["draft_forwards"] / r["target_forwards"]}
+        {
+            "dataset": r["dataset"],
+            "temperature": r["temperature"],
+            "method": r["method"],
+            "id": r["id"],
+            "tau": r.get("cycle_tokens", r["tokens"]) / r["target_forwards"],
+            "delta": r["draft_forwards"] / r["target_forwards"],
+        }
         for stem in stems
         for r in read_records(stem.with_suffix(".samples.jsonl"))
         if r["method"] in ("talon", "eagle3") and r["target_forwards"]
@@ -45,12 +51,18 @@ def delta_vs_tau_table(points: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (temperature, method), group in points.groupby(["temperature", "method"]):
         varies = group["tau"].nunique() > 1 and group["delta"].nunique() > 1  # a fixed-depth tree has one δ
-        rows.append({
-            "T": temperature, "method": method, "prompts": len(group), "tau": group["tau"].mean(), "delta": group["delta"].mean(),
-            "mean |delta - tau|": (group["delta"] - group["tau"]).abs().mean(),
-            "slope of delta on tau": slope(group["tau"], group["delta"]) if varies else 0.0,
-            "correlation": group["tau"].corr(group["delta"]) if varies else np.nan,
-        })
+        rows.append(
+            {
+                "T": temperature,
+                "method": method,
+                "prompts": len(group),
+                "tau": group["tau"].mean(),
+                "delta": group["delta"].mean(),
+                "mean |delta - tau|": (group["delta"] - group["tau"]).abs().mean(),
+                "slope of delta on tau": slope(group["tau"], group["delta"]) if varies else 0.0,
+                "correlation": group["tau"].corr(group["delta"]) if varies else np.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -70,14 +82,21 @@ def theta_table(path: Path) -> pd.DataFrame:
             row = result["methods"][label]
             notes = row["verifier"]
             decided = sum(notes.get(k, 0) for k in ("exact", "relaxed", "sampled", "rejected"))
-            rows.append({
-                "dataset": result["dataset"], "prompts": result["prompts"], "theta": theta, "tau": row["tau"],
-                "speedup": row["speedup_median_per_prompt"], "tok_per_s": row["tok_per_s"],
-                "accuracy": next((row["quality"][k] for k in ACCURACY_KEYS if k in row["quality"]), np.nan),
-                "ar_accuracy": next((ar["quality"][k] for k in ACCURACY_KEYS if k in ar["quality"]), np.nan),
-                "nll_per_token": row["target_nll_per_token"], "ar_nll_per_token": ar["target_nll_per_token"],
-                "relaxed_share": notes.get("relaxed", 0) / decided if decided else np.nan,
-            })
+            rows.append(
+                {
+                    "dataset": result["dataset"],
+                    "prompts": result["prompts"],
+                    "theta": theta,
+                    "tau": row["tau"],
+                    "speedup": row["speedup_median_per_prompt"],
+                    "tok_per_s": row["tok_per_s"],
+                    "accuracy": next((row["quality"][k] for k in ACCURACY_KEYS if k in row["quality"]), np.nan),
+                    "ar_accuracy": next((ar["quality"][k] for k in ACCURACY_KEYS if k in ar["quality"]), np.nan),
+                    "nll_per_token": row["target_nll_per_token"],
+                    "ar_nll_per_token": ar["target_nll_per_token"],
+                    "relaxed_share": notes.get("relaxed", 0) / decided if decided else np.nan,
+                }
+            )
     return pd.DataFrame(rows).sort_values(["dataset", "theta"])
 
 
@@ -100,17 +119,30 @@ def theta_figure(table: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", nargs="*", type=Path, default=[], help="--out of bench_methods.py runs (without suffix)")
+    parser.add_argument(
+        "--methods", nargs="*", type=Path, default=[], help="--out of bench_methods.py runs (without suffix)"
+    )
     parser.add_argument("--theta", type=Path, help="summary JSON of the θ sweep")
     parser.add_argument("--out", type=Path, default=Path("results/bench/figures"))
     args = parser.parse_args(argv)
-    missing = [str(p) for p in [*(s.with_suffix(".samples.jsonl") for s in args.methods), *([args.theta] if args.theta else [])] if not p.exists()]
+    missing = [
+        str(p)
+        for p in [*(s.with_suffix(".samples.jsonl") for s in args.methods), *([args.theta] if args.theta else [])]
+        if not p.exists()
+    ]
     if missing:
-        raise SystemExit(f"error: no such results: {', '.join(missing)} (make bench-methods / make bench-theta write them)")
+        raise SystemExit(
+            f"error: no such results: {', '.join(missing)} (make bench-methods / make bench-theta write them)"
+        )
     if args.methods:
         points = per_prompt_points(args.methods)
         print(delta_vs_tau_table(points).to_markdown(index=False, floatfmt=".2f"))
-        for path in delta_vs_tau_figure(points, args.out, "talon_figure6_delta_vs_tau", "TALON Figure 6 (ours): draft cost vs accepted tokens, per prompt"):
+        for path in delta_vs_tau_figure(
+            points,
+            args.out,
+            "talon_figure6_delta_vs_tau",
+            "TALON Figure 6 (ours): draft cost vs accepted tokens, per prompt",
+        ):
             print(path)
     if args.theta:
         table = theta_table(args.theta)

@@ -26,16 +26,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from bench_dtype import compare_dtypes  # noqa: E402
+from bench_vs_transformers import compare, config, floor_line  # noqa: E402
 
 from specbench import costs  # noqa: E402
 from specbench.costs import autotune  # noqa: E402
-from specbench.run.config import run_name  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.errors import require, run_command  # noqa: E402
+from specbench.run.config import run_name  # noqa: E402
 from specbench.run.runner import Runner  # noqa: E402
-
-from bench_dtype import compare_dtypes  # noqa: E402
-from bench_vs_transformers import compare, config, floor_line  # noqa: E402
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, prompts: int) -> None:
@@ -57,8 +56,14 @@ def forwards(ar_by_dtype: dict) -> str:
 
 def run_method(method: str, dataset: str, args) -> dict:
     cfg = config(
-        f"method={method}", f"dataset={dataset}", f"dataset.limit={args.prompts}", "dataset.seed=0", "dataset.max_turns=1",
-        f"gen.max_new_tokens={args.max_new_tokens}", f"output_root={args.runs}", *args.overrides,
+        f"method={method}",
+        f"dataset={dataset}",
+        f"dataset.limit={args.prompts}",
+        "dataset.seed=0",
+        "dataset.max_turns=1",
+        f"gen.max_new_tokens={args.max_new_tokens}",
+        f"output_root={args.runs}",
+        *args.overrides,
     )
     out_dir = Path(args.runs) / method / run_name(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,13 +75,22 @@ def method_row(method: str, dataset: str, summary: dict) -> dict:
     what the AR comparison is keyed by) beside what it computed in (`precision`)."""
     choice, model = summary.get("tree_choice") or {}, summary.get("cost_model") or {}
     return {
-        "method": method, "dataset": dataset, "tau": summary["results"]["tau"], "delta": summary["results"]["delta"],
-        "tok_s": summary["results"]["tok_per_s"], "ar_tok_s": summary["baseline"]["tok_per_s"],
-        "speedup": summary.get("speedup"), "median": summary.get("speedup_median_per_sample"), "ci95": summary.get("speedup_ci95"),
-        "predicted": model.get("predicted_speedup"), "overhead": model.get("engine_overhead_share"),
+        "method": method,
+        "dataset": dataset,
+        "tau": summary["results"]["tau"],
+        "delta": summary["results"]["delta"],
+        "tok_s": summary["results"]["tok_per_s"],
+        "ar_tok_s": summary["baseline"]["tok_per_s"],
+        "speedup": summary.get("speedup"),
+        "median": summary.get("speedup_median_per_sample"),
+        "ci95": summary.get("speedup_ci95"),
+        "predicted": model.get("predicted_speedup"),
+        "overhead": model.get("engine_overhead_share"),
         "shape": autotune.describe(choice) if choice else None,
         "identical": summary.get("agreement_with_baseline", {}).get("exact_match_rate"),
-        "dtype": summary["environment"]["dtype"], "precision": summary["environment"]["precision"], "forward": summary["environment"].get("forward"),
+        "dtype": summary["environment"]["dtype"],
+        "precision": summary["environment"]["precision"],
+        "forward": summary["environment"].get("forward"),
     }
 
 
@@ -85,9 +99,13 @@ def method_line(r: dict, plain: dict, ar_dtype: str) -> str:
     side-by-side AR speeds `plain` (tok/s per dtype), kept in r["vs_fastest_ar"]."""
     r["vs_fastest_ar"] = r["speedup"] * plain[r["dtype"]] / plain[ar_dtype] if r["dtype"] in plain else None
     vs_fastest = f"{r['vs_fastest_ar']:.2f}x" if r["vs_fastest_ar"] else "-"
-    return (f"| {r['method']} | {r['dataset']} | {r['precision']} ({r['forward'] or '-'}) | {r['shape'] or '-'} | {r['tau']:.2f} | {r['delta']:.2f} | "
-            f"{r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | {r['speedup']:.2f}x {interval(r['ci95'])}({r['median']:.2f}x) | {r['predicted']:.2f}x | "
-            f"{vs_fastest} | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |")
+    return (
+        f"| {r['method']} | {r['dataset']} | {r['precision']} ({r['forward'] or '-'}) | {r['shape'] or '-'} | "
+        f"{r['tau']:.2f} | {r['delta']:.2f} | "
+        f"{r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | {r['speedup']:.2f}x {interval(r['ci95'])}({r['median']:.2f}x) "
+        f"| {r['predicted']:.2f}x | "
+        f"{vs_fastest} | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |"
+    )
 
 
 def figure(rows: list[dict], path: Path) -> None:
@@ -112,15 +130,42 @@ def interval(ci95) -> str:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", nargs="+", default=["pld", "lookahead", "sps", "sps_tree", "eagle", "eagle2", "eagle3", "opt_tree", "talon", "mars", "cast"])
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=[
+            "pld",
+            "lookahead",
+            "sps",
+            "sps_tree",
+            "eagle",
+            "eagle2",
+            "eagle3",
+            "opt_tree",
+            "talon",
+            "mars",
+            "cast",
+        ],
+    )
     parser.add_argument("--datasets", nargs="+", default=["mt_bench", "humaneval", "gsm8k"])
-    parser.add_argument("--hf-prompts", type=int, default=5, help="prompts of the side-by-side comparisons (kept under --runs, so a re-run resumes)")
+    parser.add_argument(
+        "--hf-prompts",
+        type=int,
+        default=5,
+        help="prompts of the side-by-side comparisons (kept under --runs, so a re-run resumes)",
+    )
     add_run_arguments(parser, prompts=10)
     args = parser.parse_args(argv)
-    require(args.hf_prompts >= 1 and args.prompts >= 1, "--hf-prompts/--prompts", f"must be at least 1 (got {args.hf_prompts} and {args.prompts})")
+    require(
+        args.hf_prompts >= 1 and args.prompts >= 1,
+        "--hf-prompts/--prompts",
+        f"must be at least 1 (got {args.hf_prompts} and {args.prompts})",
+    )
     base = config(*args.overrides)
     fingerprint = device_fingerprint(base["hardware"]["device"], base["hardware"]["threads"])
-    settings_id = hashlib.sha256(json.dumps([args.hf_prompts, args.max_new_tokens, args.overrides]).encode()).hexdigest()[:8]
+    settings_id = hashlib.sha256(
+        json.dumps([args.hf_prompts, args.max_new_tokens, args.overrides]).encode()
+    ).hexdigest()[:8]
     side_by_side = Path(args.runs) / f"side-by-side-{fingerprint_id(fingerprint)}-{settings_id}.json"
     if side_by_side.is_file():  # measured by an earlier, interrupted call with these settings
         hf, plain = json.loads(side_by_side.read_text()).values()
@@ -130,8 +175,11 @@ def main(argv: list[str]) -> None:
         side_by_side.parent.mkdir(parents=True, exist_ok=True)
         side_by_side.write_text(json.dumps({"transformers": hf, "ar_by_dtype": plain}))
     settings = hf.pop("settings")
-    ar_dtype, ar_dtype_choice = costs.resolve_dtype(dict(base["hardware"]), base["model"], method_cfg=config("method=ar")["method"])
-    tree_dtype, _ = costs.resolve_dtype(dict(base["hardware"]), base["model"], engine=base.get("engine"))  # of tree-sized forwards
+    ar_dtype, ar_dtype_choice = costs.resolve_dtype(
+        dict(base["hardware"]), base["model"], method_cfg=config("method=ar")["method"]
+    )
+    # of tree-sized forwards
+    tree_dtype, _ = costs.resolve_dtype(dict(base["hardware"]), base["model"], engine=base.get("engine"))
     rows = []
     for dataset in args.datasets:
         for method in args.methods:
@@ -139,45 +187,90 @@ def main(argv: list[str]) -> None:
     name = fingerprint_id(fingerprint)
     args.out.mkdir(parents=True, exist_ok=True)
     figure(rows, args.out / f"speed-{name}.png")
-    profiles = sorted(costs.cache_root().glob(f"{base['model']['name']}-*-{name}.json"))  # each dtype's: auto may decode in either
+    # each dtype's: auto may decode in either
+    profiles = sorted(costs.cache_root().glob(f"{base['model']['name']}-*-{name}.json"))
     for profile in profiles:  # the measured curves go beside the results
         for path in (profile, profile.with_suffix(".png")):
             if path.is_file():
                 shutil.copy(path, args.out / f"profile-{path.name}")
     lines = [
-        f"# Speed on {fingerprint.get('gpu') or fingerprint['cpu_model']} ({name})", "",
+        f"# Speed on {fingerprint.get('gpu') or fingerprint['cpu_model']} ({name})",
+        "",
         f"- machine: {json.dumps(fingerprint)}",
-        f"- dtype (auto): {tree_dtype}, the methods' rows ran in {' / '.join(sorted({r['precision'] for r in rows}))}; {settings['threads']} threads; {base['model']['name']} weights {settings['weights_mb']:.0f} MB",
-        f"- cost profiles: {', '.join(map(str, profiles))} (copied beside this file as profile-*.json / .png)", "",
-        f"## Ours vs transformers ({args.hf_prompts} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt; "
-        f"both in {settings['dtype']} on the model's own weights)", "",
-        "| | ours tok/s | transformers tok/s | ratio | identical ids |", "| --- | --- | --- | --- | --- |",
+        f"- dtype (auto): {tree_dtype}, the methods' rows ran in "
+        f"{' / '.join(sorted({r['precision'] for r in rows}))}; {settings['threads']} threads; "
+        f"{base['model']['name']} weights {settings['weights_mb']:.0f} MB",
+        f"- cost profiles: {', '.join(map(str, profiles))} (copied beside this file as profile-*.json / .png)",
+        "",
+        f"## Ours vs transformers ({args.hf_prompts} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, "
+        "side by side per prompt; "
+        f"both in {settings['dtype']} on the model's own weights)",
+        "",
+        "| | ours tok/s | transformers tok/s | ratio | identical ids |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for method, r in hf.items():
-        lines.append(f"| {method} | {r['ours']:.1f} | {r['hf']:.1f} | {r['ratio']:.2f} | {r['identical']}/{r['prompts']} |")
+        lines.append(
+            f"| {method} | {r['ours']:.1f} | {r['hf']:.1f} | {r['ratio']:.2f} | {r['identical']}/{r['prompts']} |"
+        )
     lines += ["", floor_line(hf["ar"]["ours"], settings) + "."]
     lines += [
-        "", f"## Our AR in bf16 and fp32 ({plain['prompts']} MT-Bench first turns, {args.max_new_tokens} tokens, T=0, side by side per prompt)", "",
-        f"bf16 {plain['bfloat16']:.1f} tok/s, fp32 {plain['float32']:.1f} tok/s{forwards(plain)}: bf16/fp32 {plain['bfloat16'] / plain['float32']:.2f}x "
+        "",
+        f"## Our AR in bf16 and fp32 ({plain['prompts']} MT-Bench first turns, {args.max_new_tokens} tokens, "
+        "T=0, side by side per prompt)",
+        "",
+        f"bf16 {plain['bfloat16']:.1f} tok/s, fp32 {plain['float32']:.1f} tok/s{forwards(plain)}: bf16/fp32 "
+        f"{plain['bfloat16'] / plain['float32']:.2f}x "
         f"(identical ids {plain['identical']}/{plain['prompts']}). hardware.dtype=auto decodes AR in {ar_dtype}"
-        + (f"; a drafting method with an auto tree chooses its dtype with its shape (the precision column), a fixed tree decodes in "
-           f"{tree_dtype} (its tree-sized forwards are cheaper in it). A row's speedup is over AR in the row's dtype; 'vs AR in "
-           f"{ar_dtype}' scales it by the two ARs' measured ratio above (AR in {ar_dtype} runs {plain[ar_dtype] / plain[tree_dtype]:.2f}x "
-           f"AR in {tree_dtype})" if ar_dtype != tree_dtype else "") + ".",
+        + (
+            "; a drafting method with an auto tree chooses its dtype with its shape (the precision column), a "
+            "fixed tree decodes in "
+            f"{tree_dtype} (its tree-sized forwards are cheaper in it). A row's speedup is over AR in the row's "
+            "dtype; 'vs AR in "
+            f"{ar_dtype}' scales it by the two ARs' measured ratio above (AR in {ar_dtype} runs "
+            f"{plain[ar_dtype] / plain[tree_dtype]:.2f}x "
+            f"AR in {tree_dtype})"
+            if ar_dtype != tree_dtype
+            else ""
+        )
+        + ".",
     ]
     lines += [
-        "", f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} tokens, T=0)", "",
-        "Each row is one `python -m specbench method=M dataset=D` run: AR back to back on every prompt (order alternating).", "",
-        f"| method | dataset | precision (forward) | shape (auto) | tau | delta | tok/s | AR tok/s | speedup [95% CI] (median) | predicted | vs AR in {ar_dtype} | engine overhead | identical ids |",
+        "",
+        f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} "
+        "tokens, T=0)",
+        "",
+        "Each row is one `python -m specbench method=M dataset=D` run: AR back to back on every prompt (order "
+        "alternating).",
+        "",
+        "| method | dataset | precision (forward) | shape (auto) | tau | delta | tok/s | AR tok/s | speedup "
+        f"[95% CI] (median) | predicted | vs AR in {ar_dtype} | engine overhead | identical ids |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [method_line(r, plain, ar_dtype) for r in rows]
     if any(r["identical"] < 1 and r["dtype"] == "bfloat16" for r in rows):
-        lines += ["", "identical ids below 1.00 in a bf16 row is rounding, not a lossy method: one-token and n-token bf16 "
-                  "forwards round differently, so greedy paths can part. Losslessness is checked in fp32 (and on fp16 weights), "
-                  "where every method reproduces AR's ids (tests/invariants/test_1_lossless_greedy.py, tests/engine/test_lean.py)."]
+        lines += [
+            "",
+            "identical ids below 1.00 in a bf16 row is rounding, not a lossy method: one-token and n-token bf16 "
+            "forwards round differently, so greedy paths can part. Losslessness is checked in fp32 (and on fp16 "
+            "weights), "
+            "where every method reproduces AR's ids (tests/invariants/test_1_lossless_greedy.py, "
+            "tests/engine/test_lean.py).",
+        ]
     (args.out / f"speed-{name}.md").write_text("\n".join(lines) + "\n")
-    (args.out / f"speed-{name}.json").write_text(json.dumps({"fingerprint": fingerprint, "transformers": hf, "settings": settings, "ar_by_dtype": plain, "ar_dtype": ar_dtype, "methods": rows}, indent=1))
+    (args.out / f"speed-{name}.json").write_text(
+        json.dumps(
+            {
+                "fingerprint": fingerprint,
+                "transformers": hf,
+                "settings": settings,
+                "ar_by_dtype": plain,
+                "ar_dtype": ar_dtype,
+                "methods": rows,
+            },
+            indent=1,
+        )
+    )
     print("\n".join(lines))
 
 

@@ -16,8 +16,8 @@ the full output layer where ours reads only the draft's rows.
 
 from __future__ import annotations
 
-import sys
 import argparse
+import sys
 import time
 
 import torch
@@ -25,14 +25,14 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from specbench import costs
-from specbench.engine import methods
 from specbench.data import questions
+from specbench.data.chat import chat_prompt, stop_token_ids
+from specbench.engine import methods
 from specbench.engine.loop import Limits, generate
 from specbench.engine.sampling import Sampling
-from specbench.models import registry
-from specbench.data.chat import chat_prompt, stop_token_ids
-from specbench.run.config import CONF_DIR
 from specbench.errors import run_command
+from specbench.models import registry
+from specbench.run.config import CONF_DIR
 
 
 def config(*overrides: str) -> dict:
@@ -44,8 +44,16 @@ def hf_generate(model, prompt, max_new_tokens, eos, **kwargs):
     ids = torch.tensor([prompt], device=model.device)
     start = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=sorted(eos), pad_token_id=sorted(eos)[0], **kwargs)
-    return out[0, len(prompt):].tolist(), time.perf_counter() - start
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=sorted(eos),
+            pad_token_id=sorted(eos)[0],
+            **kwargs,
+        )
+    return out[0, len(prompt) :].tolist(), time.perf_counter() - start
 
 
 def transformers_assistant(drafter) -> torch.nn.Module:
@@ -85,18 +93,29 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     limits = Limits(max_new_tokens, frozenset(eos))
     target, _ = costs.target_lm(model, cfg, hardware)
     # fixed draft lengths, the same on both sides (transformers' prompt lookup default is 10)
-    pld_cfg, sps_cfg = config("method=pld", "method.tree.gamma=10")["method"], config("method=sps", "method.tree.gamma=5")["method"]
-    ours = {name: methods.assemble(c, model, hardware) for name, c in (("ar", cfg["baseline"]["method"]), ("pld", pld_cfg), ("sps", sps_cfg))}
+    pld_cfg, sps_cfg = (
+        config("method=pld", "method.tree.gamma=10")["method"],
+        config("method=sps", "method.tree.gamma=5")["method"],
+    )
+    ours = {
+        name: methods.assemble(c, model, hardware)
+        for name, c in (("ar", cfg["baseline"]["method"]), ("pld", pld_cfg), ("sps", sps_cfg))
+    }
     assistant = transformers_assistant(ours["sps"].drafter)
     assistant.generation_config.num_assistant_tokens = sps_cfg["tree"]["gamma"]
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
     assistant.generation_config.assistant_confidence_threshold = 0.0
     theirs = {
         "ar": {},
-        "pld": {"prompt_lookup_num_tokens": pld_cfg["tree"]["gamma"], "max_matching_ngram_size": pld_cfg["drafter"]["max_ngram"]},
+        "pld": {
+            "prompt_lookup_num_tokens": pld_cfg["tree"]["gamma"],
+            "max_matching_ngram_size": pld_cfg["drafter"]["max_ngram"],
+        },
         "sps": {"assistant_model": assistant},
     }
-    prompts = [chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])]
+    prompts = [
+        chat_prompt(tokenizer, [{"role": "user", "content": s.turns[0]}]) for s in questions.load(cfg["dataset"])
+    ]
     for name in ours:  # warm-up, untimed
         generate(target, ours[name], prompts[0], Sampling(), Limits(16, frozenset(eos)))
         hf_generate(model, prompts[0], 16, eos, **theirs[name])
@@ -105,7 +124,7 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     for i, prompt in enumerate(prompts):
         for name in ours:
             runs = {}
-            for side in (["ours", "hf"] if i % 2 == 0 else ["hf", "ours"]):
+            for side in ["ours", "hf"] if i % 2 == 0 else ["hf", "ours"]:
                 if side == "ours":
                     out = generate(target, ours[name], prompt, Sampling(), limits)
                     runs[side] = (out.ids, out.seconds)
@@ -114,16 +133,31 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
                 totals[name, side][0] += len(runs[side][0])
                 totals[name, side][1] += runs[side][1]
             agree[name] += runs["ours"][0] == runs["hf"][0]
-            log(f"prompt {i}: {name} ours {len(runs['ours'][0]) / runs['ours'][1]:.1f} tok/s, transformers {len(runs['hf'][0]) / runs['hf'][1]:.1f} tok/s")
+            log(
+                f"prompt {i}: {name} ours {len(runs['ours'][0]) / runs['ours'][1]:.1f} tok/s, transformers "
+                f"{len(runs['hf'][0]) / runs['hf'][1]:.1f} tok/s"
+            )
     rows = {}
     for name in ours:
         ours_tps = totals[name, "ours"][0] / totals[name, "ours"][1]
         hf_tps = totals[name, "hf"][0] / totals[name, "hf"][1]
-        rows[name] = {"ours": ours_tps, "hf": hf_tps, "ratio": ours_tps / hf_tps, "identical": agree[name], "prompts": len(prompts)}
+        rows[name] = {
+            "ours": ours_tps,
+            "hf": hf_tps,
+            "ratio": ours_tps / hf_tps,
+            "identical": agree[name],
+            "prompts": len(prompts),
+        }
     weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6
     bandwidth = read_bandwidth_gb_s()
-    rows["settings"] = {"dtype": hardware["dtype"], "threads": torch.get_num_threads(), "max_new_tokens": max_new_tokens,
-                        "weights_mb": weights_mb, "read_gb_s": bandwidth, "floor_tok_s": bandwidth * 1e3 / weights_mb}
+    rows["settings"] = {
+        "dtype": hardware["dtype"],
+        "threads": torch.get_num_threads(),
+        "max_new_tokens": max_new_tokens,
+        "weights_mb": weights_mb,
+        "read_gb_s": bandwidth,
+        "floor_tok_s": bandwidth * 1e3 / weights_mb,
+    }
     return rows
 
 
@@ -161,16 +195,26 @@ def main(argv: list[str]) -> None:
     cfg = prompt_config(args)
     rows = compare(cfg, args.max_new_tokens)
     settings = rows.pop("settings")
-    print(f"\n{cfg['model']['name']} {settings['dtype']} threads={settings['threads']} prompts={args.prompts} max_new_tokens={args.max_new_tokens} T=0")
+    print(
+        f"\n{cfg['model']['name']} {settings['dtype']} threads={settings['threads']} prompts={args.prompts} "
+        f"max_new_tokens={args.max_new_tokens} T=0"
+    )
     for name, r in rows.items():
-        print(f"{name:4s} ours {r['ours']:6.1f} tok/s | transformers {r['hf']:6.1f} tok/s | ratio {r['ratio']:.2f} | identical outputs {r['identical']}/{r['prompts']}")
+        print(
+            f"{name:4s} ours {r['ours']:6.1f} tok/s | transformers {r['hf']:6.1f} tok/s | ratio {r['ratio']:.2f} "
+            f"| identical outputs {r['identical']}/{r['prompts']}"
+        )
     print(floor_line(rows["ar"]["ours"], settings))
 
 
 def floor_line(ar_tok_s: float, settings: dict) -> str:
-    return (f"AR (ours) {ar_tok_s:.1f} tok/s = {100 * ar_tok_s / settings['floor_tok_s']:.0f}% of the memory-bandwidth floor: "
-            f"{settings['weights_mb']:.0f} MB of weights read per token at {settings['read_gb_s']:.1f} GB/s (torch reading 1 GiB here) "
-            f"allow at most {settings['floor_tok_s']:.1f} tok/s")
+    return (
+        f"AR (ours) {ar_tok_s:.1f} tok/s = {100 * ar_tok_s / settings['floor_tok_s']:.0f}% of the "
+        "memory-bandwidth floor: "
+        f"{settings['weights_mb']:.0f} MB of weights read per token at {settings['read_gb_s']:.1f} GB/s (torch "
+        "reading 1 GiB here) "
+        f"allow at most {settings['floor_tok_s']:.1f} tok/s"
+    )
 
 
 if __name__ == "__main__":

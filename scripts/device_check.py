@@ -45,7 +45,9 @@ from pathlib import Path
 REQUIRED = ("torch", "transformers", "safetensors", "numpy", "tqdm", "yaml")
 MISSING = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
 if MISSING and __name__ == "__main__":
-    sys.exit(f"device check: missing Python package(s) {', '.join(MISSING)} (needs {', '.join(REQUIRED)}; yaml is PyYAML)")
+    sys.exit(
+        f"device check: missing Python package(s) {', '.join(MISSING)} (needs {', '.join(REQUIRED)}; yaml is PyYAML)"
+    )
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would fill the 12 kB the lent machine sends back
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +111,15 @@ class Scale:
 GPU = Scale("cuda", "auto", "gpu", (37, 120, 64, 9), 48, 3, 128, (512, 4096), 3, EAGLE3_TREE)
 TINY = Scale("cpu", "static", "cpu-fp32", (23, 70, 41, 9), 24, 2, 32, (64, 300), 1, TINY_EAGLE3_TREE)
 # each section's share of a model's budget (the model's budget: --budget over the models)
-SHARES = {"build": 0.08, "identity": 0.22, "bf16 agreement": 0.1, "f(n)": 0.22, "attention": 0.12, "step split": 0.18, "host syncs": 0.08}
+SHARES = {
+    "build": 0.08,
+    "identity": 0.22,
+    "bf16 agreement": 0.1,
+    "f(n)": 0.22,
+    "attention": 0.12,
+    "step split": 0.18,
+    "host syncs": 0.08,
+}
 
 
 # ---------------------------------------------------------------- configs from conf/, no hydra
@@ -137,18 +147,52 @@ def target_configs(tiny: bool) -> dict[str, transformers.PretrainedConfig]:
     """Llama-3.1-8B and Qwen3-8B as their published configs give them (or the same families
     at tiny shapes), under the conf/model entry each stands for."""
     if tiny:
-        small = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 5, "num_attention_heads": 4, "num_key_value_heads": 2,
-                 "vocab_size": 512, "max_position_embeddings": 2048, "eos_token_id": 2, "tie_word_embeddings": False}
+        small = {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 5,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 512,
+            "max_position_embeddings": 2048,
+            "eos_token_id": 2,
+            "tie_word_embeddings": False,
+        }
         return {"llama3.1-8b": LlamaConfig(**small, rope_theta=500000.0), "qwen3-8b": Qwen3Config(**small, head_dim=16)}
     llama = LlamaConfig(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-        max_position_embeddings=131072, rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128009, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 8192},
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+        rms_norm_eps=1e-5,
+        bos_token_id=128000,
+        eos_token_id=128009,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
     )
     qwen = Qwen3Config(
-        hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-        vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0, bos_token_id=151643, eos_token_id=151645,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        bos_token_id=151643,
+        eos_token_id=151645,
         tie_word_embeddings=False,
     )
     return {"llama3.1-8b": llama, "qwen3-8b": qwen}
@@ -166,11 +210,22 @@ def write_random_eagle3_head(target_config, directory: Path, device: str) -> dic
     (config.json with draft_vocab_size and target_hidden_size, d2t/t2d maps), so the method
     loads it as it loads a real one. Returns its model entry."""
     draft_vocab = min(32000, target_config.vocab_size // 2)
-    raw = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": target_config.hidden_size,
-           "intermediate_size": target_config.intermediate_size, "num_attention_heads": target_config.num_attention_heads,
-           "num_key_value_heads": target_config.num_key_value_heads, "num_hidden_layers": 1, "vocab_size": target_config.vocab_size,
-           "draft_vocab_size": draft_vocab, "target_hidden_size": target_config.hidden_size, "rms_norm_eps": target_config.rms_norm_eps,
-           "max_position_embeddings": target_config.max_position_embeddings, "rope_theta": 500000.0, "hidden_act": "silu"}
+    raw = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": target_config.hidden_size,
+        "intermediate_size": target_config.intermediate_size,
+        "num_attention_heads": target_config.num_attention_heads,
+        "num_key_value_heads": target_config.num_key_value_heads,
+        "num_hidden_layers": 1,
+        "vocab_size": target_config.vocab_size,
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": target_config.hidden_size,
+        "rms_norm_eps": target_config.rms_norm_eps,
+        "max_position_embeddings": target_config.max_position_embeddings,
+        "rope_theta": 500000.0,
+        "hidden_act": "silu",
+    }
     with torch.device(device):
         head = Eagle3Head(head_config(raw))
     with torch.no_grad():
@@ -179,8 +234,13 @@ def write_random_eagle3_head(target_config, directory: Path, device: str) -> dic
         head.t2d[:draft_vocab] = True
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(raw))
-    save_file({k: v.to("cpu", torch.bfloat16 if v.is_floating_point() else v.dtype).contiguous() for k, v in head.state_dict().items()},
-              directory / "model.safetensors")
+    save_file(
+        {
+            k: v.to("cpu", torch.bfloat16 if v.is_floating_point() else v.dtype).contiguous()
+            for k, v in head.state_dict().items()
+        },
+        directory / "model.safetensors",
+    )
     return {"name": f"random-eagle3-{target_config.model_type}", "path": str(directory)}
 
 
@@ -196,7 +256,12 @@ class Engine:
     def __init__(self, name: str, model, scale: Scale, head: dict):
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self.hardware = conf("hardware", scale.hardware) | {"dtype": dtype}
-        self.cfg = {"model": conf("model", name), "hardware": self.hardware, "engine": engine_defaults() | {"compile": scale.compile}, "method": None}
+        self.cfg = {
+            "model": conf("model", name),
+            "hardware": self.hardware,
+            "engine": engine_defaults() | {"compile": scale.compile},
+            "method": None,
+        }
         self.lm, _ = costs.target_lm(model, self.cfg, self.hardware, drafter_layers=True)
         self.model, self.scale, self.head = model, scale, head
         self.ar = self.method("ar")
@@ -210,7 +275,13 @@ class Engine:
     def eagle3(self) -> Method:
         """EAGLE-3 with the random head, loaded as a run loads a published one (once)."""
         if self._eagle3 is None:
-            drafter = build_part(conf("method", "eagle3")["drafter"], target=self.model, hardware=self.hardware, compiled=self.lm.compiled, head=self.head)
+            drafter = build_part(
+                conf("method", "eagle3")["drafter"],
+                target=self.model,
+                hardware=self.hardware,
+                compiled=self.lm.compiled,
+                head=self.head,
+            )
             self._eagle3 = self.method("eagle3", self.scale.eagle3_tree, drafter)
         return self._eagle3
 
@@ -237,10 +308,17 @@ def hf_generate(model, prompt: list[int], max_new_tokens: int, eos: int) -> tupl
     finish_gpu_work()
     start = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens if eos is None else 0,
-                             do_sample=False, eos_token_id=eos, pad_token_id=eos if eos is not None else 0)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens if eos is None else 0,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos if eos is not None else 0,
+        )
     finish_gpu_work()
-    return out[0, len(prompt):].tolist(), time.perf_counter() - start
+    return out[0, len(prompt) :].tolist(), time.perf_counter() - start
 
 
 def top2_margin(model, prompt: list[int], before: list[int]) -> dict:
@@ -253,28 +331,46 @@ def top2_margin(model, prompt: list[int], before: list[int]) -> dict:
     return {"top2": top.indices.tolist(), "margin": round(float(top.values[0] - top.values[1]), 5)}
 
 
-def compared(check: str, batch: int, reference: list[list[int]], ids: list[list[int]], model=None, prompts=None) -> dict:
+def compared(
+    check: str, batch: int, reference: list[list[int]], ids: list[list[int]], model=None, prompts=None
+) -> dict:
     """Identity of `ids` with `reference` per prompt; at the first difference, where, and the margin there."""
     differing = [i for i, (a, b) in enumerate(zip(reference, ids)) if a != b]
-    agreed = sum(next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))) for a, b in zip(reference, ids))
+    agreed = sum(
+        next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))) for a, b in zip(reference, ids)
+    )
     first = None
     if differing:
         a, b = reference[differing[0]], ids[differing[0]]
         token = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        first = {"prompt": differing[0], "token": token, "reference": a[token] if token < len(a) else None, "ours": b[token] if token < len(b) else None}
+        first = {
+            "prompt": differing[0],
+            "token": token,
+            "reference": a[token] if token < len(a) else None,
+            "ours": b[token] if token < len(b) else None,
+        }
         if model is not None:
             first |= top2_margin(model, prompts[differing[0]], a[:token])
-    return {"check": check, "batch": batch, "prompts": len(ids), "tokens": sum(map(len, ids)), "identical": not differing,
-            "agreement": round(agreed / max(sum(map(len, reference)), 1), 4), "first_difference": first}
+    return {
+        "check": check,
+        "batch": batch,
+        "prompts": len(ids),
+        "tokens": sum(map(len, ids)),
+        "identical": not differing,
+        "agreement": round(agreed / max(sum(map(len, reference)), 1), 4),
+        "first_difference": first,
+    }
 
 
 def with_tau(row: dict, generations, method: Method | None = None) -> dict:
     steps = [n for g in generations for n in g.accept_lengths[:-1]]
-    cycle_tokens = sum(len(g.ids) - 1 for g in generations if g.ids)  # the prefill gives each first token: AR's tau is 1.00
+    # the prefill gives each first token: AR's tau is 1.00
+    cycle_tokens = sum(len(g.ids) - 1 for g in generations if g.ids)
     row["tau"] = round(cycle_tokens / max(sum(g.target_forwards for g in generations), 1), 3)
     if method is not None:
         row["levels"] = levels(method)
-        row["full_steps"] = round(sum(n == levels(method) + 1 for n in steps) / max(len(steps), 1), 3)  # steps that accepted every level
+        # steps that accepted every level
+        row["full_steps"] = round(sum(n == levels(method) + 1 for n in steps) / max(len(steps), 1), 3)
     return row
 
 
@@ -307,8 +403,11 @@ def identity(state: dict, clock: Deadline, result: dict) -> None:
     theirs = [hf_generate(model, p, limits.max_new_tokens, eos)[0] for p in prompts]
     rows.append(compared("our AR vs transformers generate", 1, theirs, ar, model, prompts))
     clock.check()
-    for label, make in (("EAGLE-3 vs our AR", lambda stagger: engine.eagle3), ("oracle EAGLE-3 vs our AR", lambda stagger: engine.oracle("eagle3", references, stagger)),
-                        ("oracle SpS vs our AR", lambda stagger: engine.oracle("sps", references, stagger))):
+    for label, make in (
+        ("EAGLE-3 vs our AR", lambda stagger: engine.eagle3),
+        ("oracle EAGLE-3 vs our AR", lambda stagger: engine.oracle("eagle3", references, stagger)),
+        ("oracle SpS vs our AR", lambda stagger: engine.oracle("sps", references, stagger)),
+    ):
         for batch, stagger in ((1, 0), (4, 0), (4, -1)):
             if stagger and label.startswith("EAGLE-3"):
                 continue
@@ -317,7 +416,13 @@ def identity(state: dict, clock: Deadline, result: dict) -> None:
                 method.drafter.stagger = levels(method)
             generations = engine.decode(method, prompts, limits, batch)
             check = label + (" (staggered misses)" if stagger else "")
-            rows.append(with_tau(compared(check, batch, ar, [g.ids for g in generations], model, prompts), generations, method if "oracle" in label else None))
+            rows.append(
+                with_tau(
+                    compared(check, batch, ar, [g.ids for g in generations], model, prompts),
+                    generations,
+                    method if "oracle" in label else None,
+                )
+            )
             clock.check()
 
 
@@ -338,7 +443,13 @@ def to_bf16(state: dict) -> None:
 def bf16_agreement(state: dict, clock: Deadline, result: dict) -> None:
     """The identity comparisons in the speed dtype (bf16 on a GPU; fp32 on the tiny CPU run)."""
     to_bf16(state)
-    model, engine, prompts, limits, eos = state["model"], state["engine"], state["prompts"], state["limits"], state["eos"]
+    model, engine, prompts, limits, eos = (
+        state["model"],
+        state["engine"],
+        state["prompts"],
+        state["limits"],
+        state["eos"],
+    )
     result |= {"dtype": state["dtype"], "rows": []}
     ar = [generate(engine.lm, engine.ar, p, Sampling(), limits).ids for p in prompts]
     references = {tuple(p): ids for p, ids in zip(prompts, ar)}
@@ -348,7 +459,13 @@ def bf16_agreement(state: dict, clock: Deadline, result: dict) -> None:
     for batch in (1, 4):
         method = engine.oracle("eagle3", references)
         generations = engine.decode(method, prompts, limits, batch)
-        result["rows"].append(with_tau(compared("oracle EAGLE-3 vs our AR", batch, ar, [g.ids for g in generations], model, prompts), generations, method))
+        result["rows"].append(
+            with_tau(
+                compared("oracle EAGLE-3 vs our AR", batch, ar, [g.ids for g in generations], model, prompts),
+                generations,
+                method,
+            )
+        )
         clock.check()
 
 
@@ -362,8 +479,13 @@ def forward_costs(state: dict, clock: Deadline, result: dict) -> None:
         for batch in BATCHES:
             curve = measure_target(engine.lm, [context], MAX_N, scale.repeats, batch=batch, every_n=True)
             ms = curve.ms[0]
-            curves[f"B={batch} c={context}"] = {"batch": batch, "context": context, "ms": ms, "spread": curve.spread[0],
-                                                f"f({TREE_NODES})/f(1)": round(ms[TREE_NODES - 1] / ms[0], 3)}
+            curves[f"B={batch} c={context}"] = {
+                "batch": batch,
+                "context": context,
+                "ms": ms,
+                "spread": curve.spread[0],
+                f"f({TREE_NODES})/f(1)": round(ms[TREE_NODES - 1] / ms[0], 3),
+            }
             clock.check()
 
 
@@ -384,12 +506,30 @@ def attention_options(lm: StaticTreeLM, batch: int, n: int, context: int) -> dic
     groups = heads // kv
     folded_mask = live[..., :span].repeat(1, 1, groups, 1)
     options = {
-        "engine: folded GQA, mask over the key span": (q.reshape(batch, kv, groups * width, d), k[:, :, :span], v[:, :, :span], folded_mask, {}),
+        "engine: folded GQA, mask over the key span": (
+            q.reshape(batch, kv, groups * width, d),
+            k[:, :, :span],
+            v[:, :, :span],
+            folded_mask,
+            {},
+        ),
         "GQA in SDPA, mask over the whole cache": (q, k, v, live, {"enable_gqa": groups > 1}),
-        "K/V expanded per group, mask over the key span": (q, k[:, :, :span].repeat_interleave(groups, 1), v[:, :, :span].repeat_interleave(groups, 1), live[..., :span], {}),
+        "K/V expanded per group, mask over the key span": (
+            q,
+            k[:, :, :span].repeat_interleave(groups, 1),
+            v[:, :, :span].repeat_interleave(groups, 1),
+            live[..., :span],
+            {},
+        ),
     }
     if n == 1:
-        options["no mask over the live prefix (AR)"] = (q, k[:, :, : context + 1], v[:, :, : context + 1], None, {"enable_gqa": groups > 1})
+        options["no mask over the live prefix (AR)"] = (
+            q,
+            k[:, :, : context + 1],
+            v[:, :, : context + 1],
+            None,
+            {"enable_gqa": groups > 1},
+        )
     return options
 
 
@@ -412,7 +552,8 @@ def sdpa_report(q, k, v, mask, kwargs, repeats: int) -> dict:
         except (RuntimeError, NotImplementedError):
             out["backends"][name.lower()] = None  # not eligible for this call
     eligible = {k: ms for k, ms in out["backends"].items() if ms is not None}
-    out["ran"] = min(eligible, key=lambda k: abs(eligible[k] - out["default_ms"])) if eligible else None  # the kernel whose time the default's matches
+    # the kernel whose time the default's matches
+    out["ran"] = min(eligible, key=lambda k: abs(eligible[k] - out["default_ms"])) if eligible else None
     return out
 
 
@@ -431,15 +572,23 @@ def flex_report(lm: StaticTreeLM, batch: int, n: int, context: int, repeats: int
 
     block = create_block_mask(live, batch, None, n, columns, device=device)
     compiled = torch.compile(flex_attention)
-    return {"ms": round(timed(lambda: compiled(q, k, v, block_mask=block, enable_gqa=heads != kv), max(repeats, 3))[0], 4)}
+    return {
+        "ms": round(timed(lambda: compiled(q, k, v, block_mask=block, enable_gqa=heads != kv), max(repeats, 3))[0], 4)
+    }
 
 
 def attention(state: dict, clock: Deadline, result: dict) -> None:
     to_bf16(state)
     lm, scale = state["engine"].lm, state["scale"]
     result |= {"dtype": state["dtype"], "rows": []}
-    shapes = [(1, 1, scale.contexts[0]), (1, 1, scale.contexts[-1]), (4, 1, scale.contexts[-1]), (1, 32, scale.contexts[0]), (1, TREE_NODES, scale.contexts[0]),
-              (16, 64, scale.contexts[-1])]
+    shapes = [
+        (1, 1, scale.contexts[0]),
+        (1, 1, scale.contexts[-1]),
+        (4, 1, scale.contexts[-1]),
+        (1, 32, scale.contexts[0]),
+        (1, TREE_NODES, scale.contexts[0]),
+        (16, 64, scale.contexts[-1]),
+    ]
     with torch.inference_mode():
         for batch, n, context in shapes:
             row = {"batch": batch, "n": n, "context": context, "options": {}}
@@ -448,7 +597,9 @@ def attention(state: dict, clock: Deadline, result: dict) -> None:
                 row["options"][label] = sdpa_report(q, k, v, mask, kwargs, scale.repeats)
             if scale.device == "cuda" and batch == 1 and n in (1, TREE_NODES):  # a compile per shape: two shapes only
                 try:
-                    row["options"]["FlexAttention, block mask over the live columns"] = flex_report(lm, batch, n, context, scale.repeats)
+                    row["options"]["FlexAttention, block mask over the live columns"] = flex_report(
+                        lm, batch, n, context, scale.repeats
+                    )
                 except Exception as error:  # noqa: BLE001 - recorded: an option that does not run is a finding
                     row["options"]["FlexAttention, block mask over the live columns"] = {"error": repr(error)[:300]}
             clock.check()
@@ -483,7 +634,9 @@ class PhaseTimer:
 
     def ms(self) -> dict[str, float]:
         finish_gpu_work()
-        return {name: sum(s[0].elapsed_time(s[1]) if self.cuda else s for s in spans) for name, spans in self.spans.items()}
+        return {
+            name: sum(s[0].elapsed_time(s[1]) if self.cuda else s for s in spans) for name, spans in self.spans.items()
+        }
 
     def close(self) -> None:
         for owner, attribute in self.restore:
@@ -516,9 +669,14 @@ def step_split(lm, method: Method, prompts: list[list[int]], limits: Limits, cud
     steps = max(len(marks) - 1, 1)
     parts.pop("prefill", None)
     wall = 1000 * (marks[-1] - marks[0]) / steps if len(marks) > 1 else 0.0
-    per_step = {name: round(ms / len(marks), 3) for name, ms in parts.items()}  # the first step's parts ran before its mark
-    return {"steps": len(marks), "wall_ms_per_step": round(wall, 3), "parts_ms_per_step": per_step,
-            "host_ms_per_step": round(max(wall - sum(per_step.values()), 0.0), 3)}
+    # the first step's parts ran before its mark
+    per_step = {name: round(ms / len(marks), 3) for name, ms in parts.items()}
+    return {
+        "steps": len(marks),
+        "wall_ms_per_step": round(wall, 3),
+        "parts_ms_per_step": per_step,
+        "host_ms_per_step": round(max(wall - sum(per_step.values()), 0.0), 3),
+    }
 
 
 def ar_per_step(state: dict) -> dict:
@@ -528,7 +686,10 @@ def ar_per_step(state: dict) -> dict:
     prompt = random_prompts([scale.contexts[0]], model.config.vocab_size, seed=3)[0]
     limits = Limits(max_new_tokens=scale.speed_tokens)
     out = {}
-    for label, lm in (("eager (lean forward, no graphs)", make_lm(model, "lean", Compiled())), ("graph replay (static forward)", engine.lm)):
+    for label, lm in (
+        ("eager (lean forward, no graphs)", make_lm(model, "lean", Compiled())),
+        ("graph replay (static forward)", engine.lm),
+    ):
         generate(lm, engine.ar, prompt, Sampling(), limits)
         g = generate(lm, engine.ar, prompt, Sampling(), limits)
         out[label] = round(1000 * (g.seconds - g.prefill_seconds) / max(len(g.ids) - 1, 1), 3)
@@ -544,12 +705,14 @@ def ar_per_step(state: dict) -> dict:
 def ar_against_generate(state: dict) -> dict:
     """tok/s of our AR and of generate, back to back per prompt (alternating which goes first), B=1."""
     model, engine, scale = state["model"], state["engine"], state["scale"]
-    prompts = random_prompts([scale.contexts[0] - 50 * i for i in range(scale.speed_prompts)], model.config.vocab_size, seed=1)
+    prompts = random_prompts(
+        [scale.contexts[0] - 50 * i for i in range(scale.speed_prompts)], model.config.vocab_size, seed=1
+    )
     limits = Limits(max_new_tokens=scale.speed_tokens)
     totals = {"ours": [0, 0.0], "theirs": [0, 0.0]}
     generate(engine.lm, engine.ar, prompts[0], Sampling(), limits)
     for i, prompt in enumerate(prompts):
-        for side in (("ours", "theirs") if i % 2 == 0 else ("theirs", "ours")):
+        for side in ("ours", "theirs") if i % 2 == 0 else ("theirs", "ours"):
             finish_gpu_work()
             if side == "ours":
                 g = generate(engine.lm, engine.ar, prompt, Sampling(), limits)
@@ -560,7 +723,13 @@ def ar_against_generate(state: dict) -> dict:
             totals[side][0] += tokens
             totals[side][1] += seconds
     ours, theirs = (totals[s][0] / totals[s][1] for s in ("ours", "theirs"))
-    return {"prompts": len(prompts), "tokens": scale.speed_tokens, "ours_tok_s": round(ours, 2), "generate_tok_s": round(theirs, 2), "ratio": round(ours / theirs, 3)}
+    return {
+        "prompts": len(prompts),
+        "tokens": scale.speed_tokens,
+        "ours_tok_s": round(ours, 2),
+        "generate_tok_s": round(theirs, 2),
+        "ratio": round(ours / theirs, 3),
+    }
 
 
 def speed(state: dict, clock: Deadline, result: dict) -> None:
@@ -570,9 +739,16 @@ def speed(state: dict, clock: Deadline, result: dict) -> None:
     prompts = random_prompts(scale.prompt_lengths, state["model"].config.vocab_size, seed=2)
     limits = Limits(max_new_tokens=scale.speed_tokens)
     references = {tuple(p): generate(engine.lm, engine.ar, p, Sampling(), limits).ids for p in prompts}
-    for name, method in (("ar", engine.ar), ("eagle3", engine.eagle3), ("oracle eagle3", engine.oracle("eagle3", references))):
+    for name, method in (
+        ("ar", engine.ar),
+        ("eagle3", engine.eagle3),
+        ("oracle eagle3", engine.oracle("eagle3", references)),
+    ):
         for batch in (1, 4):
-            result["split"].append({"method": name, "batch": batch} | step_split(engine.lm, method, prompts[:batch], limits, scale.device == "cuda"))
+            result["split"].append(
+                {"method": name, "batch": batch}
+                | step_split(engine.lm, method, prompts[:batch], limits, scale.device == "cuda")
+            )
             clock.check()
     result["ar_ms_per_step"] = ar_per_step(state)
     clock.check()
@@ -597,15 +773,32 @@ def host_syncs(state: dict, clock: Deadline, result: dict) -> None:
                 if cuda:
                     torch.cuda.set_sync_debug_mode("warn")
                 try:
-                    generate_batch(engine.lm, method, prompts[:batch], Sampling(), limits,
-                                   on_step=lambda *_: (ours.append(dict(counts)), torchs.append(sum("synchroniz" in str(w.message) for w in caught))))
+                    generate_batch(
+                        engine.lm,
+                        method,
+                        prompts[:batch],
+                        Sampling(),
+                        limits,
+                        on_step=lambda *_: (
+                            ours.append(dict(counts)),
+                            torchs.append(sum("synchroniz" in str(w.message) for w in caught)),
+                        ),
+                    )
                 finally:
                     if cuda:
                         torch.cuda.set_sync_debug_mode(0)
             steps = max(len(ours) - 1, 1)
             by_kind = {k: round((ours[-1].get(k, 0) - ours[0].get(k, 0)) / steps, 2) for k in ours[-1]} if ours else {}
-            rows.append({"method": name, "batch": batch, "steps": len(ours), "engine_count_per_step": round(sum(by_kind.values()), 2), "by_kind": by_kind,
-                         "torch_count_per_step": round((torchs[-1] - torchs[0]) / steps, 2) if cuda and torchs else None})
+            rows.append(
+                {
+                    "method": name,
+                    "batch": batch,
+                    "steps": len(ours),
+                    "engine_count_per_step": round(sum(by_kind.values()), 2),
+                    "by_kind": by_kind,
+                    "torch_count_per_step": round((torchs[-1] - torchs[0]) / steps, 2) if cuda and torchs else None,
+                }
+            )
             clock.check()
 
 
@@ -618,11 +811,21 @@ def build(state: dict, clock: Deadline, result: dict) -> None:
     state["limits"] = Limits(max_new_tokens=scale.identity_tokens, stop_token_ids=frozenset({state["eos"]}))
     state["engine"] = Engine(name, state["model"], scale, state["head"])
     state["dtype"] = "float32"
-    result |= {"parameters_b": round(sum(p.numel() for p in state["model"].parameters()) / 1e9, 3), "forward": state["engine"].lm.kind}
+    result |= {
+        "parameters_b": round(sum(p.numel() for p in state["model"].parameters()) / 1e9, 3),
+        "forward": state["engine"].lm.kind,
+    }
 
 
-SECTIONS = {"build": build, "identity": identity, "bf16 agreement": bf16_agreement, "f(n)": forward_costs, "attention": attention,
-            "step split": speed, "host syncs": host_syncs}
+SECTIONS = {
+    "build": build,
+    "identity": identity,
+    "bf16 agreement": bf16_agreement,
+    "f(n)": forward_costs,
+    "attention": attention,
+    "step split": speed,
+    "host syncs": host_syncs,
+}
 
 
 # ---------------------------------------------------------------- the report
@@ -636,14 +839,25 @@ def empty_cache() -> None:
 def memory() -> dict | None:
     if not torch.cuda.is_available():
         return None
-    return {"peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2), "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 2)}
+    return {
+        "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "reserved_gib": round(torch.cuda.memory_reserved() / 2**30, 2),
+    }
 
 
 def environment(scale: Scale) -> dict:
     gpu = torch.cuda.get_device_name(0) if scale.device == "cuda" else None
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(), "device": scale.device,
-            "gpu": gpu, "cuda": torch.version.cuda, "cpu": platform.processor() or platform.machine(), "engine_compile": scale.compile,
-            "torch_threads": torch.get_num_threads()}
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "device": scale.device,
+        "gpu": gpu,
+        "cuda": torch.version.cuda,
+        "cpu": platform.processor() or platform.machine(),
+        "engine_compile": scale.compile,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 class Report:
@@ -651,7 +865,13 @@ class Report:
 
     def __init__(self, out: Path, tiny: bool, scale: Scale, budget: float):
         self.out, self.started = out, time.perf_counter()
-        self.data = {"tiny": tiny, "environment": environment(scale), "budget_s": budget, "seconds": 0.0, "sections": {}}
+        self.data = {
+            "tiny": tiny,
+            "environment": environment(scale),
+            "budget_s": budget,
+            "seconds": 0.0,
+            "sections": {},
+        }
 
     def run(self, label: str, fn, state: dict, seconds: float, forced: bool, log) -> None:
         started, captures = time.perf_counter(), (CAPTURES.count, CAPTURES.seconds)
@@ -661,7 +881,8 @@ class Report:
         try:
             if forced:
                 raise RuntimeError(f"forced by --fail {label.split(': ', 1)[1]!r}")
-            fn(state, Deadline(started + seconds), entry["result"])  # fills the result as it goes: what it measured stays
+            # fills the result as it goes: what it measured stays
+            fn(state, Deadline(started + seconds), entry["result"])
             entry["status"] = "ok"
         except OutOfTime:
             entry |= {"status": "stopped: out of budget"}
@@ -670,8 +891,12 @@ class Report:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
         entry = {"status": entry.pop("status")} | entry
-        entry |= {"seconds": round(time.perf_counter() - started, 1), "memory": memory(),
-                  "graph_captures": CAPTURES.count - captures[0], "capture_seconds": round(CAPTURES.seconds - captures[1], 2)}
+        entry |= {
+            "seconds": round(time.perf_counter() - started, 1),
+            "memory": memory(),
+            "graph_captures": CAPTURES.count - captures[0],
+            "capture_seconds": round(CAPTURES.seconds - captures[1], 2),
+        }
         self.data["sections"][label] = entry
         self.write()
         log(f"{label}: {entry['status']} in {entry['seconds']:.0f} s")
@@ -683,7 +908,10 @@ class Report:
     def write(self) -> None:
         self.data["seconds"] = round(time.perf_counter() - self.started, 1)
         self.out.mkdir(parents=True, exist_ok=True)
-        for name, text in (("device-check.json", json.dumps(self.data, indent=1)), ("device-check.md", markdown(self.data))):
+        for name, text in (
+            ("device-check.json", json.dumps(self.data, indent=1)),
+            ("device-check.md", markdown(self.data)),
+        ):
             partial = self.out / f".{name}.partial"
             partial.write_text(text)
             partial.replace(self.out / name)
@@ -691,13 +919,24 @@ class Report:
 
 def markdown(report: dict) -> str:
     env = report["environment"]
-    lines = [f"# Device check ({'tiny shapes, CPU' if report['tiny'] else env['gpu']})", "",
-             f"torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, Python {env['python']}, engine.compile={env['engine_compile']}; "
-             f"{report['seconds']:.0f} s of a {report['budget_s']:.0f} s budget. Random weights: speeds hold, a learned drafter's acceptance does not "
-             "(the oracle drafter drafts the target's own tokens).", "", "| section | status | s | peak GiB | graph captures (s) |", "|---|---|---|---|---|"]
+    lines = [
+        f"# Device check ({'tiny shapes, CPU' if report['tiny'] else env['gpu']})",
+        "",
+        f"torch {env['torch']} (CUDA {env['cuda']}), transformers {env['transformers']}, Python {env['python']}, "
+        f"engine.compile={env['engine_compile']}; "
+        f"{report['seconds']:.0f} s of a {report['budget_s']:.0f} s budget. Random weights: speeds hold, a "
+        "learned drafter's acceptance does not "
+        "(the oracle drafter drafts the target's own tokens).",
+        "",
+        "| section | status | s | peak GiB | graph captures (s) |",
+        "|---|---|---|---|---|",
+    ]
     for label, entry in report["sections"].items():
         mem = (entry.get("memory") or {}).get("peak_allocated_gib", "-")
-        lines.append(f"| {label} | {entry['status']} | {entry.get('seconds', '-')} | {mem} | {entry.get('graph_captures', '-')} ({entry.get('capture_seconds', '-')}) |")
+        lines.append(
+            f"| {label} | {entry['status']} | {entry.get('seconds', '-')} | {mem} | "
+            f"{entry.get('graph_captures', '-')} ({entry.get('capture_seconds', '-')}) |"
+        )
     for label, entry in report["sections"].items():
         result = entry.get("result")
         if entry.get("traceback"):
@@ -711,22 +950,37 @@ def markdown(report: dict) -> str:
 
 
 def render_identity(result: dict) -> list[str]:
-    lines = [f"dtype {result['dtype']}", "", "| check | B | prompts | tokens | identical | agreement | tau | levels | full steps | first difference |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"dtype {result['dtype']}",
+        "",
+        "| check | B | prompts | tokens | identical | agreement | tau | levels | full steps | first difference |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["rows"]:
-        lines.append(f"| {r['check']} | {r['batch']} | {r['prompts']} | {r['tokens']} | {'yes' if r['identical'] else 'NO'} | {r['agreement']:.3f} | "
-                     f"{r.get('tau', '-')} | {r.get('levels', '-')} | {r.get('full_steps', '-')} | {json.dumps(r['first_difference']) if r['first_difference'] else '-'} |")
+        lines.append(
+            f"| {r['check']} | {r['batch']} | {r['prompts']} | {r['tokens']} | "
+            f"{'yes' if r['identical'] else 'NO'} | {r['agreement']:.3f} | "
+            f"{r.get('tau', '-')} | {r.get('levels', '-')} | {r.get('full_steps', '-')} | "
+            f"{json.dumps(r['first_difference']) if r['first_difference'] else '-'} |"
+        )
     return lines
 
 
 def render_costs(result: dict) -> list[str]:
     curves = result["curves"]
     labels = list(curves)
-    lines = [f"{result['forward']}, {result['dtype']}; ms per forward of n new tokens per row", "", "| n | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    lines = [
+        f"{result['forward']}, {result['dtype']}; ms per forward of n new tokens per row",
+        "",
+        "| n | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
     for j, n in enumerate(result["n"]):
         if n in (1, 2, 4, 8, 16, 24, 32, 48, 60, 64):
             lines.append(f"| {n} | " + " | ".join(f"{curves[k]['ms'][j]:.3f}" for k in labels) + " |")
-    lines.append(f"| f({TREE_NODES})/f(1) | " + " | ".join(f"{curves[k][f'f({TREE_NODES})/f(1)']:.2f}" for k in labels) + " |")
+    lines.append(
+        f"| f({TREE_NODES})/f(1) | " + " | ".join(f"{curves[k][f'f({TREE_NODES})/f(1)']:.2f}" for k in labels) + " |"
+    )
     return lines
 
 
@@ -736,46 +990,97 @@ def render_attention(result: dict) -> list[str]:
         for label, o in r["options"].items():
             if "backends" in o:
                 eligible = ", ".join(f"{k} {v}" for k, v in o["backends"].items() if v is not None)
-                lines.append(f"| {r['batch']} | {r['n']} | {r['context']} | {label} | {o['ran']} | {o['default_ms']} | {eligible} |")
+                lines.append(
+                    f"| {r['batch']} | {r['n']} | {r['context']} | {label} | {o['ran']} | {o['default_ms']} | "
+                    f"{eligible} |"
+                )
             else:
-                lines.append(f"| {r['batch']} | {r['n']} | {r['context']} | {label} | - | {o.get('ms', '-')} | {o.get('error', '')} |")
+                lines.append(
+                    f"| {r['batch']} | {r['n']} | {r['context']} | {label} | - | {o.get('ms', '-')} | "
+                    f"{o.get('error', '')} |"
+                )
     return lines
 
 
 def render_speed(result: dict) -> list[str]:
-    lines = [f"dtype {result['dtype']}", "", "| method | B | steps | wall ms/step | host ms/step | parts ms/step |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"dtype {result['dtype']}",
+        "",
+        "| method | B | steps | wall ms/step | host ms/step | parts ms/step |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in result["split"]:
         parts = ", ".join(f"{k} {v}" for k, v in r["parts_ms_per_step"].items())
-        lines.append(f"| {r['method']} | {r['batch']} | {r['steps']} | {r['wall_ms_per_step']} | {r['host_ms_per_step']} | {parts} |")
+        lines.append(
+            f"| {r['method']} | {r['batch']} | {r['steps']} | {r['wall_ms_per_step']} | {r['host_ms_per_step']} "
+            f"| {parts} |"
+        )
     lines += ["", "AR at B=1, ms per step: " + ", ".join(f"{k} {v}" for k, v in result["ar_ms_per_step"].items())]
     if "ar_vs_generate" in result:
         s = result["ar_vs_generate"]
-        lines += ["", f"Our AR {s['ours_tok_s']} tok/s against generate {s['generate_tok_s']} tok/s ({s['ratio']}x; {s['prompts']} prompts x {s['tokens']} tokens, B=1)"]
+        lines += [
+            "",
+            f"Our AR {s['ours_tok_s']} tok/s against generate {s['generate_tok_s']} tok/s ({s['ratio']}x; "
+            f"{s['prompts']} prompts x {s['tokens']} tokens, B=1)",
+        ]
     return lines
 
 
 def render_syncs(result: dict) -> list[str]:
-    lines = ["| method | B | steps | engine count per step | by kind | torch count per step |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| method | B | steps | engine count per step | by kind | torch count per step |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in result["rows"]:
-        lines.append(f"| {r['method']} | {r['batch']} | {r['steps']} | {r['engine_count_per_step']} | {json.dumps(r['by_kind'])} | {r['torch_count_per_step']} |")
+        lines.append(
+            f"| {r['method']} | {r['batch']} | {r['steps']} | {r['engine_count_per_step']} | "
+            f"{json.dumps(r['by_kind'])} | {r['torch_count_per_step']} |"
+        )
     return lines
 
 
-RENDER = {"build": lambda r: [f"{r['parameters_b']}B parameters, {r['forward']}"], "identity": render_identity, "bf16 agreement": render_identity,
-          "f(n)": render_costs, "attention": render_attention, "step split": render_speed, "host syncs": render_syncs}
+RENDER = {
+    "build": lambda r: [f"{r['parameters_b']}B parameters, {r['forward']}"],
+    "identity": render_identity,
+    "bf16 agreement": render_identity,
+    "f(n)": render_costs,
+    "attention": render_attention,
+    "step split": render_speed,
+    "host syncs": render_syncs,
+}
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU, engine.compile=static (what the tests run)")
-    parser.add_argument("--out", default="results/device-check", help="directory for device-check.md and .json when $OUT is not set")
-    parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check (each section gets its share; default 480)")
-    parser.add_argument("--fail", action="append", default=[], choices=sorted(SECTIONS), help="make this section raise (a crash rehearsal; repeatable)")
-    parser.add_argument("--models", nargs="+", choices=["llama3.1-8b", "qwen3-8b"], help="only these model shapes (default: both)")
+    parser.add_argument(
+        "--tiny", action="store_true", help="tiny shapes on the CPU, engine.compile=static (what the tests run)"
+    )
+    parser.add_argument(
+        "--out", default="results/device-check", help="directory for device-check.md and .json when $OUT is not set"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=480.0,
+        help="seconds for the whole check (each section gets its share; default 480)",
+    )
+    parser.add_argument(
+        "--fail",
+        action="append",
+        default=[],
+        choices=sorted(SECTIONS),
+        help="make this section raise (a crash rehearsal; repeatable)",
+    )
+    parser.add_argument(
+        "--models", nargs="+", choices=["llama3.1-8b", "qwen3-8b"], help="only these model shapes (default: both)"
+    )
     args = parser.parse_args(argv)
     scale = TINY if args.tiny else GPU
     if scale.device == "cuda" and not torch.cuda.is_available():
-        print(f"device check: torch {torch.__version__} sees no CUDA GPU; run with --tiny for the CPU rehearsal", file=sys.stderr)
+        print(
+            f"device check: torch {torch.__version__} sees no CUDA GPU; run with --tiny for the CPU rehearsal",
+            file=sys.stderr,
+        )
         return 2
     out = Path(os.environ.get("OUT") or args.out)
     report = Report(out, args.tiny, scale, args.budget)
@@ -806,8 +1111,10 @@ def main(argv: list[str]) -> int:
             gc.collect()
             empty_cache()
     failed = [label for label, entry in report.data["sections"].items() if entry["status"] != "ok"]
-    log(f"wrote {out / 'device-check.md'} and .json; {len(report.data['sections']) - len(failed)} of {len(report.data['sections'])} sections ok"
-        + (f"; not ok: {', '.join(failed)}" if failed else ""))
+    log(
+        f"wrote {out / 'device-check.md'} and .json; {len(report.data['sections']) - len(failed)} of "
+        f"{len(report.data['sections'])} sections ok" + (f"; not ok: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

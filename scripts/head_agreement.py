@@ -30,7 +30,6 @@ from specbench.train.packed import read_answers
 from specbench.train.shared_pass import target_passes
 from specbench.train.validation import COMMITTED_SET, committed_set, curve_point, domain_sets, require_greedy, run_rows
 
-
 CONFIDENT = 0.9  # the target's top-1 probability from which a position counts as one the target is sure of
 
 
@@ -38,7 +37,9 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head", required=True, help="an EAGLE-3 head directory")
     parser.add_argument("--data", nargs="+", default=[], help="corpus folders whose committed validation sets to score")
-    parser.add_argument("--runs", nargs="+", default=[], help="run directories of python -m specbench (samples.jsonl, .hydra/)")
+    parser.add_argument(
+        "--runs", nargs="+", default=[], help="run directories of python -m specbench (samples.jsonl, .hydra/)"
+    )
     parser.add_argument("--ttt-steps", type=int, default=6, help="draft steps scored (the chain's depth)")
     parser.add_argument("--length", type=int, default=640, help="tokens of prompt + answer kept per row")
     parser.add_argument("--target-dtype", default="float32")
@@ -58,22 +59,38 @@ def main(argv: list[str]) -> None:
     for run in map(Path, args.runs):
         name, rows = run_rows(run, tokenizer)
         sets[f"{name} outputs ({run.name})"] = rows
-    require(bool(sets), "--data/--runs", "nothing to score: give corpus folders with validation sets or run directories")
+    require(
+        bool(sets), "--data/--runs", "nothing to score: give corpus folders with validation sets or run directories"
+    )
     target = registry.load_model(TARGET, args.target_dtype, "cpu")
     # the trainer's own scoring of a warm start (its export is never called here)
-    head = eagle3.trainee(Namespace(init=args.head, ttt_steps=args.ttt_steps, layers=None, draft_vocab=None), target, tokenizer, [],
-                          Path(args.head), None)
+    head = eagle3.trainee(
+        Namespace(init=args.head, ttt_steps=args.ttt_steps, layers=None, draft_vocab=None),
+        target,
+        tokenizer,
+        [],
+        Path(args.head),
+        None,
+    )
     head.module.eval()
-    print(f"| set | answers | tokens | top-1 per draft step | chain τ (depth {args.ttt_steps}) | target's token draftable "
-          f"| step-0 top-1 where the target's p ≥ {CONFIDENT} (share of rows) |\n| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        f"| set | answers | tokens | top-1 per draft step | chain τ (depth {args.ttt_steps}) | target's token "
+        "draftable "
+        f"| step-0 top-1 where the target's p ≥ {CONFIDENT} (share of rows) |\n| --- | --- | --- | --- | --- | "
+        "--- | --- |"
+    )
     for name, rows in sets.items():
         with torch.no_grad():
             scored = [scored_pass(head, batch) for batch in target_passes(target, rows, 8, args.length)]
             point = curve_point(0, 0, (hits for hits, _, _ in scored), head.chain)
         top1 = " / ".join(f"{x:.3f}" for x in point["top1"])
         draftable, confident_share, confident_top1 = step0_breakdown(scored)
-        print(f"| {name} | {len(rows)} | {sum(len(r['answer']) for r in rows)} | {top1} | {point['chain_tau']:.3f} | {draftable:.3f} "
-              f"| {confident_top1:.3f} ({confident_share:.2f}) |", flush=True)
+        print(
+            f"| {name} | {len(rows)} | {sum(len(r['answer']) for r in rows)} | {top1} | {point['chain_tau']:.3f} "
+            f"| {draftable:.3f} "
+            f"| {confident_top1:.3f} ({confident_share:.2f}) |",
+            flush=True,
+        )
 
 
 def scored_pass(head, batch) -> tuple[list, torch.Tensor, torch.Tensor]:

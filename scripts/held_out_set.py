@@ -48,17 +48,33 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidates", nargs="+", required=True, help="answer files or folders to pick from")
     parser.add_argument("--data", nargs="+", required=True, help="the training answers (corpus folders, packs, shards)")
-    parser.add_argument("--runs", nargs="*", default=[], help="T=0 benchmark run directories whose outputs' share to print")
+    parser.add_argument(
+        "--runs", nargs="*", default=[], help="T=0 benchmark run directories whose outputs' share to print"
+    )
     parser.add_argument("--count", type=int, default=32)
     parser.add_argument("--min-tokens", type=int, default=64)
-    parser.add_argument("--max-overlap", type=float, required=True, help="largest share of an answer's 8-token spans found in training answers")
+    parser.add_argument(
+        "--max-overlap",
+        type=float,
+        required=True,
+        help="largest share of an answer's 8-token spans found in training answers",
+    )
     parser.add_argument("--out", required=True, help="validation-<name>.json to write")
-    parser.add_argument("--replace", action="store_true", help="overwrite an existing set (the curves scored on it stop comparing)")
+    parser.add_argument(
+        "--replace", action="store_true", help="overwrite an existing set (the curves scored on it stop comparing)"
+    )
     args = parser.parse_args(argv)
     name = Path(args.out).stem.removeprefix("validation-")
-    require(Path(args.out).name.startswith("validation-") and Path(args.out).suffix == ".json" and name != MAIN_SET, "--out",
-            f"{args.out}: a domain set is a file validation-<name>.json, and <name> may not be {MAIN_SET!r}")
-    require(args.replace or not Path(args.out).exists(), "--out", f"{args.out} exists; runs that read it score their curves on it (--replace to pick anew)")
+    require(
+        Path(args.out).name.startswith("validation-") and Path(args.out).suffix == ".json" and name != MAIN_SET,
+        "--out",
+        f"{args.out}: a domain set is a file validation-<name>.json, and <name> may not be {MAIN_SET!r}",
+    )
+    require(
+        args.replace or not Path(args.out).exists(),
+        "--out",
+        f"{args.out} exists; runs that read it score their curves on it (--replace to pick anew)",
+    )
     require(0.0 <= args.max_overlap <= 1.0, "--max-overlap", f"{args.max_overlap} is no share (allowed: 0 to 1)")
     tokenizer = registry.load_tokenizer(TARGET)
     candidates = [r for r in read_answers(args.candidates, tokenizer) if r.get("temperature") == 0.0]
@@ -69,20 +85,38 @@ def main(argv: list[str]) -> None:
         if row.get("key") not in excluded:
             seen.update(windows(row["answer"]))
     print(f"training answers: {len(seen):,} distinct {SPAN}-token spans\n")
-    print(f"| text | answers | share of {SPAN}-token spans in training answers: median | mean |\n| --- | --- | --- | --- |")
+    print(
+        f"| text | answers | share of {SPAN}-token spans in training answers: median | mean |\n| --- | --- | --- "
+        "| --- |"
+    )
     for run in map(Path, args.runs):
         dataset, rows = run_rows(run, tokenizer)
         shares = [overlap(r["answer"], seen) for r in rows]
-        print(f"| {dataset} outputs ({run.name}) | {len(rows)} | {statistics.median(shares):.3f} | {statistics.mean(shares):.3f} |")
+        print(
+            f"| {dataset} outputs ({run.name}) | {len(rows)} | {statistics.median(shares):.3f} | "
+            f"{statistics.mean(shares):.3f} |"
+        )
     shares = {r["key"]: overlap(r["answer"], seen) for r in candidates}
-    print(f"| candidates | {len(shares)} | {statistics.median(shares.values()):.3f} | {statistics.mean(shares.values()):.3f} |")
-    picked = sorted(r["key"] for r in candidates if len(r["answer"]) >= args.min_tokens and shares[r["key"]] <= args.max_overlap)[: args.count]
-    require(len(picked) == args.count, "--max-overlap",
-            f"only {len(picked)} candidates of {args.min_tokens}+ tokens share at most {args.max_overlap} of their spans; generate more or allow more")
+    print(
+        f"| candidates | {len(shares)} | {statistics.median(shares.values()):.3f} | "
+        f"{statistics.mean(shares.values()):.3f} |"
+    )
+    picked = sorted(
+        r["key"] for r in candidates if len(r["answer"]) >= args.min_tokens and shares[r["key"]] <= args.max_overlap
+    )[: args.count]
+    require(
+        len(picked) == args.count,
+        "--max-overlap",
+        f"only {len(picked)} candidates of {args.min_tokens}+ tokens share at most {args.max_overlap} of their "
+        "spans; generate more or allow more",
+    )
     kept = [shares[k] for k in picked]
     picked_keys = set(picked)
     tokens = sum(len(r["answer"]) for r in candidates if r["key"] in picked_keys)
-    print(f"| picked ({name}) | {len(picked)} | {statistics.median(kept):.3f} | {statistics.mean(kept):.3f} |\n\n{tokens:,} answer tokens -> {args.out}")
+    print(
+        f"| picked ({name}) | {len(picked)} | {statistics.median(kept):.3f} | {statistics.mean(kept):.3f} "
+        f"|\n\n{tokens:,} answer tokens -> {args.out}"
+    )
     Path(args.out).write_text(json.dumps(picked))
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra_plugins.specbench_launcher import quiet_schema_match_warning
 from omegaconf import DictConfig, OmegaConf
 
-from specbench.run.config import check_command_line
+from hydra_plugins.specbench_launcher import quiet_schema_match_warning
 from specbench.errors import run_command
+from specbench.run.config import check_command_line
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -26,7 +26,10 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished samples are kept in {out_dir / 'samples.jsonl'}; run the same command to resume", file=sys.stderr)
+        print(
+            f"\ninterrupted: finished samples are kept in {out_dir / 'samples.jsonl'}; run the same command to resume",
+            file=sys.stderr,
+        )
         sys.exit(130)
 
 

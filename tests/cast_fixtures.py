@@ -1,7 +1,6 @@
 """A cost lookup with forward times as functions of n, recording each lookup (CAST's tests and the sync tests)."""
 
 
-
 class FakeCosts:
     """Forward ms as functions of n alone; records (model, batch, context, n) of each lookup."""
 

@@ -69,7 +69,13 @@ def run_in_process(args: list[str], env: dict | None = None) -> subprocess.Compl
     module = args[2] if args[1] == "-m" else None
     argv = args[2:] if module else args[1:]
     out, err = io.StringIO(), io.StringIO()
-    saved_env, saved_argv, saved_path, saved_cwd, threads = dict(os.environ), sys.argv, list(sys.path), os.getcwd(), torch.get_num_threads()
+    saved_env, saved_argv, saved_path, saved_cwd, threads = (
+        dict(os.environ),
+        sys.argv,
+        list(sys.path),
+        os.getcwd(),
+        torch.get_num_threads(),
+    )
     code = 0
     try:
         os.chdir(ROOT)
@@ -79,8 +85,15 @@ def run_in_process(args: list[str], env: dict | None = None) -> subprocess.Compl
         sys.argv = list(argv)  # run_module puts the module's file in argv[0], as python -m does
         if not module:
             sys.path.insert(0, str((ROOT / argv[0]).parent))
-        with torch.random.fork_rng(), warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            warnings.filterwarnings("ignore", message=".*found in sys.modules after import of package", category=RuntimeWarning)
+        with (
+            torch.random.fork_rng(),
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            warnings.filterwarnings(
+                "ignore", message=".*found in sys.modules after import of package", category=RuntimeWarning
+            )
             try:
                 if module:
                     runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -107,7 +120,9 @@ def run_launcher(args: list[str], timeout: float, **kwargs) -> subprocess.Comple
     """subprocess.run for a command whose launcher starts job processes: in a session of its
     own, and on timeout the whole group is killed (submitit's jobs ignore SIGTERM, and orphans
     left at 25% CPU each slowed every later test)."""
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs) as process:
+    with subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+    ) as process:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -135,8 +150,13 @@ def own_cache(path: Path) -> Path:
 def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config).eval()
@@ -164,7 +184,13 @@ def own_vocabulary_copy(model: LlamaForCausalLM, ids: list[int]):
     vocab = DraftVocab(torch.tensor(sorted(ids)), model.config.vocab_size)
     own = LlamaForCausalLM(LlamaConfig.from_dict({**model.config.to_dict(), "vocab_size": len(ids)})).eval()
     state = model.state_dict()
-    own.load_state_dict({**state, "lm_head.weight": state["lm_head.weight"][vocab.ids], "model.embed_tokens.weight": own.model.embed_tokens.weight})
+    own.load_state_dict(
+        {
+            **state,
+            "lm_head.weight": state["lm_head.weight"][vocab.ids],
+            "model.embed_tokens.weight": own.model.embed_tokens.weight,
+        }
+    )
     own.model.embed_tokens = model.get_input_embeddings()
     return own, vocab
 
@@ -193,7 +219,15 @@ def prompts():
 def synthetic_answers(tmp_path: Path) -> Path:
     """A JSONL file of 6 greedy 'target answers' of 70 random tokens (keys k0..k5)."""
     rng = torch.Generator().manual_seed(0)
-    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()} for i in range(6)]
+    rows = [
+        {
+            "key": f"k{i}",
+            "temperature": 0.0,
+            "prompt": [1, 520, 9531, 198],
+            "answer": torch.randint(100, 5000, (70,), generator=rng).tolist(),
+        }
+        for i in range(6)
+    ]
     data = tmp_path / "answers.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return data
@@ -204,8 +238,31 @@ def train_heads_twice(module: str, tmp_path: Path, heads: int) -> Path:
     for 2 steps, then resumed to 3, checkpointing every step; the export directory."""
     data = synthetic_answers(tmp_path)
     out = tmp_path / "heads"
-    args = [sys.executable, "-m", module, "--data", str(data), "--out", str(out), "--sharegpt-answers", "4", "--heads", str(heads),
-            "--batch", "2", "--length", "48", "--draft-vocab", "512", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        module,
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--sharegpt-answers",
+        "4",
+        "--heads",
+        str(heads),
+        "--batch",
+        "2",
+        "--length",
+        "48",
+        "--draft-vocab",
+        "512",
+        "--validation-rows",
+        "2",
+        "--checkpoint-every",
+        "1",
+        "--threads",
+        "1",
+    ]
     for steps in (2, 3):
         result = run_in_process([*args, "--steps", str(steps)])
         assert result.returncode == 0, result.stderr[-2000:]

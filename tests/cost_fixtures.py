@@ -25,4 +25,3 @@ def busy(others: float):
         yield contention.Usage(others=others)
 
     return watch
-

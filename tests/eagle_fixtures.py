@@ -1,23 +1,33 @@
 """Hand-made EAGLE-1 and EAGLE-3 heads and the drafters built on them, for the head and sync tests."""
 
 import json
+
 import torch
+from conftest import VOCAB
 from safetensors.torch import save_file
+
 from specbench.drafters.eagle import EagleDrafter
 from specbench.engine.kernels import Compiled, pack_linears
 from specbench.models import eagle
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head
-from conftest import VOCAB
-
 
 DRAFT_VOCAB = 64
 
 
 CONFIG = {
-    "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 32, "intermediate_size": 64,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "rms_norm_eps": 1e-6,
-    "max_position_embeddings": 1024, "rope_theta": 10000.0, "vocab_size": VOCAB, "draft_vocab_size": DRAFT_VOCAB,
-    "hidden_act": "silu", "tie_word_embeddings": False,
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 1,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 1024,
+    "rope_theta": 10000.0,
+    "vocab_size": VOCAB,
+    "draft_vocab_size": DRAFT_VOCAB,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
 }
 
 
@@ -67,10 +77,15 @@ def drafter_for(target, tmp_path, seed=0, kind="eagle3"):
     if kind == "eagle1":
         eagle1_checkpoint(tmp_path, seed=seed)
         weight = target.get_output_embeddings().weight
-        return EagleDrafter(eagle.load_head(str(tmp_path), weight, torch.float32, "cpu", "k"), target, eagle.feature_layers(layers))
-    synthetic_checkpoint(tmp_path, seed=seed, config={**CONFIG, "num_hidden_layers": 2} if kind.startswith("eagle3-2layers") else CONFIG)
+        return EagleDrafter(
+            eagle.load_head(str(tmp_path), weight, torch.float32, "cpu", "k"), target, eagle.feature_layers(layers)
+        )
+    synthetic_checkpoint(
+        tmp_path, seed=seed, config={**CONFIG, "num_hidden_layers": 2} if kind.startswith("eagle3-2layers") else CONFIG
+    )
     head = load_head(str(tmp_path), torch.float32, "cpu", "k")
-    if kind.endswith("-packed"):  # projections over 2+ rows on oneDNN-packed weights, as a run packing its target's does
+    # projections over 2+ rows on oneDNN-packed weights, as a run packing its target's does
+    if kind.endswith("-packed"):
         head = pack_linears(head, Compiled(packed_from=2))
     if kind.endswith("-int8"):  # projections over 1-2 rows on int8 weights, from 4 rows packed
         head = pack_linears(head, Compiled(packed_from=4, int8_drafts_below=3))

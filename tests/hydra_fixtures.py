@@ -2,10 +2,10 @@
 
 import copy
 import json
-import torch
-from transformers import LlamaModel
-from conftest import VOCAB
 
+import torch
+from conftest import VOCAB
+from transformers import LlamaModel
 
 HIDDEN = 32
 

@@ -1,9 +1,10 @@
 """Hand-made Medusa checkpoints in the released layout, for the head, tree and sync tests."""
 
 import json
+
 import torch
-from safetensors.torch import save_file
 from conftest import VOCAB
+from safetensors.torch import save_file
 
 
 def medusa_state(heads: int, blocks: int, hidden: int = 32, vocab: int = VOCAB, shared: bool = False, seed: int = 0):

@@ -1,11 +1,13 @@
 """Hand-made runs, rows and reference tables the replication tests share."""
 
+import json
+from collections import Counter
+
 import pandas as pd
+from reference_csv import HEADER, KEY, load
+
 from specbench import ROOT
 from specbench.replicate import tables
-from collections import Counter
-from reference_csv import HEADER, KEY, load
-import json
 
 
 def check_common(name):
@@ -25,18 +27,27 @@ def index(rows):
     return {tuple(r[k] for k in KEY): r["value"] for r in rows}
 
 
-
-
 # a small cost profile and calibration (the first run on a machine measures them; cached after)
 # fp32 pinned: dtype auto would probe both dtypes of the real model (minutes on an AVX2 CPU),
 # which tests/test_cli.py and tests/test_costs.py cover
-SMALL_COSTS = ["hardware.dtype=float32", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
+SMALL_COSTS = [
+    "hardware.dtype=float32",
+    "costs.max_n=8",
+    "costs.repeats=1",
+    "costs.calibration_prompts=1",
+    "costs.calibration_tokens=12",
+]
 
 
 def run_row(method, dataset, temperature, samples=3, **extra):
     row = {
-        "config.model.name": "smollm2-135m", "config.method.name": method, "config.dataset.name": dataset,
-        "temperature": temperature, "config.gen.temperature": temperature, "results.samples": samples, "run_dir": f"/runs/{method}-{dataset}",
+        "config.model.name": "smollm2-135m",
+        "config.method.name": method,
+        "config.dataset.name": dataset,
+        "temperature": temperature,
+        "config.gen.temperature": temperature,
+        "results.samples": samples,
+        "run_dir": f"/runs/{method}-{dataset}",
     }
     return {**row, **extra}
 
@@ -55,8 +66,15 @@ def execute_notebook(paper, runs, results_dir, monkeypatch):
     monkeypatch.setenv("SPECBENCH_RUNS", str(runs))
     monkeypatch.setenv("SPECBENCH_RESULTS", str(results_dir))
     notebook = nbformat.read(ROOT / "notebooks" / f"{paper}.ipynb", as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
-    return "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/markdown", "")) for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}}
+    ).execute()
+    return "\n".join(
+        o.get("text", "") + str(o.get("data", {}).get("text/markdown", ""))
+        for c in notebook.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+    )
 
 
 def batched_run_on_disk(tmp_path, name, speedups, batch=8) -> str:
@@ -66,8 +84,23 @@ def batched_run_on_disk(tmp_path, name, speedups, batch=8) -> str:
     lines = []
     for i, speedup in enumerate(speedups):
         for row in range(batch):
-            common = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 30, "draft_forwards": 0, "accept_lengths": [], "batch_size": batch, "batch_id": f"b{i}"}
-            lines.append(json.dumps({"id": f"{i}-{row}", "method": {**common, "seconds": 1.0, "batch_seconds": 1.0},
-                                     "baseline": {**common, "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup}}))
+            common = {
+                "new_tokens": 61,
+                "turn_ids": [[0]],
+                "target_forwards": 30,
+                "draft_forwards": 0,
+                "accept_lengths": [],
+                "batch_size": batch,
+                "batch_id": f"b{i}",
+            }
+            lines.append(
+                json.dumps(
+                    {
+                        "id": f"{i}-{row}",
+                        "method": {**common, "seconds": 1.0, "batch_seconds": 1.0},
+                        "baseline": {**common, "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup},
+                    }
+                )
+            )
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
     return str(run_dir)

@@ -9,8 +9,12 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-USER_FACING = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "conf").rglob("*.yaml")),
-               *sorted((ROOT / "results" / "reference").glob("*.md"))]
+USER_FACING = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "conf").rglob("*.yaml")),
+    *sorted((ROOT / "results" / "reference").glob("*.md")),
+]
 DATASETS = sorted((ROOT / "conf" / "dataset").glob("*.yaml"))
 
 

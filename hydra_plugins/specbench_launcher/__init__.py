@@ -18,6 +18,7 @@ from typing import IO, Any, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
+
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,9 @@ def quiet_schema_match_warning() -> None:
     """conf/hydra/launcher/submitit_local.yaml takes the name of the plugin's config on purpose,
     to point Hydra here; Hydra checks its fields against that config's (LocalQueueConf: the
     fields we keep) and warns, in the sweep and in each job's process, that this is deprecated."""
-    warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_local' is validated against ConfigStore schema")
+    warnings.filterwarnings(
+        "ignore", message=r"\s*'hydra/launcher/submitit_local' is validated against ConfigStore schema"
+    )
 
 
 POLL_S = 0.2  # how often the job's log files are read while it runs
@@ -53,13 +56,17 @@ class SequentialLocalLauncher(BaseSubmititLauncher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"])
         executor.update_parameters(**{k: v for k, v in self.params.items() if k != "submitit_folder"})
-        log.info(f"Submitit '{self._EXECUTOR}' sweep output dir: {sweep_dir} ({len(job_overrides)} jobs, one at a time)")
+        log.info(
+            f"Submitit '{self._EXECUTOR}' sweep output dir: {sweep_dir} ({len(job_overrides)} jobs, one at a time)"
+        )
         returns = []
         for offset, overrides in enumerate(job_overrides):
             idx = initial_job_idx + offset
             name = f"job {offset + 1}/{len(job_overrides)}"
             print(f"[{name}] {' '.join(filter_overrides(overrides))}", flush=True)
-            job = executor.submit(self, list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state())
+            job = executor.submit(
+                self, list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()
+            )
             output = JobOutput(job)
             try:
                 output.show_until_done()
@@ -70,9 +77,13 @@ class SequentialLocalLauncher(BaseSubmititLauncher):
                 sys.exit(130)  # as an interrupted run: its own message (above) says what was kept
             try:
                 returns.append(job.results()[0])
-            except submitit.core.utils.UncompletedJobError:  # it exited (a refused setting: exit 2), as the basic launcher stops
-                print(f"error: {name} ended without a result (its output is above and in {job.paths.folder}); "
-                      f"the jobs after it were not run", file=sys.stderr)
+            # it exited (a refused setting: exit 2), as the basic launcher stops
+            except submitit.core.utils.UncompletedJobError:
+                print(
+                    f"error: {name} ended without a result (its output is above and in {job.paths.folder}); "
+                    f"the jobs after it were not run",
+                    file=sys.stderr,
+                )
                 sys.exit(1)
         return returns
 

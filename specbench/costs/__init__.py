@@ -13,9 +13,18 @@ import torch
 from specbench.costs import compile as compile_rule
 from specbench.costs import contention
 from specbench.costs import dtype as dtype_rule
-from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
 from specbench.costs.contention import contended
-from specbench.costs.profile import CostProfile, Curve, context_grid, load, measure_commit, measure_drafter, measure_target, save
+from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
+from specbench.costs.profile import (
+    CostProfile,
+    Curve,
+    context_grid,
+    load,
+    measure_commit,
+    measure_drafter,
+    measure_target,
+    save,
+)
 from specbench.engine.lean import make_lm
 from specbench.engine.lm import TreeLM
 from specbench.models import registry
@@ -25,12 +34,19 @@ def cache_root() -> Path:
     return registry.cache_dir() / "costs"
 
 
-def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method_cfg: dict | None = None,
-                  engine: dict | None = None, widest: int | None = None) -> tuple[str, dict | None]:
+def resolve_dtype(
+    hardware: dict,
+    model_cfg: dict,
+    refresh: bool = False,
+    method_cfg: dict | None = None,
+    engine: dict | None = None,
+    widest: int | None = None,
+) -> tuple[str, dict | None]:
     """(dtype, the probe behind it) for `hardware.dtype`, `auto` decided for this model on
     this machine (specbench.costs.dtype) at the forward sizes `method_cfg` verifies (all
     probed sizes without one; `widest`: its tree policy's widest forward, where the settings
     fix it), each dtype run as `engine.compile` would run it; explicit dtypes pass through."""
+
     def load_model(dtype: str):
         return registry.load_model(model_cfg, dtype, hardware["device"])
 
@@ -39,11 +55,20 @@ def resolve_dtype(hardware: dict, model_cfg: dict, refresh: bool = False, method
     name = registry.cache_name(model_cfg)
 
     def compile_choice(model, sizes: tuple[int, ...]):  # the target's forward alone is timed: no drafter projections
-        return compile_rule.resolve(mode, model, name, hardware, cache_root(), fp16=fp16, sizes=compile_sizes(sizes),
-                                    drafter_layers=False)[0]
+        return compile_rule.resolve(
+            mode, model, name, hardware, cache_root(), fp16=fp16, sizes=compile_sizes(sizes), drafter_layers=False
+        )[0]
 
-    return dtype_rule.resolve(hardware, name, load_model, cache_root(), refresh=refresh, sizes=dtype_rule.verified_sizes(method_cfg, widest),
-                              compile_choice=compile_choice, compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}")
+    return dtype_rule.resolve(
+        hardware,
+        name,
+        load_model,
+        cache_root(),
+        refresh=refresh,
+        sizes=dtype_rule.verified_sizes(method_cfg, widest),
+        compile_choice=compile_choice,
+        compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}",
+    )
 
 
 def compile_sizes(verified: tuple[int, ...]) -> tuple[int, ...]:
@@ -52,15 +77,26 @@ def compile_sizes(verified: tuple[int, ...]) -> tuple[int, ...]:
     return verified if verified == dtype_rule.ONE_TOKEN else compile_rule.PROBE_SIZES
 
 
-def target_lm(model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False, drafter_layers: bool = True) -> tuple[TreeLM, dict | None]:
+def target_lm(
+    model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False, drafter_layers: bool = True
+) -> tuple[TreeLM, dict | None]:
     """(the target's KV-cached LM as hardware.forward and engine.compile ask, the probe
     behind an `auto` compile choice or None), chosen at the forward sizes the run's method
     verifies; `drafter_layers`: whether its drafter has layers (methods.drafter_layers)."""
     engine = cfg.get("engine") or {}
     requested_dtype = (cfg.get("hardware") or {}).get("dtype")
-    compiled, record = compile_rule.resolve(engine.get("compile", "auto"), model, registry.cache_name(cfg["model"], model=model), hardware, cache_root(), refresh=refresh,
-                                            int8_mode=engine.get("int8_drafts", "auto"), fp16=compile_rule.fp16_mode(engine, requested_dtype),
-                                            sizes=compile_sizes(dtype_rule.verified_sizes(cfg.get("method"))), drafter_layers=drafter_layers)
+    compiled, record = compile_rule.resolve(
+        engine.get("compile", "auto"),
+        model,
+        registry.cache_name(cfg["model"], model=model),
+        hardware,
+        cache_root(),
+        refresh=refresh,
+        int8_mode=engine.get("int8_drafts", "auto"),
+        fp16=compile_rule.fp16_mode(engine, requested_dtype),
+        sizes=compile_sizes(dtype_rule.verified_sizes(cfg.get("method"))),
+        drafter_layers=drafter_layers,
+    )
     return shared_lm(model, hardware.get("forward", "auto"), compiled), record
 
 
@@ -92,7 +128,10 @@ def profile_key(model_name: str, dtype: str, device: str, threads: int | None, f
 
 
 def profile_path(key: dict) -> Path:
-    return cache_root() / f"{key['model']}-{key['dtype']}-{key.get('forward', 'TreeLM')}-{fingerprint_id(key['fingerprint'])}.json"
+    return (
+        cache_root()
+        / f"{key['model']}-{key['dtype']}-{key.get('forward', 'TreeLM')}-{fingerprint_id(key['fingerprint'])}.json"
+    )
 
 
 def drafter_id(drafter_cfg: dict | None) -> str | None:
@@ -105,8 +144,16 @@ def drafter_id(drafter_cfg: dict | None) -> str | None:
 
 
 def ensure_profile(
-    key: dict, target: TreeLM, longest_context: int, drafters: dict | None = None, *,
-    repeats: int, max_n: int, refresh: bool = False, log=print, batch: int = 1,
+    key: dict,
+    target: TreeLM,
+    longest_context: int,
+    drafters: dict | None = None,
+    *,
+    repeats: int,
+    max_n: int,
+    refresh: bool = False,
+    log=print,
+    batch: int = 1,
 ) -> CostProfile:
     """The cached profile for `key`, measuring only what is missing: the target's curve at
     the grid contexts up to `longest_context` it lacks, the curve of every drafter in
@@ -122,8 +169,13 @@ def ensure_profile(
 
     refine = profile is not None and contention.retime(contended_here())
     if refine:
-        log(f"refining the curves of {path.name} this run needs ({contention.note(contended_here())}): the machine is idle now")
-    profile, measured = _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine)
+        log(
+            f"refining the curves of {path.name} this run needs ({contention.note(contended_here())}): the "
+            "machine is idle now"
+        )
+    profile, measured = _measure_missing(
+        profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine
+    )
     if measured:
         save(profile, path)
         contention.kept("cost profile", contended_here(), log)
@@ -159,17 +211,28 @@ def with_contexts(curve: Curve | None, contexts: list[int], measure, max_n: int,
         return timed_curve(lambda: measure(contexts, max_n))
     added = timed_curve(lambda: measure(to_time(curve, contexts, max_n, refine), curve.max_n))
     rows = sorted(zip(curve.contexts + added.contexts, curve.ms + added.ms, curve.spread + added.spread))
-    return Curve(contexts=[r[0] for r in rows], max_n=curve.max_n, ms=[r[1] for r in rows], spread=[r[2] for r in rows], ns=curve.ns,
-                 contended_cores=max(curve.contended_cores, added.contended_cores))
+    return Curve(
+        contexts=[r[0] for r in rows],
+        max_n=curve.max_n,
+        ms=[r[1] for r in rows],
+        spread=[r[2] for r in rows],
+        ns=curve.ns,
+        contended_cores=max(curve.contended_cores, added.contended_cores),
+    )
 
 
-def _measure_missing(profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine) -> tuple[CostProfile, bool]:
+def _measure_missing(
+    profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine
+) -> tuple[CostProfile, bool]:
     """(the profile with every missing curve measured, whether anything was)."""
     contexts = context_grid(longest_context)
     known = profile.target if profile is not None else None
     new = to_time(known, contexts, max_n, refine)
     if new:
-        log(f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {new} (cached in {path})")
+        log(
+            f"profiling {key['model']} ({key['dtype']}) forwards for n = 1..{max_n} new tokens at contexts {new} "
+            f"(cached in {path})"
+        )
         start = time.perf_counter()
         curve = with_contexts(known, contexts, lambda cs, n: measure_target(target, cs, n, repeats), max_n, refine)
         if profile is None:
@@ -179,7 +242,10 @@ def _measure_missing(profile, path, key, target, longest_context, drafters, repe
         if stale(known, max_n, refine) or not profile.commit_ms:
             profile.commit_ms = measure_commit(target, contexts[0], repeats)
             profile.step_overhead_ms = measure_step_overhead(target, profile, contexts[0])
-        log(f"  target profiled in {time.perf_counter() - start:.0f} s: n=1 {curve.at(contexts[0], 1):.1f} ms, n={max_n} {curve.at(contexts[0], max_n):.1f} ms at c={contexts[0]}")
+        log(
+            f"  target profiled in {time.perf_counter() - start:.0f} s: n=1 {curve.at(contexts[0], 1):.1f} ms, "
+            f"n={max_n} {curve.at(contexts[0], max_n):.1f} ms at c={contexts[0]}"
+        )
         measured = True
     else:
         measured = False
@@ -187,10 +253,15 @@ def _measure_missing(profile, path, key, target, longest_context, drafters, repe
         if drafter is None or not stale(profile.drafters.get(name), max_n, refine):
             continue
         log(f"profiling drafter {name} (n = 1..{max_n})")
-        profile.drafters[name] = timed_curve(lambda: measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats))
+        profile.drafters[name] = timed_curve(
+            lambda: measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats)
+        )
         measured = True
     if batch > 1:
-        measured = _ensure_batch(profile, target, drafters or {}, batch, longest_context, repeats, max_n, log, refine) or measured
+        measured = (
+            _ensure_batch(profile, target, drafters or {}, batch, longest_context, repeats, max_n, log, refine)
+            or measured
+        )
     return profile, measured
 
 
@@ -201,17 +272,28 @@ def _ensure_batch(profile, target, drafters, batch, longest_context, repeats, ma
     contexts = profile.target.contexts
     if to_time(known, contexts, max_n, refine):
         log(f"profiling {profile.key['model']} forwards at batch size {batch}")
-        profile.target_batches[str(batch)] = with_contexts(known, contexts, lambda cs, n: measure_target(target, cs, n, repeats, batch=batch), max_n, refine)
+        profile.target_batches[str(batch)] = with_contexts(
+            known, contexts, lambda cs, n: measure_target(target, cs, n, repeats, batch=batch), max_n, refine
+        )
         measured = True
     if str(batch) not in profile.step_overhead_batches or measured:
-        profile.step_overhead_batches[str(batch)] = measure_step_overhead(target, profile, profile.target.contexts[0], batch=batch)
-        log(f"  engine work per AR step at batch size {batch}: {profile.step_overhead_batches[str(batch)]:.2f} ms (alone: {profile.step_overhead_ms:.2f})")
+        profile.step_overhead_batches[str(batch)] = measure_step_overhead(
+            target, profile, profile.target.contexts[0], batch=batch
+        )
+        log(
+            f"  engine work per AR step at batch size {batch}: {profile.step_overhead_batches[str(batch)]:.2f} "
+            f"ms (alone: {profile.step_overhead_ms:.2f})"
+        )
         measured = True
     for name, drafter in drafters.items():
         if drafter is None or not stale(profile.drafter_batches.get(name, {}).get(str(batch)), max_n, refine):
             continue
         log(f"profiling drafter {name} at batch size {batch}")
-        curve = timed_curve(lambda: measure_drafter(drafter, target, draft_contexts(profile, longest_context), max_n, repeats, batch=batch))
+        curve = timed_curve(
+            lambda: measure_drafter(
+                drafter, target, draft_contexts(profile, longest_context), max_n, repeats, batch=batch
+            )
+        )
         profile.drafter_batches.setdefault(name, {})[str(batch)] = curve
         measured = True
     return measured

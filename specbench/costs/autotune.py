@@ -26,15 +26,16 @@ import torch
 from scipy.stats import theilslopes
 from tqdm import tqdm
 
-from specbench.engine.candidates import DRAFTING_OFF, auto_keys, candidates
 from specbench.costs import contention
 from specbench.costs.predict import pace, predict, tree_step_ms
 from specbench.costs.profile import CostProfile, ProfileCosts, write_whole
+from specbench.engine.candidates import DRAFTING_OFF, auto_keys, candidates
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.methods import instantiate_part
 from specbench.metrics.records import method_run
 
-VERSION = 11  # in the cache key: records of an older choice rule are re-measured (3: EAGLE's depth; 4: one-level dynamic trees; 5: Theil-Sen tree-work line; 6: tree work per draft forward, engine work per step at the batch size; 7: records keep their calibration decodes, to be priced in another dtype; 8: tree work charged step by step, as when priced in another dtype; 9: unpriced work at the profile's pace; 10: drafters on packed weights where the target is; 11: packed output layers)
+# in the cache key: a choice recorded under another rule is made again (what each version changed: docs/speed.md)
+VERSION = 11
 
 
 def describe(record: dict) -> str:
@@ -45,12 +46,16 @@ def describe(record: dict) -> str:
     if record["chosen"] == DRAFTING_OFF:
         # at a fixed shape a step costs the same whatever it accepts, so speed scales with tau
         even = best["tau"] / best["predicted_speedup"]
-        return (f"drafting off{in_dtype} (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x{over}: "
-                f"tau {best['tau']:.2f} where {even:.2f} breaks even)")
+        return (
+            f"drafting off{in_dtype} (best shape {best['tree']} predicted {best['predicted_speedup']:.2f}x{over}: "
+            f"tau {best['tau']:.2f} where {even:.2f} breaks even)"
+        )
     return str({k: record["chosen"][k] for k in best["tree"]}) + in_dtype
 
 
-def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str], profile: CostProfile, drafter: str | None) -> list[dict]:
+def price(
+    measured: list[tuple[dict, list[dict], dict]], keys: list[str], profile: CostProfile, drafter: str | None
+) -> list[dict]:
     """Predicted speedup per candidate: the profile prices the forwards; the rest of a
     step (tree building, bookkeeping), measured in the calibration decodes, is smoothed
     by a robust plane in tree size and draft forwards (overhead_line), since single
@@ -59,20 +64,29 @@ def price(measured: list[tuple[dict, list[dict], dict]], keys: list[str], profil
     the candidate."""
     stats = []
     for cfg, runs, forecast in measured:
-        steps, decode_ms = forecast["steps"], forecast["measured_decode_seconds"] * 1000  # verification steps of the batches
+        # verification steps of the batches
+        steps, decode_ms = (forecast["steps"], forecast["measured_decode_seconds"] * 1000)
         machine_pace = pace(forecast)
         row_steps = sum(len(r["accept_lengths"]) for r in runs)  # per-row steps: tau and delta are per row
-        stats.append({
-            "tree": {k: cfg[k] for k in keys},
-            "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(row_steps, 1),
-            "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(row_steps, 1),
-            "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(row_steps, 1),
-            "unpriced_ms_per_step": round(max(0.0, decode_ms / machine_pace - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1), 3),
-            "pace": round(machine_pace, 3),
-        })
+        stats.append(
+            {
+                "tree": {k: cfg[k] for k in keys},
+                "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(row_steps, 1),
+                "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(row_steps, 1),
+                "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(row_steps, 1),
+                "unpriced_ms_per_step": round(
+                    max(0.0, decode_ms / machine_pace - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1), 3
+                ),
+                "pace": round(machine_pace, 3),
+            }
+        )
     line = overhead_line(stats)
-    return [s | {"unpriced_fit_ms": round(tree_step_ms(line, s["mean_tree_size"], s["delta"]), 3)} | priced(runs, profile, drafter, line)
-            for s, (_, runs, _) in zip(stats, measured)]
+    return [
+        s
+        | {"unpriced_fit_ms": round(tree_step_ms(line, s["mean_tree_size"], s["delta"]), 3)}
+        | priced(runs, profile, drafter, line)
+        for s, (_, runs, _) in zip(stats, measured)
+    ]
 
 
 def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dict]:
@@ -81,8 +95,10 @@ def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dic
     dtype's, so the recorded calibration decodes are priced again instead of decoded again;
     the tree work per step (Python, the same in either dtype) is the recorded line's."""
     line = overhead_line(record["candidates"])
-    return [{k: row[k] for k in ("tree", "tau", "delta", "mean_tree_size")} | priced(runs, profile, drafter, line)
-            for row, runs in zip(record["candidates"], record["runs"])]
+    return [
+        {k: row[k] for k in ("tree", "tau", "delta", "mean_tree_size")} | priced(runs, profile, drafter, line)
+        for row, runs in zip(record["candidates"], record["runs"])
+    ]
 
 
 def priced(runs: list[dict], profile: CostProfile, drafter: str | None, line: dict) -> dict:
@@ -92,7 +108,11 @@ def priced(runs: list[dict], profile: CostProfile, drafter: str | None, line: di
     forecast = predict(runs, profile, drafter, line)
     method_ms = forecast["predicted_decode_seconds"] * 1000
     ar_ms = forecast["predicted_ar_decode_seconds"] * 1000
-    return {"predicted_speedup": round(ar_ms / method_ms, 3), "ar_ms": round(ar_ms, 2), "method_ms": round(method_ms, 2)}
+    return {
+        "predicted_speedup": round(ar_ms / method_ms, 3),
+        "ar_ms": round(ar_ms, 2),
+        "method_ms": round(method_ms, 2),
+    }
 
 
 def choose_dtype(priced: dict[str, list[dict]], options: list[dict], min_gain: float) -> dict:
@@ -103,20 +123,29 @@ def choose_dtype(priced: dict[str, list[dict]], options: list[dict], min_gain: f
     can cost half an fp32 one while a 16-token one costs twice). Drafting stays off, in
     AR's fastest dtype, unless the best gain clears `min_gain`."""
     dtypes = list(priced)
-    gains = {(d, i): min(priced[o][i]["ar_ms"] for o in dtypes) / row["method_ms"] for d in dtypes for i, row in enumerate(priced[d])}
+    gains = {
+        (d, i): min(priced[o][i]["ar_ms"] for o in dtypes) / row["method_ms"]
+        for d in dtypes
+        for i, row in enumerate(priced[d])
+    }
     dtype, best = max(gains, key=gains.get)
     ar_ms = {d: sum(r["ar_ms"] for r in priced[d]) / len(priced[d]) for d in dtypes}
     ar_dtype = min(ar_ms, key=ar_ms.get)
     decided = {
-        "rule": f"dtype and shape together: the highest predicted throughput over {' and '.join(dtypes)}, each priced with its own cost profile",
+        "rule": f"dtype and shape together: the highest predicted throughput over {' and '.join(dtypes)}, each priced "
+        "with its own cost profile",
         "best_gain": {d: round(max(g for (o, _), g in gains.items() if o == d), 3) for d in dtypes},
         "ar_ms": {d: round(ms, 2) for d, ms in ar_ms.items()},
     }
     gain = round(gains[dtype, best], 3)  # the rule compares the number the record shows
     if gain <= 1.0 + min_gain:
-        return decided | {"dtype": ar_dtype, "chosen": DRAFTING_OFF, "predicted_gain": 1.0,
-                          "note": f"no shape in any dtype is predicted more than {min_gain:.0%} faster than AR in {ar_dtype} "
-                                  f"(best {gain:.2f}x: {priced[dtype][best]['tree']} in {dtype}); decoding without drafting in {ar_dtype}"}
+        return decided | {
+            "dtype": ar_dtype,
+            "chosen": DRAFTING_OFF,
+            "predicted_gain": 1.0,
+            "note": f"no shape in any dtype is predicted more than {min_gain:.0%} faster than AR in {ar_dtype} "
+            f"(best {gain:.2f}x: {priced[dtype][best]['tree']} in {dtype}); decoding without drafting in {ar_dtype}",
+        }
     return decided | {"dtype": dtype, "chosen": options[best], "predicted_gain": gain}
 
 
@@ -145,7 +174,11 @@ def overhead_line(candidates: list[dict]) -> dict:
         if planes:
             per_node, per_draft = np.median(np.array(planes), axis=0)
             intercept = np.median(extra - per_node * sizes - per_draft * drafts)
-            return {"ms": round(float(intercept), 3), "ms_per_node": round(float(per_node), 4), "ms_per_draft": round(float(per_draft), 4)}
+            return {
+                "ms": round(float(intercept), 3),
+                "ms_per_node": round(float(per_node), 4),
+                "ms_per_draft": round(float(per_draft), 4),
+            }
     slope, intercept = theilslopes(extra, sizes, method="joint")[:2]
     return {"ms": round(float(intercept), 3), "ms_per_node": round(float(slope), 4), "ms_per_draft": 0.0}
 
@@ -161,13 +194,25 @@ def _affine(x: np.ndarray, y: np.ndarray, tolerance: float = 0.05) -> bool:
 def verifier_id(verifier) -> str:
     """The verifier's class and settings: a lossy verifier (MARS, typical acceptance)
     accepts more than the standard one, so it gets its own choice."""
-    return f"{type(verifier).__module__}.{type(verifier).__qualname__}:{json.dumps(vars(verifier), sort_keys=True, default=str)}"
+    settings = json.dumps(vars(verifier), sort_keys=True, default=str)
+    return f"{type(verifier).__module__}.{type(verifier).__qualname__}:{settings}"
 
 
 def cache_file(
-    cache: Path, profile: CostProfile, drafter: str | None, tree_cfg: dict, sampling, calibration, verifier: str, weights: str = "",
+    cache: Path,
+    profile: CostProfile,
+    drafter: str | None,
+    tree_cfg: dict,
+    sampling,
+    calibration,
+    verifier: str,
+    weights: str = "",
 ) -> Path:
-    blob = json.dumps([VERSION, profile.key, drafter, weights, tree_cfg, asdict(sampling), calibration, verifier], sort_keys=True, default=str)
+    blob = json.dumps(
+        [VERSION, profile.key, drafter, weights, tree_cfg, asdict(sampling), calibration, verifier],
+        sort_keys=True,
+        default=str,
+    )
     return cache / f"autotune-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.json"
 
 
@@ -190,10 +235,16 @@ class Calibration:
     log: Callable[[str], None] = field(default=print, compare=False)
 
     def cache_file(self, profile: CostProfile, tree_cfg: dict, verifier, *purpose: str) -> Path:
-        key = [self.prompts_id, self.max_new_tokens, *purpose] + ([f"batch={self.batch_size}"] if self.batch_size > 1 else [])
-        return cache_file(self.cache, profile, self.drafter_name, tree_cfg, self.sampling, key, verifier_id(verifier), self.weights)
+        key = [self.prompts_id, self.max_new_tokens, *purpose] + (
+            [f"batch={self.batch_size}"] if self.batch_size > 1 else []
+        )
+        return cache_file(
+            self.cache, profile, self.drafter_name, tree_cfg, self.sampling, key, verifier_id(verifier), self.weights
+        )
 
-    def decode(self, methods: list[Method], target, profile: CostProfile) -> tuple[list[tuple[list[dict], dict]], list[list[int]], float]:
+    def decode(
+        self, methods: list[Method], target, profile: CostProfile
+    ) -> tuple[list[tuple[list[dict], dict]], list[list[int]], float]:
         """(per method: the calibration samples as a run records them and their forecast; the
         prompts; the most cores other processes used while these decodes or the profile
         pricing them were timed)."""
@@ -202,7 +253,9 @@ class Calibration:
         batch0 = prompts[:size]
         # warm-up over the full token budget: after a shorter one the first shape calibrated
         # paid one-time costs the others did not (7.4 ms a step against 2.3 ms timed alone)
-        generate_batch(target, methods[0], batch0, self.sampling, limits, [torch.Generator().manual_seed(0) for _ in batch0])
+        generate_batch(
+            target, methods[0], batch0, self.sampling, limits, [torch.Generator().manual_seed(0) for _ in batch0]
+        )
         measured = []
         with contention.watch() as usage:
             for method in tqdm(methods, desc="calibrating tree shapes", unit="shape"):
@@ -210,13 +263,30 @@ class Calibration:
                 for start in range(0, len(prompts), size):
                     batch = prompts[start : start + size]
                     generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
-                    for prompt, out in zip(batch, generate_batch(target, method, batch, self.sampling, limits, generators)):
-                        runs.append(asdict(method_run([(len(prompt), out, "")], out.batch_size, out.batch_seconds, str(start), out.verify_seconds)))
+                    for prompt, out in zip(
+                        batch, generate_batch(target, method, batch, self.sampling, limits, generators)
+                    ):
+                        runs.append(
+                            asdict(
+                                method_run(
+                                    [(len(prompt), out, "")],
+                                    out.batch_size,
+                                    out.batch_seconds,
+                                    str(start),
+                                    out.verify_seconds,
+                                )
+                            )
+                        )
                 measured.append((runs, predict(runs, profile, self.drafter_name)))
         return measured, prompts, round(max(profile.contended_for(self.drafter_name, size), usage.others or 0.0), 2)
 
     def record(self, prompts: list[list[int]]) -> dict:
-        return {"prompts": len(prompts), "max_new_tokens": self.max_new_tokens, "temperature": self.sampling.temperature, "batch_size": self.batch_size}
+        return {
+            "prompts": len(prompts),
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.sampling.temperature,
+            "batch_size": self.batch_size,
+        }
 
 
 def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup: Calibration) -> tuple[dict, dict]:
@@ -224,23 +294,46 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     the run's batch size: calibration decodes batches of `setup.batch_size` prompts, priced at
     that batch size (a shape that pays alone can be too wide for a batch)."""
     options = candidates(tree_cfg)
-    path = setup.cache_file(profile, tree_cfg, verifier, *(json.dumps(o, sort_keys=True) for o in options))  # a new grid re-measures
+    # a new grid re-measures
+    path = setup.cache_file(profile, tree_cfg, verifier, *(json.dumps(o, sort_keys=True) for o in options))
     log = setup.log
     if (cached := reusable(path, log)) is not None:
         record = decide(cached, options, setup.min_gain)
         return record["chosen"], record
     trees = [instantiate_part(cfg, "method.tree") for cfg in options]  # bad values fail here, before any decoding
-    log(f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes"
-        f"{f' in batches of {setup.batch_size}' if setup.batch_size > 1 else ''} (once; cached in {path})")
+    log(
+        f"method.tree: choosing {', '.join(auto_keys(tree_cfg))} from {len(options)} shapes"
+        f"{f' in batches of {setup.batch_size}' if setup.batch_size > 1 else ''} (once; cached in {path})"
+    )
     step_costs = ProfileCosts(profile, setup.drafter_name)  # for policies that price their trees (CAST)
     methods = [Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs) for tree in trees]
     measured, prompts, others = setup.decode(methods, target, profile)
-    rows = list(zip(options, price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg), profile, setup.drafter_name)))
+    rows = list(
+        zip(
+            options,
+            price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg), profile, setup.drafter_name),
+        )
+    )
     for _, row in rows:
-        log(f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted {row['predicted_speedup']:.2f}x")
-    record = decide({"candidates": [r for _, r in rows], "calibration": setup.record(prompts), "runs": [m[0] for m in measured],
-                     "contended_cores": others}, options, setup.min_gain)
-    log(f"  {record['note']}" if "note" in record else f"  chosen {describe(record)} (predicted {record['predicted_speedup']:.2f}x)")
+        log(
+            f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} "
+            f"-> predicted {row['predicted_speedup']:.2f}x"
+        )
+    record = decide(
+        {
+            "candidates": [r for _, r in rows],
+            "calibration": setup.record(prompts),
+            "runs": [m[0] for m in measured],
+            "contended_cores": others,
+        },
+        options,
+        setup.min_gain,
+    )
+    log(
+        f"  {record['note']}"
+        if "note" in record
+        else f"  chosen {describe(record)} (predicted {record['predicted_speedup']:.2f}x)"
+    )
     keep(record, path, log)
     return record["chosen"], record
 
@@ -252,11 +345,16 @@ def decide(record: dict, options: list[dict], min_gain: float) -> dict:
     `record["candidates"][i]`."""
     best = max(range(len(options)), key=lambda i: record["candidates"][i]["predicted_speedup"])
     predicted = record["candidates"][best]["predicted_speedup"]
-    decided = {k: v for k, v in record.items() if k != "note"} | {"chosen": options[best], "predicted_speedup": predicted}
+    decided = {k: v for k, v in record.items() if k != "note"} | {
+        "chosen": options[best],
+        "predicted_speedup": predicted,
+    }
     if predicted <= 1.0 + min_gain:
         decided["chosen"] = DRAFTING_OFF
-        decided["note"] = (f"no shape is predicted more than {min_gain:.0%} faster than AR on this hardware (best {predicted:.2f}x at "
-                           f"{record['candidates'][best]['tree']}); decoding without drafting. Set the tree keys to force a shape")
+        decided["note"] = (
+            f"no shape is predicted more than {min_gain:.0%} faster than AR on this hardware (best {predicted:.2f}x at "
+            f"{record['candidates'][best]['tree']}); decoding without drafting. Set the tree keys to force a shape"
+        )
     return decided
 
 
@@ -270,8 +368,11 @@ def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, 
     setup.log(f"costs: timing tree building on calibration prompts (once; cached in {path})")
     measured, prompts, others = setup.decode([method], target, profile)
     keys = [k for k in tree_cfg if k != "_target_"]
-    record = {"candidates": price([(tree_cfg, *measured[0])], keys, profile, setup.drafter_name), "calibration": setup.record(prompts),
-              "contended_cores": others}
+    record = {
+        "candidates": price([(tree_cfg, *measured[0])], keys, profile, setup.drafter_name),
+        "calibration": setup.record(prompts),
+        "contended_cores": others,
+    }
     keep(record, path, setup.log)
     return overhead_line(record["candidates"])
 

@@ -53,7 +53,8 @@ FP16_SIZES = (1, 2, 4, 8, 16)  # decoding steps on a CPU: trees auto picks there
 PROBE_CONTEXT = 256
 PROBE_REPEATS = 5
 ATTENTION_BATCHES = (1, 8)
-PROBE_VERSION = 5  # 2: packed forwards pack the output layer too; 3: int8 drafter weights; 4: fp16 weights; 5: parts timed as runs need them. Older records are re-measured
+# a record of another version is timed again (what each version changed: docs/speed.md)
+PROBE_VERSION = 5
 INT8_MODES = ("auto", "off")
 FP16_MODES = ("auto", "on", "off")
 INT8_ROWS = (1, 2, 4, 8, 16, 32)
@@ -74,12 +75,20 @@ def packed_from(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PRO
     return chosen
 
 
-def measure(model: torch.nn.Module, forward: str, sizes: tuple[int, ...] = PROBE_SIZES, repeats: int = PROBE_REPEATS, packed: bool = True,
-            fp16: bool = False) -> dict[str, dict[str, float]]:
+def measure(
+    model: torch.nn.Module,
+    forward: str,
+    sizes: tuple[int, ...] = PROBE_SIZES,
+    repeats: int = PROBE_REPEATS,
+    packed: bool = True,
+    fp16: bool = False,
+) -> dict[str, dict[str, float]]:
     """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, plain,
     (where `packed`) packed and (where `fp16`) fp16 weights timed alternately at each n (so
     drift hits all alike)."""
-    lms = {"plain": make_lm(model, forward)} | ({"packed": make_lm(model, forward, Compiled(packed_from=1))} if packed else {})
+    lms = {"plain": make_lm(model, forward)} | (
+        {"packed": make_lm(model, forward, Compiled(packed_from=1))} if packed else {}
+    )
     lms |= {"fp16": make_lm(model, forward, Compiled(fp16_weights=True))} if fp16 else {}
     context = torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist()
     probe = {name: {} for name in lms}
@@ -96,7 +105,9 @@ def measure(model: torch.nn.Module, forward: str, sizes: tuple[int, ...] = PROBE
     return probe
 
 
-def measure_attention(model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS) -> dict[str, dict[str, float]]:
+def measure_attention(
+    model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS
+) -> dict[str, dict[str, float]]:
     """One-token forward ms after PROBE_CONTEXT rows at each of ATTENTION_BATCHES, with
     attention in the model's dtype and in fp32, timed alternately."""
     lms = {"model dtype": make_lm(model, forward), "float32": make_lm(model, forward, Compiled(float_attention=True))}
@@ -124,8 +135,10 @@ def measure_int8(model: torch.nn.Module, packed: bool, repeats: int = PROBE_REPE
     the target forward before it; timed alternately."""
     layer = model.model.layers[0]
     weights = [layer.self_attn.q_proj.weight, layer.mlp.up_proj.weight, layer.mlp.down_proj.weight]
-    kernels = {"plain": [lambda x, w=w: torch.nn.functional.linear(x, w) for w in weights],
-               "int8": [lambda x, q=quantize_int8(w): int8_linear(x, *q) for w in weights]}
+    kernels = {
+        "plain": [lambda x, w=w: torch.nn.functional.linear(x, w) for w in weights],
+        "int8": [lambda x, q=quantize_int8(w): int8_linear(x, *q) for w in weights],
+    }
     if packed:
         kernels["packed"] = [lambda x, p=pack(w): packed_linear(x, p) for w in weights]
     flush = torch.empty(CACHE_FLUSH_BYTES // 4)
@@ -170,7 +183,10 @@ def fp16_wins(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = FP16_
     n = 1 / 4 / 16 against packed fp32's 55 / 98 / 134, and 304 against 268 at n = 64)."""
     if "fp16" not in probe:
         return False
-    return all(probe["fp16"][str(n)] <= min(probe[kind][str(n)] for kind in ("plain", "packed") if kind in probe) for n in sizes)
+    return all(
+        probe["fp16"][str(n)] <= min(probe[kind][str(n)] for kind in ("plain", "packed") if kind in probe)
+        for n in sizes
+    )
 
 
 def check(engine: dict) -> None:
@@ -178,7 +194,9 @@ def check(engine: dict) -> None:
     before any model loads or probe runs."""
     mode, int8_mode = engine.get("compile", "auto"), engine.get("int8_drafts", "auto")
     require(mode in MODES, "engine.compile", f"unknown {mode!r}; choose one of {', '.join(MODES)}")
-    require(int8_mode in INT8_MODES, "engine.int8_drafts", f"unknown {int8_mode!r}; choose one of {', '.join(INT8_MODES)}")
+    require(
+        int8_mode in INT8_MODES, "engine.int8_drafts", f"unknown {int8_mode!r}; choose one of {', '.join(INT8_MODES)}"
+    )
     fp16_mode(engine, None)
 
 
@@ -202,8 +220,19 @@ def probe_parts(sizes: tuple[int, ...], dtype: str, int8: bool) -> list[str]:
     return [f"n={n}" for n in sizes] + (["attention"] if dtype != "float32" else []) + (["int8"] if int8 else [])
 
 
-def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, cache: Path, log=print, refresh: bool = False,
-            int8_mode: str = "auto", fp16: str = "off", sizes: tuple[int, ...] = PROBE_SIZES, drafter_layers: bool = True) -> tuple[Compiled, dict | None]:
+def resolve(
+    mode: str,
+    model: torch.nn.Module,
+    model_name: str,
+    hardware: dict,
+    cache: Path,
+    log=print,
+    refresh: bool = False,
+    int8_mode: str = "auto",
+    fp16: str = "off",
+    sizes: tuple[int, ...] = PROBE_SIZES,
+    drafter_layers: bool = True,
+) -> tuple[Compiled, dict | None]:
     """(how to run the lean forward, the probe behind an `auto` choice or None); `int8_mode`
     is engine.int8_drafts, `fp16` engine.fp16_weights as it applies (fp16_mode). `auto`
     times, and chooses over, only the forward `sizes` the run verifies (every probed size
@@ -216,23 +245,43 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
     weight_dtype = next(model.parameters()).dtype
     fp16_possible = lean and device == "cpu" and weight_dtype == torch.float32 and has_fp16_weights()
     if fp16 == "on":
-        require(fp16_possible, "engine.fp16_weights", "on needs the lean forward of a float32 model on a CPU whose torch has FBGEMM's fp16-weight ops "
-                                                       f"(here: {device}, {str(weight_dtype).removeprefix('torch.')}); use auto or off")
+        require(
+            fp16_possible,
+            "engine.fp16_weights",
+            "on needs the lean forward of a float32 model on a CPU whose torch has FBGEMM's fp16-weight ops "
+            f"(here: {device}, {str(weight_dtype).removeprefix('torch.')}); use auto or off",
+        )
         return Compiled(fp16_weights=True), None
     if mode == "off" or not lean:
-        require(mode in ("off", "auto"), "engine.compile", f"{mode} needs the lean forward, and this run's is {forward_note(model, hardware.get('forward', 'auto'))}")
+        require(
+            mode in ("off", "auto"),
+            "engine.compile",
+            f"{mode} needs the lean forward, and this run's is {forward_note(model, hardware.get('forward', 'auto'))}",
+        )
         return Compiled(), None
     if mode == "torch":
         return Compiled(torch=True), None
     if mode == "static":
         return Compiled(static=True), None
     if next(model.parameters()).is_cuda:
-        return Compiled(static=True), {"rule": "auto on a GPU: static shapes, each forward's width padded to a bucket, CUDA graphs per batch size and bucket"}
+        return Compiled(static=True), {
+            "rule": "auto on a GPU: static shapes, each forward's width padded to a bucket, CUDA graphs per batch size "
+            "and bucket"
+        }
     on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
     dtype = str(weight_dtype).removeprefix("torch.")
     if mode == "packed":
-        require(on_cpu, "engine.compile", f"packed weights are oneDNN's CPU layout; hardware.device is {device!r} (use auto, torch or off)")
-        require(packs(weight_dtype), "engine.compile", f"oneDNN cannot pack {dtype} weights on this CPU (bf16 needs avx512bw/vl/dq or avx_ne_convert); use auto, off or hardware.dtype=float32")
+        require(
+            on_cpu,
+            "engine.compile",
+            f"packed weights are oneDNN's CPU layout; hardware.device is {device!r} (use auto, torch or off)",
+        )
+        require(
+            packs(weight_dtype),
+            "engine.compile",
+            f"oneDNN cannot pack {dtype} weights on this CPU (bf16 needs avx512bw/vl/dq or avx_ne_convert); use "
+            "auto, off or hardware.dtype=float32",
+        )
         return Compiled(packed_from=1), None
     if not on_cpu:
         return Compiled(), {"rule": "auto compiles nothing off the CPU (engine.compile=torch to try torch.compile)"}
@@ -243,12 +292,20 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
 
     def timed_parts(missing: list[str]) -> dict:
         shown = ", ".join(missing)
-        log(f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this CPU: {shown} (once; cached in {path})")
+        log(
+            f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this "
+            f"CPU: {shown} (once; cached in {path})"
+        )
         ns = tuple(int(part[2:]) for part in missing if part.startswith("n="))
-        record = {"dtype": dtype, "context": PROBE_CONTEXT,
-                  "rule": "packed weights from the smallest of the run's forward sizes where they are faster at every larger one; "
-                          "fp32 attention for one-token forwards where it is faster at every probed batch size; "
-                          "fp16 weights (where hardware.dtype=auto) where they are at least as fast as plain or packed at every size of the run up to 16"}
+        record = {
+            "dtype": dtype,
+            "context": PROBE_CONTEXT,
+            "rule": "packed weights from the smallest of the run's forward sizes where they are faster at every larger "
+            "one; "
+            "fp32 attention for one-token forwards where it is faster at every probed batch size; "
+            "fp16 weights (where hardware.dtype=auto) where they are at least as fast as plain or packed at "
+            "every size of the run up to 16",
+        }
         if ns:
             record["probe"] = measure(model, forward, ns, packed=packs(weight_dtype), fp16=fp16_possible)
         if "attention" in missing:
@@ -257,22 +314,39 @@ def resolve(mode: str, model: torch.nn.Module, model_name: str, hardware: dict, 
             record["int8"] = measure_int8(model, packs(weight_dtype))
         return record
 
-    record, seconds = cached_probe(path, fingerprint, timed_parts, probe_parts(sizes, dtype, int8), refresh, version=PROBE_VERSION, log=log)
+    record, seconds = cached_probe(
+        path, fingerprint, timed_parts, probe_parts(sizes, dtype, int8), refresh, version=PROBE_VERSION, log=log
+    )
     probe = record["probe"]
-    if fp16 == "auto" and fp16_possible and fp16_wins(probe, tuple(n for n in sizes if n <= FP16_SIZES[-1])):  # a probe cached under a torch that still had the ops
+    # a probe cached under a torch that still had the ops
+    if fp16 == "auto" and fp16_possible and fp16_wins(probe, tuple(n for n in sizes if n <= FP16_SIZES[-1])):
         chosen = Compiled(fp16_weights=True)
     else:
-        chosen = Compiled(packed_from=packed_from(probe, sizes), float_attention="attention" in record and float_attention_wins(record["attention"]),
-                          int8_drafts_below=int8_below(record["int8"]) if int8 else 0)
+        chosen = Compiled(
+            packed_from=packed_from(probe, sizes),
+            float_attention="attention" in record and float_attention_wins(record["attention"]),
+            int8_drafts_below=int8_below(record["int8"]) if int8 else 0,
+        )
     if seconds is not None:
         kinds = [kind for kind in ("plain", "packed", "fp16") if kind in probe]
-        shown = ", ".join(f"n={n}: " + " / ".join(f"{probe[kind][str(n)]:.1f}" for kind in kinds) + " ms" for n in sizes)
+        shown = ", ".join(
+            f"n={n}: " + " / ".join(f"{probe[kind][str(n)]:.1f}" for kind in kinds) + " ms" for n in sizes
+        )
         if "attention" in record:
             attention = record["attention"]
-            shown += "; one token, " + dtype + " / fp32 attention: " + ", ".join(
-                f"B={b}: {attention['model dtype'][b]:.1f} / {attention['float32'][b]:.1f} ms" for b in attention["model dtype"])
+            shown += (
+                "; one token, "
+                + dtype
+                + " / fp32 attention: "
+                + ", ".join(
+                    f"B={b}: {attention['model dtype'][b]:.1f} / {attention['float32'][b]:.1f} ms"
+                    for b in attention["model dtype"]
+                )
+            )
         if int8:
             shown += "; drafter projections after a cache flush, float / int8: " + ", ".join(
-                f"n={n}: {record['int8']['float'][str(n)]:.0f} / {record['int8']['int8'][str(n)]:.0f} us" for n in INT8_ROWS)
+                f"n={n}: {record['int8']['float'][str(n)]:.0f} / {record['int8']['int8'][str(n)]:.0f} us"
+                for n in INT8_ROWS
+            )
         log(f"  {chosen} ({' / '.join(kinds)}: {shown}; {seconds:.0f} s)")
     return chosen, record | {"sizes": list(sizes)}

@@ -60,7 +60,9 @@ def note(others: float | None) -> str:
 def kept(what: str, others: float | None, log) -> None:
     """Say, where `what` was timed beside another job, that it is cached with that note."""
     if contended(others):
-        log(f"  note: {what} {note(others)}; cached with this note, and timed again by the first run on an idle machine")
+        log(
+            f"  note: {what} {note(others)}; cached with this note, and timed again by the first run on an idle machine"
+        )
 
 
 def _busy_seconds() -> float | None:

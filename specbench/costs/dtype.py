@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from specbench.engine.candidates import DRAFTING_OFF
 from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
 from specbench.costs.profile import interleaved, tree_forward
+from specbench.engine.candidates import DRAFTING_OFF
 from specbench.engine.kernels import Compiled
 from specbench.engine.lean import make_lm
 
@@ -32,7 +32,8 @@ CANDIDATES = ("bfloat16", "float32")
 # AMD EPYC Zen 3 read AR's one-token forward 39.4 ms in bf16 and 39.7 on fp16 weights, and
 # AR decoded in bf16, where fp16 weights decoded 1.16x as fast side by side
 REPEATS = 5
-PROBE_VERSION = 3  # 2: both dtypes timed in the same shuffled passes; 3: sizes timed as runs need them. Older probes are re-measured
+# a probe recorded under another version is timed again (what each version changed: docs/speed.md)
+PROBE_VERSION = 3
 # one-token forwards this close are a tie: AMD EPYC Zen 3, fp32 on fp16 weights against bf16, two
 # probes an hour apart read 40.7 / 42.5 ms and 34.5 / 33.1 ms
 ONE_TOKEN_TIE = 0.05
@@ -47,7 +48,10 @@ def verified_sizes(method_cfg: dict | None, widest: int | None = None) -> tuple[
     without a method)."""
     if method_cfg is None:
         return PROBE_SIZES
-    drafts = method_cfg.get("drafter") is not None or (method_cfg.get("tree") or {}).get("_target_") != DRAFTING_OFF["_target_"]
+    drafts = (
+        method_cfg.get("drafter") is not None
+        or (method_cfg.get("tree") or {}).get("_target_") != DRAFTING_OFF["_target_"]
+    )
     if not drafts:
         return ONE_TOKEN
     return (widest,) if widest else PROBE_SIZES
@@ -83,8 +87,13 @@ def probe_path(cache: Path, model_name: str, fingerprint: dict) -> Path:
     return cache / f"dtype-{model_name}-{fingerprint_id(fingerprint)}.json"
 
 
-def measure(load_model, sizes: tuple[int, ...] = PROBE_SIZES, repeats: int = REPEATS, forward: str = "auto",
-            compile_choice=lambda model: Compiled()) -> dict[str, dict[str, float]]:
+def measure(
+    load_model,
+    sizes: tuple[int, ...] = PROBE_SIZES,
+    repeats: int = REPEATS,
+    forward: str = "auto",
+    compile_choice=lambda model: Compiled(),
+) -> dict[str, dict[str, float]]:
     """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, per
     candidate dtype; `load_model(dtype)` returns the model in that dtype; `forward` as
     hardware.forward; `compile_choice(model)` how a run would compile that model
@@ -96,13 +105,22 @@ def measure(load_model, sizes: tuple[int, ...] = PROBE_SIZES, repeats: int = REP
             model = load_model(dtype)
             lms[dtype] = make_lm(model, forward, compile_choice(model))
             lms[dtype].forward(contexts=[torch.randint(3, lms[dtype].vocab_size, (PROBE_CONTEXT,)).tolist()])
-        timings = interleaved({(dtype, n): (tree_forward(lm, n), None) for dtype, lm in lms.items() for n in sizes}, repeats)
+        timings = interleaved(
+            {(dtype, n): (tree_forward(lm, n), None) for dtype, lm in lms.items() for n in sizes}, repeats
+        )
     return {dtype: {str(n): round(timings[dtype, n][0], 3) for n in sizes} for dtype in CANDIDATES}
 
 
 def resolve(
-    hardware: dict, model_name: str, load_model, cache: Path, log=print, refresh: bool = False, sizes: tuple[int, ...] = PROBE_SIZES,
-    compile_choice=lambda model, sizes: Compiled(), compile_mode: str = "off",
+    hardware: dict,
+    model_name: str,
+    load_model,
+    cache: Path,
+    log=print,
+    refresh: bool = False,
+    sizes: tuple[int, ...] = PROBE_SIZES,
+    compile_choice=lambda model, sizes: Compiled(),
+    compile_mode: str = "off",
 ) -> tuple[str, dict | None]:
     """(dtype, the probe it came from or None) for a hardware config; `auto` is decided
     here at the forward sizes `sizes`, timed where the cached probe lacks them (`refresh`:
@@ -119,11 +137,24 @@ def resolve(
     def timed(needed: tuple[int, ...]) -> tuple[dict, float | None]:
         def timed_parts(missing: list[str]) -> dict:
             ns = tuple(int(part[2:]) for part in missing)
-            log(f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU at n = {', '.join(map(str, ns))} (once; cached in {path})")
-            return {"context": PROBE_CONTEXT, "compile": compile_mode,
-                    "probe": measure(load_model, ns, forward=hardware.get("forward", "auto"), compile_choice=lambda model: compile_choice(model, needed))}
+            log(
+                f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU at n = "
+                f"{', '.join(map(str, ns))} (once; cached in {path})"
+            )
+            return {
+                "context": PROBE_CONTEXT,
+                "compile": compile_mode,
+                "probe": measure(
+                    load_model,
+                    ns,
+                    forward=hardware.get("forward", "auto"),
+                    compile_choice=lambda model: compile_choice(model, needed),
+                ),
+            }
 
-        return cached_probe(path, fingerprint, timed_parts, [f"n={n}" for n in needed], refresh, version=PROBE_VERSION, log=log)
+        return cached_probe(
+            path, fingerprint, timed_parts, [f"n={n}" for n in needed], refresh, version=PROBE_VERSION, log=log
+        )
 
     record, seconds = timed(sizes if 1 in sizes else (1, *sizes))  # one token too: AR's dtype, for the note below
     if sizes == ONE_TOKEN and one_token_tie(record["probe"]):  # the rule then looks at the wider sizes too
@@ -132,18 +163,29 @@ def resolve(
     probe = record["probe"]
     chosen = choose(probe, sizes)
     if sizes == ONE_TOKEN:
-        why = f" (one-token forwards within {ONE_TOKEN_TIE:.0%}: the dtype of n in {list(PROBE_SIZES)})" if one_token_tie(probe) else ""
+        why = (
+            f" (one-token forwards within {ONE_TOKEN_TIE:.0%}: the dtype of n in {list(PROBE_SIZES)})"
+            if one_token_tie(probe)
+            else ""
+        )
     else:
         why = ", the widest forward this method's settings verify" if len(sizes) == 1 else ""
     record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}{why}", "sizes": list(sizes)}
-    plain = record["ar_dtype"] = chosen if one_token_tie(probe) else choose(probe, ONE_TOKEN)  # a tie: the dtype drafting uses
+    # a tie: the dtype drafting uses
+    plain = record["ar_dtype"] = chosen if one_token_tie(probe) else choose(probe, ONE_TOKEN)
     rival = contender(probe, chosen, sizes)
     if rival:
         record["contender"] = rival
     if plain != chosen:
-        record["note"] = (f"plain AR would run in {plain} here (one-token forward {probe[plain]['1']:.0f} vs {probe[chosen]['1']:.0f} ms): "
-                          f"this method's speedup is over AR in {chosen}, the dtype of the tree sizes it verifies")
+        record["note"] = (
+            f"plain AR would run in {plain} here (one-token forward {probe[plain]['1']:.0f} vs "
+            f"{probe[chosen]['1']:.0f} ms): "
+            f"this method's speedup is over AR in {chosen}, the dtype of the tree sizes it verifies"
+        )
     if seconds is not None:
-        shown = ", ".join(f"n={n}: bf16 {probe['bfloat16'][n]:.0f} / fp32 {probe['float32'][n]:.0f} ms" for n in sorted(probe["float32"], key=int))
+        shown = ", ".join(
+            f"n={n}: bf16 {probe['bfloat16'][n]:.0f} / fp32 {probe['float32'][n]:.0f} ms"
+            for n in sorted(probe["float32"], key=int)
+        )
         log(f"  {chosen} at n in {list(sizes)} ({shown}; {seconds:.0f} s)")
     return chosen, record

@@ -57,7 +57,9 @@ def device_fingerprint(device: str, threads: int | None = None) -> dict:
     info = {"device": "cuda" if str(device).startswith(("cuda", "auto")) and torch.cuda.is_available() else "cpu"}
     if info["device"] == "cuda":
         major, minor = torch.cuda.get_device_capability(0)
-        info.update(gpu=torch.cuda.get_device_name(0), compute_capability=f"{major}.{minor}", gpus=torch.cuda.device_count())
+        info.update(
+            gpu=torch.cuda.get_device_name(0), compute_capability=f"{major}.{minor}", gpus=torch.cuda.device_count()
+        )
     info.update(cpu_info())
     if limits := isa_limits():
         info["isa_limits"] = limits  # e.g. an AVX2-only CPU emulated on a newer one: its own profiles
@@ -76,8 +78,15 @@ def fingerprint_id(fingerprint: dict) -> str:
     return f"{slug}-{digest}"
 
 
-def cached_probe(path: Path, fingerprint: dict, measure: Callable[[list[str]], dict], parts: list[str], refresh: bool = False,
-                 version: int | None = None, log=print) -> tuple[dict, float | None]:
+def cached_probe(
+    path: Path,
+    fingerprint: dict,
+    measure: Callable[[list[str]], dict],
+    parts: list[str],
+    refresh: bool = False,
+    version: int | None = None,
+    log=print,
+) -> tuple[dict, float | None]:
     """The probe record cached at `path`, measured further where it lacks any of the `parts`
     this run needs (forward sizes, sub-probes): `measure(missing)` times just those and its
     fields are merged in, so a probe measures each part at most once per machine (this
@@ -99,7 +108,12 @@ def cached_probe(path: Path, fingerprint: dict, measure: Callable[[list[str]], d
         fresh = measure(missing)
     others = None if usage.others is None else round(usage.others, 2)
     if record is None:
-        record = {"fingerprint": fingerprint, **({"version": version} if version is not None else {}), "parts": [], "contended_cores": others}
+        record = {
+            "fingerprint": fingerprint,
+            **({"version": version} if version is not None else {}),
+            "parts": [],
+            "contended_cores": others,
+        }
     elif others is not None:
         record["contended_cores"] = max(record.get("contended_cores") or 0.0, others)
     record = merged(record, fresh)

@@ -28,7 +28,11 @@ def draw(profile: CostProfile, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fingerprint = profile.key["fingerprint"]
-    fig.suptitle(f"{profile.key['dtype']} on {fingerprint_id(fingerprint)} ({', '.join(fingerprint.get('isa', []))}; {fingerprint['threads']} threads)", fontsize=9)
+    fig.suptitle(
+        f"{profile.key['dtype']} on {fingerprint_id(fingerprint)} ({', '.join(fingerprint.get('isa', []))}; "
+        f"{fingerprint['threads']} threads)",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -35,7 +35,9 @@ def turn_steps(run: dict) -> list[list[tuple[int, int, int]]]:
     for prompt_len, ids in zip(run["prompt_tokens"], run["turn_ids"]):
         produced, found = 1, []  # the prefill picks the first token
         while produced < len(ids) and step < len(run["accept_lengths"]):
-            found.append((prompt_len + produced - 1, 1 + sum(run["tree_widths"][step]), run["step_draft_forwards"][step]))
+            found.append(
+                (prompt_len + produced - 1, 1 + sum(run["tree_widths"][step]), run["step_draft_forwards"][step])
+            )
             produced += run["accept_lengths"][step]
             step += 1
         turns.append(found)
@@ -60,13 +62,19 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
                 width, context = len(active), fmean(c for c, _, _ in active)
                 n, drafts = max(n for _, n, _ in active), max(d for _, _, d in active)
                 verify = profile.target_ms(width, context, n)
-                draft = drafts * profile.draft_ms(drafter, width, context, max(1.0, (n - 1) / drafts)) if drafts and priced_drafts else 0.0
+                draft = (
+                    drafts * profile.draft_ms(drafter, width, context, max(1.0, (n - 1) / drafts))
+                    if drafts and priced_drafts
+                    else 0.0
+                )
                 drafted = drafted or drafts > 0
                 tree = tree_step_ms(tree_overhead, fmean(n for _, n, _ in active), drafts) if n > 1 else 0.0
                 forward_ms += verify + draft
                 verify_ms += verify
                 tree_ms += tree
-                method_ms += verify + draft + tree + profile.step_overhead(width) + (profile.commit_ms if n > 1 else 0.0)
+                method_ms += (
+                    verify + draft + tree + profile.step_overhead(width) + (profile.commit_ms if n > 1 else 0.0)
+                )
                 steps += 1
             ar_ms += ar_turn_ms([(r["prompt_tokens"][turn], len(r["turn_ids"][turn])) for r, _ in rows], profile)
             prefill_ms += profile.target_ms(len(rows), 0, max(r["prompt_tokens"][turn] for r, _ in rows))

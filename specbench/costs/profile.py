@@ -30,7 +30,8 @@ from specbench.costs.contention import contended
 from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
-VERSION = 7  # 2: attention reads grouped KV heads in place (forwards got faster); 3: points timed in shuffled passes; 4: drafters run on packed weights where the target does; 5: packed forwards pack the output layer too; 6: noisy points timed again; 7: contention noted per curve. Older curves are re-measured
+# a curve recorded under another version is timed again (what each version changed: docs/speed.md)
+VERSION = 7
 NOISY_SPREAD = 0.15  # (max - min) / median of a point's repeats past which it is timed more
 
 
@@ -99,7 +100,12 @@ class CostProfile:
     version: int = VERSION
 
     def curves(self) -> list[Curve]:
-        return [self.target, *self.drafters.values(), *self.target_batches.values(), *(c for per in self.drafter_batches.values() for c in per.values())]
+        return [
+            self.target,
+            *self.drafters.values(),
+            *self.target_batches.values(),
+            *(c for per in self.drafter_batches.values() for c in per.values()),
+        ]
 
     @property
     def contended_cores(self) -> float:
@@ -109,8 +115,12 @@ class CostProfile:
     def contended_for(self, drafter: str | None, batch: int = 1) -> float:
         """The same over the curves that price `drafter` at batch size `batch` alone: another
         drafter's curve timed beside a job says nothing about these."""
-        curves = [self.target, self.target_batches.get(str(batch)), self.drafters.get(drafter),
-                  self.drafter_batches.get(drafter, {}).get(str(batch))]
+        curves = [
+            self.target,
+            self.target_batches.get(str(batch)),
+            self.drafters.get(drafter),
+            self.drafter_batches.get(drafter, {}).get(str(batch)),
+        ]
         return max(curve.contended_cores for curve in curves if curve is not None)
 
     @property
@@ -127,7 +137,9 @@ class CostProfile:
         batch size between measured ones (per-row sampling and bookkeeping grow with the rows;
         AMD EPYC Zen 5, bf16: 1.3 ms alone, several times that at 8 rows), the nearest
         measured value outside them."""
-        known = sorted(({1: self.step_overhead_ms} | {int(b): ms for b, ms in self.step_overhead_batches.items()}).items())
+        known = sorted(
+            ({1: self.step_overhead_ms} | {int(b): ms for b, ms in self.step_overhead_batches.items()}).items()
+        )
         return float(np.interp(batch, [b for b, _ in known], [ms for _, ms in known]))
 
     def draft_ms(self, drafter: str, batch: int, context: float, n: int) -> float | None:
@@ -144,12 +156,16 @@ class CostProfile:
     def from_json(cls, text: str) -> "CostProfile":
         raw = json.loads(text)
         return cls(
-            key=raw["key"], target=Curve(**raw["target"]),
+            key=raw["key"],
+            target=Curve(**raw["target"]),
             drafters={k: Curve(**v) for k, v in raw.get("drafters", {}).items()},
-            step_overhead_ms=raw.get("step_overhead_ms", 0.0), commit_ms=raw.get("commit_ms", 0.0),
+            step_overhead_ms=raw.get("step_overhead_ms", 0.0),
+            commit_ms=raw.get("commit_ms", 0.0),
             step_overhead_batches=raw.get("step_overhead_batches", {}),
             target_batches={b: Curve(**v) for b, v in raw.get("target_batches", {}).items()},
-            drafter_batches={d: {b: Curve(**v) for b, v in per.items()} for d, per in raw.get("drafter_batches", {}).items()},
+            drafter_batches={
+                d: {b: Curve(**v) for b, v in per.items()} for d, per in raw.get("drafter_batches", {}).items()
+            },
             version=raw.get("version", 0),
         )
 
@@ -309,7 +325,9 @@ def tree_forward_ms(lm: TreeLM, n: int, repeats: int) -> tuple[float, float]:
     return timed(tree_forward(lm, n), repeats)
 
 
-def measure_target(lm: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1, every_n: bool = False) -> Curve:
+def measure_target(
+    lm: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1, every_n: bool = False
+) -> Curve:
     """Target forward over n tree rows per sequence after c context rows, B sequences, at
     every n to max_n (at B > 1 on batch_grid unless `every_n`); the cache is cut back to the
     context after each timing, so every point sees exactly c rows."""
@@ -385,5 +403,7 @@ def measure_commit(lm: TreeLM, context: int, repeats: int) -> float:
     with torch.inference_mode():
         lm.reset()
         lm.forward(contexts=[torch.randint(3, lm.vocab_size, (context,)).tolist()])
-        mid, _ = timed(lambda: lm.commit([[0, 1, 2, 3]]), repeats, setup=lambda: lm.forward(trees=[tree], nodes=[range(16)]))
+        mid, _ = timed(
+            lambda: lm.commit([[0, 1, 2, 3]]), repeats, setup=lambda: lm.forward(trees=[tree], nodes=[range(16)])
+        )
     return round(mid, 4)

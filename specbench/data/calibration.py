@@ -10,18 +10,23 @@ import re
 
 from specbench.data import sharegpt
 from specbench.data.chat import chat_prompt
+from specbench.errors import require
 from specbench.train.prompts.contamination import evaluation_index
 from specbench.train.prompts.sources import COMMITTED_PACKS, prompt_table
-from specbench.errors import require
 
 CALIBRATION_SEED = 7
 # words of which an English prompt has at least one in ten (function words, not topics)
-ENGLISH_WORDS = frozenset("the a an to of and in is are was be do does i you your my me we it this that what how why can for with on".split())
+ENGLISH_WORDS = frozenset(
+    "the a an to of and in is are was be do does i you your my me we it this that what how why can for with on".split()
+)
 # which prompts calibrate a dataset's shapes (dataset.calibration): chat turns, or the held-out
 # prompts of a corpus source (HELD_OUT_SOURCES): code completions, math word problems
 CALIBRATION_KINDS = ("chat", "code", "math")
 # kind -> (corpus source, the committed held-out set of its greedy answers)
-HELD_OUT_SOURCES = {"code": ("python-stdlib", "validation-code.json"), "math": ("math-word-problems", "validation-math.json")}
+HELD_OUT_SOURCES = {
+    "code": ("python-stdlib", "validation-code.json"),
+    "math": ("math-word-problems", "validation-math.json"),
+}
 
 
 def calibration_id(count: int, seed: int = CALIBRATION_SEED, kind: str = "chat") -> str:
@@ -38,8 +43,11 @@ def is_english(text: str) -> bool:
     trees of 2-60 tokens, the four English ones 1.45-4.57), so two such prompts of six
     flattened the ranking of shapes."""
     words = re.findall(r"[a-z']+", text.lower())
-    return (sum(c.isascii() for c in text) >= 0.95 * len(text) and len(words) >= 5
-            and sum(w in ENGLISH_WORDS for w in words) >= 0.1 * len(words))
+    return (
+        sum(c.isascii() for c in text) >= 0.95 * len(text)
+        and len(words) >= 5
+        and sum(w in ENGLISH_WORDS for w in words) >= 0.1 * len(words)
+    )
 
 
 def calibration_prompts(tokenizer, count: int, seed: int = CALIBRATION_SEED, kind: str = "chat") -> list[list[int]]:
@@ -71,8 +79,16 @@ def held_out_calibration_texts(kind: str) -> list[str]:
     from chat's, so such datasets calibrate on their own kind."""
     source, name = HELD_OUT_SOURCES[kind]
     held_out = COMMITTED_PACKS / name
-    require(held_out.is_file(), "dataset.calibration", f"{kind} needs the checkout's {held_out}; set dataset.calibration=chat")
+    require(
+        held_out.is_file(),
+        "dataset.calibration",
+        f"{kind} needs the checkout's {held_out}; set dataset.calibration=chat",
+    )
     keys = set(json.loads(held_out.read_text()))
     texts = [text for key, text in prompt_table(source).items() if key in keys]
-    require(bool(texts), "dataset.calibration", f"{kind}: none of {held_out}'s prompts is among this machine's {source} prompts; set dataset.calibration=chat")
+    require(
+        bool(texts),
+        "dataset.calibration",
+        f"{kind}: none of {held_out}'s prompts is among this machine's {source} prompts; set dataset.calibration=chat",
+    )
     return texts

@@ -10,7 +10,9 @@ from specbench.errors import require
 def chat_prompt(tokenizer, messages: list[dict]) -> list[int]:
     """Token ids of a conversation under the model's chat template (plain text without one)."""
     if tokenizer.chat_template:
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+        return list(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
     text = "\n\n".join(m["content"] for m in messages)
     return tokenizer(text).input_ids
 
@@ -47,6 +49,7 @@ class PromptFormat:
             self.truncate and room > 0,
             "gen.truncate_prompt",
             f"sample {sample_id}: prompt of {len(ids)} tokens + gen.max_new_tokens={self.max_new_tokens} "
-            f"does not fit the model context of {self.context_length}; set gen.truncate_prompt=true to keep its last {max(room, 0)} tokens",
+            f"does not fit the model context of {self.context_length}; set gen.truncate_prompt=true to keep its "
+            f"last {max(room, 0)} tokens",
         )
         return ids[-room:]

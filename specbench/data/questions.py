@@ -50,13 +50,19 @@ def select(samples: list[Sample], cfg: dict) -> list[Sample]:
         samples = samples[:limit]
     max_turns = cfg.get("max_turns")
     if max_turns is not None:
-        require(isinstance(max_turns, int) and max_turns >= 1, "dataset.max_turns", f"must be an integer >= 1, got {max_turns!r}")
+        require(
+            isinstance(max_turns, int) and max_turns >= 1,
+            "dataset.max_turns",
+            f"must be an integer >= 1, got {max_turns!r}",
+        )
         for s in samples:
             s.turns = s.turns[:max_turns]
     repeats = 1 if cfg.get("repeats") is None else cfg["repeats"]
     require(isinstance(repeats, int) and repeats >= 1, "dataset.repeats", f"must be an integer >= 1, got {repeats!r}")
     if repeats > 1:  # n answers per prompt (e.g. HumanEval avg@4 at T>0), each with its own seed
-        samples = [replace(s, id=f"{s.id}#{r}", meta={**s.meta, "repeat_of": s.id}) for s in samples for r in range(repeats)]
+        samples = [
+            replace(s, id=f"{s.id}#{r}", meta={**s.meta, "repeat_of": s.id}) for s in samples for r in range(repeats)
+        ]
     return samples
 
 
@@ -67,10 +73,16 @@ def read_source(cfg: dict) -> list[Sample]:
         try:
             convert = get_method(cfg["loader"])
         except Exception:  # noqa: BLE001 - hydra wraps import errors of any kind
-            raise ConfigError(f"dataset.loader: cannot import {cfg['loader']!r}; use a function of specbench.data.benchmarks") from None
+            raise ConfigError(
+                f"dataset.loader: cannot import {cfg['loader']!r}; use a function of specbench.data.benchmarks"
+            ) from None
     if cfg.get("path"):
         path = Path(cfg["path"]).expanduser()
-        require(not path.is_dir(), "dataset.path", f"{path} is a directory; point it at a question file (.jsonl, .jsonl.gz or a .json array)")
+        require(
+            not path.is_dir(),
+            "dataset.path",
+            f"{path} is a directory; point it at a question file (.jsonl, .jsonl.gz or a .json array)",
+        )
         require(path.is_file(), "dataset.path", f"{path} does not exist")
         return to_samples(read_rows(path), convert, str(path))
     if cfg.get("package"):
@@ -105,7 +117,9 @@ def read_rows(path: Path) -> Iterable[tuple[int, dict]]:
                 raise ConfigError(f"dataset.path: {path} line {number}: not JSON ({error.msg})") from None
 
 
-def to_samples(rows: Iterable[tuple[int, dict]], convert: Callable[[dict, int], Sample | None] | None, where: str) -> list[Sample]:
+def to_samples(
+    rows: Iterable[tuple[int, dict]], convert: Callable[[dict, int], Sample | None] | None, where: str
+) -> list[Sample]:
     """Question-format rows as they are, others through the dataset's converter (which
     may skip a row by returning None)."""
     samples = []
@@ -153,6 +167,7 @@ def hub_rows(cfg: dict) -> Iterable[tuple[int, dict]]:
     except Exception as error:  # noqa: BLE001 - datasets raises many types for "not available"
         raise ConfigError(
             f"dataset.path: {cfg['name']} comes from the hub ({hub['id']}, split {hub['split']}), which is not "
-            f"available here ({type(error).__name__}); point dataset.path at a local copy ({cfg.get('offline_hint', 'a question JSONL')})"
+            f"available here ({type(error).__name__}); point dataset.path at a local copy "
+            f"({cfg.get('offline_hint', 'a question JSONL')})"
         ) from None
     return enumerate(rows, 1)

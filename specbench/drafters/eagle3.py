@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.parts import DrafterLoader
 from specbench.drafters.eagle import EagleDrafter
 from specbench.engine.kernels import Compiled, pack_linears
+from specbench.engine.parts import DrafterLoader
 from specbench.models import registry
 from specbench.models.eagle3 import check_fits, feature_layers, load_head
-
 
 WEIGHTS = ("method.drafter.head", "EAGLE-3 head")  # the key naming its weights, and what they are
 

@@ -15,15 +15,13 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled, pack_linears
-from specbench.engine.parts import Drafter
+from specbench.engine.parts import Drafter, DrafterLoader
 from specbench.engine.transfer import device_tensor
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.models.hydra import HydraHeads, load_heads
-
 
 WEIGHTS = ("method.drafter.heads", "Hydra heads")  # the key naming its weights, and what they are
 
@@ -57,10 +55,13 @@ class HydraDrafter(Drafter):
         self._prefix = [self.heads.prefix(f, cache)[-1] for f, cache in zip(features, self._caches)]
 
     @torch.no_grad()
-    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+    def logits(
+        self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]
+    ) -> list[torch.Tensor | None]:
         """Rows asking for a node deeper than the last head get None."""
         usable = [bool(row) and max(tree.depths[n] for n in row) < len(self.heads) for tree, row in zip(trees, nodes)]
-        by_depth: dict[int, list[tuple[int, int, list[int]]]] = {}  # depth -> (row, position in its request, path tokens)
+        # depth -> (row, position in its request, path tokens)
+        by_depth: dict[int, list[tuple[int, int, list[int]]]] = {}
         for b, (tree, row) in enumerate(zip(trees, nodes)):
             for i, n in enumerate(row if usable[b] else ()):
                 by_depth.setdefault(tree.depths[n], []).append((b, i, [tree.tokens[m] for m in tree.path_to(n)]))
@@ -79,7 +80,8 @@ class HydraDrafter(Drafter):
     @torch.no_grad()
     def root_logits(self, contexts: list[list[int]], roots: list[int]) -> torch.Tensor:
         self._stacked_prefix = torch.stack(self._prefix)  # [B, H], for every level of this step
-        self._paths = device_tensor(roots, self._stacked_prefix.device)[:, None, None]  # [B, nodes of the level, path tokens]
+        # [B, nodes of the level, path tokens]
+        self._paths = device_tensor(roots, self._stacked_prefix.device)[:, None, None]
         return self._head(self._paths)[:, 0]
 
     @torch.no_grad()
@@ -97,7 +99,9 @@ class HydraDrafter(Drafter):
         batch, width = paths.shape[:2]
         prefix = self._stacked_prefix[:, None].expand(-1, width, -1)
         self.forwards += 1
-        return self.heads.head(depth, prefix.reshape(batch * width, -1), paths.reshape(batch * width, -1)).reshape(batch, width, -1)
+        return self.heads.head(depth, prefix.reshape(batch * width, -1), paths.reshape(batch * width, -1)).reshape(
+            batch, width, -1
+        )
 
     @torch.no_grad()
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled, pack_linears
-from specbench.engine.parts import Drafter
+from specbench.engine.parts import Drafter, DrafterLoader
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.models.medusa import MedusaHeads, load_heads
-
 
 WEIGHTS = ("method.drafter.heads", "Medusa heads")  # the key naming its weights, and what they are
 
@@ -51,7 +49,9 @@ class MedusaDrafter(Drafter):
         self._hidden = [f[-1] for f in features]
         self._logits: dict[int, torch.Tensor] = {}  # head -> [B, V] for this step
 
-    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+    def logits(
+        self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]
+    ) -> list[torch.Tensor | None]:
         count = len(self.heads)
         depths = [[tree.depths[n] for n in row_nodes] for tree, row_nodes in zip(trees, nodes)]
         missing = sorted({d for row in depths for d in row if d < count} - self._logits.keys())

@@ -29,7 +29,12 @@ class OracleDrafter(Drafter):
 
     def __init__(self, vocab_size: int, references: dict[tuple[int, ...], list[int]], device, stagger: int = 0):
         """`references`: per prompt (its ids), the ids that follow it (AR's continuation)."""
-        self.vocab_size, self.references, self.device, self.stagger = vocab_size, references, torch.device(device), stagger
+        self.vocab_size, self.references, self.device, self.stagger = (
+            vocab_size,
+            references,
+            torch.device(device),
+            stagger,
+        )
         # every token's runner-up logit, distinct, so the top-k of a node is fixed
         self.base = -torch.arange(vocab_size, dtype=torch.float32, device=self.device) / vocab_size
         self.forwards = 0
@@ -56,7 +61,9 @@ class OracleDrafter(Drafter):
         token = sequence[position + 1] if position + 1 < len(sequence) else 0
         return token if depth < self.correct_levels(row) else (token + 1) % self.vocab_size
 
-    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+    def logits(
+        self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]
+    ) -> list[torch.Tensor | None]:
         self.forwards += 1
         out = []
         for b, (context, tree, row_nodes) in enumerate(zip(contexts, trees, nodes)):

@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled
-from specbench.engine.parts import Drafter
+from specbench.engine.parts import Drafter, DrafterLoader
 from specbench.engine.tree import DraftTree
 from specbench.errors import require
 
 
-def build(target: torch.nn.Module, hardware: dict, compiled: Compiled, max_ngram: int = 3, min_ngram: int = 1) -> "PromptLookupDrafter":
+def build(
+    target: torch.nn.Module, hardware: dict, compiled: Compiled, max_ngram: int = 3, min_ngram: int = 1
+) -> "PromptLookupDrafter":
     """No model to load or run: `hardware` and `compiled` do not apply."""
     return PromptLookupDrafter(target.config.vocab_size, max_ngram, min_ngram)
 
@@ -23,13 +24,23 @@ load = DrafterLoader(build, layers=False)
 
 class PromptLookupDrafter(Drafter):
     def __init__(self, target_vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
-        require(isinstance(min_ngram, int) and min_ngram >= 1, "method.drafter.min_ngram", f"must be an integer >= 1, got {min_ngram!r}")
-        require(isinstance(max_ngram, int) and max_ngram >= min_ngram, "method.drafter.max_ngram", f"must be an integer >= min_ngram ({min_ngram}), got {max_ngram!r}")
+        require(
+            isinstance(min_ngram, int) and min_ngram >= 1,
+            "method.drafter.min_ngram",
+            f"must be an integer >= 1, got {min_ngram!r}",
+        )
+        require(
+            isinstance(max_ngram, int) and max_ngram >= min_ngram,
+            "method.drafter.max_ngram",
+            f"must be an integer >= min_ngram ({min_ngram}), got {max_ngram!r}",
+        )
         self.vocab_size = target_vocab_size
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+    def logits(
+        self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]
+    ) -> list[torch.Tensor | None]:
         return [self._row_logits(c, t, n) if n else None for c, t, n in zip(contexts, trees, nodes)]
 
     def _row_logits(self, context: list[int], tree: DraftTree, nodes: list[int]) -> torch.Tensor | None:

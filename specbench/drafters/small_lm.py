@@ -18,16 +18,14 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled
 from specbench.engine.lean import make_lm
-from specbench.engine.parts import Drafter
+from specbench.engine.parts import Drafter, DrafterLoader
 from specbench.engine.transfer import to_device
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.models.medusa import check_draft_vocab, scattered
-
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -58,12 +56,16 @@ def check_own_vocab(ids: torch.Tensor, draft_config, target_config, weights: Pat
     check_draft_vocab(ids, target_config.vocab_size, weights, key)
     where = f"{key}: {weights}"
     if ids.dim() != 1 or len(ids) != draft_config.vocab_size:
-        raise ConfigError(f"{where}: draft_vocab must be int64 target ids, one per output row ({draft_config.vocab_size})")
+        raise ConfigError(
+            f"{where}: draft_vocab must be int64 target ids, one per output row ({draft_config.vocab_size})"
+        )
     if bool((ids[1:] <= ids[:-1]).any()):
         raise ConfigError(f"{where}: draft_vocab must be sorted, distinct target ids below {target_config.vocab_size}")
     if draft_config.hidden_size != target_config.hidden_size:
-        raise ConfigError(f"{where}: a draft with its own vocabulary reads the target's input embedding, so needs its width "
-                          f"{target_config.hidden_size} (it has {draft_config.hidden_size})")
+        raise ConfigError(
+            f"{where}: a draft with its own vocabulary reads the target's input embedding, so needs its width "
+            f"{target_config.hidden_size} (it has {draft_config.hidden_size})"
+        )
 
 
 def own_vocab_draft(directory: Path, target: torch.nn.Module, key: str) -> tuple[torch.nn.Module, DraftVocab] | None:
@@ -85,14 +87,18 @@ def own_vocab_draft(directory: Path, target: torch.nn.Module, key: str) -> tuple
     draft = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     missing, unexpected = draft.load_state_dict(state, strict=False)
     if unexpected or set(missing) != {"model.embed_tokens.weight"}:
-        raise ConfigError(f"{key}: {weights}: weights do not fit its config.json "
-                          f"(missing {sorted(set(missing) - {'model.embed_tokens.weight'})[:3]}, unexpected {unexpected[:3]})")
+        raise ConfigError(
+            f"{key}: {weights}: weights do not fit its config.json "
+            f"(missing {sorted(set(missing) - {'model.embed_tokens.weight'})[:3]}, unexpected {unexpected[:3]})"
+        )
     draft.to(dtype=target.dtype, device=target.device)
     draft.model.embed_tokens = target.get_input_embeddings()
     return draft.eval(), DraftVocab(ids.to(target.device), target.config.vocab_size)
 
 
-def load_draft(entry: dict, target: torch.nn.Module, dtype: str, device: str, key: str) -> tuple[torch.nn.Module, DraftVocab | None]:
+def load_draft(
+    entry: dict, target: torch.nn.Module, dtype: str, device: str, key: str
+) -> tuple[torch.nn.Module, DraftVocab | None]:
     """The draft LM a model entry names, with its own vocabulary when it has one."""
     own = own_vocab_draft(Path(registry.resolve(entry, key)), target, key)
     return own if own is not None else (registry.load_model(entry, dtype, device, key=key), None)
@@ -120,8 +126,14 @@ load = DrafterLoader(build, check)
 
 
 class SmallLMDrafter(Drafter):
-    def __init__(self, model: torch.nn.Module, target_vocab_size: int, forward: str = "hf", compiled: Compiled = Compiled(),
-                 vocab: DraftVocab | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        target_vocab_size: int,
+        forward: str = "hf",
+        compiled: Compiled = Compiled(),
+        vocab: DraftVocab | None = None,
+    ):
         """`compiled`: the target's choice (packed weights, fp32 attention, int8 drafter
         weights), run the same way; `vocab`: the draft's own vocabulary, when it has one."""
         self.lm = make_lm(model, forward, compiled, draft=True)
@@ -138,7 +150,9 @@ class SmallLMDrafter(Drafter):
         self._node_logits = [{} for _ in prompts]
         self._levels: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # this step's levels fed as device tensors
 
-    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+    def logits(
+        self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]
+    ) -> list[torch.Tensor | None]:
         """Rows read the context they have not seen (first step after a commit) and the
         asked nodes' uncached ancestors, all rows in one forward."""
         needed = [
@@ -154,7 +168,10 @@ class SmallLMDrafter(Drafter):
             for known, row_needed, row_logits in zip(self._node_logits, needed, rows):
                 if row_needed:
                     known.update(zip(row_needed, self._in_target_vocab(row_logits)))
-        return [torch.stack([known[n] for n in row_nodes]) if row_nodes else None for known, row_nodes in zip(self._node_logits, nodes)]
+        return [
+            torch.stack([known[n] for n in row_nodes]) if row_nodes else None
+            for known, row_nodes in zip(self._node_logits, nodes)
+        ]
 
     grows_on_device = True
 
@@ -178,7 +195,11 @@ class SmallLMDrafter(Drafter):
         return self._in_target_vocab(logits.reshape(batch * width, -1)).reshape(batch, width, -1)
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features=None) -> None:
-        fed = self._fed_paths(trees, paths) if self._levels is not None else [tree.drafted_ids(path) for tree, path in zip(trees, paths)]
+        fed = (
+            self._fed_paths(trees, paths)
+            if self._levels is not None
+            else [tree.drafted_ids(path) for tree, path in zip(trees, paths)]
+        )
         self.lm.commit(fed)
         self._node_logits = [{} for _ in trees]
         self._levels = None
@@ -196,7 +217,14 @@ class SmallLMDrafter(Drafter):
         for tree, path, row_tokens, row_parents in zip(trees, paths, fed_tokens, fed_parents):
             ids, slot, offset = [0], 0, 0
             for node, width in zip(path[1:], widths):
-                found = next((i for i in range(offset, offset + width) if row_tokens[i] == tree.tokens[node] and row_parents[i] == slot), None)
+                found = next(
+                    (
+                        i
+                        for i in range(offset, offset + width)
+                        if row_tokens[i] == tree.tokens[node] and row_parents[i] == slot
+                    ),
+                    None,
+                )
                 if found is None:
                     break
                 ids.append(1 + found)

@@ -27,14 +27,18 @@ def candidates(tree_cfg: dict) -> list[dict]:
     """Concrete tree configs for every candidate of the policy, auto keys filled in,
     keys the user set kept as set (duplicates dropped, order kept; a policy's
     `distinct_candidate(cfg)`, if it has one, writes candidates that build the same tree alike)."""
-    from hydra.utils import get_class  # here, not at import: the engine path (scripts/device_check.py) runs without hydra
+    # here, not at import: the engine path (scripts/device_check.py) runs without hydra
+    from hydra.utils import get_class
 
     keys = auto_keys(tree_cfg)
     tree_class = get_class(tree_cfg["_target_"])
     grid = getattr(tree_class, "AUTO_CANDIDATES", None)
     if not grid or any(k not in grid[0] for k in keys):
         supported = sorted(grid[0]) if grid else []
-        raise ConfigError(f"method.tree: {', '.join(keys)} cannot be auto for {tree_cfg['_target_']} (auto supported for: {supported or 'none'})")
+        raise ConfigError(
+            f"method.tree: {', '.join(keys)} cannot be auto for {tree_cfg['_target_']} (auto supported for: "
+            f"{supported or 'none'})"
+        )
     distinct = getattr(tree_class, "distinct_candidate", lambda cfg: cfg)
     out, seen = [], set()
     for candidate in grid:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.engine.tree import DraftTree
 from specbench.engine.transfer import device_tensor, to_device
+from specbench.engine.tree import DraftTree
 
 
 @dataclass
@@ -30,11 +30,15 @@ class Feed:
     nodes: list[list[int]]  # tree nodes fed per row, after its context
     positions: torch.Tensor  # long [B, width]
     mask: torch.Tensor | None  # bool [B, width, start + width] (True = attend); None = plain causal
-    position_bound: int  # 1 + the largest position, known on the host: RoPE tables grow without reading `positions` back
+    position_bound: (
+        int  # 1 + the largest position, known on the host: RoPE tables grow without reading `positions` back
+    )
 
     def causal_mask(self) -> torch.Tensor:
         """Bool [width, start + width]: the plain causal mask `mask` None stands for."""
-        return torch.ones(self.width, self.start + self.width, dtype=torch.bool, device=self.positions.device).tril(self.start)
+        return torch.ones(self.width, self.start + self.width, dtype=torch.bool, device=self.positions.device).tril(
+            self.start
+        )
 
 
 class ColumnCache:
@@ -47,7 +51,9 @@ class ColumnCache:
         self.lengths = [0] * batch_size  # committed tokens per row
         self.node_columns: list[dict[int, int]] = [{} for _ in range(batch_size)]
 
-    def feed(self, contexts: list[int], trees: list[DraftTree | None], nodes: list[list[int]], node_offset: int = 0) -> Feed:
+    def feed(
+        self, contexts: list[int], trees: list[DraftTree | None], nodes: list[list[int]], node_offset: int = 0
+    ) -> Feed:
         """Lay out a forward of `contexts[b]` new context tokens then tree `nodes[b]` of
         `trees[b]` per row. A node's position is the row's committed length (after the new
         context) + its depth + `node_offset` (-1 where the root is committed context)."""
@@ -65,12 +71,20 @@ class ColumnCache:
             bound = max(bound, base + n_context)
             if row_nodes:
                 depths = [trees[b].depths[n] for n in row_nodes]
-                positions[b, n_context : n_context + len(row_nodes)] = base + n_context + node_offset + torch.tensor(depths)
+                positions[b, n_context : n_context + len(row_nodes)] = (
+                    base + n_context + node_offset + torch.tensor(depths)
+                )
                 bound = max(bound, base + n_context + node_offset + max(depths) + 1)
-        mask = None if self._causal_suffices(contexts, trees, nodes) else self._mask(start, width, contexts, trees, nodes)
-        return Feed(start, width, list(contexts), [list(n) for n in nodes], to_device(positions, self.device), mask, bound)
+        mask = (
+            None if self._causal_suffices(contexts, trees, nodes) else self._mask(start, width, contexts, trees, nodes)
+        )
+        return Feed(
+            start, width, list(contexts), [list(n) for n in nodes], to_device(positions, self.device), mask, bound
+        )
 
-    def level_feed(self, attended: torch.Tensor, parents: torch.Tensor, depth: int, node_offset: int = 0) -> tuple[Feed, torch.Tensor]:
+    def level_feed(
+        self, attended: torch.Tensor, parents: torch.Tensor, depth: int, node_offset: int = 0
+    ) -> tuple[Feed, torch.Tensor]:
         """A forward of one level of a tree grown on the device, laid out without reading it:
         node j of row b is a child of the node in slot `parents[b, j]` of the level fed
         before, whose tree columns (its ancestors' and its own) `attended[b]` [w_before,
@@ -85,8 +99,15 @@ class ColumnCache:
         context = to_device(self.valid[:, None, :start], device)
         positions = device_tensor([[length + depth + node_offset] * width for length in self.lengths], device)
         first = [len(cached) for cached in self.node_columns]
-        feed = Feed(start, width, [0] * batch, [list(range(k, k + width)) for k in first], positions,
-                    torch.cat([in_tree | context, own], dim=2), max(self.lengths) + depth + node_offset + 1)
+        feed = Feed(
+            start,
+            width,
+            [0] * batch,
+            [list(range(k, k + width)) for k in first],
+            positions,
+            torch.cat([in_tree | context, own], dim=2),
+            max(self.lengths) + depth + node_offset + 1,
+        )
         return feed, torch.cat([in_tree, own], dim=2)
 
     def _causal_suffices(self, contexts, trees, nodes) -> bool:

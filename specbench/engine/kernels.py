@@ -47,7 +47,9 @@ def pack_fp16(weight: torch.Tensor) -> torch.Tensor:
     """An fp32 weight rounded to fp16 and packed for FBGEMM's fp16-weight matmul
     (`fp16_linear`): half the bytes to read, fp32 activations and accumulation."""
     if not has_fp16_weights():
-        raise RuntimeError("this torch has no FBGEMM fp16-weight ops (see docs/fp16-weights.md); run with engine.fp16_weights=off")
+        raise RuntimeError(
+            "this torch has no FBGEMM fp16-weight ops (see docs/fp16-weights.md); run with engine.fp16_weights=off"
+        )
     return torch.fbgemm_pack_gemm_matrix_fp16(weight.detach().float().contiguous())
 
 
@@ -81,12 +83,18 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (w / scales[:, None]).round().clamp(-127, 127).to(torch.int8).contiguous(), scales.to(weight.dtype)
 
 
-def int8_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    out = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), weight, scales).reshape(*x.shape[:-1], weight.shape[0])
+def int8_linear(
+    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    out = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), weight, scales).reshape(
+        *x.shape[:-1], weight.shape[0]
+    )
     return out if bias is None else out + bias
 
 
-def paired_int8_linear(x: torch.Tensor, weight: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None = None) -> torch.Tensor:
+def paired_int8_linear(
+    x: torch.Tensor, weight: tuple[torch.Tensor, torch.Tensor], bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """int8_linear with the (int8 weight, scales) pair quantize_int8 gives, as the lean layer calls its kernel."""
     return int8_linear(x, *weight, bias)
 
@@ -128,7 +136,11 @@ def pack_linears(module: torch.nn.Module, compiled: Compiled) -> torch.nn.Module
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(parent, name, PackedLinear(child, compiled.packed_from, compiled.int8_drafts_below, compiled.fp16_weights))
+                setattr(
+                    parent,
+                    name,
+                    PackedLinear(child, compiled.packed_from, compiled.int8_drafts_below, compiled.fp16_weights),
+                )
     return module
 
 
@@ -170,7 +182,9 @@ class Compiled:
 
     def __str__(self) -> str:
         parts = ([f"packed>={self.packed_from}"] if self.packed_from else []) + (["torch"] if self.torch else [])
-        parts += (["fp32-attention"] if self.float_attention else []) + ([f"int8-drafts<{self.int8_drafts_below}"] if self.int8_drafts_below else [])
+        parts += (["fp32-attention"] if self.float_attention else []) + (
+            [f"int8-drafts<{self.int8_drafts_below}"] if self.int8_drafts_below else []
+        )
         parts += ["fp16-weights"] if self.fp16_weights else []
         parts += ["static"] if self.static else []
         return "+".join(parts) or "eager"

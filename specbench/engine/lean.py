@@ -27,7 +27,16 @@ import torch
 import torch.nn.functional as F
 
 from specbench.engine.graphs import Replay, bucket, new_pool
-from specbench.engine.kernels import Compiled, PackedLinear, fp16_linear, pack, pack_fp16, packed_linear, paired_int8_linear, quantize_int8
+from specbench.engine.kernels import (
+    Compiled,
+    PackedLinear,
+    fp16_linear,
+    pack,
+    pack_fp16,
+    packed_linear,
+    paired_int8_linear,
+    quantize_int8,
+)
 from specbench.engine.lm import TreeLM
 from specbench.engine.transfer import device_tensor
 from specbench.errors import require
@@ -86,7 +95,8 @@ class RopeTable(torch.nn.Module):
     per forward: the values `rotary` (a transformers rotary embedding with fixed inv_freq)
     computes, an fp32 product of position and inverse frequency, then cos and sin, scaled and
     cast, without its per-call work (AMD EPYC Zen 5, bf16: 77 vs 5 us a call, timed while a
-    training job shared the CPU; the head forward's gain from it was inside the noise). Called as the embedding is: (x, positions) -> (cos, sin) in
+    training job shared the CPU; the head forward's gain from it was inside the noise). Called as the embedding is: (x,
+    positions) -> (cos, sin) in
     x's dtype on x's device."""
 
     def __init__(self, rotary: torch.nn.Module):
@@ -96,7 +106,9 @@ class RopeTable(torch.nn.Module):
         self.rows = 0
         self.tables: dict = {}  # (dtype, device) -> (cos, sin) [rows, head_dim]
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, bound: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, bound: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`bound`: 1 + the largest of `positions` where the caller knows it on the host (the
         engine's Feed does); None reads it from `positions`, a host synchronisation."""
         cos, sin = self.table(int(positions.max()) + 1 if bound is None else bound, x)
@@ -108,9 +120,14 @@ class RopeTable(torch.nn.Module):
             self.rows, self.tables = max(rows, 2 * self.rows, INITIAL_ROWS), {}
         key = (x.dtype, x.device)
         if key not in self.tables:
-            freqs = torch.arange(self.rows, dtype=torch.float, device=self.inv_freq.device)[:, None] * self.inv_freq.float()[None]
+            freqs = (
+                torch.arange(self.rows, dtype=torch.float, device=self.inv_freq.device)[:, None]
+                * self.inv_freq.float()[None]
+            )
             emb = torch.cat((freqs, freqs), dim=-1)
-            self.tables[key] = tuple((f(emb) * self.scale).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin))
+            self.tables[key] = tuple(
+                (f(emb) * self.scale).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin)
+            )
         return self.tables[key]
 
 
@@ -128,26 +145,50 @@ class LeanTreeLM(TreeLM):
         with torch.no_grad():
             for layer in inner.layers:
                 attn, mlp = layer.self_attn, layer.mlp
-                linears = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+                linears = (
+                    attn.q_proj,
+                    attn.k_proj,
+                    attn.v_proj,
+                    attn.o_proj,
+                    mlp.gate_proj,
+                    mlp.up_proj,
+                    mlp.down_proj,
+                )
                 head_norms = (attn.q_norm.weight, attn.k_norm.weight) if hasattr(attn, "q_norm") else None  # Qwen3
-                self.layers.append((  # the weights in _layer's argument order, then the biases, head norms and eps
-                    layer.input_layernorm.weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight,
-                    attn.o_proj.weight, layer.post_attention_layernorm.weight,
-                    mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight,
-                    tuple(linear.bias for linear in linears), head_norms,
-                    layer.input_layernorm.variance_epsilon,
-                ))
+                self.layers.append(
+                    (  # the weights in _layer's argument order, then the biases, head norms and eps
+                        layer.input_layernorm.weight,
+                        attn.q_proj.weight,
+                        attn.k_proj.weight,
+                        attn.v_proj.weight,
+                        attn.o_proj.weight,
+                        layer.post_attention_layernorm.weight,
+                        mlp.gate_proj.weight,
+                        mlp.up_proj.weight,
+                        mlp.down_proj.weight,
+                        tuple(linear.bias for linear in linears),
+                        head_norms,
+                        layer.input_layernorm.variance_epsilon,
+                    )
+                )
             self.final_norm = (inner.norm.weight, inner.norm.variance_epsilon)
             self.compiled = compiled
             self.int8_below = compiled.int8_drafts_below if draft and not compiled.fp16_weights else 0
             self.int8_layers = None
             if self.int8_below:
-                self.int8_layers = [tuple(quantize_int8(w) if i in PROJECTIONS else w for i, w in enumerate(layer)) for layer in self.layers]
+                self.int8_layers = [
+                    tuple(quantize_int8(w) if i in PROJECTIONS else w for i, w in enumerate(layer))
+                    for layer in self.layers
+                ]
             self.packed_layers = None
             if compiled.fp16_weights:  # every forward on fp16 weights: the plain ones are not read
-                self.layers = [tuple(pack_fp16(w) if i in PROJECTIONS else w for i, w in enumerate(layer)) for layer in self.layers]
+                self.layers = [
+                    tuple(pack_fp16(w) if i in PROJECTIONS else w for i, w in enumerate(layer)) for layer in self.layers
+                ]
             elif compiled.packed_from is not None:
-                self.packed_layers = [tuple(pack(w) if i in PROJECTIONS else w for i, w in enumerate(layer)) for layer in self.layers]
+                self.packed_layers = [
+                    tuple(pack(w) if i in PROJECTIONS else w for i, w in enumerate(layer)) for layer in self.layers
+                ]
                 if compiled.packed_from <= 1:  # every forward packed: the plain weights are not read
                     self.layers = self.packed_layers
         if compiled.torch:
@@ -157,7 +198,8 @@ class LeanTreeLM(TreeLM):
         self._k = self._v = None
         self._batch = 1
         super().__init__(model)
-        if compiled.packed_from is not None or self.int8_below or compiled.fp16_weights:  # the output layer: a fifth of a 135M model's weights
+        # the output layer: a fifth of a 135M model's weights
+        if compiled.packed_from is not None or self.int8_below or compiled.fp16_weights:
             self.lm_head = PackedLinear(self.lm_head, compiled.packed_from, self.int8_below, compiled.fp16_weights)
 
     @property
@@ -221,7 +263,9 @@ class LeanTreeLM(TreeLM):
         self._rows = start + n
         return normed, hidden
 
-    def _layers(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn_mask: torch.Tensor | None, start: int):
+    def _layers(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn_mask: torch.Tensor | None, start: int
+    ):
         """The decoder layers and the final norm over embedded `x` [B, n, H] whose KV rows
         go to cache columns start..start+n."""
         hidden = [] if self.feature_layers else None
@@ -241,8 +285,29 @@ class LeanTreeLM(TreeLM):
             hidden.append(normed)
         return normed, hidden
 
-    def _layer(self, x, cos, sin, attn_mask, k_cache, v_cache, start: int, linear, norm1, q_proj, k_proj, v_proj, o_proj, norm2, gate, up, down,
-               biases, head_norms, eps: float):
+    def _layer(
+        self,
+        x,
+        cos,
+        sin,
+        attn_mask,
+        k_cache,
+        v_cache,
+        start: int,
+        linear,
+        norm1,
+        q_proj,
+        k_proj,
+        v_proj,
+        o_proj,
+        norm2,
+        gate,
+        up,
+        down,
+        biases,
+        head_norms,
+        eps: float,
+    ):
         """One decoder layer (tensors, ints and the linear kernel: the unit torch.compile
         compiles, once for all layers). `biases`: the q, k, v, o, gate, up and down
         projections' (None where a projection has none); `head_norms`: the query and key
@@ -266,11 +331,15 @@ class LeanTreeLM(TreeLM):
         normed = self._norm(x, norm2, eps)
         return x + linear(F.silu(linear(normed, gate, gate_bias)) * linear(normed, up, up_bias), down, down_bias)
 
-    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def _attend(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attn_mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """Attention of q [B, h, n, d] over keys and values [B, kv, columns, d] (GQA inside SDPA)."""
         grouped = self.kv_heads != self.heads
         if q.shape[2] == 1 and self.compiled.float_attention and q.dtype != torch.float32:
-            return F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=grouped).to(q.dtype)
+            return F.scaled_dot_product_attention(
+                q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=grouped
+            ).to(q.dtype)
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, enable_gqa=grouped)
 
     @staticmethod
@@ -337,7 +406,9 @@ class StaticTreeLM(LeanTreeLM):
         v_cache.index_copy_(2, start, v)
         return k_cache, v_cache
 
-    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    def _attend(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attn_mask: torch.Tensor | None
+    ) -> torch.Tensor:
         """A static forward's attention (its mask folded by `_fold`: more rows than q) over the
         mask's key span; a prefill's (an int start: unfolded) as LeanTreeLM's."""
         batch, heads, n, d = q.shape
@@ -345,7 +416,9 @@ class StaticTreeLM(LeanTreeLM):
             # a prefill on a GPU: K and V copied per group once (the size of q) for the
             # memory-efficient kernel, instead of the math kernel's fp32 scores over n x n
             groups = heads // self.kv_heads
-            return F.scaled_dot_product_attention(q, keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1), attn_mask=attn_mask)
+            return F.scaled_dot_product_attention(
+                q, keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1), attn_mask=attn_mask
+            )
         if attn_mask is None or attn_mask.shape[-2] == n:
             return super()._attend(q, keys, values, attn_mask)
         span = attn_mask.shape[-1]
@@ -365,11 +438,18 @@ class StaticTreeLM(LeanTreeLM):
             return super()._run(tokens, feed)
         start = self._rows
         self._reserve(start + width)
-        mask = torch.zeros(batch, 1, width, key_span(start + width, self._k.shape[3]), dtype=torch.bool, device=self.device)
+        mask = torch.zeros(
+            batch, 1, width, key_span(start + width, self._k.shape[3]), dtype=torch.bool, device=self.device
+        )
         mask[:, 0, :n, : start + n] = feed.mask if feed.mask is not None else feed.causal_mask()
         padding = torch.arange(n, width, device=self.device)
         mask[:, 0, padding, start + padding] = True
-        inputs = (F.pad(tokens, (0, width - n)), F.pad(feed.positions, (0, width - n)), mask, torch.arange(start, start + width, device=self.device))
+        inputs = (
+            F.pad(tokens, (0, width - n)),
+            F.pad(feed.positions, (0, width - n)),
+            mask,
+            torch.arange(start, start + width, device=self.device),
+        )
         normed, hidden = self._replay(inputs)
         self._rows = start + n
         return normed[:, :n], None if hidden is None else [h[:, :n] for h in hidden]
@@ -389,7 +469,9 @@ class StaticTreeLM(LeanTreeLM):
         """The lean layers over padded `tokens` [B, W] at `positions`, attending as `mask`
         [B, 1, W, cache columns] says, their K and V written at `columns` [W]."""
         cos, sin = self._rope.table(self._k.shape[3], self.embed)
-        return self._layers(F.embedding(tokens, self.embed), cos[positions][:, None], sin[positions][:, None], self._fold(mask), columns)
+        return self._layers(
+            F.embedding(tokens, self.embed), cos[positions][:, None], sin[positions][:, None], self._fold(mask), columns
+        )
 
     def _release_graphs(self) -> None:
         for replay in self._replays.values():
@@ -413,14 +495,20 @@ def key_span(columns: int, capacity: int) -> int:
 FORWARDS = ("auto", "lean", "hf")
 
 
-def make_lm(model: torch.nn.Module, forward: str = "auto", compiled: Compiled = Compiled(), draft: bool = False) -> TreeLM:
+def make_lm(
+    model: torch.nn.Module, forward: str = "auto", compiled: Compiled = Compiled(), draft: bool = False
+) -> TreeLM:
     """The KV-cached LM over `model`: the lean forward where it supports the architecture
     (`auto` or `lean`), run as `compiled` says (a `draft` model with int8 weights where it
     says drafters run so); the model's own forward otherwise or when asked (`hf`)."""
     require(forward in FORWARDS, "hardware.forward", f"unknown {forward!r}; choose one of {', '.join(FORWARDS)}")
     if forward == "lean":
         reason = unsupported(model)
-        require(reason is None, "hardware.forward", f"lean: {type(model).__name__}: {reason}; use hardware.forward=auto or hf")
+        require(
+            reason is None,
+            "hardware.forward",
+            f"lean: {type(model).__name__}: {reason}; use hardware.forward=auto or hf",
+        )
     if forward == "hf" or not supports(model):
         return TreeLM(model)
     return (StaticTreeLM if compiled.static else LeanTreeLM)(model, compiled, draft)

@@ -15,8 +15,8 @@ from transformers import DynamicCache
 
 from specbench.engine.columns import ColumnCache, Feed, moves
 from specbench.engine.kernels import Compiled
-from specbench.engine.tree import DraftTree
 from specbench.engine.transfer import device_tensor, on_device, to_device
+from specbench.engine.tree import DraftTree
 
 
 class TreeLM:
@@ -92,7 +92,8 @@ class TreeLM:
             self.features = [features[b, :count] for b, count in enumerate(counts)]
         wanted = [
             (b, range(len(c), len(c) + len(n)) if n else range(len(c) - 1, len(c)))
-            for b, (c, n) in enumerate(zip(contexts, nodes)) if c or n
+            for b, (c, n) in enumerate(zip(contexts, nodes))
+            if c or n
         ]
         picked = torch.cat([normed[b, r.start : r.stop] for b, r in wanted]) if wanted else None
         logits = self.lm_head(picked).split([len(r) for _, r in wanted]) if wanted else ()

@@ -17,12 +17,12 @@ import torch
 
 from specbench.engine.graphs import BUCKETS, CAPTURES
 from specbench.engine.lm import TreeLM
+from specbench.engine.parts import Drafter, StepCosts, TreePolicy, Verifier
 from specbench.engine.sampling import Sampling
 from specbench.engine.transfer import device_tensor
-from specbench.engine.parts import Drafter, StepCosts, TreePolicy, Verifier
 
-
-RESERVE_TREE_ROWS = max(BUCKETS)  # cache columns reserved past the longest prompt and the token limit: the widest bucketed tree
+# cache columns reserved past the longest prompt and the token limit: the widest bucketed tree
+RESERVE_TREE_ROWS = max(BUCKETS)
 
 
 @dataclass
@@ -182,7 +182,13 @@ def generate_batch(
             _leave(rows, active, target, method, clock)
         while active:
             forwards_before = drafter.forwards if drafter is not None else 0
-            drafts = tree.grow(drafter, [r.prompt + r.new[:-1] for r in active], [r.new[-1] for r in active], sampling, [r.generator for r in active])
+            drafts = tree.grow(
+                drafter,
+                [r.prompt + r.new[:-1] for r in active],
+                [r.new[-1] for r in active],
+                sampling,
+                [r.generator for r in active],
+            )
             drafted = (drafter.forwards if drafter is not None else 0) - forwards_before
             captured.take()
             verify_start = time.perf_counter()
@@ -192,13 +198,20 @@ def generate_batch(
             paths = [a.path for a in accepted]
             target.commit(paths)
             if drafter is not None:
-                features = [f[device_tensor(p, f.device)] for f, p in zip(target.features, paths)] if target.features is not None else None
+                features = (
+                    [f[device_tensor(p, f.device)] for f, p in zip(target.features, paths)]
+                    if target.features is not None
+                    else None
+                )
                 drafter.commit(drafts, paths, features)
             tree.observe(drafts, paths, logits)
             for row, draft, a in zip(active, drafts, accepted):
                 row.new += [draft.tokens[n] for n in a.path[1:]] + [a.next_token]
             with clock.paused():
-                nlls = _nll_rows([z[device_tensor(a.path, z.device)] for z, a in zip(logits, accepted)], [r.new[len(r.new) - len(a.path) :] for r, a in zip(active, accepted)])
+                nlls = _nll_rows(
+                    [z[device_tensor(a.path, z.device)] for z, a in zip(logits, accepted)],
+                    [r.new[len(r.new) - len(a.path) :] for r, a in zip(active, accepted)],
+                )
                 for row, draft, a, nll in zip(active, drafts, accepted, nlls):
                     _record_step(row, draft, a, nll, drafted)
                 if on_step is not None:
@@ -222,7 +235,9 @@ def _record_step(row: _Row, draft, accepted, nll: list[float], drafted: int) -> 
     row.accept_lengths.append(len(accepted.path))
 
 
-def _generation(row: _Row, limits: Limits, decode, prefill_seconds: float, seconds: float, batch_size: int, verify_seconds: float) -> Generation:
+def _generation(
+    row: _Row, limits: Limits, decode, prefill_seconds: float, seconds: float, batch_size: int, verify_seconds: float
+) -> Generation:
     """A finished row's result, cut where AR would have stopped."""
     new, stop = _truncate(row.new, limits, decode)
     return Generation(
@@ -288,7 +303,11 @@ def _sibling_ranks(tree, nodes: list[int]) -> list[int]:
     """Rank of each node among its siblings by draft log-prob (ties by position), 0 = its
     parent's top-1 child: which of a parent's top-K the target accepted (TALON's Figure 3)."""
     return [
-        sum(1 for m in range(1, len(tree)) if tree.parents[m] == tree.parents[n] and (tree.logps[m], -m) > (tree.logps[n], -n))
+        sum(
+            1
+            for m in range(1, len(tree))
+            if tree.parents[m] == tree.parents[n] and (tree.logps[m], -m) > (tree.logps[n], -n)
+        )
         for n in nodes
     ]
 

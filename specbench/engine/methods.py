@@ -9,13 +9,15 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from specbench.engine.candidates import DRAFTING_OFF, auto_keys, candidates
-from specbench.engine.parts import DrafterLoader
 from specbench.engine.kernels import Compiled
 from specbench.engine.loop import Method
+from specbench.engine.parts import DrafterLoader
 from specbench.errors import ConfigError
 
 
-def assemble(method_cfg: dict, target, hardware: dict, compiled: Compiled = Compiled(), costs=None, drafter=None) -> Method:
+def assemble(
+    method_cfg: dict, target, hardware: dict, compiled: Compiled = Compiled(), costs=None, drafter=None
+) -> Method:
     """The method a config with a concrete tree names, complete: a tree key still `auto` is
     an error (a run chooses it first, specbench.costs.autotune), and a DRAFTING_OFF tree (no
     shape pays) gets no drafter. `compiled`: how the target's forward runs, for the drafter
@@ -29,7 +31,10 @@ def assemble(method_cfg: dict, target, hardware: dict, compiled: Compiled = Comp
     elif drafter is None:
         drafter = load_drafter(method_cfg, target, hardware, compiled)
     if auto_keys(tree_cfg):
-        raise ConfigError(f"method.tree: {', '.join(auto_keys(tree_cfg))} = auto is chosen by a run from measured costs; set a value here")
+        raise ConfigError(
+            f"method.tree: {', '.join(auto_keys(tree_cfg))} = auto is chosen by a run from measured costs; set a "
+            "value here"
+        )
     tree = instantiate_part(tree_cfg, "method.tree")
     return Method(tree=tree, verifier=verifier, drafter=drafter, costs=costs)
 
@@ -71,7 +76,10 @@ def drafter_loader(drafter_cfg: dict) -> functools.partial:
     """The DrafterLoader a drafter config's `_target_` names, its parameters bound."""
     make = instantiate_part(drafter_cfg, "method.drafter", partial=True)
     if not isinstance(make.func, DrafterLoader):
-        raise ConfigError(f"method.drafter._target_: {drafter_cfg['_target_']} is not a DrafterLoader (a drafter module's `load`; see specbench/engine/parts.py)")
+        raise ConfigError(
+            f"method.drafter._target_: {drafter_cfg['_target_']} is not a DrafterLoader (a drafter module's "
+            "`load`; see specbench/engine/parts.py)"
+        )
     return make
 
 

@@ -33,7 +33,9 @@ class Drafter(ABC):
         states at `feature_layers` for row b's prompt, None when it reads none."""
 
     @abstractmethod
-    def logits(self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]) -> list[torch.Tensor | None]:
+    def logits(
+        self, contexts: list[list[int]], trees: list[DraftTree], nodes: list[list[int]]
+    ) -> list[torch.Tensor | None]:
         """Per row, logits [len(nodes[b]), V] over the target vocabulary for the token after
         each node, or None when the row asks for no nodes or the drafter has nothing to
         propose for it. One call is (at most) one draft forward over all rows."""
@@ -88,7 +90,11 @@ class TreePolicy(ABC):
 
     @abstractmethod
     def grow(
-        self, drafter: Drafter | None, contexts: list[list[int]], roots: list[int], sampling: Sampling,
+        self,
+        drafter: Drafter | None,
+        contexts: list[list[int]],
+        roots: list[int],
+        sampling: Sampling,
         generators: list[torch.Generator | None],
     ) -> list[DraftTree]:
         """One draft tree per row, rooted at that row's pending token `roots[b]`."""
@@ -119,11 +125,17 @@ class Verifier(ABC):
 
     @abstractmethod
     def accept_rows(
-        self, trees: list[DraftTree], logits: list[torch.Tensor], sampling: Sampling, generators: list[torch.Generator | None]
+        self,
+        trees: list[DraftTree],
+        logits: list[torch.Tensor],
+        sampling: Sampling,
+        generators: list[torch.Generator | None],
     ) -> list[Acceptance]:
         """Per row, given target logits at every node of its tree, the accepted path and the next token."""
 
-    def accept(self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> Acceptance:
+    def accept(
+        self, tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
+    ) -> Acceptance:
         """One row: the batch of one."""
         return self.accept_rows([tree], [logits], sampling, [generator])[0]
 

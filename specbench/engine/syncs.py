@@ -18,10 +18,9 @@ count (`torch.cuda.set_sync_debug_mode`).
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from contextlib import contextmanager
-
-import sys
 
 import torch
 
@@ -70,7 +69,11 @@ def counting_syncs(device: str | torch.device | None = None):
     kind = torch.device(device).type if device is not None else None
     target = kind or "cpu"
     originals = {name: getattr(torch.Tensor, name) for name in READS}
-    original_to, original_getitem, original_setitem = torch.Tensor.to, torch.Tensor.__getitem__, torch.Tensor.__setitem__
+    original_to, original_getitem, original_setitem = (
+        torch.Tensor.to,
+        torch.Tensor.__getitem__,
+        torch.Tensor.__setitem__,
+    )
     original_tensor = torch.tensor
 
     def ours() -> bool:  # not called from a library's code (two frames up: the patched method's caller)
@@ -91,7 +94,8 @@ def counting_syncs(device: str | torch.device | None = None):
         destination = _device_of(args, kwargs)
         blocking = not kwargs.get("non_blocking", False) and not any(a is True for a in args)
         if destination is not None and blocking and ours():
-            if destination.type == target and self.device.type == "cpu":  # host to device (on CPU: a call that names the device)
+            # host to device (on CPU: a call that names the device)
+            if destination.type == target and self.device.type == "cpu":
                 counts[COPY] += 1
             elif destination.type == "cpu" and target != "cpu" and self.device.type == target:  # device to host: a read
                 counts["cpu"] += 1
@@ -114,7 +118,13 @@ def counting_syncs(device: str | torch.device | None = None):
     def setitem(self, index, value):
         if indexed(index, self):
             counts[LIST_INDEX] += 1
-        if isinstance(value, torch.Tensor) and target != "cpu" and self.device.type == target and value.device.type == "cpu" and value.dim() > 0:
+        if (
+            isinstance(value, torch.Tensor)
+            and target != "cpu"
+            and self.device.type == target
+            and value.device.type == "cpu"
+            and value.dim() > 0
+        ):
             counts[COPY] += 1
         return original_setitem(self, index, value)
 
@@ -126,4 +136,9 @@ def counting_syncs(device: str | torch.device | None = None):
     finally:
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)
-        torch.Tensor.to, torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.tensor = original_to, original_getitem, original_setitem, original_tensor
+        torch.Tensor.to, torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.tensor = (
+            original_to,
+            original_getitem,
+            original_setitem,
+            original_tensor,
+        )

@@ -21,15 +21,31 @@ def is_number(value) -> bool:
 
 def integer(key: str, value, at_least: int, meaning: str = "") -> int:
     """`value` if it is an integer >= `at_least`; `meaning` (what the count is) goes into the error."""
-    require(is_integer(value) and value >= at_least, key, f"must be an integer >= {at_least}{_aside(meaning)}, got {value!r}")
+    require(
+        is_integer(value) and value >= at_least,
+        key,
+        f"must be an integer >= {at_least}{_aside(meaning)}, got {value!r}",
+    )
     return value
 
 
-def number(key: str, value, *, above: float | None = None, at_least: float | None = None, at_most: float | None = None,
-           meaning: str = "") -> float:
+def number(
+    key: str,
+    value,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    meaning: str = "",
+) -> float:
     """`value` as a float if it is a finite number within the bounds: a lower one, `above`
     (excluded) or `at_least` (included), and optionally `at_most` (included)."""
-    ok = is_number(value) and (above is None or value > above) and (at_least is None or value >= at_least) and (at_most is None or value <= at_most)
+    ok = (
+        is_number(value)
+        and (above is None or value > above)
+        and (at_least is None or value >= at_least)
+        and (at_most is None or value <= at_most)
+    )
     require(ok, key, f"must be {_range(above, at_least, at_most)}{_aside(meaning)}, got {value!r}")
     return float(value)
 

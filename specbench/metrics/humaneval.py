@@ -36,7 +36,10 @@ FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | r
 TIMEOUT_SECONDS = 10.0
 SANDBOX_UID = 65534  # "nobody": owns no files; bwrap maps it inside, root drops to it without bwrap
 OUTPUT_BYTES = 4096  # the layers line and the token; a program writing more has failed anyway
-PROBE = "import collections, fractions, functools, hashlib, heapq, itertools, json, math, re, string, typing\nassert sum(range(4)) == 6\n"
+PROBE = (
+    "import collections, fractions, functools, hashlib, heapq, itertools, json, math, re, string, typing\nassert "
+    "sum(range(4)) == 6\n"
+)
 
 
 @cache
@@ -107,8 +110,27 @@ def bwrap_command(bwrap: str, directory: str) -> list[str]:
     root holding only /usr, Python's prefixes, the child script and the loader's cache
     (read-only), the program's directory, a private /tmp and a minimal /dev; no /proc, so no
     other process is visible."""
-    command = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL",
-               "--die-with-parent", "--new-session", "--clearenv", "--dev", "/dev", "--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
+    command = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):  # merged-/usr systems link these into /usr
         if os.path.islink(top):
             command += ["--symlink", os.readlink(top), top]
@@ -133,15 +155,35 @@ def execute(source: str, timeout: float = TIMEOUT_SECONDS, within: Boundary | No
     line and this run's token, which the child writes only after the program returned."""
     chosen = within or boundary()
     token = secrets.token_hex(16)
-    with tempfile.TemporaryDirectory(prefix="specbench-exec-") as directory, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with (
+        tempfile.TemporaryDirectory(prefix="specbench-exec-") as directory,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
         (Path(directory) / "program.py").write_text(source, encoding="utf-8")
         if chosen.uid >= 0:
             os.chown(directory, chosen.uid, chosen.uid)
         wrapper = bwrap_command(chosen.bwrap, directory) if chosen.bwrap else []
-        command = [*wrapper, sys.executable, "-I", "-B", str(CHILD), "program.py", str(max(1, ceil(timeout))), str(chosen.uid),
-                   "bwrap" if chosen.bwrap else ""]
-        process = subprocess.Popen(command, cwd=directory, env=child_environment(directory), stdin=subprocess.PIPE, stdout=out, stderr=err,
-                                   start_new_session=True)
+        command = [
+            *wrapper,
+            sys.executable,
+            "-I",
+            "-B",
+            str(CHILD),
+            "program.py",
+            str(max(1, ceil(timeout))),
+            str(chosen.uid),
+            "bwrap" if chosen.bwrap else "",
+        ]
+        process = subprocess.Popen(
+            command,
+            cwd=directory,
+            env=child_environment(directory),
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
         try:
             process.communicate(f"{token}\n".encode(), timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -156,7 +198,9 @@ def execute(source: str, timeout: float = TIMEOUT_SECONDS, within: Boundary | No
         err.seek(max(0, err.seek(0, os.SEEK_END) - OUTPUT_BYTES))
         error = err.read().decode(errors="replace").strip().rsplit("\n", 1)[-1]
     first, _, rest = output.partition("\n")
-    layers = first.removeprefix("layers: ") if first.startswith("layers: ") else "none (the child stopped before its layers)"
+    layers = (
+        first.removeprefix("layers: ") if first.startswith("layers: ") else "none (the child stopped before its layers)"
+    )
     layers += "".join(f"; {note}" for note in chosen.failed)
     return Execution(passed=process.returncode == 0 and rest == f"{token}\n", layers=layers, error=error)
 

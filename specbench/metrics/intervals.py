@@ -63,12 +63,26 @@ def bootstrap(samples: tuple, statistic, estimate: float, vectorized: bool = Fal
         return Interval(estimate, sizes)
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", (stats.DegenerateDataWarning, RuntimeWarning))
-        found = stats.bootstrap(samples, statistic, vectorized=vectorized, n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
-                                method="BCa", rng=np.random.default_rng(SEED))
+        found = stats.bootstrap(
+            samples,
+            statistic,
+            vectorized=vectorized,
+            n_resamples=RESAMPLES,
+            confidence_level=CONFIDENCE,
+            method="BCa",
+            rng=np.random.default_rng(SEED),
+        )
         method = "BCa"
         if np.isnan(found.confidence_interval).any() and not np.isnan(found.bootstrap_distribution).any():
-            found = stats.bootstrap(samples, statistic, vectorized=vectorized, n_resamples=0, confidence_level=CONFIDENCE,
-                                    method="percentile", bootstrap_result=found)
+            found = stats.bootstrap(
+                samples,
+                statistic,
+                vectorized=vectorized,
+                n_resamples=0,
+                confidence_level=CONFIDENCE,
+                method="percentile",
+                bootstrap_result=found,
+            )
             method = "percentile"
     low, high = (float(v) for v in found.confidence_interval)
     return Interval(estimate, sizes, low + 0.0, high + 0.0, method)  # + 0.0: no -0 in a report

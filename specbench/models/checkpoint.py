@@ -44,30 +44,48 @@ def read(path: Path, names: tuple[str, ...], key: str) -> tuple[Path, dict[str, 
         if not file.is_file():
             continue
         try:
-            state = load_file(file) if file.suffix == ".safetensors" else torch.load(file, map_location="cpu", weights_only=True)
+            state = (
+                load_file(file)
+                if file.suffix == ".safetensors"
+                else torch.load(file, map_location="cpu", weights_only=True)
+            )
         except (SafetensorError, OSError, RuntimeError, EOFError, pickle.UnpicklingError) as error:
-            raise ConfigError(f"{key}: {file} could not be read ({str(error).splitlines()[0][:200]}); copy it again") from None
-        if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+            raise ConfigError(
+                f"{key}: {file} could not be read ({str(error).splitlines()[0][:200]}); copy it again"
+            ) from None
+        if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+        ):
             raise ConfigError(f"{key}: {file} does not hold a flat mapping of tensor names to tensors")
         return file, dict(state)
     raise ConfigError(f"{key}: {path} has none of {', '.join(names)}")
 
 
-def load_strictly(module: nn.Module, state: dict[str, torch.Tensor], file: Path, key: str, kind: str,
-                  optional: frozenset[str] = frozenset()) -> None:
+def load_strictly(
+    module: nn.Module,
+    state: dict[str, torch.Tensor],
+    file: Path,
+    key: str,
+    kind: str,
+    optional: frozenset[str] = frozenset(),
+) -> None:
     """module.load_state_dict(state) when `state` has every key of the module but
     `optional` and no other, each of the module's shape and kind; otherwise one
     ConfigError naming `file`, the keys and what `kind` (what the file should be) expects."""
     expected = module.state_dict()
     missing, unexpected = sorted(expected.keys() - state.keys() - optional), sorted(state.keys() - expected.keys())
     if missing or unexpected:
-        raise ConfigError(f"{key}: {file} is not {kind}: missing keys {shown(missing)}, unexpected keys {shown(unexpected)}")
+        raise ConfigError(
+            f"{key}: {file} is not {kind}: missing keys {shown(missing)}, unexpected keys {shown(unexpected)}"
+        )
     for name, tensor in sorted(state.items()):
         want = expected[name]
         if tensor.shape != want.shape:
             raise ConfigError(f"{key}: {file}: {name} is {list(tensor.shape)}, expected {list(want.shape)} for {kind}")
         if tensor_kind(tensor) != tensor_kind(want):
-            raise ConfigError(f"{key}: {file}: {name} is {tensor.dtype}, expected {tensor_kind(want)} ({want.dtype}) for {kind}")
+            raise ConfigError(
+                f"{key}: {file}: {name} is {tensor.dtype}, expected {tensor_kind(want)} ({want.dtype}) for {kind}"
+            )
     module.load_state_dict(state, strict=False)  # checked above; only `optional` keys may be absent
 
 

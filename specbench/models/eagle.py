@@ -3,7 +3,8 @@ unchanged.
 
 Architecture (EAGLE paper and its checkpoints, e.g. yuhuili/EAGLE-Vicuna-7B-v1.3): the
 target's last hidden state (after its final norm: the input of its lm_head) is the
-feature. `fc` (2H -> H, with a bias unless config.json says `"bias": false`) maps [token embedding, feature] to H; one decoder layer
+feature. `fc` (2H -> H, with a bias unless config.json says `"bias": false`) maps [token embedding, feature] to H; one
+decoder layer
 (`layers.0`) without an input norm, its input is the residual; no final norm: the layer's
 output is the predicted next feature and the target's own lm_head turns it into logits.
 Inside the tree a node's feature is its parent's predicted feature. Embeddings come from
@@ -65,7 +66,11 @@ class Eagle1Head(nn.Module):
         [B, n]) the logits of those rows only, [N, V] (as Eagle3Head.forward)."""
         cos, sin = self.rotary(embeds, positions, position_bound)  # bound: see RopeTable.forward
         hidden, present = self.layers[0](self.fc(torch.cat([embeds, features], dim=-1)), cos, sin, past, mask)
-        return hidden, nn.functional.linear(hidden if logits_at is None else hidden[logits_at], self.lm_head_weight), present
+        return (
+            hidden,
+            nn.functional.linear(hidden if logits_at is None else hidden[logits_at], self.lm_head_weight),
+            present,
+        )
 
     def target_ids(self) -> None:
         """The head scores the target's whole vocabulary."""
@@ -77,9 +82,14 @@ def load_head(directory: str, lm_head_weight: torch.Tensor, dtype: torch.dtype, 
     path = Path(directory)
     config = head_config(read_config(path, key))
     if config.num_hidden_layers != 1:
-        raise ConfigError(f"{key}: {path} has num_hidden_layers={config.num_hidden_layers}; EAGLE-1 heads have 1 decoder layer")
+        raise ConfigError(
+            f"{key}: {path} has num_hidden_layers={config.num_hidden_layers}; EAGLE-1 heads have 1 decoder layer"
+        )
     if tuple(lm_head_weight.shape) != (config.vocab_size, config.hidden_size):
-        raise ConfigError(f"{key}: {path} is for vocabulary {config.vocab_size} x hidden {config.hidden_size}; the target's lm_head is {tuple(lm_head_weight.shape)}")
+        raise ConfigError(
+            f"{key}: {path} is for vocabulary {config.vocab_size} x hidden {config.hidden_size}; the target's "
+            f"lm_head is {tuple(lm_head_weight.shape)}"
+        )
     head = Eagle1Head(config, lm_head_weight)
     file, state = read_weights(path, key)
     return placed(load_checked(head, state, file, key, "an EAGLE-1 checkpoint of this shape"), device, dtype)

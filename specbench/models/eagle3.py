@@ -70,7 +70,10 @@ class HeadAttention(nn.Module):
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         mask = mask[:, None] if mask.dim() == 3 else mask
-        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.kv_heads != self.heads)  # no copy of k, v per group
+        # no copy of k, v per group
+        out = nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=self.kv_heads != self.heads
+        )
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), (k, v)
 
 
@@ -161,7 +164,10 @@ def load_head(directory: str, dtype: torch.dtype, device: str, key: str) -> Eagl
     load_checked(head, state, file, key, "an EAGLE-3 head as its config.json describes it", optional)
     ids = head.target_ids()
     if head.uses_reduced_vocab and (int(ids.min()) < 0 or int(ids.max()) >= head.config.vocab_size):
-        raise ConfigError(f"{key}: {file}: d2t maps draft ids to target ids outside 0..{head.config.vocab_size - 1} (vocab_size in config.json)")
+        raise ConfigError(
+            f"{key}: {file}: d2t maps draft ids to target ids outside 0..{head.config.vocab_size - 1} "
+            "(vocab_size in config.json)"
+        )
     return placed(head, device, dtype)
 
 
@@ -170,8 +176,11 @@ def check_fits(head: Eagle3Head, target_config, directory: str, key: str) -> Non
     states and d2t/t2d index the target's vocabulary, so both must be this target's."""
     config = head.config
     if config.vocab_size != target_config.vocab_size or config.target_hidden_size != target_config.hidden_size:
-        raise ConfigError(f"{key}: {directory} is an EAGLE-3 head for a target with vocabulary {config.vocab_size} and hidden size "
-                          f"{config.target_hidden_size}; this target has vocabulary {target_config.vocab_size} and hidden size {target_config.hidden_size}")
+        raise ConfigError(
+            f"{key}: {directory} is an EAGLE-3 head for a target with vocabulary {config.vocab_size} and hidden size "
+            f"{config.target_hidden_size}; this target has vocabulary {target_config.vocab_size} and hidden size "
+            f"{target_config.hidden_size}"
+        )
 
 
 def placed(head: nn.Module, device: str, dtype: torch.dtype) -> nn.Module:
@@ -193,7 +202,9 @@ def read_weights(path: Path, key: str) -> tuple[Path, dict[str, torch.Tensor]]:
     return read(path, WEIGHT_FILES, key)
 
 
-def load_checked(head: nn.Module, state: dict, file: Path, key: str, kind: str, optional: frozenset[str] = frozenset()) -> nn.Module:
+def load_checked(
+    head: nn.Module, state: dict, file: Path, key: str, kind: str, optional: frozenset[str] = frozenset()
+) -> nn.Module:
     """Load `state` into `head` strictly (checkpoint.load_strictly), and set
     `head.embed_tokens` from an embedding the checkpoint ships."""
     shipped = state.pop(EMBEDDING_KEY, None)

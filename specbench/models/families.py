@@ -17,19 +17,47 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, PretrainedConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 8192}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
 # family -> (config class, what its published config sets that the class's defaults do not)
 FAMILIES: dict[str, tuple[type[PretrainedConfig], dict]] = {
-    "llama3.1": (LlamaConfig, {"rope_parameters": LLAMA3_ROPE, "tie_word_embeddings": False, "max_position_embeddings": 131072}),
+    "llama3.1": (
+        LlamaConfig,
+        {"rope_parameters": LLAMA3_ROPE, "tie_word_embeddings": False, "max_position_embeddings": 131072},
+    ),
     "vicuna": (LlamaConfig, {"grouped_query": False, "tie_word_embeddings": False}),
-    "qwen2": (Qwen2Config, {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "tie_word_embeddings": False}),
-    "qwen3": (Qwen3Config, {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "tie_word_embeddings": False}),
-    "qwen3-0.6b": (Qwen3Config, {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "tie_word_embeddings": True,
-                                 "head_dim_scale": 2}),
-    "qwen3-moe": (Qwen3MoeConfig, {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "tie_word_embeddings": False,
-                                   "num_experts": 4, "num_experts_per_tok": 2}),
+    "qwen2": (
+        Qwen2Config,
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "tie_word_embeddings": False},
+    ),
+    "qwen3": (
+        Qwen3Config,
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}, "tie_word_embeddings": False},
+    ),
+    "qwen3-0.6b": (
+        Qwen3Config,
+        {
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+            "tie_word_embeddings": True,
+            "head_dim_scale": 2,
+        },
+    ),
+    "qwen3-moe": (
+        Qwen3MoeConfig,
+        {
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+            "tie_word_embeddings": False,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+        },
+    ),
 }
 MODEL_TYPES = tuple(dict.fromkeys(cls.model_type for cls, _ in FAMILIES.values()))  # llama, qwen2, qwen3, qwen3_moe
 
@@ -57,9 +85,16 @@ def config(family: str, shape: Shape = TINY) -> PretrainedConfig:
     settings = dict(settings)
     grouped = settings.pop("grouped_query", True)
     head_dim = shape.hidden // shape.heads * settings.pop("head_dim_scale", 1)
-    sizes = {"hidden_size": shape.hidden, "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads,
-             "num_key_value_heads": shape.kv_heads if grouped else shape.heads, "intermediate_size": shape.intermediate,
-             "vocab_size": shape.vocab, "head_dim": head_dim, "max_position_embeddings": 4096}
+    sizes = {
+        "hidden_size": shape.hidden,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads if grouped else shape.heads,
+        "intermediate_size": shape.intermediate,
+        "vocab_size": shape.vocab,
+        "head_dim": head_dim,
+        "max_position_embeddings": 4096,
+    }
     if cls is Qwen3MoeConfig:
         sizes["moe_intermediate_size"] = shape.intermediate // 2
     made = cls(**(sizes | settings))
@@ -67,7 +102,9 @@ def config(family: str, shape: Shape = TINY) -> PretrainedConfig:
     return made
 
 
-def random_model(family: str, shape: Shape = TINY, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+def random_model(
+    family: str, shape: Shape = TINY, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> torch.nn.Module:
     """A random-weight model of `family` at `shape`, in eval mode. Biases and norm weights
     are random too (transformers starts them at zeros and ones, which would hide one not
     applied), and the output layer is sharpened so greedy continuations are not near-ties

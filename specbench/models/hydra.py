@@ -69,23 +69,38 @@ class HydraHeads(nn.Module):
     the config's model_type), cut to one layer: its attention has the target's biases,
     norms and rotary scaling, and its keys are the release's for a Llama target."""
 
-    def __init__(self, config: PretrainedConfig, heads: int, layers: int, shared: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 draft_vocab: torch.Tensor | None = None):
+    def __init__(
+        self,
+        config: PretrainedConfig,
+        heads: int,
+        layers: int,
+        shared: tuple[torch.Tensor, torch.Tensor] | None = None,
+        draft_vocab: torch.Tensor | None = None,
+    ):
         super().__init__()
         hidden, vocab = config.hidden_size, config.vocab_size
         prefix_config = copy.deepcopy(config)
         prefix_config.num_hidden_layers = 1
-        prefix_config.vocab_size, prefix_config.pad_token_id = 1, None  # its embedding is never read (see the module docstring)
+        # its embedding is never read (see the module docstring)
+        prefix_config.vocab_size, prefix_config.pad_token_id = (1, None)
         # in the default dtype, as every other module here (from_config would take a bf16 target's)
         self.prefix_embeding_layer = AutoModel.from_config(prefix_config, dtype=torch.get_default_dtype())
         self.prefix_embeding_layer.embed_tokens = None
         self.hydra_mlp = nn.ModuleList(
-            nn.Sequential(*[m for layer in range(layers) for m in (nn.Identity(), ResBlock(hidden, hidden * (h + 2) if layer == 0 else hidden))])
+            nn.Sequential(
+                *[
+                    m
+                    for layer in range(layers)
+                    for m in (nn.Identity(), ResBlock(hidden, hidden * (h + 2) if layer == 0 else hidden))
+                ]
+            )
             for h in range(heads)
         )
         self.vocab = vocab
         if shared is None:
-            self.hydra_lm_head = nn.ModuleList(nn.Sequential(nn.Identity(), nn.Linear(hidden, vocab)) for _ in range(heads))
+            self.hydra_lm_head = nn.ModuleList(
+                nn.Sequential(nn.Identity(), nn.Linear(hidden, vocab)) for _ in range(heads)
+            )
             self.input_embed_fn = nn.Embedding(vocab, hidden)
             self.projection = None
         else:
@@ -100,7 +115,9 @@ class HydraHeads(nn.Module):
     def prefix(self, hidden: torch.Tensor, cache) -> torch.Tensor:
         """Prefix outputs [n, H] for one sequence's next `n` committed hidden states [n, H]
         (positions continue from what `cache`, a transformers Cache, already holds)."""
-        return self.prefix_embeding_layer(inputs_embeds=hidden[None], past_key_values=cache, use_cache=True).last_hidden_state[0]
+        return self.prefix_embeding_layer(
+            inputs_embeds=hidden[None], past_key_values=cache, use_cache=True
+        ).last_hidden_state[0]
 
     def draft_logits(self, h: int, prefix: torch.Tensor, path_tokens: torch.Tensor) -> torch.Tensor:
         """Logits [..., V'] of head h: prefix [..., H] and the path's tokens [..., h+1] (the
@@ -125,7 +142,10 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     config = read_config(path, key)
     arch, grounded = config.get("hydra_head_arch", "mlp"), config.get("grounded_heads", False)
     if arch != "prefix-mlp" or not grounded:
-        raise ConfigError(f"{key}: {path} is a Hydra {arch!r} checkpoint with grounded_heads={grounded}; specbench runs the released prefix-mlp variant with grounded heads")
+        raise ConfigError(
+            f"{key}: {path} is a Hydra {arch!r} checkpoint with grounded_heads={grounded}; specbench runs the "
+            "released prefix-mlp variant with grounded heads"
+        )
     file, state = read(path, WEIGHT_FILES, key)
     target_config = target.config
     hidden, vocab = target_config.hidden_size, target_config.vocab_size
@@ -134,11 +154,17 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     check_draft_vocab(draft_vocab, vocab, file, key)
     unused = state.pop(UNUSED_PREFIX_EMBEDDING, None)
     if unused is not None and unused.shape[-1] != hidden:
-        raise ConfigError(f"{key}: {file}: {UNUSED_PREFIX_EMBEDDING} is {list(unused.shape)}, expected [vocab, {hidden}] for this target")
+        raise ConfigError(
+            f"{key}: {file}: {UNUSED_PREFIX_EMBEDDING} is {list(unused.shape)}, expected [vocab, {hidden}] for "
+            "this target"
+        )
     head_dim = getattr(target_config, "head_dim", None) or hidden // target_config.num_attention_heads
     frequencies = state.pop(RELEASE_ROPE_FREQUENCIES, None)
     if frequencies is not None and frequencies.shape != (head_dim // 2,):
-        raise ConfigError(f"{key}: {file}: {RELEASE_ROPE_FREQUENCIES} is {list(frequencies.shape)}, expected [{head_dim // 2}] for this target")
+        raise ConfigError(
+            f"{key}: {file}: {RELEASE_ROPE_FREQUENCIES} is {list(frequencies.shape)}, expected [{head_dim // 2}] "
+            "for this target"
+        )
     blocks = re.compile(r"^hydra_mlp\.(\d+)\.(\d+)\.")
     found = [blocks.match(k) for k in state]
     if not any(found):
@@ -150,10 +176,21 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     model = HydraHeads(target_config, heads, layers, shared=weights, draft_vocab=draft_vocab)
     if draft_vocab is not None:
         state["draft_vocab"] = draft_vocab
-    load_strictly(model, state, file, key, f"Hydra heads ({heads} heads x {layers} blocks) that fit this target (hidden {hidden}, vocab {vocab})")
-    facts = {"heads_in_file": heads, "heads_in_config": config.get("hydra_num_heads"), "blocks": layers,
-             "hidden_state_offset": int(config.get("hidden_state_offset", 0)), "shared_lm_head": shared,
-             "draft_vocab": None if draft_vocab is None else int(draft_vocab.numel())}
+    load_strictly(
+        model,
+        state,
+        file,
+        key,
+        f"Hydra heads ({heads} heads x {layers} blocks) that fit this target (hidden {hidden}, vocab {vocab})",
+    )
+    facts = {
+        "heads_in_file": heads,
+        "heads_in_config": config.get("hydra_num_heads"),
+        "blocks": layers,
+        "hidden_state_offset": int(config.get("hidden_state_offset", 0)),
+        "shared_lm_head": shared,
+        "draft_vocab": None if draft_vocab is None else int(draft_vocab.numel()),
+    }
     model = model.to(device=output.device, dtype=dtype).eval()
     if shared:  # the target's tensors in the run's dtype (module.to does not move plain attributes)
         model.embedding = model.embedding.to(dtype)

@@ -45,16 +45,28 @@ class MedusaHeads(nn.ModuleList):
     released key names); the projection is the target's lm_head weight when `shared` is
     given (its `draft_vocab` rows only, when given), else a parameter of each head."""
 
-    def __init__(self, hidden: int, vocab: int, heads: int, layers: int, shared: torch.Tensor | None = None,
-                 draft_vocab: torch.Tensor | None = None):
+    def __init__(
+        self,
+        hidden: int,
+        vocab: int,
+        heads: int,
+        layers: int,
+        shared: torch.Tensor | None = None,
+        draft_vocab: torch.Tensor | None = None,
+    ):
         super().__init__(
-            nn.Sequential(*[ResBlock(hidden) for _ in range(layers)], *([] if shared is not None else [nn.Linear(hidden, vocab, bias=False)]))
+            nn.Sequential(
+                *[ResBlock(hidden) for _ in range(layers)],
+                *([] if shared is not None else [nn.Linear(hidden, vocab, bias=False)]),
+            )
             for _ in range(heads)
         )
         self.vocab = vocab
         if draft_vocab is not None:
             self.register_buffer("draft_vocab", draft_vocab)
-        self.projection = None if shared is None else shared if draft_vocab is None else shared[draft_vocab].contiguous()
+        self.projection = (
+            None if shared is None else shared if draft_vocab is None else shared[draft_vocab].contiguous()
+        )
 
     def draft_logits(self, hidden: torch.Tensor, heads: list[int] | None = None) -> torch.Tensor:
         """hidden [..., H] -> logits [..., len(heads), V'] of the given heads (all by
@@ -86,8 +98,12 @@ def scattered(logits: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tens
 
 
 def check_draft_vocab(draft_vocab: torch.Tensor | None, vocab: int, path: Path, key: str) -> None:
-    if draft_vocab is not None and (draft_vocab.dtype != torch.int64 or draft_vocab.numel() == 0
-                                    or int(draft_vocab.min()) < 0 or int(draft_vocab.max()) >= vocab):
+    if draft_vocab is not None and (
+        draft_vocab.dtype != torch.int64
+        or draft_vocab.numel() == 0
+        or int(draft_vocab.min()) < 0
+        or int(draft_vocab.max()) >= vocab
+    ):
         raise ConfigError(f"{key}: {path}: draft_vocab must hold int64 target ids below {vocab}")
 
 
@@ -102,17 +118,33 @@ def load_heads(directory: str, target: nn.Module, dtype: torch.dtype, key: str) 
     draft_vocab = state.pop("draft_vocab", None) if shared else None
     unexpected = sorted(k for k in state if not pattern.match(k))
     if unexpected or not state:
-        raise ConfigError(f"{key}: {file} is not a Medusa checkpoint (keys {{head}}.{{block}}.linear.weight/bias, {{head}}.{{blocks}}.weight): "
-                          f"unexpected keys {shown(unexpected)}")
+        raise ConfigError(
+            f"{key}: {file} is not a Medusa checkpoint (keys {{head}}.{{block}}.linear.weight/bias, "
+            f"{{head}}.{{blocks}}.weight): "
+            f"unexpected keys {shown(unexpected)}"
+        )
     heads = 1 + max(int(pattern.match(k).group(1)) for k in state)
     blocks = 1 + max(int(pattern.match(k).group(2)) for k in state) - (0 if shared else 1)
     hidden, vocab = target.config.hidden_size, target.config.vocab_size
     output = target.get_output_embeddings().weight
     check_draft_vocab(draft_vocab, vocab, file, key)
-    model = MedusaHeads(hidden, vocab, heads, blocks, shared=output.detach() if shared else None, draft_vocab=draft_vocab)
+    model = MedusaHeads(
+        hidden, vocab, heads, blocks, shared=output.detach() if shared else None, draft_vocab=draft_vocab
+    )
     if draft_vocab is not None:
         state["draft_vocab"] = draft_vocab
-    load_strictly(model, state, file, key, f"Medusa heads ({heads} heads x {blocks} blocks) that fit this target (hidden {hidden}, vocab {vocab})")
-    facts = {"heads_in_file": heads, "heads_in_config": config.get("medusa_num_heads"), "blocks": blocks, "shared_lm_head": shared,
-             "draft_vocab": None if draft_vocab is None else int(draft_vocab.numel())}
+    load_strictly(
+        model,
+        state,
+        file,
+        key,
+        f"Medusa heads ({heads} heads x {blocks} blocks) that fit this target (hidden {hidden}, vocab {vocab})",
+    )
+    facts = {
+        "heads_in_file": heads,
+        "heads_in_config": config.get("medusa_num_heads"),
+        "blocks": blocks,
+        "shared_lm_head": shared,
+        "draft_vocab": None if draft_vocab is None else int(draft_vocab.numel()),
+    }
     return model.to(device=output.device, dtype=dtype).eval(), facts

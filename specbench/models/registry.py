@@ -48,7 +48,9 @@ def load_model(entry: dict, dtype: str, device: str, key: str = "model") -> torc
         raise ConfigError(f"hardware.dtype: unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     directory = resolve(entry, key)
     check_family(directory, key)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=DTYPES[dtype], attn_implementation="sdpa", device_map=device)
+    model = AutoModelForCausalLM.from_pretrained(
+        directory, dtype=DTYPES[dtype], attn_implementation="sdpa", device_map=device
+    )
     return model.eval()
 
 
@@ -59,8 +61,10 @@ def check_family(directory: str, key: str) -> None:
     try:
         config = AutoConfig.from_pretrained(directory)
     except (ValueError, OSError, KeyError) as error:
-        raise ConfigError(f"{key}: {directory}/config.json is not a model config transformers knows "
-                          f"({str(error).splitlines()[0]}); {supported}") from None
+        raise ConfigError(
+            f"{key}: {directory}/config.json is not a model config transformers knows "
+            f"({str(error).splitlines()[0]}); {supported}"
+        ) from None
     if config.model_type not in MODEL_TYPES:
         architectures = ", ".join(getattr(config, "architectures", None) or []) or "no architectures listed"
         raise ConfigError(f"{key}: {directory} holds a {config.model_type!r} model ({architectures}); {supported}")
@@ -108,8 +112,10 @@ def check_safetensors(directory: Path, key: str) -> None:
             with safe_open(file, "pt"):
                 pass
         except (SafetensorError, OSError) as error:
-            raise ConfigError(f"{key}.path: {file} is truncated or not a safetensors file ({error}); "
-                              f"copy the weights again or point {key}.path at a complete model directory") from None
+            raise ConfigError(
+                f"{key}.path: {file} is truncated or not a safetensors file ({error}); "
+                f"copy the weights again or point {key}.path at a complete model directory"
+            ) from None
 
 
 def _from_package(entry: dict, key: str) -> str:
@@ -166,7 +172,11 @@ def _from_hub(model_id: str, revision: str | None, key: str) -> str:
             f"download it on a connected machine and set {key}.path=/local/copy/of/{model_id.split('/')[-1]}"
         )
     try:
-        return snapshot_download(model_id, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.pt", "*.model", "*.txt", "*.jinja"])
+        return snapshot_download(
+            model_id,
+            revision=revision,
+            allow_patterns=["*.json", "*.safetensors", "*.bin", "*.pt", "*.model", "*.txt", "*.jinja"],
+        )
     except Exception as error:
         raise ConfigError(f"{key}.id: could not download {model_id}: {error}") from None
 
@@ -222,7 +232,9 @@ def weights_fingerprint(entry: dict, key: str = "model", model: torch.nn.Module 
         for name, tensor in model.state_dict().items():
             values = tensor.detach().flatten()
             digest.update(f"{name}:{list(tensor.shape)}:{tensor.dtype}".encode())
-            digest.update(values[:: max(values.numel() // TENSOR_SAMPLES, 1)][:TENSOR_SAMPLES].float().cpu().numpy().tobytes())
+            digest.update(
+                values[:: max(values.numel() // TENSOR_SAMPLES, 1)][:TENSOR_SAMPLES].float().cpu().numpy().tobytes()
+            )
         return digest.hexdigest()[:16]
     for file in weight_files(Path(loaded_from or resolve(entry, key))):
         _digest_file(digest, file, SAMPLE_BYTES, SPREAD_SAMPLES)

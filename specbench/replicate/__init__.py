@@ -34,7 +34,8 @@ class Paper:
     cpu_prompts: int  # --prompts' default: prompts per dataset of the headline sweeps at cpu scale
     cpu_max_new_tokens: int  # --max-new-tokens' default
     setup: dict[str, str]  # scale -> the report's setup line
-    sweeps: Callable[[str, int, int, Path], list[sweep.Sweep]]  # (scale, prompts, max new tokens, results dir) -> the multiruns
+    # (scale, prompts, max new tokens, results dir) -> the multiruns
+    sweeps: Callable[[str, int, int, Path], list[sweep.Sweep]]
     defaults: dict[str, dict]  # method -> its paper shape {"config.<key>": value}, pinned on every sweep (sweep.pin)
     locate: Callable[[str], tables.Locator]  # scale -> the run (or the reason there is none) of each published row
     speedup: str  # the summary column the paper's speedup convention reads (tables.compare)
@@ -58,7 +59,9 @@ def check(paper: Paper) -> None:
         if part.name in FUNCTIONS:
             absent = not callable(value)
         else:
-            absent = value is None or (part.name not in MAY_BE_EMPTY and isinstance(value, (str, list, dict)) and not value)
+            absent = value is None or (
+                part.name not in MAY_BE_EMPTY and isinstance(value, (str, list, dict)) and not value
+            )
         if absent:
             missing.append(part.name)
     if paper.setup:
@@ -71,18 +74,47 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
         check(paper)
     except ConfigError as error:  # specbench.errors' convention: one line, exit 2, no traceback
         sys.exit(print(f"error: {error}", file=sys.stderr) or 2)
-    parser = argparse.ArgumentParser(prog=f"runners/{paper.name}.py", description=paper.description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", choices=sweep.SCALES, default="cpu", help="cpu: the embedded model on a seeded prompt subset; paper: the paper's setup (GPUs, hub)")
+    parser = argparse.ArgumentParser(
+        prog=f"runners/{paper.name}.py",
+        description=paper.description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--scale",
+        choices=sweep.SCALES,
+        default="cpu",
+        help="cpu: the embedded model on a seeded prompt subset; paper: the paper's setup (GPUs, hub)",
+    )
     parser.add_argument("--prompts", type=int, default=paper.cpu_prompts, help="prompts per dataset at cpu scale")
-    parser.add_argument("--max-new-tokens", type=int, default=paper.cpu_max_new_tokens, help="new tokens per answer at cpu scale")
-    parser.add_argument("--launcher", choices=sweep.LAUNCHERS, default="basic", help="Hydra launcher: in this process, local processes (one at a time), or SLURM jobs")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=paper.cpu_max_new_tokens, help="new tokens per answer at cpu scale"
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=sweep.LAUNCHERS,
+        default="basic",
+        help="Hydra launcher: in this process, local processes (one at a time), or SLURM jobs",
+    )
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these sweeps (table1, figure3, ...)")
-    parser.add_argument("--datasets", nargs="+", metavar="NAME", help="run the sweeps on these datasets only (gsm8k, humaneval, ...)")
+    parser.add_argument(
+        "--datasets", nargs="+", metavar="NAME", help="run the sweeps on these datasets only (gsm8k, humaneval, ...)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the multiruns instead of running them")
-    parser.add_argument("--report-only", action="store_true", help="write tables, figures and report from the committed runs (results/<paper>/<scale>/runs), or from --outputs when given")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write tables, figures and report from the committed runs (results/<paper>/<scale>/runs), or from "
+        "--outputs when given",
+    )
     parser.add_argument("--outputs", type=Path, help="where runs go (default outputs/replicate/<paper>/<scale>)")
-    parser.add_argument("--results", type=Path, help="where tables, figures, report and the committed runs go (default results/<paper>/<scale>)")
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. hydra.launcher.partition=gpu")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="where tables, figures, report and the committed runs go (default results/<paper>/<scale>)",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="extra Hydra overrides for every run, e.g. hydra.launcher.partition=gpu"
+    )
     parser.error = lambda message: sys.exit(print(f"error: {message}", file=sys.stderr) or 2)  # one line, no usage dump
     args = parser.parse_args(argv)
     if args.prompts < 1 or args.max_new_tokens < 1:
@@ -104,22 +136,30 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
     if args.datasets:
         unknown = sorted(set(args.datasets) - sweep.datasets_of(sweeps))
         if unknown:
-            parser.error(f"--datasets: no sweep runs {', '.join(unknown)}; choose from {', '.join(sorted(sweep.datasets_of(sweeps)))}")
+            parser.error(
+                f"--datasets: no sweep runs {', '.join(unknown)}; choose from "
+                f"{', '.join(sorted(sweep.datasets_of(sweeps)))}"
+            )
         sweeps = sweep.on_datasets(sweeps, args.datasets)
     outputs = (args.outputs or ROOT / "outputs" / "replicate" / paper.name / args.scale).resolve()
     no_gpu = args.scale == "paper" and args.launcher != "slurm" and not torch.cuda.is_available()
     if args.dry_run or no_gpu:
         sweep.launch(sweeps, outputs, args.launcher, tuple(args.overrides), dry_run=True)
         if no_gpu:
-            print("scale=paper needs GPUs and the Hugging Face hub: the multiruns above were printed, not launched "
-                  "(run them on a GPU node, or add --launcher slurm)")
+            print(
+                "scale=paper needs GPUs and the Hugging Face hub: the multiruns above were printed, not launched "
+                "(run them on a GPU node, or add --launcher slurm)"
+            )
         return
     timed_launch(sweeps, outputs, args.launcher, tuple(args.overrides))
     stored = results.store(outputs, committed)
     size = results.committed_mb(committed)
     print(f"committed {len(stored)} runs to {committed} ({size:.1f} MB)")
     if size > results.COMMITTED_MB:
-        print(f"warning: {committed} holds {size:.1f} MB, more than the ~{results.COMMITTED_MB} MB a paper's committed runs should keep")
+        print(
+            f"warning: {committed} holds {size:.1f} MB, more than the ~{results.COMMITTED_MB} MB a paper's "
+            "committed runs should keep"
+        )
     try:
         regenerate(paper, args.scale, committed, results_dir)
     except ConfigError as error:  # the sweeps finished no run (an offline stage alone)
@@ -140,8 +180,11 @@ def timed_launch(sweeps: list[sweep.Sweep], outputs: Path, launcher: str, overri
     finally:
         finished = len(set(results.collect(outputs)["run"]) - before) if outputs.is_dir() else 0
         if finished:
-            session = {"wall_seconds": round(time.monotonic() - start), "finished_runs": finished,
-                       "sweep_seconds": {name: round(s) for name, s in per_sweep.items()}}
+            session = {
+                "wall_seconds": round(time.monotonic() - start),
+                "finished_runs": finished,
+                "sweep_seconds": {name: round(s) for name, s in per_sweep.items()},
+            }
             with open(outputs / results.SESSIONS, "a", encoding="utf-8") as log:
                 log.write(json.dumps(session) + "\n")
 
@@ -151,24 +194,37 @@ def regenerate(paper: Paper, scale: str, runs_dir: Path, out_dir: Path) -> None:
     run there, neither a report already in `out_dir` nor a paper's committed results (whose
     own runs are missing) are replaced by tables that say nothing was run: ConfigError."""
     runs = results.collect(runs_dir)
-    if runs.empty and ((Path(out_dir) / "report.md").is_file() or Path(runs_dir).resolve() == (Path(out_dir) / RUNS).resolve()):
-        raise ConfigError(f"no finished runs in {runs_dir}: nothing to regenerate {out_dir} from (runners/{paper.name}.py runs and commits them)")
+    if runs.empty and (
+        (Path(out_dir) / "report.md").is_file() or Path(runs_dir).resolve() == (Path(out_dir) / RUNS).resolve()
+    ):
+        raise ConfigError(
+            f"no finished runs in {runs_dir}: nothing to regenerate {out_dir} from (runners/{paper.name}.py runs "
+            "and commits them)"
+        )
     write_results(paper, scale, runs, out_dir, results.sessions(runs_dir))
 
 
 def write_results(paper: Paper, scale: str, runs, out_dir: Path, sessions: list[dict] = ()) -> None:
     reference = tables.read_reference(ROOT / "results" / "reference" / f"{paper.name}.csv")
-    compared = tables.compare(reference, runs, paper.locate(scale), OUR_MODEL if scale == "cpu" else None, paper.speedup, paper.relative_to)
+    compared = tables.compare(
+        reference, runs, paper.locate(scale), OUR_MODEL if scale == "cpu" else None, paper.speedup, paper.relative_to
+    )
     published_only = paper.published_only.get(scale, {})
     written = tables.write(compared, out_dir / "tables", paper.title, published_only, paper.relative_to)
     figures = paper.figures(runs, out_dir / "figures") if len(runs) else []  # every figure draws runs
     names = sorted({p.stem for p in written})
     measured = regime.regime(paper.name, runs)
-    header = ([paper.setup[scale] + " " + runs_line(runs)] + machine_lines(runs, sessions) + identity_lines(runs)
-              + [measured.header(verdicts.REGIME_RULE), verdicts.INTERVALS])
+    header = (
+        [paper.setup[scale] + " " + runs_line(runs)]
+        + machine_lines(runs, sessions)
+        + identity_lines(runs)
+        + [measured.header(verdicts.REGIME_RULE), verdicts.INTERVALS]
+    )
     with regime.gating(measured):
         rows = report.verdicts(paper.claims, runs)
-    report.write(out_dir / "report.md", f"{paper.title}: {scale}-scale replication", header, rows, names, figures, published_only)
+    report.write(
+        out_dir / "report.md", f"{paper.title}: {scale}-scale replication", header, rows, names, figures, published_only
+    )
     print(f"wrote {len(names)} tables, {len(figures)} figure files and {out_dir / 'report.md'}")
 
 
@@ -176,11 +232,23 @@ def runs_line(runs) -> str:
     """How many runs, how many prompts and new tokens they decoded."""
     if runs.empty:
         return "No finished runs: every table holds the published numbers, and each of our cells says it was not run."
-    methods = runs["method"] if "method" in runs else runs.get("config.method.name", pd.Series(["?"] * len(runs), index=runs.index))
-    sizes = pd.DataFrame({"limit": runs["config.dataset.limit"].astype(str), "tokens": runs["config.gen.max_new_tokens"], "method": methods.astype(str)})
+    methods = (
+        runs["method"]
+        if "method" in runs
+        else runs.get("config.method.name", pd.Series(["?"] * len(runs), index=runs.index))
+    )
+    sizes = pd.DataFrame(
+        {
+            "limit": runs["config.dataset.limit"].astype(str),
+            "tokens": runs["config.gen.max_new_tokens"],
+            "method": methods.astype(str),
+        }
+    )
     by_size = sizes.groupby(["limit", "tokens"])["method"].agg(lambda m: (len(m), sorted(set(m))))
-    sized = "; ".join(f"{limit} prompts x {tokens} new tokens: {count} runs ({', '.join(methods)})"
-                      for (limit, tokens), (count, methods) in sorted(by_size.items(), key=lambda kv: -kv[1][0]))
+    sized = "; ".join(
+        f"{limit} prompts x {tokens} new tokens: {count} runs ({', '.join(methods)})"
+        for (limit, tokens), (count, methods) in sorted(by_size.items(), key=lambda kv: -kv[1][0])
+    )
     line = f"{len(runs)} finished runs (prompts per dataset x new tokens, as the runner's sweeps set them: {sized})"
     if "environment.dtype" in runs:  # what the runs computed in (summaries from before `precision` name their dtype)
         precision = runs.get("environment.precision", runs["environment.dtype"]).fillna(runs["environment.dtype"])
@@ -198,7 +266,10 @@ def identity_lines(runs) -> list[str]:
     if greedy.empty:
         return []
     differing = greedy[greedy[column] < 1]
-    line = f"Losslessness: {len(greedy) - len(differing)} of {len(greedy)} T=0 runs gave AR's tokens exactly on every prompt"
+    line = (
+        f"Losslessness: {len(greedy) - len(differing)} of {len(greedy)} T=0 runs gave AR's tokens exactly on every "
+        "prompt"
+    )
     if not differing.empty:
         line += "; not: " + ", ".join(f"{r['run']} ({r[column]:.0%} of prompts)" for _, r in differing.iterrows())
     return [line + "."]
@@ -217,15 +288,17 @@ def machine_lines(runs, sessions: list[dict]) -> list[str]:
     if sessions:
         wall = sum(s["wall_seconds"] for s in sessions)
         finished = sum(s["finished_runs"] for s in sessions)
-        lines.append(f"Wall time: {duration(wall)} over {len(sessions)} session(s) of the runner, which finished {finished} of the runs; {decoding}"
-                     + by_sweep(sessions) + ".")
+        lines.append(
+            f"Wall time: {duration(wall)} over {len(sessions)} session(s) of the runner, which finished "
+            f"{finished} of the runs; {decoding}" + by_sweep(sessions) + "."
+        )
     else:
         lines.append(f"Wall time: not recorded (the runs predate the runner's session log); {decoding}.")
     return lines
 
 
 def by_sweep(sessions: list[dict]) -> str:
-    """"; by sweep: table1 38 min, ..." (costliest first) from the sessions that timed their
+    """ "; by sweep: table1 38 min, ..." (costliest first) from the sessions that timed their
     sweeps (those logged before per-sweep times did not), or nothing."""
     timed = [s["sweep_seconds"] for s in sessions if "sweep_seconds" in s]
     if not timed:
@@ -235,9 +308,17 @@ def by_sweep(sessions: list[dict]) -> str:
         for name, seconds in session.items():
             totals[name] = totals.get(name, 0) + seconds
     partly = f" (the {len(timed)} of {len(sessions)} sessions that timed them)" if len(timed) < len(sessions) else ""
-    return f"; by sweep{partly}: " + ", ".join(f"{name} {duration(s)}" for name, s in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"; by sweep{partly}: " + ", ".join(
+        f"{name} {duration(s)}" for name, s in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def duration(seconds: float) -> str:
     minutes = round(seconds / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min" if minutes else f"{round(seconds)} s"
+    return (
+        f"{minutes // 60} h {minutes % 60:02d} min"
+        if minutes >= 60
+        else f"{minutes} min"
+        if minutes
+        else f"{round(seconds)} s"
+    )

@@ -27,7 +27,11 @@ def parse_setting(setting: str) -> dict[str, str]:
 
 
 def base_filters(row: pd.Series) -> dict:
-    return {"config.model.name": row["model"], "config.dataset.name": row["dataset"], "temperature": float(row["temperature"])}
+    return {
+        "config.model.name": row["model"],
+        "config.dataset.name": row["dataset"],
+        "temperature": float(row["temperature"]),
+    }
 
 
 def number(text: str) -> float | int:
@@ -37,7 +41,10 @@ def number(text: str) -> float | int:
 
 def matching(runs: pd.DataFrame, **filters) -> pd.DataFrame:
     """The runs matching `filters` (short names: method, dataset, temperature, or a config column)."""
-    columns = {("config.method.name" if k == "method" else "config.dataset.name" if k == "dataset" else k): v for k, v in filters.items()}
+    columns = {
+        ("config.method.name" if k == "method" else "config.dataset.name" if k == "dataset" else k): v
+        for k, v in filters.items()
+    }
     return results.select(runs, columns)
 
 
@@ -68,11 +75,17 @@ def sweep_runs(runs: pd.DataFrame, axis: str, values: list, **filters) -> dict:
     per_value = {value: matching(runs, **filters, **{axis: value}) for value in values}
     per_value = {value: found for value, found in per_value.items() if not found.empty}
     sizes = {value: size_keys(found) for value, found in per_value.items()}
-    counts = pd.Series([size for found in sizes.values() for size in dict.fromkeys(found)], dtype=object).value_counts(sort=False)
+    counts = pd.Series([size for found in sizes.values() for size in dict.fromkeys(found)], dtype=object).value_counts(
+        sort=False
+    )
     if counts.empty:
         return {}
     size = counts.index[counts.argmax()]
-    return {value: found[sizes[value] == size].sort_values("results.samples").iloc[-1] for value, found in per_value.items() if (sizes[value] == size).any()}
+    return {
+        value: found[sizes[value] == size].sort_values("results.samples").iloc[-1]
+        for value, found in per_value.items()
+        if (sizes[value] == size).any()
+    }
 
 
 def per_prompt(run: pd.Series) -> pd.DataFrame:
@@ -81,8 +94,13 @@ def per_prompt(run: pd.Series) -> pd.DataFrame:
     for record in results.samples(run):
         method = record["method"]
         steps = method["target_forwards"]
-        rows.append({"id": record["id"], "tau": sample_tau(method) if steps else np.nan,
-                     "delta": method["draft_forwards"] / steps if steps else np.nan})
+        rows.append(
+            {
+                "id": record["id"],
+                "tau": sample_tau(method) if steps else np.nan,
+                "delta": method["draft_forwards"] / steps if steps else np.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -126,8 +144,11 @@ def answers(run: pd.Series) -> dict[str, tuple[questions.Sample, list[str], list
     reloaded from the run's own dataset config), the method's answer turns and AR's beside
     them (None without)."""
     samples = results.questions(run)
-    return {r["id"]: (samples[r["id"]], r["method"]["turn_texts"], r.get("baseline", {}).get("turn_texts"))
-            for r in results.samples(run) if r["id"] in samples}
+    return {
+        r["id"]: (samples[r["id"]], r["method"]["turn_texts"], r.get("baseline", {}).get("turn_texts"))
+        for r in results.samples(run)
+        if r["id"] in samples
+    }
 
 
 def scored(found: dict, picked: list[str], metric: str, key: str, baseline: bool = False) -> float | None:
@@ -140,7 +161,8 @@ def scored(found: dict, picked: list[str], metric: str, key: str, baseline: bool
 def prompt_quality(run: pd.Series, metric: str, key: str, baseline: bool = False) -> dict[str, float]:
     """A per-answer quality (accuracy, pass@1, ROUGE-L: a mean over answers) of every prompt
     of a run, each scored once, so resampling averages them instead of re-scoring."""
-    found = {p: answer for p, answer in answers(run).items() if answer[2] is not None or not baseline}  # AR's only where it ran beside
+    # AR's only where it ran beside
+    found = {p: answer for p, answer in answers(run).items() if answer[2] is not None or not baseline}
     values = {p: scored(found, [p], metric, key, baseline) for p in found}
     return {p: v for p, v in values.items() if v is not None}
 

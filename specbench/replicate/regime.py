@@ -65,14 +65,27 @@ class Regime:
     def header(self, rule: str) -> str:
         """The report's line on the regime it measured in and the paper's."""
         if self.here is None:
-            here = "no committed cost profile of the runs' machine (results/bench), so only tree sizes gate a comparison"
+            here = (
+                "no committed cost profile of the runs' machine (results/bench), so only tree sizes gate a comparison"
+            )
         else:
-            here = ", ".join(f"f({n})/f(1) = {self.here_at(n):.2f}" for n in SIZES) + f" ({self.profile}, the smallest over its contexts)"
+            here = (
+                ", ".join(f"f({n})/f(1) = {self.here_at(n):.2f}" for n in SIZES)
+                + f" ({self.profile}, the smallest over its contexts)"
+            )
         low, high = self.paper_range
-        dropped = f"; {self.left_out} cells whose speedup exceeds their tau left out: no ratio of tok/s over AR can" if self.left_out else ""
-        return (f"Regime: on the runs' machine a target forward over n new tokens costs {here}. On the paper's GPUs it costs at most "
-                f"tau/speedup one-token forwards (speedup = tau f(1) / (f(N) + drafting)): median {self.paper_bound:.2f} (range {low:.2f}-{high:.2f}) "
-                f"over {self.paper_cells} published cells with both numbers ({self.paper_source}{dropped}). {rule}")
+        dropped = (
+            f"; {self.left_out} cells whose speedup exceeds their tau left out: no ratio of tok/s over AR can"
+            if self.left_out
+            else ""
+        )
+        return (
+            f"Regime: on the runs' machine a target forward over n new tokens costs {here}. On the paper's GPUs "
+            "it costs at most "
+            "tau/speedup one-token forwards (speedup = tau f(1) / (f(N) + drafting)): median "
+            f"{self.paper_bound:.2f} (range {low:.2f}-{high:.2f}) "
+            f"over {self.paper_cells} published cells with both numbers ({self.paper_source}{dropped}). {rule}"
+        )
 
 
 def published(paper: str) -> dict[tuple, dict[str, float]]:
@@ -82,7 +95,9 @@ def published(paper: str) -> dict[tuple, dict[str, float]]:
     cells: dict[tuple, dict[str, float]] = {}
     for row in rows:
         if row["metric"] in ("tau", "speedup") and row["value"]:
-            cells.setdefault((row["table"], row["model"], row["method"], row["dataset"], row["temperature"], row["setting"]), {})[row["metric"]] = float(row["value"])
+            cells.setdefault(
+                (row["table"], row["model"], row["method"], row["dataset"], row["temperature"], row["setting"]), {}
+            )[row["metric"]] = float(row["value"])
     return cells
 
 
@@ -90,7 +105,11 @@ def paper_cells(paper: str) -> tuple[list[float], int]:
     """(tau / speedup of every published cell of `paper` that gives both, AR's excluded; how
     many cells were left out for a speedup above tau: no wall-clock ratio over AR can
     exceed the tokens per target forward, so those cells measure something else)."""
-    ratios = [c["tau"] / c["speedup"] for key, c in published(paper).items() if key[2] != "ar" and "tau" in c and c.get("speedup")]
+    ratios = [
+        c["tau"] / c["speedup"]
+        for key, c in published(paper).items()
+        if key[2] != "ar" and "tau" in c and c.get("speedup")
+    ]
     return [r for r in ratios if r >= 1], sum(r < 1 for r in ratios)
 
 
@@ -112,7 +131,8 @@ def machine_profile(runs: pd.DataFrame) -> tuple[dict[int, float] | None, str | 
         return None, None
     first = runs.iloc[0]
     environment = json.loads((Path(first["run_dir"]) / results.SUMMARY).read_text())["environment"]
-    name = f"profile-{first['config.model.name']}-{environment['dtype']}-{environment['forward']}-{fingerprint_id(environment['fingerprint'])}.json"
+    machine = fingerprint_id(environment["fingerprint"])
+    name = f"profile-{first['config.model.name']}-{environment['dtype']}-{environment['forward']}-{machine}.json"
     path = PROFILES / name
     if not path.is_file():
         return None, None
@@ -128,9 +148,14 @@ def regime(paper: str, runs: pd.DataFrame) -> Regime:
     if not own and not left_out:
         others = [paper_cells(other) for other in PAPERS if other != paper]
         own, left_out = [r for cells, _ in others for r in cells], sum(n for _, n in others)
-        source = f"{paper} publishes no tau: the cells of {', '.join(p for p in PAPERS if p != paper)}, on the same class of GPU"
+        source = (
+            f"{paper} publishes no tau: the cells of {', '.join(p for p in PAPERS if p != paper)}, on the same class "
+            "of GPU"
+        )
     here, profile = machine_profile(runs)
-    return Regime(paper, here, profile, round(statistics.median(own), 4), len(own), (min(own), max(own)), source, left_out)
+    return Regime(
+        paper, here, profile, round(statistics.median(own), 4), len(own), (min(own), max(own)), source, left_out
+    )
 
 
 def verified_nodes(run: pd.Series) -> float:

@@ -20,7 +20,8 @@ from specbench.replicate import regime  # noqa: E402
 from specbench.replicate import verdicts as rules  # noqa: E402
 
 VERDICTS = {True: "agrees", False: "does not agree", None: "cannot tell"}
-FURTHER = "further check"  # a claim's source starting so: the project's own hypothesis, not the paper's claim (reported apart, not counted)
+# a claim's source starting so: the project's own hypothesis, not the paper's claim (reported apart, not counted)
+FURTHER = "further check"
 
 
 @dataclass
@@ -41,8 +42,15 @@ def verdicts(claims: list[Claim], runs: pd.DataFrame) -> list[dict]:
     for claim in claims:
         with regime.collecting() as gated:
             agrees, evidence = checked(claim.check, runs)
-        rows.append({"source": claim.source, "claim": claim.text, "ours": named(evidence, runs), "verdict": VERDICTS.get(agrees, agrees),  # or verdicts.NOT_TESTABLE
-                     "moved": claim.moved})
+        rows.append(
+            {
+                "source": claim.source,
+                "claim": claim.text,
+                "ours": named(evidence, runs),
+                "verdict": VERDICTS.get(agrees, agrees),  # or verdicts.NOT_TESTABLE
+                "moved": claim.moved,
+            }
+        )
         if gated:
             rows.append(tau_row(claim, gated, runs))
     return rows
@@ -55,15 +63,34 @@ def tau_row(claim: Claim, gated: list, runs: pd.DataFrame) -> dict:
     names = gated[0][3]
     current = regime.current()
     lead, cells = regime.published_tau_lead(current.paper, names) if current else (0, 0)
-    claim_text = f"What carries across hardware of the claim above: {names[0]} accepts more tokens per target forward (tau) than {names[1]}"
+    claim_text = (
+        f"What carries across hardware of the claim above: {names[0]} accepts more tokens per target forward (tau) "
+        f"than {names[1]}"
+    )
     if cells and lead * 2 > cells:
-        agrees, evidence = checked(lambda r: rules.every_higher([(case, a, b) for case, a, b, _ in gated], "tau", names), runs)
+        agrees, evidence = checked(
+            lambda r: rules.every_higher([(case, a, b) for case, a, b, _ in gated], "tau", names), runs
+        )
         evidence = f"the paper's tau is higher for {names[0]} in {lead} of {cells} cells; ours: {evidence}"
     else:
-        published = f"the paper's tau is higher for {names[0]} in only {lead} of {cells} cells" if cells else f"the paper publishes no tau of both {names[0]} and {names[1]}"
-        agrees, evidence = rules.NOT_TESTABLE, (f"{rules.NOT_TESTABLE}: {published}, so no tau claim follows from its speed claim; that rests on what "
-                                                "drafting and verification cost on its GPU, which this scale does not reproduce")
-    return {"source": f"{claim.source} (tau)", "claim": claim_text, "ours": named(evidence, runs), "verdict": VERDICTS.get(agrees, agrees)}
+        published = (
+            f"the paper's tau is higher for {names[0]} in only {lead} of {cells} cells"
+            if cells
+            else f"the paper publishes no tau of both {names[0]} and {names[1]}"
+        )
+        agrees, evidence = (
+            rules.NOT_TESTABLE,
+            (
+                f"{rules.NOT_TESTABLE}: {published}, so no tau claim follows from its speed claim; that rests on what "
+                "drafting and verification cost on its GPU, which this scale does not reproduce"
+            ),
+        )
+    return {
+        "source": f"{claim.source} (tau)",
+        "claim": claim_text,
+        "ours": named(evidence, runs),
+        "verdict": VERDICTS.get(agrees, agrees),
+    }
 
 
 def checked(check, runs: pd.DataFrame):
@@ -86,8 +113,15 @@ def named(text: str, runs: pd.DataFrame) -> str:
     return text.replace(f"{ROOT}/", "")
 
 
-def write(path: Path, title: str, header: list[str], rows: list[dict], tables: list[str], figures: list[Path],
-          published_only: dict[str, str] | None = None) -> None:
+def write(
+    path: Path,
+    title: str,
+    header: list[str],
+    rows: list[dict],
+    tables: list[str],
+    figures: list[Path],
+    published_only: dict[str, str] | None = None,
+) -> None:
     """The report: header lines (setup, machine, time, interval method), the claims, and links
     to the tables (those holding published numbers only, with why) and figures."""
     papers = [r for r in rows if not r["source"].startswith(FURTHER)]
@@ -98,22 +132,37 @@ def write(path: Path, title: str, header: list[str], rows: list[dict], tables: l
     for line in header:
         lines += [line, ""]
     lines += [f"{agreeing} of {len(papers)} claims agree in direction; not testable at this scale: {untestable}.", ""]
-    lines += ["## Summary", "", "One line per claim: our verdict and the number that decides it (the case that decides a claim made for every case), "
-              "or why it cannot be tested here. The evidence per case follows under Claims.", "",
-              "| source | the paper's claim | verdict | deciding number, or why not testable |", "| --- | --- | --- | --- |"]
+    lines += [
+        "## Summary",
+        "",
+        "One line per claim: our verdict and the number that decides it (the case that decides a claim made for "
+        "every case), "
+        "or why it cannot be tested here. The evidence per case follows under Claims.",
+        "",
+        "| source | the paper's claim | verdict | deciding number, or why not testable |",
+        "| --- | --- | --- | --- |",
+    ]
     lines += [f"| {r['source']} | {r['claim']} | {r['verdict']} | {deciding(r)}{moved(r)} |" for r in papers]
     lines += ["", "## Claims", ""]
     lines += ["| source | the paper's claim | our run | direction |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['source']} | {r['claim']} | {r['ours']}{moved(r)} | {r['verdict']} |" for r in papers]
     if further:
-        lines += ["", "Further checks (the project's own hypotheses, not the paper's claims; not counted above):", "",
-                  "| source | hypothesis | our run | direction |", "| --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "Further checks (the project's own hypotheses, not the paper's claims; not counted above):",
+            "",
+            "| source | hypothesis | our run | direction |",
+            "| --- | --- | --- | --- |",
+        ]
         lines += [f"| {r['source']} | {r['claim']} | {r['ours']} | {r['verdict']} |" for r in further]
     only = published_only or {}
     compared = [t for t in tables if t not in only]
     lines += ["", "Tables (published / ours / delta): " + ", ".join(f"[{t}](tables/{t}.md)" for t in compared)]
     if any(t in only for t in tables):
-        lines += ["", "Tables (published only): " + "; ".join(f"[{t}](tables/{t}.md): {only[t]}" for t in tables if t in only)]
+        lines += [
+            "",
+            "Tables (published only): " + "; ".join(f"[{t}](tables/{t}.md): {only[t]}" for t in tables if t in only),
+        ]
     drawn = [f"[{f.stem}](figures/{f.name})" for f in figures if f.suffix == ".png"]
     lines += ["", "Figures: " + (", ".join(drawn) if drawn else "none (no run to draw)"), ""]
     path.write_text("\n".join(lines), encoding="utf-8")
@@ -121,10 +170,17 @@ def write(path: Path, title: str, header: list[str], rows: list[dict], tables: l
 
 def moved(row: dict) -> str:
     """The note after a verdict that another machine's runs read differently."""
-    return f"; this verdict rests on one machine and session: {row['moved']} (docs/replication.md)" if row.get("moved") else ""
+    return (
+        f"; this verdict rests on one machine and session: {row['moved']} (docs/replication.md)"
+        if row.get("moved")
+        else ""
+    )
 
 
-INTERVAL = re.compile(r"(?:(?P<case>[^;:()]*?):? )?(?P<estimate>[+-][0-9.e+-]+) \[95% \w+ CI (?P<low>[+-][0-9.e+-]+), (?P<high>[+-][0-9.e+-]+)\]")
+INTERVAL = re.compile(
+    r"(?:(?P<case>[^;:()]*?):? )?(?P<estimate>[+-][0-9.e+-]+) \[95% \w+ CI (?P<low>[+-][0-9.e+-]+), "
+    r"(?P<high>[+-][0-9.e+-]+)\]"
+)
 UNTESTABLE = re.compile(r"not testable at this scale(?: \((?P<paren>[^)]*)\)|: (?P<colon>[^;]*))")
 
 
@@ -153,11 +209,20 @@ def deciding(row: dict) -> str:
 
 
 def cases_of(match: re.Match) -> tuple:
-    return (match.group("case") or "").strip(), float(match.group("estimate")), float(match.group("low")), float(match.group("high")), match.group(0)
+    return (
+        (match.group("case") or "").strip(),
+        float(match.group("estimate")),
+        float(match.group("low")),
+        float(match.group("high")),
+        match.group(0),
+    )
 
 
 # no timestamp or library version in the files: the same figure gives the same bytes
-FIXED_METADATA = {".png": {"Software": None}, ".pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}}
+FIXED_METADATA = {
+    ".png": {"Software": None},
+    ".pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+}
 
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
@@ -186,7 +251,11 @@ def delta_vs_tau_figure(points: pd.DataFrame, out_dir: Path, name: str, title: s
                 ax.plot(mine["tau"], np.polyval(fit, mine["tau"]), color=color)
         top = max(part["tau"].max(), part["delta"].max()) * 1.05
         ax.plot([0, top], [0, top], "--", color="gray", label="oracle (delta = tau)")
-        ax.set(xlabel="tau (tokens per target forward)", ylabel="delta (draft forwards per target forward)", title=f"T={temperature:g}, all datasets")
+        ax.set(
+            xlabel="tau (tokens per target forward)",
+            ylabel="delta (draft forwards per target forward)",
+            title=f"T={temperature:g}, all datasets",
+        )
         ax.legend(fontsize=7)
     fig.suptitle(title)
     return save(fig, out_dir, name)

@@ -25,8 +25,8 @@ import pandas as pd
 
 from specbench import ROOT
 from specbench.data import questions as questions_module
-from specbench.metrics import speed
 from specbench.errors import ConfigError
+from specbench.metrics import speed
 
 SUMMARY, DECISIONS, SAMPLES, DATASET = "summary.json", "decisions.json", "samples.jsonl", "dataset.jsonl.gz"
 SESSIONS = "sessions.jsonl"  # one line per replication session that finished runs: its wall time
@@ -46,7 +46,12 @@ METRIC_COLUMNS = {
     "judge_score": "{side}.mt_bench_judge_turn1",
 }
 # the AR baseline's own measurements beside the method's
-BASELINE_COLUMNS = {"tau": "baseline.tau", "delta": "baseline.delta", "tok_per_s": "baseline.tok_per_s", "nll": "baseline.target_nll_per_token"}
+BASELINE_COLUMNS = {
+    "tau": "baseline.tau",
+    "delta": "baseline.delta",
+    "tok_per_s": "baseline.tok_per_s",
+    "nll": "baseline.target_nll_per_token",
+}
 ACCURACY_COLUMNS = {  # first present wins: HumanEval avg@4 where the paper sampled 4 answers
     "gsm8k": ["{side}.gsm8k_accuracy"],
     "humaneval": ["{side}.humaneval_avg@4", "{side}.humaneval_pass@1"],
@@ -77,7 +82,8 @@ def redrawn(summary: dict, run_dir: Path) -> dict:
     follows the rules its report's header states, whichever version wrote the summary; as
     written when the records are not beside it."""
     try:
-        records = list({r["id"]: r for r in read_samples(run_dir)}.values())  # a sample written twice counts once, as in its summary
+        # a sample written twice counts once, as in its summary
+        records = list({r["id"]: r for r in read_samples(run_dir)}.values())
     except KeyError:
         return summary
     methods = [r["method"] for r in records]
@@ -104,7 +110,11 @@ def select(runs: pd.DataFrame, filters: dict) -> pd.DataFrame:
             return runs.iloc[0:0]
         values = runs[column]
         if isinstance(wanted, float) or (isinstance(wanted, int) and not isinstance(wanted, bool)):
-            mask &= values.apply(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, wanted, abs_tol=1e-9))
+            mask &= values.apply(
+                lambda v: (
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, wanted, abs_tol=1e-9)
+                )
+            )
         else:
             mask &= values == wanted
     return runs[mask]
@@ -175,6 +185,7 @@ def decisions(run: pd.Series) -> dict | None:
 
 # ---- committing runs ----------------------------------------------------------------------
 
+
 def store(outputs: Path, committed: Path) -> pd.DataFrame:
     """Copy every finished run under `outputs` into `committed`, replacing an older copy of
     the same run and keeping the runs only `committed` has (a sweep run with --only adds to
@@ -205,7 +216,10 @@ def _answered(run: pd.Series, records: list[dict], loaded: dict) -> list | None:
         try:
             loaded[key] = questions(run)
         except (ConfigError, KeyError, OSError) as error:
-            print(f"warning: {run['run']}: its dataset samples are not committed ({error}); claims that re-score its answers need the dataset")
+            print(
+                f"warning: {run['run']}: its dataset samples are not committed ({error}); claims that re-score "
+                "its answers need the dataset"
+            )
             loaded[key] = {}
     found = loaded[key]
     chosen = [found[r["id"]] for r in records if r["id"] in found]
@@ -227,6 +241,7 @@ def _write(path: Path, data: bytes) -> None:
 
 
 # ---- the machine and the time a replication took ------------------------------------------
+
 
 def machine(fingerprint: dict, fallback=None) -> str:
     """A device fingerprint (costs.fingerprint) as a report names it: the CPU model (or GPU)
@@ -253,7 +268,9 @@ def machines(runs: pd.DataFrame) -> list[tuple[str, int]]:
             parts.append(f"{int(threads)} threads")
         if isinstance(run.get("environment.torch"), str):
             parts.append(f"torch {run['environment.torch']}")
-        described.append(", ".join(parts) + (f"; {precision}" if isinstance(precision, str) else "; dtype not recorded"))
+        described.append(
+            ", ".join(parts) + (f"; {precision}" if isinstance(precision, str) else "; dtype not recorded")
+        )
     counts = pd.Series(described).value_counts(sort=False)
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
@@ -269,6 +286,7 @@ def sessions(committed: Path) -> list[dict]:
 def decode_seconds(runs: pd.DataFrame) -> float:
     """Seconds the runs spent decoding, the method's and AR's beside it (an AR decode that
     runs of a group shared counted once: each run's `own_seconds` share)."""
+
     def column(name: str) -> pd.Series:
         return pd.to_numeric(runs[name], errors="coerce") if name in runs else pd.Series(float("nan"), index=runs.index)
 

@@ -13,7 +13,6 @@ from specbench import ROOT
 from specbench.metrics.intervals import MIN_GROUPS
 from specbench.replicate.sweep import Sweep
 
-
 # Spec-Bench's convention (80 prompts) for the speed-only datasets at paper scale; the
 # accuracy datasets run in full, as their published accuracies need
 PAPER_LIMITS = {"mt_bench": None, "humaneval": None, "gsm8k": None, "alpaca": 80, "cnn_dm": 80, "nq": 80, "wmt19": None}
@@ -60,8 +59,15 @@ REDUCED_PROMPTS, REDUCED_TOKENS = MIN_GROUPS, 64  # the fewest prompts an interv
 UNPRICED = {"cpu": ["costs.profile=false"], "paper": []}
 
 
-def sweep_size(scale: str, name: str, headline: set[str], prompts: int, max_new_tokens: int,
-               reduced_prompts: int = REDUCED_PROMPTS, reduced_tokens: int = REDUCED_TOKENS) -> tuple[int, int]:
+def sweep_size(
+    scale: str,
+    name: str,
+    headline: set[str],
+    prompts: int,
+    max_new_tokens: int,
+    reduced_prompts: int = REDUCED_PROMPTS,
+    reduced_tokens: int = REDUCED_TOKENS,
+) -> tuple[int, int]:
     """(prompts, new tokens) for sweep `name`: at cpu scale, unless it is a headline one, at
     most `reduced_prompts` x `reduced_tokens` (a runner lowers them for sweeps its claims read
     less of)."""
@@ -78,7 +84,15 @@ def cpu_common(prompts: int, max_new_tokens: int) -> list[str]:
     return [f"dataset.limit={prompts}", "dataset.seed=0", "dataset.max_turns=1", f"gen.max_new_tokens={max_new_tokens}"]
 
 
-def by_source(name: str, datasets: list[str], overrides: list[str], scale: str, models: list[str], prompts: int, max_new_tokens: int) -> list[Sweep]:
+def by_source(
+    name: str,
+    datasets: list[str],
+    overrides: list[str],
+    scale: str,
+    models: list[str],
+    prompts: int,
+    max_new_tokens: int,
+) -> list[Sweep]:
     """The sweeps for `datasets` x `models` at a scale.
 
     cpu: the embedded model; a dataset no pip package ships reads its offline copy
@@ -101,12 +115,20 @@ def by_source(name: str, datasets: list[str], overrides: list[str], scale: str, 
             continue
         for limit, repeats in sorted({(PAPER_LIMITS.get(d), PAPER_REPEATS.get(d, 1)) for d in datasets}, key=str):
             chosen = [d for d in datasets if (PAPER_LIMITS.get(d), PAPER_REPEATS.get(d, 1)) == (limit, repeats)]
-            sweeps.append(Sweep(
-                name,
-                [f"model={','.join(group)}", f"dataset={','.join(chosen)}", f"dataset.limit={'null' if limit is None else limit}",
-                 *([f"dataset.repeats={repeats}"] if repeats > 1 else []),
-                 f"gen.max_new_tokens={PAPER_MAX_NEW_TOKENS}", f"hardware={'multi-gpu' if big else 'gpu'}", *overrides],
-            ))
+            sweeps.append(
+                Sweep(
+                    name,
+                    [
+                        f"model={','.join(group)}",
+                        f"dataset={','.join(chosen)}",
+                        f"dataset.limit={'null' if limit is None else limit}",
+                        *([f"dataset.repeats={repeats}"] if repeats > 1 else []),
+                        f"gen.max_new_tokens={PAPER_MAX_NEW_TOKENS}",
+                        f"hardware={'multi-gpu' if big else 'gpu'}",
+                        *overrides,
+                    ],
+                )
+            )
     return sweeps
 
 

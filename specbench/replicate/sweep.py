@@ -36,7 +36,9 @@ class Sweep:
 
     name: str  # what it produces, e.g. "table1" or "figure3"
     overrides: list[str]
-    program: list[str] | None = None  # another entry point and its options (an offline stage), run once with `overrides`
+    program: list[str] | None = (
+        None  # another entry point and its options (an offline stage), run once with `overrides`
+    )
 
 
 def per_method(sweeps: list[Sweep]) -> list[Sweep]:
@@ -59,7 +61,14 @@ def each_method(sweep: Sweep) -> list[tuple[str | None, Sweep]]:
     if methods is None:
         return [(None, sweep)]
     return [
-        (method, Sweep(sweep.name, [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides], sweep.program))
+        (
+            method,
+            Sweep(
+                sweep.name,
+                [f"method={method}" if o.startswith("method=") else o for o in sweep.overrides],
+                sweep.program,
+            ),
+        )
         for method in methods.split(",")
     ]
 
@@ -75,7 +84,11 @@ def on_datasets(sweeps: list[Sweep], names: list[str]) -> list[Sweep]:
             continue
         left = [d for d in sweep.overrides[at].split("=", 1)[1].split(",") if d in names]
         if left:
-            kept.append(replace(sweep, overrides=[*sweep.overrides[:at], "dataset=" + ",".join(left), *sweep.overrides[at + 1 :]]))
+            kept.append(
+                replace(
+                    sweep, overrides=[*sweep.overrides[:at], "dataset=" + ",".join(left), *sweep.overrides[at + 1 :]]
+                )
+            )
     return kept
 
 
@@ -91,7 +104,11 @@ def pin(sweeps: list[Sweep], defaults: dict[str, dict]) -> list[Sweep]:
     for sweep in sweeps:
         keys = {o.split("=", 1)[0] for o in sweep.overrides}
         for method, one in each_method(sweep):
-            extra = [f"{k.removeprefix('config.')}={v}" for k, v in defaults.get(method, {}).items() if k.removeprefix("config.") not in keys]
+            extra = [
+                f"{k.removeprefix('config.')}={v}"
+                for k, v in defaults.get(method, {}).items()
+                if k.removeprefix("config.") not in keys
+            ]
             pinned.append(Sweep(one.name, one.overrides + extra, one.program))
     return pinned
 
@@ -107,15 +124,31 @@ def command(sweep: Sweep, output_root: Path, launcher: str = "basic", extra: tup
     if sweep.program:
         return [sys.executable, "-m", *sweep.program, *sweep.overrides]
     launch = [] if launcher == "basic" else [f"hydra/launcher={launcher}"]
-    return [sys.executable, "-m", "specbench", "-m", f"output_root={output_root}", *sweep.overrides, *UNTIMED, *launch, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "specbench",
+        "-m",
+        f"output_root={output_root}",
+        *sweep.overrides,
+        *UNTIMED,
+        *launch,
+        *extra,
+    ]
 
 
 def show(cmd: list[str]) -> str:
     return shlex.join(["python", *cmd[1:]])
 
 
-def launch(sweeps: list[Sweep], output_root: Path, launcher: str, extra: tuple[str, ...], dry_run: bool,
-           seconds: dict[str, float] | None = None) -> None:
+def launch(
+    sweeps: list[Sweep],
+    output_root: Path,
+    launcher: str,
+    extra: tuple[str, ...],
+    dry_run: bool,
+    seconds: dict[str, float] | None = None,
+) -> None:
     """Run (or print) every sweep; stop at the first that fails, naming it. On one machine
     (the basic launcher) the runs of all sweeps that differ only in their method run as
     groups that share one AR decode per prompt (specbench.run.group); the offline stages first,
@@ -158,8 +191,13 @@ def timed(name: str, cmd: list[str], seconds: dict[str, float] | None) -> None:
 def jobs(sweep: Sweep, output_root: Path, extra: tuple[str, ...] = ()) -> list[list[str]]:
     """The override list of each run a sweep's multirun makes: every combination of its
     swept values, as Hydra's basic sweeper expands them."""
-    parsed = OverridesParser.create().parse_overrides([f"output_root={output_root}", *sweep.overrides, *UNTIMED, *extra])
-    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line] for o in parsed]
+    parsed = OverridesParser.create().parse_overrides(
+        [f"output_root={output_root}", *sweep.overrides, *UNTIMED, *extra]
+    )
+    choices = [
+        [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line]
+        for o in parsed
+    ]
     return [list(combination) for combination in itertools.product(*choices)]
 
 
@@ -171,7 +209,8 @@ def grouped(sweeps: list[Sweep], output_root: Path, extra: tuple[str, ...]) -> l
     from specbench.run.group import out_dir, shared_key
 
     found: dict[str, tuple[list[str], list[list[str]]]] = {}
-    group_of: dict[str, str] = {}  # a run's directory (its identity: specbench.run.config.config_hash) -> its group's key
+    # a run's directory (its identity: specbench.run.config.config_hash) -> its group's key
+    group_of: dict[str, str] = {}
     for sweep in sweeps:
         for overrides in jobs(sweep, output_root, extra):
             cfg = compose_config(overrides)

@@ -29,8 +29,14 @@ def read_reference(path: Path) -> pd.DataFrame:
     return reference.rename(columns={"value": "published"})
 
 
-def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_model: str | None = None, speedup: str = "speedup",
-            relative_to: str = "eagle3") -> pd.DataFrame:
+def compare(
+    reference: pd.DataFrame,
+    runs: pd.DataFrame,
+    locate: Locator,
+    our_model: str | None = None,
+    speedup: str = "speedup",
+    relative_to: str = "eagle3",
+) -> pd.DataFrame:
     """Every published cell with ours and the delta. With `our_model` (cpu scale) the
     paper's models say they were not run, and rows for `our_model` (no published value)
     carry our numbers for every cell the tables have. `speedup` is the summary column
@@ -39,7 +45,9 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
     `published_rel` and `ours_rel` are each value over `relative_to`'s in its column."""
     rows = reference[KEYS + ["published"]].copy()
     if our_model is not None:
-        ours = rows.drop_duplicates(subset=[k for k in KEYS if k != "model"]).assign(model=our_model, published=float("nan"))
+        ours = rows.drop_duplicates(subset=[k for k in KEYS if k != "model"]).assign(
+            model=our_model, published=float("nan")
+        )
         rows = pd.concat([rows, ours], ignore_index=True)
     values, notes, names = [], [], []
     for _, row in rows.iterrows():
@@ -57,14 +65,25 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
                     note = NOT_RUN
                 else:
                     run = matches.sort_values("results.samples").iloc[-1]
-                    value, name = results.metric(run, row["metric"], row["dataset"], baseline), run.get("run", run["run_dir"])
+                    value, name = (
+                        results.metric(run, row["metric"], row["dataset"], baseline),
+                        run.get("run", run["run_dir"]),
+                    )
                     if baseline and row["metric"] == "speedup":
                         note = baseline_speed(run)
                     else:
-                        note = "" if value is not None else MISSING_METRIC.get(row["metric"], f"run has no {row['metric']}")
+                        note = (
+                            ""
+                            if value is not None
+                            else MISSING_METRIC.get(row["metric"], f"run has no {row['metric']}")
+                        )
                     if row["metric"] == "speedup" and not baseline and speedup != "speedup" and value is not None:
                         convention = results.number(run.get(speedup))
-                        note = f"aggregate ratio {value:.2f}" if convention is not None else f"aggregate ratio: the run predates {speedup}"
+                        note = (
+                            f"aggregate ratio {value:.2f}"
+                            if convention is not None
+                            else f"aggregate ratio: the run predates {speedup}"
+                        )
                         value = convention if convention is not None else value
                     if value is not None and not baseline:
                         note = "; ".join(part for part in (note, spread(run, row["metric"])) if part)
@@ -74,7 +93,10 @@ def compare(reference: pd.DataFrame, runs: pd.DataFrame, locate: Locator, our_mo
     rows["ours"], rows["note"], rows["run"] = pd.Series(values, dtype=float).values, notes, names
     _fill_means(rows)
     rows["delta"] = rows["ours"] - rows["published"]
-    rows["published_rel"], rows["ours_rel"] = relative(rows, relative_to, "published"), relative(rows, relative_to, "ours")
+    rows["published_rel"], rows["ours_rel"] = (
+        relative(rows, relative_to, "published"),
+        relative(rows, relative_to, "ours"),
+    )
     return rows[KEYS + ["published", "ours", "delta", "note", "run", "published_rel", "ours_rel"]]
 
 
@@ -146,7 +168,11 @@ def cell(row: pd.Series, markers: dict[str, str] | None = None) -> str:
     published = "–" if pd.isna(row["published"]) else _published(row["published"]) + unit(row)
     if pd.isna(row["ours"]):
         note = row["note"]
-        return f"{published} / n/a" if note == NOT_AT_SCALE else f"{published} / – " + (markers or {}).get(note, f"({note})")
+        return (
+            f"{published} / n/a"
+            if note == NOT_AT_SCALE
+            else f"{published} / – " + (markers or {}).get(note, f"({note})")
+        )
     delta = "" if pd.isna(row["delta"]) else f" ({row['delta']:+.2f})"
     return f"{published} / {_fmt(row['ours'])}{unit(row)}{delta}" + (f" [{row['note']}]" if row["note"] else "")
 
@@ -166,7 +192,13 @@ def markers_of(rows: pd.DataFrame) -> dict[str, str]:
 
 def pivot(rows: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
     shown = rows.assign(cell=cells, T=rows["temperature"].map(lambda t: f"{t:g}"))
-    table = shown.pivot_table(index=["model", "method", "T", "setting"], columns=["dataset", "metric"], values="cell", aggfunc="first", sort=False)
+    table = shown.pivot_table(
+        index=["model", "method", "T", "setting"],
+        columns=["dataset", "metric"],
+        values="cell",
+        aggfunc="first",
+        sort=False,
+    )
     return table.fillna("")
 
 
@@ -182,8 +214,13 @@ def flat(table: pd.DataFrame) -> pd.DataFrame:
     return flattened.reset_index()
 
 
-def write(compared: pd.DataFrame, out_dir: Path, caption: str, published_only: dict[str, str] | None = None,
-          relative_to: str = "eagle3") -> list[Path]:
+def write(
+    compared: pd.DataFrame,
+    out_dir: Path,
+    caption: str,
+    published_only: dict[str, str] | None = None,
+    relative_to: str = "eagle3",
+) -> list[Path]:
     """<table>.csv (long form), <table>.md and <table>.tex (layout) per table, the .md
     followed by the reasons behind its markers and the table relative to `relative_to`; a
     table in `published_only` (name -> why none of its cells can have ours) holds the
@@ -195,8 +232,20 @@ def write(compared: pd.DataFrame, out_dir: Path, caption: str, published_only: d
         after = ""
         if reason:
             rows = rows[rows["published"].notna()]
-            table = rows.assign(cell=rows.apply(lambda row: _published(row["published"]) + unit(row), axis=1), T=rows["temperature"].map(lambda t: f"{t:g}")).pivot_table(
-                index=["model", "method", "T", "setting"], columns=["dataset", "metric"], values="cell", aggfunc="first", sort=False).fillna("")
+            table = (
+                rows.assign(
+                    cell=rows.apply(lambda row: _published(row["published"]) + unit(row), axis=1),
+                    T=rows["temperature"].map(lambda t: f"{t:g}"),
+                )
+                .pivot_table(
+                    index=["model", "method", "T", "setting"],
+                    columns=["dataset", "metric"],
+                    values="cell",
+                    aggfunc="first",
+                    sort=False,
+                )
+                .fillna("")
+            )
             legend = f"{name}: {caption}. Published only: {reason}."
             long_form = rows[KEYS + ["published"]]
         else:
@@ -207,13 +256,18 @@ def write(compared: pd.DataFrame, out_dir: Path, caption: str, published_only: d
             if rows["method"].eq(relative_to).any() and rows[["published_rel", "ours_rel"]].notna().any().any():
                 related = pivot(rows, rows.apply(relative_cell, axis=1))
                 related = flat(related[(related != "").any(axis=1)])
-                after += (f"\nRelative to {relative_to}: each value over {relative_to}'s in the same model, T, dataset and metric "
-                          f"(published / ours where a row has both; the paper's models' rows are published, ours are ours): "
-                          f"what carries across scales.\n\n{related.to_markdown(index=False, disable_numparse=True)}\n")
+                after += (
+                    f"\nRelative to {relative_to}: each value over {relative_to}'s in the same model, T, dataset "
+                    "and metric "
+                    f"(published / ours where a row has both; the paper's models' rows are published, ours are ours): "
+                    f"what carries across scales.\n\n{related.to_markdown(index=False, disable_numparse=True)}\n"
+                )
         flattened = flat(table)
         paths = [out_dir / f"{name}.csv", out_dir / f"{name}.md", out_dir / f"{name}.tex"]
         long_form.to_csv(paths[0], index=False)
         paths[1].write_text(f"{legend}\n\n{flattened.to_markdown(index=False)}\n{after}", encoding="utf-8")
-        paths[2].write_text(flattened.to_latex(index=False, caption=legend, label=f"tab:{name}", escape=True), encoding="utf-8")
+        paths[2].write_text(
+            flattened.to_latex(index=False, caption=legend, label=f"tab:{name}", escape=True), encoding="utf-8"
+        )
         written += paths
     return written

@@ -15,10 +15,14 @@ from specbench.replicate import regime
 from specbench.replicate.lookup import group_unit, prompt_values, shared_prompts
 
 NOT_TESTABLE = "not testable at this scale"
-INTERVALS = (f"Intervals: {CONFIDENCE:.0%} bootstrap intervals from scipy.stats.bootstrap, BCa ({RESAMPLES} seeded resamples; "
-             "percentile where BCa is undefined, e.g. when every resample gives one value, and each interval names its method), "
-             "over prompts (over batches at batch size > 1), paired per prompt where two runs decoded the same prompts; "
-             f"none from fewer than {MIN_GROUPS} groups; a table cell's interval is drawn by the same rule from its run's records.")  # the report header's one line on how intervals are drawn
+# the report header's one line on how intervals are drawn
+INTERVALS = (
+    f"Intervals: {CONFIDENCE:.0%} bootstrap intervals from scipy.stats.bootstrap, BCa ({RESAMPLES} seeded resamples; "
+    "percentile where BCa is undefined, e.g. when every resample gives one value, and each interval names its method), "
+    "over prompts (over batches at batch size > 1), paired per prompt where two runs decoded the same prompts; "
+    f"none from fewer than {MIN_GROUPS} groups; a table cell's interval is drawn by the same rule from its run's "
+    "records."
+)
 
 
 def mean_interval(values: list[float]) -> Interval:
@@ -40,6 +44,7 @@ def difference_interval(a: list[float], b: list[float]) -> Interval:
 def statistic_interval(groups: list, statistic) -> Interval:
     """`statistic(list of groups)` (any per-group objects, e.g. prompt ids) and its interval
     over resampled groups; a None value of the statistic counts as undefined."""
+
     def on_indices(indices):
         value = statistic([groups[i] for i in indices])
         return np.nan if value is None else float(value)
@@ -72,7 +77,9 @@ def undecidable(interval: Interval) -> str:
     return "cannot tell" if math.isnan(interval.low) else ""
 
 
-def judge(interval: Interval, unit: str = "prompts", falls: bool = False, flat_reason: str = "") -> tuple[bool | str | None, str]:
+def judge(
+    interval: Interval, unit: str = "prompts", falls: bool = False, flat_reason: str = ""
+) -> tuple[bool | str | None, str]:
     """The verdict on a claim "the quantity is > 0" (< 0 when `falls`) from its interval, by
     `above_zero`, with the evidence as text: cannot tell below MIN_GROUPS groups or where the
     statistic is undefined; not testable when it is 0 on every resample (why: `flat_reason`);
@@ -82,14 +89,18 @@ def judge(interval: Interval, unit: str = "prompts", falls: bool = False, flat_r
     if reason := undecidable(interval):
         return None, f"{text}: {reason}"
     if interval.flat:
-        return NOT_TESTABLE, f"{NOT_TESTABLE}: {flat_reason or f'the statistic is 0 on every resample of the {interval.n} {unit}: nothing moves at this scale'}"
+        flat = f"the statistic is 0 on every resample of the {interval.n} {unit}: nothing moves at this scale"
+        return NOT_TESTABLE, f"{NOT_TESTABLE}: {flat_reason or flat}"
     estimate, low, high = interval.estimate, interval.low, interval.high
     if falls:
         estimate, low, high = -estimate, -high, -low
     verdict = above_zero(low, high)
     if verdict is None and estimate:
         lean = "toward" if estimate > 0 else "against"
-        text += f": leans {lean} the claim; about {groups_to_settle(interval.n, estimate, low, high)} {unit} would settle it"
+        text += (
+            f": leans {lean} the claim; about {groups_to_settle(interval.n, estimate, low, high)} {unit} would "
+            "settle it"
+        )
     return verdict, text
 
 
@@ -119,8 +130,14 @@ def equivalent(interval: Interval, tolerance: float, unit: str = "prompts") -> t
     if verdict is not None or abs(estimate) == tolerance:
         return verdict, text
     if abs(estimate) < tolerance:  # each crossed edge as a claim "tolerance -+ quantity > 0"
-        needed = [groups_to_settle(interval.n, tolerance - estimate, tolerance - high, tolerance - low) if high > tolerance else 0,
-                  groups_to_settle(interval.n, estimate + tolerance, low + tolerance, high + tolerance) if low < -tolerance else 0]
+        needed = [
+            groups_to_settle(interval.n, tolerance - estimate, tolerance - high, tolerance - low)
+            if high > tolerance
+            else 0,
+            groups_to_settle(interval.n, estimate + tolerance, low + tolerance, high + tolerance)
+            if low < -tolerance
+            else 0,
+        ]
         return None, f"{text}: leans toward the claim; about {max(needed)} {unit} would settle it"
     edge = tolerance if estimate > 0 else -tolerance  # the edge the interval reaches across
     needed = groups_to_settle(interval.n, estimate - edge, low - edge, high - edge)
@@ -132,9 +149,13 @@ def equivalent(interval: Interval, tolerance: float, unit: str = "prompts") -> t
 # the paper's GPUs.
 REGIME_SIZE_FACTOR = 3.0  # mean verified nodes per step of the two sides more than this far apart
 REGIME_COST_FACTOR = 2.0  # f(N)/f(1) here more than this times the paper's bound, N the larger tree
-REGIME_RULE = (f"Regime rule (verdicts.out_of_regime): a speed comparison is not testable at this scale when the two sides verify trees more than "
-               f"{REGIME_SIZE_FACTOR:g}x apart in mean nodes per step, or when verifying the larger tree costs here more than {REGIME_COST_FACTOR:g}x "
-               "the paper's bound; its tau (accepted tokens per target forward) and each side's speedup over AR are still given.")
+REGIME_RULE = (
+    "Regime rule (verdicts.out_of_regime): a speed comparison is not testable at this scale when the two sides "
+    "verify trees more than "
+    f"{REGIME_SIZE_FACTOR:g}x apart in mean nodes per step, or when verifying the larger tree costs here more "
+    f"than {REGIME_COST_FACTOR:g}x "
+    "the paper's bound; its tau (accepted tokens per target forward) and each side's speedup over AR are still given."
+)
 SPEED_METRICS = ("speedup", "speedup_mean_per_sample", "tok_per_s")
 
 
@@ -145,9 +166,14 @@ def out_of_regime(nodes: tuple[float, float], cost_here: float | None, paper_bou
     small, large = sorted(nodes)
     reasons = []
     if large > REGIME_SIZE_FACTOR * small:
-        reasons.append(f"trees of {small:.1f} and {large:.1f} mean verified nodes, more than {REGIME_SIZE_FACTOR:g}x apart")
+        reasons.append(
+            f"trees of {small:.1f} and {large:.1f} mean verified nodes, more than {REGIME_SIZE_FACTOR:g}x apart"
+        )
     if cost_here is not None and cost_here > REGIME_COST_FACTOR * paper_bound:
-        reasons.append(f"verifying {large:.0f} nodes costs {cost_here:.1f} one-token forwards here against at most {paper_bound:.2f} on the paper's GPUs")
+        reasons.append(
+            f"verifying {large:.0f} nodes costs {cost_here:.1f} one-token forwards here against at most "
+            f"{paper_bound:.2f} on the paper's GPUs"
+        )
     return "; ".join(reasons)
 
 
@@ -156,7 +182,10 @@ def speed_sides(a: pd.Series, b: pd.Series, names: tuple[str, str]) -> tuple[str
     gate sets the comparison aside, "" when it does not or no report gates)."""
     speeds = [float(np.mean(list(prompt_values(run, "speedup").values()))) for run in (a, b)]
     nodes = (regime.verified_nodes(a), regime.verified_nodes(b))
-    sides = f"{names[0]} {speeds[0]:.2f}x, {names[1]} {speeds[1]:.2f}x over AR; {nodes[0]:.1f} and {nodes[1]:.1f} nodes per verification"
+    sides = (
+        f"{names[0]} {speeds[0]:.2f}x, {names[1]} {speeds[1]:.2f}x over AR; {nodes[0]:.1f} and {nodes[1]:.1f} nodes "
+        "per verification"
+    )
     gate = regime.current()
     return sides, out_of_regime(nodes, gate.here_at(max(nodes)), gate.paper_bound) if gate is not None else ""
 
@@ -224,7 +253,9 @@ def settled(slope_value: float) -> float:
     return round(slope_value, 9) + 0.0
 
 
-def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: str, rising: bool, axis: str) -> tuple[bool | str | None, str]:
+def every_slope(
+    cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: str, rising: bool, axis: str
+) -> tuple[bool | str | None, str]:
     """A claim "`metric` rises (falls) along `axis` in every case" (case, [(x, run)]): the
     least-squares slope of the per-prompt mean against x, with its interval over the prompts
     every run of the case decoded (seeded subsets: the same prompts at each x). A case with
@@ -247,8 +278,13 @@ def every_slope(cases: list[tuple[str, list[tuple[float, pd.Series]]]], metric: 
             return settled(slope(xs, [picked_mean(v, picked) for v in values]))
 
         unmoved = all(len({v[p] for v in values}) == 1 for p in prompts)
-        reason = f"{metric} is the same at every {axis} on each of the {len(prompts)} {unit}: the sweep does not move it at this scale"
-        verdict, text = judge(statistic_interval(prompts, fitted), unit, falls=not rising, flat_reason=reason if unmoved else "")
+        reason = (
+            f"{metric} is the same at every {axis} on each of the {len(prompts)} {unit}: the sweep does not move it "
+            "at this scale"
+        )
+        verdict, text = judge(
+            statistic_interval(prompts, fitted), unit, falls=not rising, flat_reason=reason if unmoved else ""
+        )
         if metric in SPEED_METRICS:
             verdict, text = gated(verdict, text, [run for _, run in points])
         verdicts.append(verdict)
@@ -266,7 +302,9 @@ def paired_interval(a: pd.Series, b: pd.Series, metric: str) -> tuple[Interval, 
     return mean_interval(differences), differences
 
 
-def compared(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]) -> tuple[list, list[str]]:
+def compared(
+    pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]
+) -> tuple[list, list[str]]:
     """Per case (case, a's run, b's run; None where it has no run): the verdict on "a has
     the higher `metric`", by the mean of the per-prompt differences (judge), and its text."""
     if not pairs:
@@ -280,7 +318,11 @@ def compared(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric
             continue
         unit = group_unit(a)
         interval, differences = paired_interval(a, b, metric)
-        same = f"{names[0]} and {names[1]} give the same {metric} on each of the {interval.n} {unit}" if not any(differences) else ""
+        same = (
+            f"{names[0]} and {names[1]} give the same {metric} on each of the {interval.n} {unit}"
+            if not any(differences)
+            else ""
+        )
         verdict, text = judge(interval, unit, flat_reason=same)
         if metric in SPEED_METRICS and regime.current() is not None:
             sides, reason = speed_sides(a, b, names)
@@ -293,17 +335,27 @@ def compared(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric
     return verdicts, parts
 
 
-def every_higher(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]) -> tuple[bool | str | None, str]:
+def every_higher(
+    pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]
+) -> tuple[bool | str | None, str]:
     """A claim "a has the higher `metric` in every case": agrees when every case's does
     (compared), does not when one case's does not, cannot tell while a case is undecided
     or has no run (named)."""
     verdicts, parts = compared(pairs, metric, names)
-    return all_hold(verdicts), f"{names[0]} - {names[1]} {metric} per prompt (per batch at B > 1), mean: " + "; ".join(parts)
+    return all_hold(verdicts), f"{names[0]} - {names[1]} {metric} per prompt (per batch at B > 1), mean: " + "; ".join(
+        parts
+    )
 
 
-def mostly_higher(pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]) -> tuple[bool | str | None, str]:
+def mostly_higher(
+    pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]
+) -> tuple[bool | str | None, str]:
     """A claim "a has the higher `metric` in most cases" (more than half of them, most_hold):
     a case without a run counts as undecided."""
     verdicts, parts = compared(pairs, metric, names)
     held = sum(v is True for v in verdicts)
-    return most_hold(verdicts), f"{held} of {len(verdicts)} cases higher; {names[0]} - {names[1]} {metric} per prompt (per batch at B > 1), mean: " + "; ".join(parts)
+    return (
+        most_hold(verdicts),
+        f"{held} of {len(verdicts)} cases higher; {names[0]} - {names[1]} {metric} per prompt (per batch at B > "
+        "1), mean: " + "; ".join(parts),
+    )

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specbench.run.config import run_name
 from specbench.errors import ConfigError
 from specbench.metrics.records import read_records
+from specbench.run.config import run_name
 
 
 def cached_baseline_dir(cfg: dict) -> Path:
@@ -30,7 +30,8 @@ def load_cached_baseline(cfg: dict) -> dict[str, dict]:
     records = read_records(directory / "samples.jsonl")
     if not records:
         raise ConfigError(
-            f"baseline.mode: cached, but no finished {ar_cfg['method']['name']} run with these settings at {directory}; "
+            f"baseline.mode: cached, but no finished {ar_cfg['method']['name']} run with these settings at "
+            f"{directory}; "
             "run it first (same overrides, method=ar) or use baseline.mode=paired"
         )
     return {r["id"]: r["method"] for r in records}

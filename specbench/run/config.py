@@ -19,7 +19,8 @@ from specbench.costs.fingerprint import isa_limits
 from specbench.errors import ConfigError, require
 from specbench.models.registry import weights_id
 
-HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "engine", "seed")  # engine: how forwards run changes speed (and bf16 rounding)
+# engine: how forwards run changes speed (and bf16 rounding)
+HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "engine", "seed")
 # bumped when a key keeps its name but changes meaning, so an old run is not resumed as a new
 # one (2: method.tree.depth counts as EAGLE's release does, the layers after the first)
 CONVENTIONS = 2
@@ -89,9 +90,12 @@ def check_command_line(argv: list[str]) -> None:
     check_output_root(override(argv, "output_root") or OmegaConf.load(CONF_DIR / "config.yaml").output_root)
     multirun = "-m" in argv or "--multirun" in argv
     if multirun and override(argv, "hydra/launcher") == "slurm":  # a single run ignores the launcher
-        require(shutil.which("srun") is not None, "hydra/launcher",
-                "slurm submits each run as a SLURM job, and there is no srun on PATH here; "
-                "run on a SLURM login node, or drop hydra/launcher=slurm to run the jobs here one after another")
+        require(
+            shutil.which("srun") is not None,
+            "hydra/launcher",
+            "slurm submits each run as a SLURM job, and there is no srun on PATH here; "
+            "run on a SLURM login node, or drop hydra/launcher=slurm to run the jobs here one after another",
+        )
 
 
 def override(argv: list[str], key: str) -> str | None:
@@ -113,7 +117,10 @@ def check_output_root(output_root: str) -> None:
     try:
         tempfile.TemporaryDirectory(dir=existing).cleanup()
     except OSError as error:
-        raise ConfigError(f"output_root: cannot create {root}: {existing} is not writable ({error.strerror}); choose a writable directory") from None
+        raise ConfigError(
+            f"output_root: cannot create {root}: {existing} is not writable ({error.strerror}); choose a "
+            "writable directory"
+        ) from None
 
 
 def compose_config(overrides: list[str]) -> dict:

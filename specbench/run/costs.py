@@ -10,38 +10,69 @@ from __future__ import annotations
 import sys
 
 from specbench import costs
-from specbench.engine import methods
-from specbench.run.config import compose_config
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.predict import tau_needed
+from specbench.engine import methods
 from specbench.errors import run_command
 from specbench.models import registry
+from specbench.run.config import compose_config
 
 
 def main(argv: list[str]) -> None:
     refresh = "costs.refresh=true" in argv
     cfg = compose_config([a for a in argv if not a.startswith("costs.refresh=")])
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
-    hardware["dtype"], dtype_choice = costs.resolve_dtype(hardware, model_cfg, refresh=refresh, method_cfg=cfg["method"], engine=cfg.get("engine"))
+    hardware["dtype"], dtype_choice = costs.resolve_dtype(
+        hardware, model_cfg, refresh=refresh, method_cfg=cfg["method"], engine=cfg.get("engine")
+    )
     if hardware.get("threads"):
         import torch
 
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
-    target, _ = costs.target_lm(model, cfg, hardware, refresh=refresh, drafter_layers=methods.drafter_layers(cfg["method"]))
+    target, _ = costs.target_lm(
+        model, cfg, hardware, refresh=refresh, drafter_layers=methods.drafter_layers(cfg["method"])
+    )
     drafter = methods.load_drafter(cfg["method"], model, hardware, target.compiled)
     name = costs.drafter_id(cfg["method"].get("drafter"))
-    key = costs.profile_key(registry.cache_name(model_cfg, model=model), hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
+    key = costs.profile_key(
+        registry.cache_name(model_cfg, model=model),
+        hardware["dtype"],
+        hardware["device"],
+        hardware.get("threads"),
+        target.kind,
+    )
     longest = min(model_cfg.get("context_length") or model.config.max_position_embeddings, 2048)
-    profile = costs.ensure_profile(key, target, longest, {name: drafter} if drafter else None,
-                                   repeats=cfg["costs"]["repeats"], max_n=cfg["costs"]["max_n"], refresh=refresh)
+    profile = costs.ensure_profile(
+        key,
+        target,
+        longest,
+        {name: drafter} if drafter else None,
+        repeats=cfg["costs"]["repeats"],
+        max_n=cfg["costs"]["max_n"],
+        refresh=refresh,
+    )
     curve = profile.target
-    print(f"{model_cfg['name']} {hardware['dtype']} on {fingerprint_id(key['fingerprint'])} ({' '.join(key['fingerprint']['isa'])}, {key['fingerprint']['threads']} threads)")
+    print(
+        f"{model_cfg['name']} {hardware['dtype']} on {fingerprint_id(key['fingerprint'])} "
+        f"({' '.join(key['fingerprint']['isa'])}, {key['fingerprint']['threads']} threads)"
+    )
     for context, row in zip(curve.contexts, curve.ms):
-        print(f"  target c={context}: " + "  ".join(f"n={n} {row[n - 1]:.1f}" for n in (1, 2, 4, 8, 16, 32, 64) if n <= curve.max_n) + " ms")
+        print(
+            f"  target c={context}: "
+            + "  ".join(f"n={n} {row[n - 1]:.1f}" for n in (1, 2, 4, 8, 16, 32, 64) if n <= curve.max_n)
+            + " ms"
+        )
     for drafter_name, draft in profile.drafters.items():
-        print(f"  drafter {drafter_name} c={draft.contexts[0]}: " + "  ".join(f"n={n} {draft.ms[0][n - 1]:.2f}" for n in (1, 4, 16, 64) if n <= draft.max_n) + " ms")
-    print(f"  step overhead {profile.step_overhead_ms:.2f} ms, commit {profile.commit_ms:.2f} ms -> {costs.profile_path(key)} (+ .png)")
+        print(
+            f"  drafter {drafter_name} c={draft.contexts[0]}: "
+            + "  ".join(f"n={n} {draft.ms[0][n - 1]:.2f}" for n in (1, 4, 16, 64) if n <= draft.max_n)
+            + " ms"
+        )
+    print(
+        f"  step overhead {profile.step_overhead_ms:.2f} ms, commit {profile.commit_ms:.2f} ms -> "
+        f"{costs.profile_path(key)} (+ .png)"
+    )
     print_break_even(profile, hardware["dtype"], dtype_choice)
 
 

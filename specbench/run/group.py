@@ -23,8 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-from specbench.run.config import check_output_root, compose_config, run_name
 from specbench.errors import ConfigError, run_command
+from specbench.run.config import check_output_root, compose_config, run_name
 from specbench.run.runner import Runner, decode_in_blocks
 
 UNSHARED_KEYS = ("method", "costs", "output_root")  # what may differ within a group: none of it changes the AR decode
@@ -63,7 +63,12 @@ def groups(cfgs: list[dict]) -> list[list[int]]:
 def forward_of(runner: Runner) -> tuple:
     """What AR's cost and outputs depend on beyond the shared config: the target's dtype and forward."""
     decided = runner.decided
-    return decided.dtype, decided.precision, decided.forward, json.dumps(decided.compile_choice, sort_keys=True, default=str)
+    return (
+        decided.dtype,
+        decided.precision,
+        decided.forward,
+        json.dumps(decided.compile_choice, sort_keys=True, default=str),
+    )
 
 
 def run_group(runners: list[Runner]) -> list[dict]:
@@ -101,5 +106,8 @@ if __name__ == "__main__":
     try:
         run_command(main, sys.argv[1:])
     except KeyboardInterrupt:
-        print("\ninterrupted: finished samples are kept in each run's samples.jsonl; run the same command to resume", file=sys.stderr)
+        print(
+            "\ninterrupted: finished samples are kept in each run's samples.jsonl; run the same command to resume",
+            file=sys.stderr,
+        )
         sys.exit(130)

@@ -14,14 +14,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from specbench.run import plan, tracking
-from specbench.run.baseline import load_cached_baseline
 from specbench.costs import contention
 from specbench.data import questions
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.metrics.records import MethodRun, method_run, read_records
-from specbench.run.table import print_summary
+from specbench.run import plan, tracking
+from specbench.run.baseline import load_cached_baseline
 from specbench.run.summary import summarize
+from specbench.run.table import print_summary
 
 
 class Runner:
@@ -57,8 +57,12 @@ class Runner:
         for record in self.records if self.tracker else ():
             self.tracker.sample(record)
         if todo:
-            self.decided, self.parts = plan.decide(self.cfg, self.samples, self.paired, self.cached_baseline is not None)
-            (self.out_dir / "decisions.json").write_text(json.dumps(self.decided.decisions(self.cfg["hardware"]["device"]), indent=1))
+            self.decided, self.parts = plan.decide(
+                self.cfg, self.samples, self.paired, self.cached_baseline is not None
+            )
+            (self.out_dir / "decisions.json").write_text(
+                json.dumps(self.decided.decisions(self.cfg["hardware"]["device"]), indent=1)
+            )
             self.warm_up(todo[: self.batch_size])
         return todo
 
@@ -96,11 +100,18 @@ class Runner:
         prompts = [parts.prompts.ids([{"role": "user", "content": s.turns[0]}], s.id) for s in samples]
         limits = Limits(min(16, parts.limits.max_new_tokens), parts.limits.stop_token_ids)
         for method in filter(None, (parts.method, parts.baseline)):
-            generate_batch(parts.target, method, prompts, parts.sampling, limits, [self.generator(s.id) for s in samples])
+            generate_batch(
+                parts.target, method, prompts, parts.sampling, limits, [self.generator(s.id) for s in samples]
+            )
 
     @staticmethod
-    def batch_records(samples: list[questions.Sample], method: list[MethodRun], baseline: list[MethodRun] | None, baseline_first: bool,
-                      block: int = 1) -> list[dict]:
+    def batch_records(
+        samples: list[questions.Sample],
+        method: list[MethodRun],
+        baseline: list[MethodRun] | None,
+        baseline_first: bool,
+        block: int = 1,
+    ) -> list[dict]:
         """One record per sample: the method's run and, when paired, the baseline's beside it
         (`block`: how many methods shared that baseline decode, when more than one)."""
         records = []
@@ -130,8 +141,14 @@ class Runner:
             prompts = [parts.prompts.ids(messages[i], samples[i].id) for i in rows]
             progress = Progress(bar) if bar is not None else None
             generations = generate_batch(
-                parts.target, method, prompts, parts.sampling, parts.limits, [generators[i] for i in rows],
-                decode=tokenizer.decode, on_step=progress,
+                parts.target,
+                method,
+                prompts,
+                parts.sampling,
+                parts.limits,
+                [generators[i] for i in rows],
+                decode=tokenizer.decode,
+                on_step=progress,
             )
             batch_seconds += generations[0].batch_seconds
             verify_seconds += generations[0].verify_seconds
@@ -158,7 +175,12 @@ def decode_in_blocks(members: list[Runner], todo: list[list[questions.Sample]]) 
     samples = [s for s in first.samples if s.id in wanted]
     size = first.batch_size
     if len(members) == 1:
-        bar = tqdm(total=len(first.samples), initial=len(first.samples) - len(samples), desc=first.cfg["method"]["name"], unit="sample")
+        bar = tqdm(
+            total=len(first.samples),
+            initial=len(first.samples) - len(samples),
+            desc=first.cfg["method"]["name"],
+            unit="sample",
+        )
     else:
         names = ", ".join(r.cfg["method"]["name"] for r in members)
         bar = tqdm(total=len(samples), desc=f"{len(members)} runs ({names}) + AR", unit="sample")
@@ -195,6 +217,8 @@ class Progress:
         self.steps += rows  # row-steps: tau is per sequence
         self.calls += 1
         elapsed = self.bar.format_dict["elapsed"] - self.start
-        self.bar.set_postfix(tok_s=f"{self.tokens / max(elapsed, 1e-9):.1f}", tau=f"{self.tokens / self.steps:.2f}", refresh=False)
+        self.bar.set_postfix(
+            tok_s=f"{self.tokens / max(elapsed, 1e-9):.1f}", tau=f"{self.tokens / self.steps:.2f}", refresh=False
+        )
         if self.calls % 8 == 0:
             self.bar.refresh()

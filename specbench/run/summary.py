@@ -12,15 +12,17 @@ from pathlib import Path
 import torch
 import transformers
 
-from specbench.run.config import config_hash
 from specbench.costs.fingerprint import device_fingerprint
 from specbench.costs.predict import predict
 from specbench.costs.profile import CostProfile
 from specbench.data.questions import Sample
 from specbench.metrics import quality, speed
+from specbench.run.config import config_hash
 
 
-def summarize(cfg: dict, samples: list[Sample], records: list[dict], out_dir: Path, paired: bool, cached_baseline: dict | None) -> dict:
+def summarize(
+    cfg: dict, samples: list[Sample], records: list[dict], out_dir: Path, paired: bool, cached_baseline: dict | None
+) -> dict:
     """The summary of `records` (the finished samples among `samples`), in sample order."""
     decisions_file = out_dir / "decisions.json"
     decisions = json.loads(decisions_file.read_text()) if decisions_file.is_file() else {}
@@ -40,7 +42,12 @@ def summarize(cfg: dict, samples: list[Sample], records: list[dict], out_dir: Pa
     if decisions.get("tree_choice"):
         summary["tree_choice"] = decisions["tree_choice"]
     if decisions.get("profile") and method_runs:
-        summary["cost_model"] = predict(method_runs, CostProfile.from_json(decisions["profile"]), decisions.get("drafter"), decisions.get("tree_overhead"))
+        summary["cost_model"] = predict(
+            method_runs,
+            CostProfile.from_json(decisions["profile"]),
+            decisions.get("drafter"),
+            decisions.get("tree_overhead"),
+        )
     metrics = list(cfg["dataset"].get("metrics") or [])
     scored = [s for s in samples if s.id in by_id]
     if metrics and scored:
@@ -63,8 +70,13 @@ def summarize(cfg: dict, samples: list[Sample], records: list[dict], out_dir: Pa
 def own_share(records: list[dict]) -> float:
     """This run's share of the AR decodes it shared with its group (specbench.run.group): each
     decode's time divided by the runs that shared it, so time summed over runs counts it once."""
+
     def share(baseline: dict, block: int) -> dict:
-        return {**baseline, "seconds": baseline["seconds"] / block, "batch_seconds": baseline.get("batch_seconds", 0.0) / block}
+        return {
+            **baseline,
+            "seconds": baseline["seconds"] / block,
+            "batch_seconds": baseline.get("batch_seconds", 0.0) / block,
+        }
 
     return speed.wall_seconds([share(r["baseline"], r.get("block_methods", 1)) for r in records if "baseline" in r])
 
@@ -79,12 +91,20 @@ def scores(metrics: list[str], samples: list[Sample], texts: list[list[str]]) ->
         return {"error": repr(error)}
 
 
-def baseline_pairs(cfg: dict, ordered: list[dict], paired: bool, cached_baseline: dict | None) -> tuple[list[tuple[dict, dict]], str | None]:
+def baseline_pairs(
+    cfg: dict, ordered: list[dict], paired: bool, cached_baseline: dict | None
+) -> tuple[list[tuple[dict, dict]], str | None]:
     """(method run, baseline run) per sample that has both, and where the baseline came from."""
     if paired:
         shared = max((r.get("block_methods", 1) for r in ordered if "baseline" in r), default=1)
-        source = "paired in this run (side by side)" if shared == 1 else (
-            f"paired in this run (side by side: per prompt, one AR decode in one block with up to {shared} runs of its group, specbench.run.group)")
+        source = (
+            "paired in this run (side by side)"
+            if shared == 1
+            else (
+                f"paired in this run (side by side: per prompt, one AR decode in one block with up to {shared} "
+                "runs of its group, specbench.run.group)"
+            )
+        )
         return [(r["method"], r["baseline"]) for r in ordered if "baseline" in r], source
     if cached_baseline is not None:
         pairs = [(r["method"], cached_baseline[r["id"]]) for r in ordered if r["id"] in cached_baseline]
@@ -105,11 +125,14 @@ def git_state(checkout: Path = Path(__file__).parent) -> tuple[str | None, bool 
     """(HEAD's commit, whether the checkout has uncommitted changes: modified, staged or new
     files), or (None, None) outside a git checkout. Files under results/ do not count: the
     bench scripts write their tables there between the runs of a sweep."""
+
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=checkout).stdout
 
     try:
-        return git("rev-parse", "HEAD").strip(), bool(git("status", "--porcelain", "--", ":(top)", ":(top,exclude)results").strip())
+        return git("rev-parse", "HEAD").strip(), bool(
+            git("status", "--porcelain", "--", ":(top)", ":(top,exclude)results").strip()
+        )
     except (OSError, subprocess.CalledProcessError):
         return None, None
 
@@ -129,13 +152,16 @@ def environment(cfg: dict, decisions: dict) -> dict:
         "torch_threads": torch.get_num_threads(),
         "dtype": dtype,
         "precision": decisions.get("precision") or dtype,
-        "dtype_rule": (decisions.get("dtype_choice") or {}).get("rule") if cfg["hardware"]["dtype"] == "auto" else "set by hardware.dtype",
+        "dtype_rule": (decisions.get("dtype_choice") or {}).get("rule")
+        if cfg["hardware"]["dtype"] == "auto"
+        else "set by hardware.dtype",
         "dtype_note": (decisions.get("dtype_choice") or {}).get("note") if cfg["hardware"]["dtype"] == "auto" else None,
         "forward": decisions.get("forward"),
         "forward_note": decisions.get("forward_note"),
         "device": cfg["hardware"]["device"],
         "hardware": cfg["hardware"]["name"],
-        "fingerprint": decisions.get("fingerprint") or device_fingerprint(cfg["hardware"]["device"], torch.get_num_threads()),
+        "fingerprint": decisions.get("fingerprint")
+        or device_fingerprint(cfg["hardware"]["device"], torch.get_num_threads()),
         "seed": cfg["seed"],
         "choices_contended_cores": choices_contended_cores(decisions, cfg["gen"]["batch_size"]),
     }
@@ -145,7 +171,9 @@ def choices_contended_cores(decisions: dict, batch: int) -> float | None:
     """The most cores other processes used while the probes, profile curves and calibration
     behind this run's choices were timed (None: none recorded); cached measurements carry it,
     and are timed again by the first run on an idle machine."""
-    values = [(decisions.get(k) or {}).get("contended_cores") for k in ("dtype_choice", "compile_choice", "tree_choice")]
+    values = [
+        (decisions.get(k) or {}).get("contended_cores") for k in ("dtype_choice", "compile_choice", "tree_choice")
+    ]
     if decisions.get("profile"):
         values.append(CostProfile.from_json(decisions["profile"]).contended_for(decisions.get("drafter"), batch))
     known = [v for v in values if v is not None]

@@ -24,7 +24,9 @@ def _skipped(value) -> bool:
 
 
 def print_summary(summary: dict) -> None:
-    table = Table(title=escape(f"{summary['method']} on {summary['model']} / {summary['dataset']}  [{summary['config_hash']}]"))
+    table = Table(
+        title=escape(f"{summary['method']} on {summary['model']} / {summary['dataset']}  [{summary['config_hash']}]")
+    )
     for column in ("", "samples", "tokens", "tok/s", "tau", "delta"):
         table.add_column(column, justify="right")
     rows = [(summary["method"], summary["results"])]
@@ -37,7 +39,8 @@ def print_summary(summary: dict) -> None:
     if "baseline" in summary:
         agreement = summary.get("agreement_with_baseline", {})
         console.print(
-            f"speedup {_fmt(summary.get('speedup'))}x{_ci(summary.get('speedup_ci95'))} at batch size {summary['results'].get('batch_size', 1)} "
+            f"speedup {_fmt(summary.get('speedup'))}x{_ci(summary.get('speedup_ci95'))} at batch size "
+            f"{summary['results'].get('batch_size', 1)} "
             f"(median per sample {_fmt(summary.get('speedup_median_per_sample'))}x), "
             f"baseline: {summary['baseline_source']}; "
             f"outputs identical to baseline: {_fmt(agreement.get('exact_match_rate'))}"
@@ -48,11 +51,20 @@ def print_summary(summary: dict) -> None:
     elif model:
         measured = f"measured {_fmt(summary.get('speedup'))}x, " if summary.get("speedup") is not None else ""
         console.print(
-            f"cost model ({model['profile']['dtype']} profile of this machine): predicted {_fmt(model['predicted_speedup'])}x"
-            + (f" (decoding alone {_fmt(model['predicted_decode_speedup'])}x; prefill is in both)" if "predicted_decode_speedup" in model else "")
+            f"cost model ({model['profile']['dtype']} profile of this machine): predicted "
+            f"{_fmt(model['predicted_speedup'])}x"
+            + (
+                f" (decoding alone {_fmt(model['predicted_decode_speedup'])}x; prefill is in both)"
+                if "predicted_decode_speedup" in model
+                else ""
+            )
             + f", {measured}engine overhead {_fmt(100 * (model.get('engine_overhead_share') or 0), 0)}% of decode time"
-            + (f" (tree building {_fmt(model['tree_overhead_ms_per_step'])} ms a step, timed on calibration prompts, is in the prediction)"
-               if model.get("tree_overhead_ms_per_step") is not None else "")
+            + (
+                f" (tree building {_fmt(model['tree_overhead_ms_per_step'])} ms a step, timed on calibration "
+                "prompts, is in the prediction)"
+                if model.get("tree_overhead_ms_per_step") is not None
+                else ""
+            )
         )
     if env_note := (summary["environment"].get("dtype_note")):
         console.print(f"dtype: {env_note}")
@@ -71,13 +83,32 @@ def print_summary(summary: dict) -> None:
         console.print(line)
     env = summary["environment"]
     fingerprint = env.get("fingerprint") or {}
-    device = fingerprint.get("gpu") or f"{fingerprint.get('cpu_model', env['device'])} [{' '.join(fingerprint.get('isa', []))}]"
-    commit = f"commit {env['git_commit'][:10]}{' (uncommitted changes)' if env.get('git_dirty') else ''} " if env.get("git_commit") else ""
-    forward = f"{env.get('forward') or ''} (forward: {env['forward_note']})" if env.get("forward_note") else env.get("forward") or ""
-    console.print(f"{env['hardware']}: {device} {env['precision']} {forward} threads={env['torch_threads']} "
-                  f"torch {env['torch']} {commit}-> {summary['out_dir']}")
+    device = (
+        fingerprint.get("gpu")
+        or f"{fingerprint.get('cpu_model', env['device'])} [{' '.join(fingerprint.get('isa', []))}]"
+    )
+    commit = (
+        f"commit {env['git_commit'][:10]}{' (uncommitted changes)' if env.get('git_dirty') else ''} "
+        if env.get("git_commit")
+        else ""
+    )
+    forward = (
+        f"{env.get('forward') or ''} (forward: {env['forward_note']})"
+        if env.get("forward_note")
+        else env.get("forward") or ""
+    )
+    console.print(
+        f"{env['hardware']}: {device} {env['precision']} {forward} threads={env['torch_threads']} "
+        f"torch {env['torch']} {commit}-> {summary['out_dir']}"
+    )
     if contended(env.get("choices_contended_cores")):
-        console.print(f"note: the probes, profile or calibration behind this run's choices were {note(env['choices_contended_cores'])} "
-                      "(cached with that note; the first run on an idle machine times them again)")
+        console.print(
+            "note: the probes, profile or calibration behind this run's choices were "
+            f"{note(env['choices_contended_cores'])} "
+            "(cached with that note; the first run on an idle machine times them again)"
+        )
     if contended(env.get("others_cores")):
-        console.print(f"warning: other processes kept {env['others_cores']:.1f} cores busy while this run was timed: its speeds are not this machine's")
+        console.print(
+            f"warning: other processes kept {env['others_cores']:.1f} cores busy while this run was timed: its "
+            "speeds are not this machine's"
+        )

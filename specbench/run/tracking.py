@@ -26,17 +26,27 @@ class WandbTracker:
         os.makedirs(logger["dir"], exist_ok=True)
         self.wandb = wandb
         self.run = wandb.init(
-            project=logger["project"], entity=logger.get("entity"), mode=mode, dir=logger["dir"], name=run_name,
-            group=logger.get("group") or f"{cfg['model']['name']}-{cfg['dataset']['name']}", job_type=cfg["method"]["name"],
-            tags=list(logger.get("tags") or []), config=cfg, reinit="finish_previous",
+            project=logger["project"],
+            entity=logger.get("entity"),
+            mode=mode,
+            dir=logger["dir"],
+            name=run_name,
+            group=logger.get("group") or f"{cfg['model']['name']}-{cfg['dataset']['name']}",
+            job_type=cfg["method"]["name"],
+            tags=list(logger.get("tags") or []),
+            config=cfg,
+            reinit="finish_previous",
         )
         self.accept_lengths: list[int] = []
 
     def sample(self, record: dict) -> None:
         method = record["method"]
         steps = method["target_forwards"] or 1
-        row = {"sample/tok_per_s": method["new_tokens"] / method["seconds"] if method["seconds"] else 0.0,
-               "sample/tau": speed.cycle_tokens(method) / steps, "sample/delta": method["draft_forwards"] / steps}
+        row = {
+            "sample/tok_per_s": method["new_tokens"] / method["seconds"] if method["seconds"] else 0.0,
+            "sample/tau": speed.cycle_tokens(method) / steps,
+            "sample/delta": method["draft_forwards"] / steps,
+        }
         if "baseline" in record and record["baseline"]["seconds"] and method["seconds"]:
             baseline = record["baseline"]
             row["sample/speedup"] = row["sample/tok_per_s"] / (baseline["new_tokens"] / baseline["seconds"])
@@ -47,7 +57,9 @@ class WandbTracker:
         self.run.summary.update(flatten({k: v for k, v in summary.items() if k not in ("config", "environment")}))
         self.run.summary["environment"] = summary["environment"]
         if self.accept_lengths:
-            table = self.wandb.Table(columns=["verification", "accept_length"], data=list(enumerate(self.accept_lengths)))
+            table = self.wandb.Table(
+                columns=["verification", "accept_length"], data=list(enumerate(self.accept_lengths))
+            )
             self.run.log({"accept_lengths": table, "accept_length_hist": self.wandb.Histogram(self.accept_lengths)})
         self.run.finish()
 
@@ -90,8 +102,8 @@ def read_offline_run(path) -> dict:
         if block - position % block < 7:  # block trailer too short for a header: padding
             position += block - position % block
             continue
-        _, length, kind = struct.unpack("<IHB", raw[position:position + 7])
-        data = raw[position + 7:position + 7 + length]
+        _, length, kind = struct.unpack("<IHB", raw[position : position + 7])
+        data = raw[position + 7 : position + 7 + length]
         position += 7 + length
         if kind == 1:
             chunks.append(data)
@@ -108,7 +120,11 @@ def read_offline_run(path) -> dict:
             run["name"] = record.run.display_name
             run["config"].update({item.key: json.loads(item.value_json) for item in record.run.config.update})
         elif kind == "summary":
-            run["summary"].update({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.summary.update})
+            run["summary"].update(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.summary.update}
+            )
         elif kind == "history":
-            run["history"].append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+            run["history"].append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
     return run

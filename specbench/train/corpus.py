@@ -8,7 +8,8 @@ HumanEval-style completion requests for the documented functions of the standard
 templates and asked as GSM8K asks (specbench/train/prompts/math.py); `function-problems`,
 short programming exercises made from task templates and asked as HumanEval asks
 (specbench/train/prompts/functions.py); `chat-requests`, writing, role-play, reasoning,
-extraction and explanation requests made from templates (specbench/train/prompts/chat.py). They are deduplicated by normalized text, minus any
+extraction and explanation requests made from templates (specbench/train/prompts/chat.py). They are deduplicated by
+normalized text, minus any
 prompt that shares a 13-word span with (or equals) a prompt of an evaluation set:
 MT-Bench, HumanEval, GSM8K test and, when ../shared/data is beside the checkout, its question files. Answers are
 generated in shards, one JSONL file per (source, shard, temperature), appended and flushed
@@ -38,15 +39,22 @@ from tqdm import tqdm
 
 from specbench import costs
 from specbench.data.chat import chat_prompt
-from specbench.train.prompts.contamination import evaluation_index
-from specbench.train.prompts.sources import COMMITTED_PACKS, SOURCES, prompt_key, training_prompts
-from specbench.errors import run_command
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import Sampling
-from specbench.models import registry
+from specbench.errors import run_command
 from specbench.metrics.records import read_records
-from specbench.train.data import TARGET, TARGET_FILE, add_target_argument, check_corpus_target, target_entry, target_record
+from specbench.models import registry
+from specbench.train.data import (
+    TARGET,
+    TARGET_FILE,
+    add_target_argument,
+    check_corpus_target,
+    target_entry,
+    target_record,
+)
 from specbench.train.packed import packed_pairs
+from specbench.train.prompts.contamination import evaluation_index
+from specbench.train.prompts.sources import COMMITTED_PACKS, SOURCES, prompt_key, training_prompts
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
 
@@ -87,7 +95,12 @@ def generate(args) -> None:
         done = {row["key"] for row in read_records(path)}  # a torn last line is cut, so appends stay valid
         done |= {key for key, t in packed if t == round(temperature, 4)}
         todo = [(t, ids) for t, ids in prompts if prompt_key(t) not in done]
-        bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=f"target answers {args.source} T={temperature:g} shard {args.shard}", unit="prompt")
+        bar = tqdm(
+            total=len(prompts),
+            initial=len(prompts) - len(todo),
+            desc=f"target answers {args.source} T={temperature:g} shard {args.shard}",
+            unit="prompt",
+        )
         if todo and target is None:
             model = registry.load_model(entry, args.dtype, "cpu", "--target")
             target, _ = costs.target_lm(model, {"model": entry}, {"device": "cpu", "threads": args.threads})
@@ -98,9 +111,14 @@ def generate(args) -> None:
                     return
                 keys = [prompt_key(t) for t, _ in batch]
                 generators = [torch.Generator().manual_seed(int(k[:12], 16) + args.seed) for k in keys]
-                answers = generate_batch(target, method, [ids for _, ids in batch], Sampling(temperature), limits, generators)
+                answers = generate_batch(
+                    target, method, [ids for _, ids in batch], Sampling(temperature), limits, generators
+                )
                 for key, (_, prompt), answer in zip(keys, batch, answers):
-                    f.write(json.dumps({"key": key, "temperature": temperature, "prompt": prompt, "answer": answer.ids}) + "\n")
+                    f.write(
+                        json.dumps({"key": key, "temperature": temperature, "prompt": prompt, "answer": answer.ids})
+                        + "\n"
+                    )
                 f.flush()
                 tokens, seconds = tokens + sum(len(a.ids) for a in answers), seconds + answers[0].batch_seconds
                 bar.set_postfix(tok_s=f"{tokens / seconds:.0f}")
@@ -124,7 +142,9 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--source", choices=sorted(SOURCES), default="sharegpt", help="where the prompts come from")
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--shard", type=int, default=0)
-    parser.add_argument("--prompts", type=int, help="answer only the first this many prompts of the shuffled order (default: all)")
+    parser.add_argument(
+        "--prompts", type=int, help="answer only the first this many prompts of the shuffled order (default: all)"
+    )
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -133,9 +153,12 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--minutes", type=float, default=600, help="stop after this long (re-run to continue)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--packs", nargs="*",
-                        help="directories of answer packs: prompts answered there (at the same temperature) are not answered again "
-                             "(default: the committed packs for the embedded target, none for another)")
+    parser.add_argument(
+        "--packs",
+        nargs="*",
+        help="directories of answer packs: prompts answered there (at the same temperature) are not answered again "
+        "(default: the committed packs for the embedded target, none for another)",
+    )
     add_target_argument(parser)
     return parser
 

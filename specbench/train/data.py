@@ -13,11 +13,11 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from specbench.run.config import CONF_DIR, compose_config
 from specbench.data import sharegpt
 from specbench.data.chat import chat_prompt
-from specbench.train.prompts.contamination import evaluation_index
 from specbench.errors import ConfigError, require
+from specbench.run.config import CONF_DIR, compose_config
+from specbench.train.prompts.contamination import evaluation_index
 
 # the embedded target, as its model config names it (the default target of every trainer)
 TARGET = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "smollm2-135m.yaml"))
@@ -26,9 +26,14 @@ TARGET_FILE = "target.json"  # in a corpus directory: the target whose answers i
 
 def add_target_argument(parser: argparse.ArgumentParser) -> None:
     """--target, for every command that runs the target to make training data or heads."""
-    parser.add_argument("--target", nargs="+", default=[], metavar="model=NAME",
-                        help="the target, as `python -m specbench` composes it from conf/model: e.g. --target model=qwen3-8b "
-                             "model.path=/dir/with/config.json (default: the embedded model)")
+    parser.add_argument(
+        "--target",
+        nargs="+",
+        default=[],
+        metavar="model=NAME",
+        help="the target, as `python -m specbench` composes it from conf/model: e.g. --target model=qwen3-8b "
+        "model.path=/dir/with/config.json (default: the embedded model)",
+    )
 
 
 @lru_cache
@@ -39,8 +44,12 @@ def target_entry(overrides: tuple[str, ...]) -> dict:
         return TARGET
     for given in overrides:
         key, sep, _ = given.lstrip("+~").partition("=")
-        require(bool(sep) and (key == "model" or key.startswith("model.")), "--target",
-                f"'{given}' is not model=NAME or model.KEY=VALUE (e.g. --target model=qwen3-8b model.path=/dir/with/config.json)")
+        require(
+            bool(sep) and (key == "model" or key.startswith("model.")),
+            "--target",
+            f"'{given}' is not model=NAME or model.KEY=VALUE (e.g. --target model=qwen3-8b "
+            "model.path=/dir/with/config.json)",
+        )
     try:
         return compose_config(list(overrides))["model"]
     except (HydraException, OmegaConfBaseException) as error:
@@ -55,9 +64,17 @@ def target_record(entry: dict) -> dict:
 def check_corpus_target(directory: Path, entry: dict, key: str) -> None:
     """A corpus directory holds one target's answers (TARGET_FILE; none: the embedded
     target's): answers of another target would teach a head the wrong model."""
-    held = json.loads((directory / TARGET_FILE).read_text()) if (directory / TARGET_FILE).is_file() else target_record(TARGET)
-    require(held == target_record(entry), key, f"{directory} holds the answers of target {held}, not of {target_record(entry)}: "
-                                               "give a corpus of this target's answers, or answer prompts with it first (specbench.train.corpus --target ...)")
+    held = (
+        json.loads((directory / TARGET_FILE).read_text())
+        if (directory / TARGET_FILE).is_file()
+        else target_record(TARGET)
+    )
+    require(
+        held == target_record(entry),
+        key,
+        f"{directory} holds the answers of target {held}, not of {target_record(entry)}: "
+        "give a corpus of this target's answers, or answer prompts with it first (specbench.train.corpus --target ...)",
+    )
 
 
 def exchanges(seed: int) -> list[tuple[str, str]]:
@@ -68,7 +85,12 @@ def exchanges(seed: int) -> list[tuple[str, str]]:
     for conversation in sharegpt.conversations():
         turns = conversation.get("conversations") or []
         for question, answer in zip(turns, turns[1:]):
-            if question.get("from") == "human" and answer.get("from") == "gpt" and question.get("value") and answer.get("value"):
+            if (
+                question.get("from") == "human"
+                and answer.get("from") == "gpt"
+                and question.get("value")
+                and answer.get("value")
+            ):
                 if not index.overlaps(question["value"]):
                     pairs.append((question["value"], answer["value"]))
     random.Random(seed).shuffle(pairs)
@@ -123,7 +145,9 @@ def batches(rows: list[dict], batch: int, length: int, seed: int):
             yield collate(rows[start : start + batch], length)
 
 
-def load_rows(answers: list[dict], tokenizer, sharegpt_count: int, seed: int, max_tokens: int) -> tuple[list[dict], int]:
+def load_rows(
+    answers: list[dict], tokenizer, sharegpt_count: int, seed: int, max_tokens: int
+) -> tuple[list[dict], int]:
     """The target's answers, then ShareGPT's own answers; returns the rows and how many
     came from the target."""
     return answers + sharegpt_answers(tokenizer, sharegpt_count, seed, max_tokens), len(answers)

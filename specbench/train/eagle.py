@@ -25,7 +25,8 @@ from specbench.models.eagle3 import head_config, read_config, trained_state
 from specbench.train import eagle3
 from specbench.train.loop import add_autocast_argument, add_fit_arguments
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
-from specbench.train.validation import export as export_record, save_head
+from specbench.train.validation import export as export_record
+from specbench.train.validation import save_head
 
 VALIDATION_STEPS = 3  # draft steps the learning curve unrolls (chain depth of its tau)
 
@@ -44,7 +45,8 @@ def eagle_loss(head: Eagle1Head, embeds, features, next_features, target_probs, 
     noisy = features + (torch.rand_like(features) * 2 - 1) * noise
     positions = torch.arange(embeds.shape[1])[None].expand(embeds.shape[0], -1)
     causal = eagle3.ttt_mask(embeds.shape[1], 0)
-    predicted, logits, _ = head(embeds, head.project(noisy), positions, None, causal, logits_at=loss_mask)  # logits [N, V]
+    # logits [N, V]
+    predicted, logits, _ = head(embeds, head.project(noisy), positions, None, causal, logits_at=loss_mask)
     weight = loss_mask.float()
     regression = torch.nn.functional.smooth_l1_loss(predicted, next_features, reduction="none").mean(-1)
     probs = target_probs[loss_mask]
@@ -62,7 +64,9 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         raw_config["bias"] = read_config(Path(args.init), "--init").get("bias", True)
     head = Eagle1Head(head_config(raw_config), target.get_output_embeddings().weight.float())
     if args.init and saved is None:
-        head.load_state_dict(trained_state(load_head(args.init, head.lm_head_weight, torch.float32, "cpu", key="--init")))
+        head.load_state_dict(
+            trained_state(load_head(args.init, head.lm_head_weight, torch.float32, "cpu", key="--init"))
+        )
     layer = feature_layers(target.config.num_hidden_layers)[0]
     embedding = target.get_input_embeddings()
 
@@ -74,7 +78,13 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
             probs = batch.logits.softmax(-1)
             embeds = embedding(batch.ids).float()
         n = batch.ids.shape[1] - 2
-        return embeds[:, 1 : n + 1], features[:, :n], features[:, 1 : n + 1], probs[:, 1 : n + 1], batch.labels[:, 2 : n + 2] != -100
+        return (
+            embeds[:, 1 : n + 1],
+            features[:, :n],
+            features[:, 1 : n + 1],
+            probs[:, 1 : n + 1],
+            batch.labels[:, 2 : n + 2] != -100,
+        )
 
     def keep(batch: TargetPass):
         embeds, features, _, probs, mask = rows_of(batch)
@@ -82,23 +92,50 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
 
     def export(curve_path: Path, record: dict) -> None:
         save_head(out, raw_config, head)
-        load_head(str(out), head.lm_head_weight, torch.float32, "cpu", key="trained head")  # the shipped files load strictly
-        export_record(out, curve_path, {  # final_metrics_ema: top-1 agreement with the target (training batches)
-            **record, "noise": args.noise, "w_cls": args.w_cls, "init": args.init, "feature_layer": layer,
-            "parameters": sum(p.numel() for p in head.parameters()),
-        }, step_label="draft step")
+        # the shipped files load strictly
+        load_head(str(out), head.lm_head_weight, torch.float32, "cpu", key="trained head")
+        export_record(
+            out,
+            curve_path,
+            {  # final_metrics_ema: top-1 agreement with the target (training batches)
+                **record,
+                "noise": args.noise,
+                "w_cls": args.w_cls,
+                "init": args.init,
+                "feature_layer": layer,
+                "parameters": sum(p.numel() for p in head.parameters()),
+            },
+            step_label="draft step",
+        )
 
-    return Trainee("eagle", out, head, lambda batch: eagle_loss(head, *rows_of(batch), args.noise, args.w_cls), keep,
-                   eagle3.eagle_hits(head, VALIDATION_STEPS), eagle3.chain_acceptance, export)
+    return Trainee(
+        "eagle",
+        out,
+        head,
+        lambda batch: eagle_loss(head, *rows_of(batch), args.noise, args.w_cls),
+        keep,
+        eagle3.eagle_hits(head, VALIDATION_STEPS),
+        eagle3.chain_acceptance,
+        export,
+    )
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
-    parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
-    parser.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform noise on input features (EAGLE: 0.1)")
+    parser.add_argument(
+        "--target-dtype",
+        default="float32",
+        help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)",
+    )
+    parser.add_argument(
+        "--noise", type=float, default=0.1, help="half-width of the uniform noise on input features (EAGLE: 0.1)"
+    )
     parser.add_argument("--w-cls", type=float, default=0.1, help="weight of the classification loss (EAGLE: 0.1)")
-    parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors) when no checkpoint exists yet")
+    parser.add_argument(
+        "--init",
+        help="warm start from a head directory (config.json + model.safetensors) when no checkpoint exists yet",
+    )
     add_autocast_argument(parser)
     train_alone(parser.parse_args(argv), "eagle", trainee, "eagle-1 training (top-1)")
 

@@ -25,7 +25,8 @@ from specbench.errors import require, run_command
 from specbench.models.eagle3 import Eagle3Head, feature_layers, head_config, load_head, trained_state
 from specbench.train.loop import add_fit_arguments, add_head_arguments
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
-from specbench.train.validation import export as export_record, save_head
+from specbench.train.validation import export as export_record
+from specbench.train.validation import save_head
 
 
 def head_config_for(target_config, draft_vocab_size: int, layers: int = 1) -> dict:
@@ -36,7 +37,8 @@ def head_config_for(target_config, draft_vocab_size: int, layers: int = 1) -> di
         "intermediate_size": target_config.intermediate_size,
         "num_attention_heads": target_config.num_attention_heads,
         "num_key_value_heads": target_config.num_key_value_heads,
-        "head_dim": getattr(target_config, "head_dim", None) or target_config.hidden_size // target_config.num_attention_heads,
+        "head_dim": getattr(target_config, "head_dim", None)
+        or target_config.hidden_size // target_config.num_attention_heads,
         "num_hidden_layers": layers,
         "rms_norm_eps": target_config.rms_norm_eps,
         "max_position_embeddings": target_config.max_position_embeddings,
@@ -152,10 +154,19 @@ def head_layers(asked: int | None, warm: Eagle3Head | None, saved: dict | None) 
     else the warm start's, else 1. A warm start may have fewer layers (see deepen)."""
     if saved is not None:
         held = 1 + len({k.split(".")[1] for k in saved if k.startswith("layers.")})
-        require(asked in (None, held), "--layers", f"the run's checkpoint holds a head of {held} layers, not {asked}: resume with --layers {held} or choose another --out")
+        require(
+            asked in (None, held),
+            "--layers",
+            f"the run's checkpoint holds a head of {held} layers, not {asked}: resume with --layers {held} or "
+            "choose another --out",
+        )
         return held
     if warm is not None:
-        require(asked is None or asked >= warm.config.num_hidden_layers, "--layers", f"{asked} is fewer than the warm start's {warm.config.num_hidden_layers}")
+        require(
+            asked is None or asked >= warm.config.num_hidden_layers,
+            "--layers",
+            f"{asked} is fewer than the warm start's {warm.config.num_hidden_layers}",
+        )
     return asked or (warm.config.num_hidden_layers if warm is not None else 1)
 
 
@@ -210,19 +221,43 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
     def export(curve_path: Path, record: dict) -> None:
         save_head(out, raw_config, head)
         load_head(str(out), torch.float32, "cpu", key="trained head")  # the shipped files load strictly
-        export_record(out, curve_path, {  # final_metrics_ema: top-1 agreement with the target per TTT step (training batches)
-            **record, "draft_vocab": len(vocab_ids), "ttt_steps": args.ttt_steps, "init": args.init,
-            "feature_layers": list(fused), "layers": layers, "parameters": sum(p.numel() for p in head.parameters()),
-        }, step_label="TTT step")
+        export_record(
+            out,
+            curve_path,
+            {  # final_metrics_ema: top-1 agreement with the target per TTT step (training batches)
+                **record,
+                "draft_vocab": len(vocab_ids),
+                "ttt_steps": args.ttt_steps,
+                "init": args.init,
+                "feature_layers": list(fused),
+                "layers": layers,
+                "parameters": sum(p.numel() for p in head.parameters()),
+            },
+            step_label="TTT step",
+        )
 
-    return Trainee("eagle3", out, head, lambda batch: ttt_loss(head, *rows_of(batch), args.ttt_steps), keep,
-                   eagle_hits(head, args.ttt_steps), chain_acceptance, export)
+    return Trainee(
+        "eagle3",
+        out,
+        head,
+        lambda batch: ttt_loss(head, *rows_of(batch), args.ttt_steps),
+        keep,
+        eagle_hits(head, args.ttt_steps),
+        chain_acceptance,
+        export,
+    )
 
 
 def add_layers_argument(parser: argparse.ArgumentParser, flag: str) -> None:
-    parser.add_argument(flag, dest="layers", type=int, choices=range(1, 9), metavar="1-8",
-                        help="decoder layers of the EAGLE-3 head (default: the warm start's or the checkpoint's, else 1); "
-                        "layers a warm start lacks start as the identity")
+    parser.add_argument(
+        flag,
+        dest="layers",
+        type=int,
+        choices=range(1, 9),
+        metavar="1-8",
+        help="decoder layers of the EAGLE-3 head (default: the warm start's or the checkpoint's, else 1); "
+        "layers a warm start lacks start as the identity",
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -231,7 +266,11 @@ def main(argv: list[str]) -> None:
     add_head_arguments(parser)
     parser.add_argument("--ttt-steps", type=int, default=3)
     add_layers_argument(parser, "--layers")
-    parser.add_argument("--init", help="warm start from a head directory (config.json + model.safetensors, e.g. the shipped one) when no checkpoint exists yet")
+    parser.add_argument(
+        "--init",
+        help="warm start from a head directory (config.json + model.safetensors, e.g. the shipped one) when no "
+        "checkpoint exists yet",
+    )
     train_alone(parser.parse_args(argv), "eagle3", trainee, "eagle3 training (top-1 per TTT step)")
 
 

@@ -25,7 +25,16 @@ import torch
 from specbench.errors import run_command
 from specbench.models.hydra import HydraHeads, load_heads
 from specbench.train.data import target_entry
-from specbench.train.medusa import answer_rows, chain_tau, distilled, head_arguments, head_hits, heads_export, heads_loss, heads_vocabulary
+from specbench.train.medusa import (
+    answer_rows,
+    chain_tau,
+    distilled,
+    head_arguments,
+    head_hits,
+    heads_export,
+    heads_loss,
+    heads_vocabulary,
+)
 from specbench.train.shared_pass import TargetPass, Trainee, train_alone
 
 
@@ -37,7 +46,10 @@ def path_tokens(ids: torch.Tensor, n: int, h: int) -> torch.Tensor:
 def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | None) -> Trainee:
     """The Hydra heads of a run (resumed from `saved`)."""
     vocab_ids = heads_vocabulary(args, target, tokenizer, rows, saved)
-    shared = (target.get_output_embeddings().weight.detach().float(), target.get_input_embeddings().weight.detach().float())
+    shared = (
+        target.get_output_embeddings().weight.detach().float(),
+        target.get_input_embeddings().weight.detach().float(),
+    )
     heads = HydraHeads(target.config, args.heads, args.blocks, shared=shared, draft_vocab=vocab_ids)
     for mlp in heads.hydra_mlp:  # every head starts as the target's own guess from the prefix
         first = mlp[1]
@@ -62,7 +74,9 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
     def loss(batch: TargetPass):
         probs, top1, mask = distilled(batch, vocab_ids)
         rows = answer_rows(mask, batch.ids.shape[1] - k - 1, k)
-        return heads_loss(head_logits(batch.ids, batch.hidden_states[-1].float(), rows), probs, top1, mask, vocab_ids, rows)
+        return heads_loss(
+            head_logits(batch.ids, batch.hidden_states[-1].float(), rows), probs, top1, mask, vocab_ids, rows
+        )
 
     def keep(batch: TargetPass):
         _, top1, mask = distilled(batch, vocab_ids)
@@ -72,16 +86,35 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         ids, hidden, top1, mask = kept
         return head_hits(vocab_ids[head_logits(ids, hidden).argmax(-1)], top1, mask)
 
-    config = {"hydra_head_arch": "prefix-mlp", "grounded_heads": True, "hidden_state_offset": 0, "hydra_num_heads": k,
-              "hydra_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": target_entry(tuple(args.target))["name"]}
+    config = {
+        "hydra_head_arch": "prefix-mlp",
+        "grounded_heads": True,
+        "hidden_state_offset": 0,
+        "hydra_num_heads": k,
+        "hydra_num_layers": args.blocks,
+        "shared_lm_head": True,
+        "draft_vocab_size": len(vocab_ids),
+        "base_model": target_entry(tuple(args.target))["name"],
+    }
 
     def bf16_state():  # the prefix layer and blocks in bf16 keep SmolLM2's 3-head file under 25 MB
         return {name: t.to(torch.bfloat16) if t.is_floating_point() else t for name, t in heads.state_dict().items()}
 
-    return Trainee("hydra", out, heads, loss, keep, hits, chain_tau,
-                   heads_export(args, out, target, config, "hydra_lm_head.safetensors", bf16_state, load_heads, heads))
+    return Trainee(
+        "hydra",
+        out,
+        heads,
+        loss,
+        keep,
+        hits,
+        chain_tau,
+        heads_export(args, out, target, config, "hydra_lm_head.safetensors", bf16_state, load_heads, heads),
+    )
 
 
 if __name__ == "__main__":
     # 3 heads by default: a 4th head's (5 x hidden)-wide blocks would take SmolLM2's file past 25 MB
-    run_command(lambda argv: train_alone(head_arguments(__doc__, 3, argv), "hydra", trainee, "hydra training (top-1 per head)"), sys.argv[1:])
+    run_command(
+        lambda argv: train_alone(head_arguments(__doc__, 3, argv), "hydra", trainee, "hydra training (top-1 per head)"),
+        sys.argv[1:],
+    )

@@ -42,23 +42,42 @@ def head_lrs(pairs: list[str], names: list[str]) -> dict[str, float]:
             lrs[name] = float(given)
         except ValueError:
             lrs[name] = math.nan  # refused below, with the other bad values
-        require(math.isfinite(lrs[name]) and lrs[name] > 0, "--head-lr", f"'{name}={given}': the learning rate must be a positive number")
+        require(
+            math.isfinite(lrs[name]) and lrs[name] > 0,
+            "--head-lr",
+            f"'{name}={given}': the learning rate must be a positive number",
+        )
     return lrs
 
 
 def head_args(args: argparse.Namespace, name: str, init: str | None) -> argparse.Namespace:
     """A joint run's arguments as head `name`'s own trainer reads them."""
-    return argparse.Namespace(**{**vars(args), "init": init, "heads": args.medusa_heads if name == "medusa" else args.hydra_heads})
+    return argparse.Namespace(
+        **{**vars(args), "init": init, "heads": args.medusa_heads if name == "medusa" else args.hydra_heads}
+    )
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fit_arguments(parser, sharegpt_answers=4000, length=256, steps=800, minutes=60, lr=1e-3)
     add_head_arguments(parser)
-    parser.add_argument("--train", nargs="+", choices=sorted(TRAINEES), required=True, help="the heads to train together")
-    parser.add_argument("--init", nargs="+", default=[], metavar="HEAD=DIR", help="warm starts (eagle3, eagle) when no checkpoint exists yet")
-    parser.add_argument("--head-lr", nargs="+", default=[], metavar="HEAD=LR",
-                        help="a head's own peak learning rate instead of --lr, e.g. a gentler one for a warm-started head")
+    parser.add_argument(
+        "--train", nargs="+", choices=sorted(TRAINEES), required=True, help="the heads to train together"
+    )
+    parser.add_argument(
+        "--init",
+        nargs="+",
+        default=[],
+        metavar="HEAD=DIR",
+        help="warm starts (eagle3, eagle) when no checkpoint exists yet",
+    )
+    parser.add_argument(
+        "--head-lr",
+        nargs="+",
+        default=[],
+        metavar="HEAD=LR",
+        help="a head's own peak learning rate instead of --lr, e.g. a gentler one for a warm-started head",
+    )
     parser.add_argument("--ttt-steps", type=int, default=3, help="EAGLE-3's unrolled training-time-test steps")
     eagle3.add_layers_argument(parser, "--eagle3-layers")
     parser.add_argument("--noise", type=float, default=0.1, help="EAGLE-1's input feature noise")
@@ -69,12 +88,27 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     names = list(dict.fromkeys(args.train))
     starts, lrs = per_head(args.init, names, "--init", "DIR"), head_lrs(args.head_lr, names)
-    require(not (set(starts) & {"medusa", "hydra"}), "--init", "Medusa and Hydra heads start as the target's own guess, not from a directory")
+    require(
+        not (set(starts) & {"medusa", "hydra"}),
+        "--init",
+        "Medusa and Hydra heads start as the target's own guess, not from a directory",
+    )
     target, tokenizer, out, checkpoint, _, validation, rows, n_target = prepare(args)
     saved = saved_states(checkpoint, names)
     out.mkdir(parents=True, exist_ok=True)  # each head's curve lives beside its export
-    trainees = [TRAINEES[name](head_args(args, name, starts.get(name)), target, tokenizer, rows, out / name, saved[name]) for name in names]
-    train_heads(trainees, target, (rows, n_target, validation), args, checkpoint, f"{' + '.join(names)} training (top-1 per draft step)", lrs)
+    trainees = [
+        TRAINEES[name](head_args(args, name, starts.get(name)), target, tokenizer, rows, out / name, saved[name])
+        for name in names
+    ]
+    train_heads(
+        trainees,
+        target,
+        (rows, n_target, validation),
+        args,
+        checkpoint,
+        f"{' + '.join(names)} training (top-1 per draft step)",
+        lrs,
+    )
 
 
 if __name__ == "__main__":

@@ -21,12 +21,25 @@ WARMUP = 50
 CHECKPOINT_EVERY = 50
 
 
-def add_fit_arguments(parser: ArgumentParser, *, sharegpt_answers: int, length: int, steps: int, minutes: float, lr: float) -> None:
+def add_fit_arguments(
+    parser: ArgumentParser, *, sharegpt_answers: int, length: int, steps: int, minutes: float, lr: float
+) -> None:
     """The options every drafter trainer takes, with that trainer's defaults."""
-    parser.add_argument("--data", nargs="*", default=[], help="the target's answers: JSONL files (specbench.train.sps_draft generate) or corpus directories (specbench.train.corpus)")
-    parser.add_argument("--answers", type=int, default=0, metavar="PROMPTS",
-                        help="first have the target answer this many training prompts (greedy and sampled, as specbench.train.corpus "
-                             "does, into OUT.corpus/, resumed when re-run) and train on those answers too")
+    parser.add_argument(
+        "--data",
+        nargs="*",
+        default=[],
+        help="the target's answers: JSONL files (specbench.train.sps_draft generate) or corpus directories "
+        "(specbench.train.corpus)",
+    )
+    parser.add_argument(
+        "--answers",
+        type=int,
+        default=0,
+        metavar="PROMPTS",
+        help="first have the target answer this many training prompts (greedy and sampled, as specbench.train.corpus "
+        "does, into OUT.corpus/, resumed when re-run) and train on those answers too",
+    )
     add_target_argument(parser)
     parser.add_argument("--out", required=True)
     parser.add_argument("--sharegpt-answers", type=int, default=sharegpt_answers)
@@ -37,23 +50,42 @@ def add_fit_arguments(parser: ArgumentParser, *, sharegpt_answers: int, length: 
     parser.add_argument("--lr", type=float, default=lr)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, help="steps between checkpoints (and learning-curve points)")
-    parser.add_argument("--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve")
-    parser.add_argument("--validation-after", type=int, default=0, help="hold out only greedy answers after this many (in corpus order), e.g. those a warm start never trained on")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=CHECKPOINT_EVERY,
+        help="steps between checkpoints (and learning-curve points)",
+    )
+    parser.add_argument(
+        "--validation-rows", type=int, default=32, help="held-out greedy target answers for the learning curve"
+    )
+    parser.add_argument(
+        "--validation-after",
+        type=int,
+        default=0,
+        help="hold out only greedy answers after this many (in corpus order), e.g. those a warm start never trained on",
+    )
 
 
 def add_head_arguments(parser: ArgumentParser) -> None:
     """The options of the trainers of heads on the target's features (EAGLE-3, Medusa, Hydra)."""
     parser.add_argument("--draft-vocab", type=int, default=8192)
-    parser.add_argument("--target-dtype", default="float32", help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)")
+    parser.add_argument(
+        "--target-dtype",
+        default="float32",
+        help="bfloat16 only where the CPU has native bf16 matmul (see the cost profile)",
+    )
     add_autocast_argument(parser)
 
 
 def add_autocast_argument(parser: ArgumentParser) -> None:
     """--head-autocast, for every trainer of heads on the target's features."""
-    parser.add_argument("--head-autocast", action="store_true",
-                        help="the heads' forward and backward under bf16 autocast (weights and optimizer stay fp32): ~1.5x faster "
-                             "where the CPU has native bf16 matmul (avx512_bf16, AMX), slower on AVX2-only CPUs")
+    parser.add_argument(
+        "--head-autocast",
+        action="store_true",
+        help="the heads' forward and backward under bf16 autocast (weights and optimizer stay fp32): ~1.5x faster "
+        "where the CPU has native bf16 matmul (avx512_bf16, AMX), slower on AVX2-only CPUs",
+    )
 
 
 def ema(average: float | None, value: float) -> float:
@@ -154,9 +186,13 @@ def learning_rate(peak: float, step: int, steps: int) -> float:
     return peak * min(1.0, (step + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * step / steps))
 
 
-def save_checkpoint(checkpoint: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, seen: int) -> None:
+def save_checkpoint(
+    checkpoint: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, seen: int
+) -> None:
     partial = checkpoint.with_name(checkpoint.name + ".partial")
-    torch.save({"module": module.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, partial)
+    torch.save(
+        {"module": module.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "tokens": seen}, partial
+    )
     os.replace(partial, checkpoint)  # a kill mid-write leaves the last checkpoint whole
 
 

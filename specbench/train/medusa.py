@@ -31,13 +31,17 @@ from specbench.train.validation import export as export_record
 DECAY = 0.8
 
 
-def head_hits(top1: torch.Tensor, target_top1: torch.Tensor, mask: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def head_hits(
+    top1: torch.Tensor, target_top1: torch.Tensor, mask: torch.Tensor
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per head i: (hit, scored) [B, n]: whether head i's top-1 at anchor t is the
     target's top-1 for token t+2+i, and whether that token is a labelled answer token.
     top1 [B, n, K] (target ids); target_top1 and mask [B, >= n + K - 1], index j being
     token j+2."""
     n, heads = top1.shape[1], top1.shape[2]
-    return [((top1[:, :, i] == target_top1[:, i : i + n]) & mask[:, i : i + n], mask[:, i : i + n]) for i in range(heads)]
+    return [
+        ((top1[:, :, i] == target_top1[:, i : i + n]) & mask[:, i : i + n], mask[:, i : i + n]) for i in range(heads)
+    ]
 
 
 def chain_tau(hits: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int, int]:
@@ -92,7 +96,14 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
     """The Medusa heads of a run (resumed from `saved`)."""
     vocab_ids = heads_vocabulary(args, target, tokenizer, rows, saved)
     lm_head = target.get_output_embeddings().weight.detach().float()
-    heads = MedusaHeads(target.config.hidden_size, target.config.vocab_size, args.heads, args.blocks, shared=lm_head, draft_vocab=vocab_ids)
+    heads = MedusaHeads(
+        target.config.hidden_size,
+        target.config.vocab_size,
+        args.heads,
+        args.blocks,
+        shared=lm_head,
+        draft_vocab=vocab_ids,
+    )
     for head in heads:  # every head starts as the target's own next-token guess: identity blocks
         for block in head:
             torch.nn.init.zeros_(block.linear.weight)
@@ -115,9 +126,23 @@ def trainee(args, target, tokenizer, rows: list[dict], out: Path, saved: dict | 
         hidden, top1, mask = kept
         return head_hits(vocab_ids[heads.draft_logits(hidden).argmax(-1)], top1, mask)
 
-    config = {"medusa_num_heads": args.heads, "medusa_num_layers": args.blocks, "shared_lm_head": True, "draft_vocab_size": len(vocab_ids), "base_model": target_entry(tuple(args.target))["name"]}
-    return Trainee("medusa", out, heads, loss, keep, hits, chain_tau,
-                   heads_export(args, out, target, config, "medusa_lm_head.safetensors", heads.state_dict, load_heads, heads))
+    config = {
+        "medusa_num_heads": args.heads,
+        "medusa_num_layers": args.blocks,
+        "shared_lm_head": True,
+        "draft_vocab_size": len(vocab_ids),
+        "base_model": target_entry(tuple(args.target))["name"],
+    }
+    return Trainee(
+        "medusa",
+        out,
+        heads,
+        loss,
+        keep,
+        hits,
+        chain_tau,
+        heads_export(args, out, target, config, "medusa_lm_head.safetensors", heads.state_dict, load_heads, heads),
+    )
 
 
 def heads_export(args, out: Path, target, config: dict, weights_file: str, state, load_heads, heads: torch.nn.Module):
@@ -129,10 +154,18 @@ def heads_export(args, out: Path, target, config: dict, weights_file: str, state
         (out / "config.json").write_text(json.dumps(config, indent=2))
         save_file({key: t.contiguous() for key, t in state().items()}, out / weights_file)
         load_heads(str(out), target, torch.float32, key="trained heads")  # the shipped files load strictly
-        export_record(out, curve_path, {  # final_metrics_ema: top-1 agreement with the target per head (training batches)
-            **record, "heads": args.heads, "blocks": args.blocks, "draft_vocab": config["draft_vocab_size"],
-            "parameters": sum(p.numel() for p in heads.parameters()),
-        }, step_label="head")
+        export_record(
+            out,
+            curve_path,
+            {  # final_metrics_ema: top-1 agreement with the target per head (training batches)
+                **record,
+                "heads": args.heads,
+                "blocks": args.blocks,
+                "draft_vocab": config["draft_vocab_size"],
+                "parameters": sum(p.numel() for p in heads.parameters()),
+            },
+            step_label="head",
+        )
 
     return export
 
@@ -148,4 +181,9 @@ def head_arguments(doc: str, heads: int, argv: list[str]):
 
 
 if __name__ == "__main__":
-    run_command(lambda argv: train_alone(head_arguments(__doc__, 4, argv), "medusa", trainee, "medusa training (top-1 per head)"), sys.argv[1:])
+    run_command(
+        lambda argv: train_alone(
+            head_arguments(__doc__, 4, argv), "medusa", trainee, "medusa training (top-1 per head)"
+        ),
+        sys.argv[1:],
+    )

@@ -26,8 +26,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from specbench.data.chat import chat_prompt
-from specbench.train.prompts.sources import SOURCES, prompt_table
 from specbench.errors import require, run_command
+from specbench.train.prompts.sources import SOURCES, prompt_table
 
 
 def pack(rows: list[dict], path: Path, note: str = "") -> None:
@@ -61,8 +61,10 @@ def unpack(path: Path, tokenizer) -> list[dict]:
     texts = prompt_texts(set(keys))
     missing = [k for k in keys if k not in texts]
     if missing:
-        raise ValueError(f"{path}: {len(missing)} prompt keys are in no prompt source here (the ShareGPT package, this Python's "
-                         f"standard library, the math word problems; first: {missing[0]})")
+        raise ValueError(
+            f"{path}: {len(missing)} prompt keys are in no prompt source here (the ShareGPT package, this Python's "
+            f"standard library, the math word problems; first: {missing[0]})"
+        )
     prompts = {key: chat_prompt(tokenizer, [{"role": "user", "content": texts[key]}]) for key in set(keys)}
     return [
         {"key": key, "temperature": round(t, 4), "prompt": prompts[key], "answer": ids[offsets[i] : offsets[i + 1]]}
@@ -90,7 +92,11 @@ def read_answers(sources: list[str], tokenizer=None) -> list[dict]:
     answer found twice (a pack of a corpus that is also read) is kept once."""
     files = []
     for source in map(Path, sources):
-        files += sorted(source.glob("*.safetensors")) + sorted(source.glob("answers-*.jsonl")) if source.is_dir() else [source]
+        files += (
+            sorted(source.glob("*.safetensors")) + sorted(source.glob("answers-*.jsonl"))
+            if source.is_dir()
+            else [source]
+        )
     rows, seen = [], set()
     for path in files:
         if path.suffix == ".safetensors":
@@ -119,16 +125,25 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     out = Path(args.out)
     # a pack may hold answers no longer on this machine (runs/ is not committed): never rewrite one
-    require(not out.exists(), "--out", f"{out} exists; a pack is never rewritten: name a new file (its answers stay out of the new one)")
+    require(
+        not out.exists(),
+        "--out",
+        f"{out} exists; a pack is never rewritten: name a new file (its answers stay out of the new one)",
+    )
     packed = packed_pairs(out.parent)
     rows = [r for r in read_answers(args.data) if (r["key"], round(r["temperature"], 4)) not in packed]
     pack(rows, out, args.note)
-    print(f"{len(rows)} answers, {sum(len(r['answer']) for r in rows)} tokens -> {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+    print(
+        f"{len(rows)} answers, {sum(len(r['answer']) for r in rows)} tokens -> {out} "
+        f"({out.stat().st_size / 2**20:.1f} MiB)"
+    )
 
 
 def packed_pairs(directory: Path) -> set[tuple[str, float]]:
     """(prompt key, temperature) of every answer the packs in `directory` hold."""
-    return {(k, t) for path in Path(directory).glob("*.safetensors") for k, t in zip(keys_of(path), temperatures_of(path))}
+    return {
+        (k, t) for path in Path(directory).glob("*.safetensors") for k, t in zip(keys_of(path), temperatures_of(path))
+    }
 
 
 def temperatures_of(path: Path) -> list[float]:

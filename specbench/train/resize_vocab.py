@@ -70,7 +70,9 @@ def swapped_tokens(head_ids: list[int], counts: Counter, swap: int, always: set[
     return sorted(held - set(dropping[:pairs])), sorted(adding[:pairs])
 
 
-def with_vocabulary(head: Eagle3Head, raw_config: dict, ids: list[int], lm_head: torch.Tensor) -> tuple[Eagle3Head, dict]:
+def with_vocabulary(
+    head: Eagle3Head, raw_config: dict, ids: list[int], lm_head: torch.Tensor
+) -> tuple[Eagle3Head, dict]:
     """A copy of `head` drafting the target ids `ids` (sorted) with these lm_head rows."""
     config = {**raw_config, "draft_vocab_size": len(ids)}
     resized = Eagle3Head(head_config(config))
@@ -121,20 +123,44 @@ def coverage(rows: list[dict], vocabulary: set[int]) -> float:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--head", required=True, help="a trained EAGLE-3 head directory (config.json + model.safetensors)")
-    parser.add_argument("--data", required=True, nargs="+", help="the target's answers whose token counts rank the vocabulary (as the trainers read them)")
+    parser.add_argument(
+        "--head", required=True, help="a trained EAGLE-3 head directory (config.json + model.safetensors)"
+    )
+    parser.add_argument(
+        "--data",
+        required=True,
+        nargs="+",
+        help="the target's answers whose token counts rank the vocabulary (as the trainers read them)",
+    )
     resize = parser.add_mutually_exclusive_group(required=True)
     resize.add_argument("--size", type=int, help="draft-vocabulary tokens after resizing")
-    resize.add_argument("--swap", type=int, help="keep the size; trade up to this many of the least used draft tokens for the most used ones the head lacks")
+    resize.add_argument(
+        "--swap",
+        type=int,
+        help="keep the size; trade up to this many of the least used draft tokens for the most used ones the head "
+        "lacks",
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     head = load_head(args.head, torch.float32, "cpu", key="--head")
     old = head.target_ids().tolist()
     if args.swap is None:
-        require(0 < args.size != len(old), "--size", f"{args.size}: must be at least 1 and not the head's {len(old)} draft tokens")
-        require(args.size <= head.config.vocab_size, "--size", f"{args.size}: more than the target's {head.config.vocab_size} tokens")
+        require(
+            0 < args.size != len(old),
+            "--size",
+            f"{args.size}: must be at least 1 and not the head's {len(old)} draft tokens",
+        )
+        require(
+            args.size <= head.config.vocab_size,
+            "--size",
+            f"{args.size}: more than the target's {head.config.vocab_size} tokens",
+        )
     else:
-        require(0 < args.swap < len(old), "--swap", f"{args.swap}: must be at least 1 and fewer than the head's {len(old)} draft tokens")
+        require(
+            0 < args.swap < len(old),
+            "--swap",
+            f"{args.swap}: must be at least 1 and fewer than the head's {len(old)} draft tokens",
+        )
     tokenizer = registry.load_tokenizer(TARGET)
     answers = read_answers(args.data, tokenizer)
     training, validation = split_held_out(answers, held_out_keys(args.data))
@@ -147,20 +173,36 @@ def main(argv: list[str]) -> None:
         kept, added = kept_tokens(old, counts, args.size, {tokenizer.eos_token_id}), []
     else:
         kept, added = old, added_tokens(old, counts, args.size - len(old))
-        require(len(added) == args.size - len(old), "--size", f"{args.size}: only {len(added)} tokens outside the head's vocabulary occur in the answers, so at most {len(old) + len(added)}")
+        require(
+            len(added) == args.size - len(old),
+            "--size",
+            f"{args.size}: only {len(added)} tokens outside the head's vocabulary occur in the answers, so at "
+            f"most {len(old) + len(added)}",
+        )
     raw_config = read_config(Path(args.head), "--head")
-    record = {"from": args.head, "data": args.data, "draft_vocab": len(kept) + len(added), "draft_vocab_before": len(old),
-              "ranked_by": f"token counts of {len(training)} target answers (every held-out set's keys excluded)"}
+    record = {
+        "from": args.head,
+        "data": args.data,
+        "draft_vocab": len(kept) + len(added),
+        "draft_vocab_before": len(old),
+        "ranked_by": f"token counts of {len(training)} target answers (every held-out set's keys excluded)",
+    }
     resized, config = shrink(head, raw_config, kept) if kept != old else (head, raw_config)
     if added:
         target_rows = registry.load_model(TARGET, "float32", "cpu").get_output_embeddings().weight.detach()
         base_ids, base_rows = resized.target_ids().tolist(), resized.lm_head.weight.detach()
         resized, config = grow(resized, config, added, target_rows)
-        record["new_rows"] = {"tokens": len(added), "from": "the target's output-embedding rows, mapped by the least-squares map of the old tokens' rows",
-                              "map_r2_held_out": held_out_r2(target_rows[base_ids], base_rows)}
+        record["new_rows"] = {
+            "tokens": len(added),
+            "from": "the target's output-embedding rows, mapped by the least-squares map of the old tokens' rows",
+            "map_r2_held_out": held_out_r2(target_rows[base_ids], base_rows),
+        }
     ids = resized.target_ids().tolist()
     if validation:
-        record["validation_coverage"] = {"before": coverage(validation, set(old)), "after": coverage(validation, set(ids))}
+        record["validation_coverage"] = {
+            "before": coverage(validation, set(old)),
+            "after": coverage(validation, set(ids)),
+        }
     out = Path(args.out)
     save_head(out, config, resized)
     load_head(str(out), torch.float32, "cpu", key="resized head")  # the shipped files load strictly

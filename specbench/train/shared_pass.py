@@ -75,12 +75,23 @@ def saved_states(checkpoint: Path, names: list[str]) -> dict[str, dict | None]:
     if len(names) == 1:
         return {names[0]: state}
     held = sorted({k.split(".")[0] for k in state})
-    require(held == sorted(names), "--train", f"{checkpoint} holds {' '.join(held)}: train those to resume it, or choose another --out")
+    require(
+        held == sorted(names),
+        "--train",
+        f"{checkpoint} holds {' '.join(held)}: train those to resume it, or choose another --out",
+    )
     return {name: {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")} for name in names}
 
 
-def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, list[dict]], args, checkpoint: Path, desc: str,
-                lrs: dict[str, float] | None = None) -> dict:
+def train_heads(
+    trainees: list[Trainee],
+    target,
+    data: tuple[list[dict], int, list[dict]],
+    args,
+    checkpoint: Path,
+    desc: str,
+    lrs: dict[str, float] | None = None,
+) -> dict:
     """Fit every trainee on the same batches of `data` (training rows, how many of them
     are the target's answers, validation rows), one target forward a batch, then export
     each with its training record. Heads are clipped apart under one schedule, so training
@@ -112,7 +123,9 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
     def evaluate(step: int, seen: int) -> None:
         for name, held in validation.items():
             if name not in kept:
-                kept[name] = [[t.keep(batch) for t in trainees] for batch in target_passes(target, held, args.batch, args.length)]
+                kept[name] = [
+                    [t.keep(batch) for t in trainees] for batch in target_passes(target, held, args.batch, args.length)
+                ]
         with torch.no_grad():
             for i, t in enumerate(trainees):
                 by_set = {name: (t.hits(k[i]) for k in batches_kept) for name, batches_kept in kept.items()}
@@ -120,21 +133,42 @@ def train_heads(trainees: list[Trainee], target, data: tuple[list[dict], int, li
 
     peaks = {t.name: (lrs or {}).get(t.name, args.lr) for t in trainees}
     result = fit(
-        module, lambda step: batches(rows, args.batch, args.length, args.seed + step), loss_fn,
-        checkpoint, args.steps, args.minutes, [peaks[t.name] for t in trainees], 0.0, desc,
-        evaluate=evaluate if validation[MAIN_SET] else None, checkpoint_every=args.checkpoint_every,
+        module,
+        lambda step: batches(rows, args.batch, args.length, args.seed + step),
+        loss_fn,
+        checkpoint,
+        args.steps,
+        args.minutes,
+        [peaks[t.name] for t in trainees],
+        0.0,
+        desc,
+        evaluate=evaluate if validation[MAIN_SET] else None,
+        checkpoint_every=args.checkpoint_every,
     )
     common = {
-        "target": target_entry(tuple(args.target))["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
-        "sharegpt_answers": len(rows) - n_target, **held_out_counts(validation),
+        "target": target_entry(tuple(args.target))["name"],
+        "data": [str(d) for d in args.data],
+        "target_answers": n_target,
+        "sharegpt_answers": len(rows) - n_target,
+        **held_out_counts(validation),
         **({"trained_together": [t.name for t in trainees]} if len(trainees) > 1 else {}),
     }
-    settings = {"batch": args.batch, "length": args.length, "schedule_steps": args.steps, "seed": args.seed, "target_dtype": args.target_dtype,
-                "head_autocast": args.head_autocast}
+    settings = {
+        "batch": args.batch,
+        "length": args.length,
+        "schedule_steps": args.steps,
+        "seed": args.seed,
+        "target_dtype": args.target_dtype,
+        "head_autocast": args.head_autocast,
+    }
     start = 0
     for t in trainees:
         joined, width = result["final_metrics_ema"], widths.get(t.name, 0)
-        own = {**result, "final_loss_ema": losses.get(t.name), "final_metrics_ema": joined[start : start + width] if joined else None}
+        own = {
+            **result,
+            "final_loss_ema": losses.get(t.name),
+            "final_metrics_ema": joined[start : start + width] if joined else None,
+        }
         start += width
         t.export(t.curve_path, {**common, **own, **settings, "lr": peaks[t.name]})
         print(f"saved {t.out}: {own}")

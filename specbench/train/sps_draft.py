@@ -21,8 +21,10 @@ the target, and the file would not fit 25 MB.
 
     python -m specbench.train.sps_draft generate --out runs/sps_data.jsonl --prompts 3000
     python -m specbench.train.sps_draft train --data runs/corpus --out specbench/weights/smollm2-135m-sps-draft
-    python -m specbench.train.sps_draft size --data runs/corpus --out runs/sps-size --shapes 2x192 4x192 cut0,1v6144 --steps 600
-    python -m specbench.train.sps_draft train --data corpus/smollm2-135m --out runs/sps-v3 --from-target 0,1 --draft-vocab 6144
+    python -m specbench.train.sps_draft size --data runs/corpus --out runs/sps-size --shapes 2x192 4x192 cut0,1v6144
+    --steps 600
+    python -m specbench.train.sps_draft train --data corpus/smollm2-135m --out runs/sps-v3 --from-target 0,1
+    --draft-vocab 6144
 """
 
 from __future__ import annotations
@@ -42,13 +44,14 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Pr
 from specbench.drafters.small_lm import DraftVocab, own_vocab_draft
 from specbench.errors import require, run_command
 from specbench.models import registry
+from specbench.train import sps_sizing
 from specbench.train.data import add_target_argument, batches, collate, first_turns, target_entry
 from specbench.train.eagle3 import chain_acceptance, draft_vocabulary
-from specbench.train import sps_sizing
 from specbench.train.loop import add_fit_arguments, fit
 from specbench.train.validation import MAIN_SET, append_point, export, held_out_counts, prepare, set_points
 
 CURVE_GAMMA = 4  # the chain length of the learning curve's tau (issue 17's SpS goal is set at gamma 4)
+
 
 def generate(args) -> None:
     torch.set_num_threads(args.threads)
@@ -60,14 +63,25 @@ def generate(args) -> None:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     deadline = time.time() + args.minutes * 60
     with open(out, "a") as f, torch.inference_mode():
-        for start in tqdm(range(done, len(prompts), args.batch), desc="target answers", initial=done // args.batch, total=math.ceil(len(prompts) / args.batch)):
+        for start in tqdm(
+            range(done, len(prompts), args.batch),
+            desc="target answers",
+            initial=done // args.batch,
+            total=math.ceil(len(prompts) / args.batch),
+        ):
             if time.time() > deadline:
                 break
             batch = prompts[start : start + args.batch]
             width = max(map(len, batch))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
-            answers = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=pad)
+            answers = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=args.max_new_tokens,
+                do_sample=False,
+                pad_token_id=pad,
+            )
             for prompt, answer in zip(batch, answers[:, width:].tolist()):
                 if tokenizer.eos_token_id in answer:
                     answer = answer[: answer.index(tokenizer.eos_token_id) + 1]
@@ -77,11 +91,18 @@ def generate(args) -> None:
 
 def draft_config(target_config, hidden: int, layers: int) -> LlamaConfig:
     return LlamaConfig(
-        vocab_size=target_config.vocab_size, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=target_config.max_position_embeddings, rope_parameters=target_config.rope_parameters,
-        rms_norm_eps=target_config.rms_norm_eps, tie_word_embeddings=True,
-        bos_token_id=target_config.bos_token_id, eos_token_id=target_config.eos_token_id,
+        vocab_size=target_config.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=target_config.max_position_embeddings,
+        rope_parameters=target_config.rope_parameters,
+        rms_norm_eps=target_config.rms_norm_eps,
+        tie_word_embeddings=True,
+        bos_token_id=target_config.bos_token_id,
+        eos_token_id=target_config.eos_token_id,
     )
 
 
@@ -106,15 +127,26 @@ def target_cut(target: PreTrainedModel, layers: list[int], vocab: DraftVocab | N
     embedding is frozen_embedding; without, it has a trainable copy of the target's
     (tied) embedding."""
     kinds = getattr(target.config, "layer_types", None)  # (Qwen families: full or sliding attention per layer)
-    config = type(target.config).from_dict({**target.config.to_dict(), "num_hidden_layers": len(layers), "tie_word_embeddings": vocab is None,
-                                            "vocab_size": len(vocab.ids) if vocab else target.config.vocab_size,
-                                            **({"layer_types": [kinds[i] for i in layers]} if kinds else {})})
+    config = type(target.config).from_dict(
+        {
+            **target.config.to_dict(),
+            "num_hidden_layers": len(layers),
+            "tie_word_embeddings": vocab is None,
+            "vocab_size": len(vocab.ids) if vocab else target.config.vocab_size,
+            **({"layer_types": [kinds[i] for i in layers]} if kinds else {}),
+        }
+    )
     draft = type(target)(config)  # the target's own family: its layers' biases and norms load as they are
     output = target.get_output_embeddings().weight.detach()
-    state = {"model.norm.weight": target.model.norm.weight, "lm_head.weight": output[vocab.ids] if vocab else output,
-             "model.embed_tokens.weight": target.get_input_embeddings().weight}
+    state = {
+        "model.norm.weight": target.model.norm.weight,
+        "lm_head.weight": output[vocab.ids] if vocab else output,
+        "model.embed_tokens.weight": target.get_input_embeddings().weight,
+    }
     for index, source in enumerate(layers):
-        state |= {f"model.layers.{index}.{name}": value for name, value in target.model.layers[source].state_dict().items()}
+        state |= {
+            f"model.layers.{index}.{name}": value for name, value in target.model.layers[source].state_dict().items()
+        }
     if vocab is not None:
         del state["model.embed_tokens.weight"]
         draft.model.embed_tokens = frozen_embedding(target)
@@ -151,7 +183,9 @@ def layer_list(text: str) -> list[int]:
     return layers
 
 
-def answer_loss(model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor, teacher=None, vocab: DraftVocab | None = None) -> torch.Tensor:
+def answer_loss(
+    model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor, teacher=None, vocab: DraftVocab | None = None
+) -> torch.Tensor:
     """Loss on answer tokens: cross-entropy with the text, or with a teacher the KL from
     the teacher's next-token distribution (renormalised over a draft vocabulary: the draft
     can put mass nowhere else). The vocabulary projection runs only where there is a label
@@ -169,7 +203,9 @@ def answer_loss(model: LlamaForCausalLM, ids: torch.Tensor, labels: torch.Tensor
     return torch.nn.functional.kl_div(logits.log_softmax(-1), teacher_logp, log_target=True, reduction="batchmean")
 
 
-def validation_hits(model: LlamaForCausalLM, validation: list[dict], batch: int, length: int, vocab: DraftVocab | None = None):
+def validation_hits(
+    model: LlamaForCausalLM, validation: list[dict], batch: int, length: int, vocab: DraftVocab | None = None
+):
     """Per batch of held-out rows: (draft top-1 == the target's next token, scored) with the
     true text as context; with greedy target answers as text, a chain of gamma draft tokens
     from anchor a is accepted as far as these hits run from a (chain_acceptance). A draft
@@ -197,15 +233,29 @@ def chain_taus(hits: list[tuple[torch.Tensor, torch.Tensor]], max_gamma: int) ->
 
 
 def train(args) -> dict:
-    require(not (args.init and (args.from_target or args.draft_vocab)), "--init",
-            "a saved draft brings its own layers and vocabulary; drop --from-target and --draft-vocab")
-    require(not args.draft_vocab or args.from_target, "--draft-vocab",
-            "a draft with its own vocabulary reads the target's input embedding, so has the target's width: give --from-target too")
+    require(
+        not (args.init and (args.from_target or args.draft_vocab)),
+        "--init",
+        "a saved draft brings its own layers and vocabulary; drop --from-target and --draft-vocab",
+    )
+    require(
+        not args.draft_vocab or args.from_target,
+        "--draft-vocab",
+        "a draft with its own vocabulary reads the target's input embedding, so has the target's width: give "
+        "--from-target too",
+    )
     target, tokenizer, out, checkpoint, curve_path, validation, rows, n_target = prepare(args)
     target_vocab, target_layers = target.config.vocab_size, target.config.num_hidden_layers
-    require(not args.from_target or max(args.from_target) < target_layers, "--from-target",
-            f"{args.from_target}: the target's layers are 0..{target_layers - 1}")
-    require(0 <= args.draft_vocab < target_vocab, "--draft-vocab", f"{args.draft_vocab}: 0 (the target's vocabulary) or fewer than its {target_vocab} tokens")
+    require(
+        not args.from_target or max(args.from_target) < target_layers,
+        "--from-target",
+        f"{args.from_target}: the target's layers are 0..{target_layers - 1}",
+    )
+    require(
+        0 <= args.draft_vocab < target_vocab,
+        "--draft-vocab",
+        f"{args.draft_vocab}: 0 (the target's vocabulary) or fewer than its {target_vocab} tokens",
+    )
     # (a checkpoint, when there is one, replaces the starting weights below)
     if args.init:
         own = own_vocab_draft(Path(args.init), target, "--init")
@@ -214,7 +264,11 @@ def train(args) -> dict:
             model.float()
             model.model.embed_tokens = frozen_embedding(target)
     else:
-        ids = draft_vocabulary(rows[:n_target], args.draft_vocab, target_vocab, {tokenizer.eos_token_id}) if args.draft_vocab else None
+        ids = (
+            draft_vocabulary(rows[:n_target], args.draft_vocab, target_vocab, {tokenizer.eos_token_id})
+            if args.draft_vocab
+            else None
+        )
         vocab = DraftVocab(ids, target_vocab) if ids is not None else None
         if args.from_target:
             model = target_cut(target, args.from_target, vocab)
@@ -228,28 +282,54 @@ def train(args) -> dict:
         del target
 
     def evaluate(step: int, seen: int) -> None:
-        by_set = {name: ([pair] for pair in validation_hits(model, held, args.batch, args.length, vocab)) for name, held in validation.items()}
+        by_set = {
+            name: ([pair] for pair in validation_hits(model, held, args.batch, args.length, vocab))
+            for name, held in validation.items()
+        }
         append_point(curve_path, set_points(step, seen, by_set, lambda hits: chain_acceptance(hits * CURVE_GAMMA)))
 
     result = fit(
         model,
         lambda step: batches(rows, args.batch, args.length, args.seed + step),
         lambda ids, labels: (answer_loss(model, ids, labels, teacher, vocab), []),
-        checkpoint, args.steps, args.minutes, args.lr, 0.01, "draft training",
-        evaluate=evaluate if validation[MAIN_SET] else None, checkpoint_every=args.checkpoint_every,
+        checkpoint,
+        args.steps,
+        args.minutes,
+        args.lr,
+        0.01,
+        "draft training",
+        evaluate=evaluate if validation[MAIN_SET] else None,
+        checkpoint_every=args.checkpoint_every,
     )
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
     save_file(shipped_weights(model, vocab), out / "model.safetensors")
-    taus = chain_taus(list(validation_hits(model, validation[MAIN_SET], args.batch, args.length, vocab)), 8) if validation[MAIN_SET] else []
+    taus = (
+        chain_taus(list(validation_hits(model, validation[MAIN_SET], args.batch, args.length, vocab)), 8)
+        if validation[MAIN_SET]
+        else []
+    )
     record = {
-        "target": target_entry(tuple(args.target))["name"], "data": [str(d) for d in args.data], "target_answers": n_target,
-        "sharegpt_answers": len(rows) - n_target, **held_out_counts(validation), **result,
-        "hidden": config.hidden_size, "layers": config.num_hidden_layers,
-        "batch": args.batch, "length": args.length, "lr": args.lr, "schedule_steps": args.steps, "seed": args.seed,
-        "init": args.init, "from_target": args.from_target, "draft_vocab": len(vocab.ids) if vocab else None,
-        "distill": args.distill, "target_dtype": args.target_dtype,
-        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),  # what it ships (not the target's frozen embedding)
+        "target": target_entry(tuple(args.target))["name"],
+        "data": [str(d) for d in args.data],
+        "target_answers": n_target,
+        "sharegpt_answers": len(rows) - n_target,
+        **held_out_counts(validation),
+        **result,
+        "hidden": config.hidden_size,
+        "layers": config.num_hidden_layers,
+        "batch": args.batch,
+        "length": args.length,
+        "lr": args.lr,
+        "schedule_steps": args.steps,
+        "seed": args.seed,
+        "init": args.init,
+        "from_target": args.from_target,
+        "draft_vocab": len(vocab.ids) if vocab else None,
+        "distill": args.distill,
+        "target_dtype": args.target_dtype,
+        # what it ships (not the target's frozen embedding)
+        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "validation_chain_tau_by_gamma": taus,  # gamma = 1..8, greedy chains on the held-out answers
     }
     export(out, curve_path, record, step_label="draft token")
@@ -267,7 +347,10 @@ def size(args) -> None:
         records[shape] = train(shape_args)  # a shape already trained to --steps is only re-scored
     short = [shape for shape, record in records.items() if record["steps"] < args.steps]
     if short:  # shapes are compared on the same training only
-        print(f"{', '.join(short)} stopped short of {args.steps} steps (--minutes): re-run the same command to continue, then rank")
+        print(
+            f"{', '.join(short)} stopped short of {args.steps} steps (--minutes): re-run the same command to "
+            "continue, then rank"
+        )
         return
     sps_sizing.rank(records, root, args.context, args.max_gamma, args.max_file_mb)
 
@@ -290,15 +373,40 @@ def main(argv: list[str]) -> None:
     for p in (t, z):
         add_fit_arguments(p, sharegpt_answers=8000, length=320, steps=3000, minutes=40, lr=2e-3)
         p.add_argument("--distill", action="store_true", help="KL to the target's distributions instead of the text")
-        p.add_argument("--target-dtype", default="float32", help="the target's dtype (its embedding seeds the draft's; the teacher with --distill)")
+        p.add_argument(
+            "--target-dtype",
+            default="float32",
+            help="the target's dtype (its embedding seeds the draft's; the teacher with --distill)",
+        )
     t.add_argument("--init", help="start from this saved draft instead of a fresh one")
-    t.add_argument("--from-target", type=layer_list, help="start from these target layers, e.g. 0,1 (the target's width; --hidden and --layers are ignored)")
-    t.add_argument("--draft-vocab", type=int, default=0, help="with --from-target, the draft's own output vocabulary: the N tokens the target's answers use most (0: the target's)")
+    t.add_argument(
+        "--from-target",
+        type=layer_list,
+        help="start from these target layers, e.g. 0,1 (the target's width; --hidden and --layers are ignored)",
+    )
+    t.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="with --from-target, the draft's own output vocabulary: the N tokens the target's answers use most (0: "
+        "the target's)",
+    )
     t.add_argument("--hidden", type=int, default=192)
     t.add_argument("--layers", type=int, default=4)
-    z.add_argument("--shapes", nargs="+", required=True, type=sps_sizing.shape_argument,
-                   help="candidates: fresh LAYERSxHIDDEN (e.g. 2x192 4x192) or target cuts cutL1,L2,...[vN] (e.g. cut0,1v6144 cut0v8192)")
-    z.add_argument("--max-file-mb", type=float, default=25, help="choose only drafts whose file fits (what the package ships); 0: no limit")
+    z.add_argument(
+        "--shapes",
+        nargs="+",
+        required=True,
+        type=sps_sizing.shape_argument,
+        help="candidates: fresh LAYERSxHIDDEN (e.g. 2x192 4x192) or target cuts cutL1,L2,...[vN] (e.g. cut0,1v6144 "
+        "cut0v8192)",
+    )
+    z.add_argument(
+        "--max-file-mb",
+        type=float,
+        default=25,
+        help="choose only drafts whose file fits (what the package ships); 0: no limit",
+    )
     z.add_argument("--context", type=int, default=256, help="cached context at which forwards are priced")
     z.add_argument("--max-gamma", type=int, default=8)
     z.set_defaults(init=None)

@@ -2,7 +2,8 @@
 gamma (held-out greedy target answers), its forward timed here through the engine's
 drafter, and the target's cost profile give a predicted speedup over AR per gamma:
 
-    speedup(gamma) = tau(gamma) * (f_T(c, 1) + o) / (f_T(c, gamma + 1) + f_D(c, tau) + (gamma - 1) * f_D(c, 1) + o + commit)
+    speedup(gamma) = tau(gamma) * (f_T(c, 1) + o) / (f_T(c, gamma + 1) + f_D(c, tau) + (gamma - 1) * f_D(c, 1) + o +
+    commit)
 
 A step's first draft forward reads the accepted tokens of the step before (about tau of
 them) and proposes one token; the gamma - 1 others read one token each. o is the engine's
@@ -27,7 +28,9 @@ import torch
 
 SHAPE = re.compile(r"^(\d+)x(\d+)$")
 CUT = re.compile(r"^cut(\d+(?:,\d+)*)(?:v(\d+))?$")
-SHAPE_FORMS = "LAYERSxHIDDEN with layers >= 1 and hidden a multiple of 8 (e.g. 4x192), or cutL1,L2,...[vN] (e.g. cut0,1v6144)"
+SHAPE_FORMS = (
+    "LAYERSxHIDDEN with layers >= 1 and hidden a multiple of 8 (e.g. 4x192), or cutL1,L2,...[vN] (e.g. cut0,1v6144)"
+)
 
 
 def parse_shape(shape: str) -> dict:
@@ -69,11 +72,11 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int, max
     `root` and return the ranking (best first; the chosen one is the best that fits
     `max_file_mb`)."""
     from specbench import costs
-    from specbench.run.config import compose_config
     from specbench.costs.fingerprint import fingerprint_id
     from specbench.costs.profile import measure_drafter
     from specbench.drafters.small_lm import SmallLMDrafter, load_draft
     from specbench.models import registry
+    from specbench.run.config import compose_config
 
     cfg = compose_config(["method=sps"])
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
@@ -82,52 +85,92 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int, max
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])
     target, _ = costs.target_lm(model, cfg, hardware)
-    key = costs.profile_key(registry.cache_name(model_cfg, model=model), hardware["dtype"], hardware["device"], hardware.get("threads"), target.kind)
+    key = costs.profile_key(
+        registry.cache_name(model_cfg, model=model),
+        hardware["dtype"],
+        hardware["device"],
+        hardware.get("threads"),
+        target.kind,
+    )
     repeats = cfg["costs"]["repeats"]
     profile = costs.ensure_profile(key, target, context + 64, repeats=repeats, max_n=cfg["costs"]["max_n"])
     rows = []
     for shape, record in records.items():
-        draft, vocab = load_draft({"name": f"sps-draft-{shape}", "path": str(root / shape)}, model, hardware["dtype"], hardware["device"], "sizing candidate")
-        drafter = SmallLMDrafter(draft, model.config.vocab_size, hardware.get("forward", "auto"), target.compiled, vocab)
+        draft, vocab = load_draft(
+            {"name": f"sps-draft-{shape}", "path": str(root / shape)},
+            model,
+            hardware["dtype"],
+            hardware["device"],
+            "sizing candidate",
+        )
+        drafter = SmallLMDrafter(
+            draft, model.config.vocab_size, hardware.get("forward", "auto"), target.compiled, vocab
+        )
         curve = measure_drafter(drafter, target, [context], max_gamma + 1, repeats)
         taus = record["validation_chain_tau_by_gamma"][:max_gamma]
-        speedups = predicted_speedups(taus, lambda n: profile.target_ms(1, context, n), lambda n: curve.at(context, n),
-                                      profile.step_overhead_ms, profile.commit_ms)
+        speedups = predicted_speedups(
+            taus,
+            lambda n: profile.target_ms(1, context, n),
+            lambda n: curve.at(context, n),
+            profile.step_overhead_ms,
+            profile.commit_ms,
+        )
         best = max(range(len(speedups)), key=speedups.__getitem__)
-        rows.append({
-            "shape": shape, "layers": record["layers"], "hidden": record["hidden"], "parameters": record["parameters"],
-            "draft_vocab": record.get("draft_vocab"), "file_mb": round((root / shape / "model.safetensors").stat().st_size / 1e6, 2),
-            "steps": record["steps"], "answer_tokens_seen": record["answer_tokens_seen"],
-            "top1": (record.get("validation") or {}).get("top1", [None])[0],
-            "tau_by_gamma": [round(t, 3) for t in taus], "draft_ms_1": round(curve.at(context, 1), 3),
-            "cost_ratio": round(curve.at(context, 1) / profile.target_ms(1, context, 1), 4),
-            "speedup_by_gamma": [round(s, 3) for s in speedups], "best_gamma": best + 1, "best_speedup": round(speedups[best], 3),
-        })
+        rows.append(
+            {
+                "shape": shape,
+                "layers": record["layers"],
+                "hidden": record["hidden"],
+                "parameters": record["parameters"],
+                "draft_vocab": record.get("draft_vocab"),
+                "file_mb": round((root / shape / "model.safetensors").stat().st_size / 1e6, 2),
+                "steps": record["steps"],
+                "answer_tokens_seen": record["answer_tokens_seen"],
+                "top1": (record.get("validation") or {}).get("top1", [None])[0],
+                "tau_by_gamma": [round(t, 3) for t in taus],
+                "draft_ms_1": round(curve.at(context, 1), 3),
+                "cost_ratio": round(curve.at(context, 1) / profile.target_ms(1, context, 1), 4),
+                "speedup_by_gamma": [round(s, 3) for s in speedups],
+                "best_gamma": best + 1,
+                "best_speedup": round(speedups[best], 3),
+            }
+        )
     rows.sort(key=lambda r: -r["best_speedup"])
     chosen = next((r for r in rows if fits(r, max_file_mb)), None)
     result = {
-        "machine": key["fingerprint"], "dtype": hardware["dtype"], "context": context,
-        "target_ms_1": round(profile.target_ms(1, context, 1), 3), "step_overhead_ms": profile.step_overhead_ms,
-        "commit_ms": profile.commit_ms, "max_file_mb": max_file_mb, "shapes": rows, "chosen": chosen["shape"] if chosen else None,
+        "machine": key["fingerprint"],
+        "dtype": hardware["dtype"],
+        "context": context,
+        "target_ms_1": round(profile.target_ms(1, context, 1), 3),
+        "step_overhead_ms": profile.step_overhead_ms,
+        "commit_ms": profile.commit_ms,
+        "max_file_mb": max_file_mb,
+        "shapes": rows,
+        "chosen": chosen["shape"] if chosen else None,
     }
     root.mkdir(parents=True, exist_ok=True)
     (root / "sizing.json").write_text(json.dumps(result, indent=1))
     lines = [
-        f"# SpS draft sizing on {fingerprint_id(key['fingerprint'])} ({' '.join(key['fingerprint']['isa'])}, {key['fingerprint']['threads']} threads, {hardware['dtype']})",
+        f"# SpS draft sizing on {fingerprint_id(key['fingerprint'])} ({' '.join(key['fingerprint']['isa'])}, "
+        f"{key['fingerprint']['threads']} threads, {hardware['dtype']})",
         "",
         f"Forwards priced at context {context}: target one-token forward {result['target_ms_1']:.2f} ms. "
         "tau from greedy chains on held-out target answers; predicted speedup over AR at each shape's best gamma"
         + (f"; files over {max_file_mb:g} MB are not chosen." if max_file_mb else "."),
         "",
-        "| shape | parameters | file MB | steps | top-1 | tau (gamma 1/2/4/8) | draft ms (1 token) | cost ratio | best gamma | predicted speedup |",
+        "| shape | parameters | file MB | steps | top-1 | tau (gamma 1/2/4/8) | draft ms (1 token) | cost ratio "
+        "| best gamma | predicted speedup |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         taus = "/".join(f"{r['tau_by_gamma'][g - 1]:.2f}" for g in (1, 2, 4, 8) if g <= len(r["tau_by_gamma"]))
         top1 = f"{r['top1']:.3f}" if r["top1"] is not None else "-"
         size = f"{r['file_mb']:.1f}" + ("" if fits(r, max_file_mb) else " (over)")
-        lines.append(f"| {r['shape']} | {r['parameters'] / 1e6:.1f} M | {size} | {r['steps']} | {top1} | {taus} | {r['draft_ms_1']:.2f} | "
-                     f"{r['cost_ratio']:.3f} | {r['best_gamma']} | {r['best_speedup']:.2f}x |")
+        lines.append(
+            f"| {r['shape']} | {r['parameters'] / 1e6:.1f} M | {size} | {r['steps']} | {top1} | {taus} | "
+            f"{r['draft_ms_1']:.2f} | "
+            f"{r['cost_ratio']:.3f} | {r['best_gamma']} | {r['best_speedup']:.2f}x |"
+        )
     (root / "sizing.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     if chosen:

@@ -1,5 +1,6 @@
 """What both head trainers (EAGLE-3, Medusa) share around the optimisation loop: the
-target and the training rows, a fixed held-out set of the target's answers, a learning-curve point per checkpoint (top-1 agreement per
+target and the training rows, a fixed held-out set of the target's answers, a learning-curve point per checkpoint (top-1
+agreement per
 draft step, chain τ), and the export of the curve and the training record."""
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 from specbench.data import questions
-from specbench.errors import ConfigError, require
-from specbench.models import registry
 from specbench.data.chat import chat_prompt
+from specbench.errors import ConfigError, require
 from specbench.metrics.records import read_records
+from specbench.models import registry
 from specbench.train.data import check_corpus_target, load_rows, target_entry
 from specbench.train.packed import read_answers
 
@@ -28,7 +29,11 @@ def prepare(args):
     torch.manual_seed(args.seed)
     entry = target_entry(tuple(args.target))
     require(args.answers >= 0, "--answers", f"{args.answers}: a number of prompts, 0 or more")
-    require(bool(args.data) or args.answers > 0, "--data", "no training data: give the target's answers (--data DIR ...) or have it answer prompts (--answers N)")
+    require(
+        bool(args.data) or args.answers > 0,
+        "--data",
+        "no training data: give the target's answers (--data DIR ...) or have it answer prompts (--answers N)",
+    )
     for source in map(Path, args.data):
         if source.is_dir():
             check_corpus_target(source, entry, "--data")
@@ -41,9 +46,18 @@ def prepare(args):
         data.append(answer_prompts(args, out.with_name(out.name + ".corpus")))
         args.data = data  # the training record names every source of its rows
     answers = read_answers(data, tokenizer)
-    main_keys = validation_set(out.with_name(out.name + ".validation.json"), answers, args.validation_rows, args.validation_after, committed_set(data))
-    domains = run_domain_sets(out.with_name(out.name + ".validation-sets.json"), checkpoint.exists(), domain_sets(data), answers)
-    target = registry.load_model(entry, args.target_dtype, "cpu", "--target")  # after the data's checks: a bad key costs no model load
+    main_keys = validation_set(
+        out.with_name(out.name + ".validation.json"),
+        answers,
+        args.validation_rows,
+        args.validation_after,
+        committed_set(data),
+    )
+    domains = run_domain_sets(
+        out.with_name(out.name + ".validation-sets.json"), checkpoint.exists(), domain_sets(data), answers
+    )
+    # after the data's checks: a bad key costs no model load
+    target = registry.load_model(entry, args.target_dtype, "cpu", "--target")
     sets = {MAIN_SET: set(main_keys)} | {name: set(keys) for name, keys in domains.items()}
     training, held = split_held_out(answers, set().union(*sets.values()))
     validation = {name: [r for r in held if r["key"] in keys] for name, keys in sets.items()}
@@ -58,8 +72,22 @@ def answer_prompts(args, directory: Path) -> str:
     answered there even if a committed pack holds it (pass that pack as --data too)."""
     from specbench.train import corpus
 
-    options = ["--out", str(directory), "--prompts", str(args.answers), "--max-new-tokens", str(args.length),
-               "--dtype", args.target_dtype, "--threads", str(args.threads), "--seed", str(args.seed), "--packs"]  # (no packs: answer all N here)
+    # (no packs: answer all N here)
+    options = [
+        "--out",
+        str(directory),
+        "--prompts",
+        str(args.answers),
+        "--max-new-tokens",
+        str(args.length),
+        "--dtype",
+        args.target_dtype,
+        "--threads",
+        str(args.threads),
+        "--seed",
+        str(args.seed),
+        "--packs",
+    ]
     corpus.generate(corpus.arguments().parse_args(options + (["--target", *args.target] if args.target else [])))
     return str(directory)
 
@@ -88,7 +116,9 @@ def domain_sets(sources: list[str]) -> dict[str, list[str]]:
     return sets
 
 
-def run_domain_sets(path: Path, resumed: bool, committed: dict[str, list[str]], rows: list[dict]) -> dict[str, list[str]]:
+def run_domain_sets(
+    path: Path, resumed: bool, committed: dict[str, list[str]], rows: list[dict]
+) -> dict[str, list[str]]:
     """A run's domain sets, fixed at its first step (saved to `path`) like its main set: a
     run resumed from before it had any keeps none, so its training rows do not change."""
     if path.exists():
@@ -105,8 +135,10 @@ def require_greedy(keys: list[str], rows: list[dict], what: str) -> None:
     greedy = {r.get("key") for r in rows if r.get("temperature") == 0.0}
     missing = [k for k in keys if k not in greedy]
     if missing:
-        raise ConfigError(f"--data: {len(missing)} of the {len(keys)} {what} are in no greedy answer read "
-                          f"(first: {missing[0]}); read the packs that hold them")
+        raise ConfigError(
+            f"--data: {len(missing)} of the {len(keys)} {what} are in no greedy answer read "
+            f"(first: {missing[0]}); read the packs that hold them"
+        )
 
 
 def committed_set(sources: list[str]) -> tuple[Path, list[str]] | None:
@@ -125,7 +157,9 @@ def held_out_keys(sources: list[str]) -> set[str]:
     return set(committed[1] if committed else []).union(*domain_sets(sources).values())
 
 
-def validation_set(path: Path, rows: list[dict], count: int, after: int = 0, committed: tuple[Path, list[str]] | None = None) -> list[str]:
+def validation_set(
+    path: Path, rows: list[dict], count: int, after: int = 0, committed: tuple[Path, list[str]] | None = None
+) -> list[str]:
     """Keys of the held-out rows, fixed at the first run (saved to `path`) so the
     learning curve stays comparable while the corpus grows: a corpus directory's
     committed set when one is read (every key must be a greedy answer read), else the
@@ -159,8 +193,12 @@ def curve_point(step: int, seen: int, batch_hits, chain) -> dict:
             scored_total[j] += int(scored.sum())
         a, n = chain(hits)
         accepted, anchors = accepted + a, anchors + n
-    return {"step": step, "tokens": seen, "top1": [h / max(s, 1) for h, s in zip(hits_total or [], scored_total or [])],
-            "chain_tau": 1 + accepted / max(anchors, 1)}
+    return {
+        "step": step,
+        "tokens": seen,
+        "top1": [h / max(s, 1) for h, s in zip(hits_total or [], scored_total or [])],
+        "chain_tau": 1 + accepted / max(anchors, 1),
+    }
 
 
 def set_points(step: int, seen: int, hits_by_set: dict, chain) -> dict:
@@ -175,7 +213,10 @@ def set_points(step: int, seen: int, hits_by_set: dict, chain) -> dict:
 def held_out_counts(validation: dict[str, list[dict]]) -> dict:
     """A training record's counts of held-out answers: the main set's, and each domain set's."""
     domains = {name: len(rows) for name, rows in validation.items() if name != MAIN_SET}
-    return {"validation_answers": len(validation[MAIN_SET]), **({"domain_validation_answers": domains} if domains else {})}
+    return {
+        "validation_answers": len(validation[MAIN_SET]),
+        **({"domain_validation_answers": domains} if domains else {}),
+    }
 
 
 def append_point(curve_path: Path, point: dict) -> None:
@@ -188,7 +229,10 @@ def save_head(out: Path, raw_config: dict, head: torch.nn.Module) -> None:
     buffers such as a draft-vocabulary map kept as they are)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(raw_config, indent=2))
-    save_file({k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}, out / "model.safetensors")
+    save_file(
+        {k: (v.to(torch.bfloat16) if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()},
+        out / "model.safetensors",
+    )
 
 
 def export(out: Path, curve_path: Path, record: dict, step_label: str) -> None:
@@ -203,7 +247,9 @@ def export(out: Path, curve_path: Path, record: dict, step_label: str) -> None:
     init = record.get("init")
     previous = Path(init) / "training.json" if isinstance(init, str) else None
     history = {"init_record": json.loads(previous.read_text())} if previous is not None and previous.is_file() else {}
-    (out / "training.json").write_text(json.dumps({**record, "validation": curve[-1] if curve else None, **history}, indent=2))
+    (out / "training.json").write_text(
+        json.dumps({**record, "validation": curve[-1] if curve else None, **history}, indent=2)
+    )
 
 
 def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> None:
@@ -223,7 +269,9 @@ def draw_curve(points: list[dict], path: Path, step_label: str = "TTT step") -> 
     for name in dict.fromkeys(name for p in points for name in p.get("sets", {})):
         scored = [(t, p["sets"][name]["chain_tau"]) for t, p in zip(tokens, points) if name in p.get("sets", {})]
         right.plot(*zip(*scored), linestyle="--", label=f"{name} set")
-    right.set(xlabel="answer tokens seen (M)", ylabel="tau", title=f"validation chain tau (depth {len(points[0]['top1'])})")
+    right.set(
+        xlabel="answer tokens seen (M)", ylabel="tau", title=f"validation chain tau (depth {len(points[0]['top1'])})"
+    )
     right.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -234,7 +282,11 @@ def run_config(run: Path) -> dict:
     """A run directory's resolved config: Hydra's copy, or the one its summary records."""
     if (run / ".hydra" / "config.yaml").is_file():
         return OmegaConf.to_container(OmegaConf.load(run / ".hydra" / "config.yaml"), resolve=True)
-    require((run / "summary.json").is_file(), "--runs", f"{run}: neither .hydra/config.yaml nor summary.json (not a finished run directory)")
+    require(
+        (run / "summary.json").is_file(),
+        "--runs",
+        f"{run}: neither .hydra/config.yaml nor summary.json (not a finished run directory)",
+    )
     return json.loads((run / "summary.json").read_text())["config"]
 
 
@@ -244,12 +296,20 @@ def run_rows(run: Path, tokenizer) -> tuple[str, list[dict]]:
     from summary.json): every method is lossless at T=0, so its outputs are the target's own
     greedy text on that benchmark."""
     cfg = run_config(run)
-    require(float(cfg["gen"]["temperature"]) == 0.0, "--runs", f"{run}: a T={cfg['gen']['temperature']} run; its outputs are not the target's greedy text")
+    require(
+        float(cfg["gen"]["temperature"]) == 0.0,
+        "--runs",
+        f"{run}: a T={cfg['gen']['temperature']} run; its outputs are not the target's greedy text",
+    )
     samples = {s.id: s for s in questions.load(cfg["dataset"])}
     rows = []
     for record in read_records(run / "samples.jsonl"):
         method = record["method"]
         prompt = chat_prompt(tokenizer, [{"role": "user", "content": samples[record["id"]].turns[0]}])
-        require(len(prompt) == method["prompt_tokens"][0], "--runs", f"{run}: sample {record['id']}'s prompt does not rebuild as the run asked it")
+        require(
+            len(prompt) == method["prompt_tokens"][0],
+            "--runs",
+            f"{run}: sample {record['id']}'s prompt does not rebuild as the run asked it",
+        )
         rows.append({"prompt": prompt, "answer": method["turn_ids"][0]})
     return cfg["dataset"]["name"], rows

@@ -100,13 +100,25 @@ class CastTree(TreePolicy):
     # a draft-side threshold C1 = C2 with a verification threshold C3 (module docstring), from
     # shallow to deep drafts; Appendix E's common 2.5 / 3 / 4 among them
     AUTO_CANDIDATES = [
-        *({"c1": draft, "c2": draft, "c3": verify} for draft in (10.0, 6.0, 4.0, 2.5, 1.5) for verify in (4.0, 2.5, 1.5, 1.0)),
+        *(
+            {"c1": draft, "c2": draft, "c3": verify}
+            for draft in (10.0, 6.0, 4.0, 2.5, 1.5)
+            for verify in (4.0, 2.5, 1.5, 1.0)
+        ),
         {"c1": 3.0, "c2": 3.0, "c3": 3.0},
     ]
 
     def __init__(
-        self, top_k: int = 12, depth: int = 13, total_tokens: int = 72, c1: float = 3.0, c2: float = 3.0,
-        c3: float = 3.0, buffer: int = 8, breadth_pruning: bool = True, depth_pruning: bool = True,
+        self,
+        top_k: int = 12,
+        depth: int = 13,
+        total_tokens: int = 72,
+        c1: float = 3.0,
+        c2: float = 3.0,
+        c3: float = 3.0,
+        buffer: int = 8,
+        breadth_pruning: bool = True,
+        depth_pruning: bool = True,
         dynamic_rerank: bool = True,
     ):
         self.top_k = integer("method.tree.top_k", top_k, at_least=1)

@@ -60,7 +60,9 @@ class Chain(TreePolicy):
             drawn.append(tokens)
             logps.append(q.gather(1, tokens[:, None])[:, 0].log())
             dists.append(q)
-        picked, row_logps = torch.stack([torch.stack(drawn, dim=1).double(), torch.stack(logps, dim=1).double()]).tolist()
+        picked, row_logps = torch.stack(
+            [torch.stack(drawn, dim=1).double(), torch.stack(logps, dim=1).double()]
+        ).tolist()
         trees = []
         for b, root in enumerate(roots):
             tree = DraftTree.root(root)

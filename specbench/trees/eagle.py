@@ -4,7 +4,8 @@ The first draft forward gives the root's top-K children. Then, `depth` times, th
 newest nodes with the highest cumulative log-prob are expanded (one draft forward for
 all of them), each adding its top-K children. `depth` counts as EAGLE's release does
 (its tree-building loop runs `depth` times after the first forward): a tree of
-depth + 1 levels and depth + 1 draft forwards, so a paper's `depth=7` is written as is. Finally every drafted node is ranked by
+depth + 1 levels and depth + 1 draft forwards, so a paper's `depth=7` is written as is. Finally every drafted node is
+ranked by
 cumulative log-prob and the best N-1 are kept with the root (N = total_tokens); a
 child never outscores its parent, so the kept nodes form a subtree.
 
@@ -28,7 +29,20 @@ class EagleDynamicTree(TreePolicy):
     # (one draft forward, k siblings verified at once) suit drafters that are dear to run
     AUTO_CANDIDATES = [
         {"top_k": k, "depth": d, "total_tokens": n}
-        for k, d, n in ((1, 0, 2), (2, 0, 3), (4, 0, 5), (1, 1, 3), (2, 1, 4), (2, 2, 6), (3, 3, 8), (4, 3, 12), (4, 4, 16), (6, 5, 24), (8, 5, 32), (10, 6, 60))
+        for k, d, n in (
+            (1, 0, 2),
+            (2, 0, 3),
+            (4, 0, 5),
+            (1, 1, 3),
+            (2, 1, 4),
+            (2, 2, 6),
+            (3, 3, 8),
+            (4, 3, 12),
+            (4, 4, 16),
+            (6, 5, 24),
+            (8, 5, 32),
+            (10, 6, 60),
+        )
     ]
 
     def __init__(self, top_k: int = 10, depth: int = 7, total_tokens: int = 60):

@@ -46,7 +46,7 @@ from specbench.errors import ConfigError, require
 from specbench.trees.static import Topology, grow
 
 POLICIES = ("static", "binary_tau", "ladder")
-# 2: node counts without the root (Algorithm 1's), drafting priced per level, per-prompt sums
+# the search replaces a bank of another version (what each version changed: docs/speed.md)
 BANK_VERSION = 2
 PATH_VALUES = ("best_path_value", "greedy_depth")
 
@@ -63,7 +63,10 @@ class TaskTrees:
 
 
 def save_bank(path: Path, bank: dict[str, TaskTrees], meta: dict) -> None:
-    tasks = {task: {"trees": t.trees, "static": t.static, "conservative": t.conservative, "aggressive": t.aggressive} for task, t in bank.items()}
+    tasks = {
+        task: {"trees": t.trees, "static": t.static, "conservative": t.conservative, "aggressive": t.aggressive}
+        for task, t in bank.items()
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"version": BANK_VERSION, "meta": meta, "tasks": tasks}, indent=1))
 
@@ -78,7 +81,12 @@ def bank_version(path: Path) -> int | None:
 
 def load_bank(path: str, key: str = "method.tree.bank") -> tuple[dict[str, TaskTrees], dict]:
     """The bank at `path`, every tree's buffers built once."""
-    require(bool(path), key, "no tree bank given; build one with python -m specbench.run.entmtp_search (or make replicate-entmtp) and set its path")
+    require(
+        bool(path),
+        key,
+        "no tree bank given; build one with python -m specbench.run.entmtp_search (or make replicate-entmtp) and "
+        "set its path",
+    )
     file = Path(path)
     require(file.is_file(), key, f"no such file {path!r}")
     try:
@@ -101,6 +109,7 @@ def with_topologies(entry: TaskTrees, key: str, task: str) -> TaskTrees:
 
 # ---- pricing: which frontier trees a machine's cost profile puts on the throughput front --
 
+
 def step_ms(topology: Topology, costs, context: float) -> float:
     """One step of decoding with this tree shape, as the engine runs it: a target forward
     over the tree's tokens, root included, and the drafter called once per level
@@ -122,7 +131,9 @@ def task_trees(history: list[dict], costs, context: float, shallow: int = 2) -> 
     scored = []
     for entry in history:
         accept = entry.get("accept_unbiased", entry["accept_biased"])
-        scored.append({**entry, "predicted_speedup": round(predicted_speedup(accept, entry["choices"], costs, context), 4)})
+        scored.append(
+            {**entry, "predicted_speedup": round(predicted_speedup(accept, entry["choices"], costs, context), 4)}
+        )
     pareto, best = [], 0.0
     for entry in sorted(scored, key=lambda e: e["size"]):
         if entry["predicted_speedup"] > best:
@@ -135,7 +146,8 @@ def task_trees(history: list[dict], costs, context: float, shallow: int = 2) -> 
         return max(indices, key=lambda i: speed[i]) if indices else max(range(len(pareto)), key=lambda i: speed[i])
 
     return TaskTrees(
-        trees=pareto, static=best_of(range(len(pareto))),
+        trees=pareto,
+        static=best_of(range(len(pareto))),
         conservative=best_of([i for i, e in enumerate(pareto) if e["depth"] <= shallow]),
         aggressive=best_of([i for i, e in enumerate(pareto) if e["depth"] == deepest]),
     )
@@ -158,15 +170,29 @@ def greedy_branch(topology: Topology, tree: DraftTree) -> list[float]:
 
 
 class ScheduledTree(TreePolicy):
-    def __init__(self, bank: str | None, task: str, policy: str = "binary_tau", tau_on: float = 0.02, tau_off: float | None = None,
-                 ladder: list[float] | None = None, path_value: str = "best_path_value"):
+    def __init__(
+        self,
+        bank: str | None,
+        task: str,
+        policy: str = "binary_tau",
+        tau_on: float = 0.02,
+        tau_off: float | None = None,
+        ladder: list[float] | None = None,
+        path_value: str = "best_path_value",
+    ):
         choice("method.tree.policy", policy, POLICIES)
         choice("method.tree.path_value", path_value, PATH_VALUES)
         tau_on = number("method.tree.tau_on", tau_on, at_least=0, at_most=1)
         tau_off = tau_on if tau_off is None else number("method.tree.tau_off", tau_off, at_least=0, at_most=1)
-        require(tau_off <= tau_on, "method.tree.tau_off", f"must satisfy 0 <= tau_off <= tau_on <= 1, got tau_off={tau_off}, tau_on={tau_on}")
+        require(
+            tau_off <= tau_on,
+            "method.tree.tau_off",
+            f"must satisfy 0 <= tau_off <= tau_on <= 1, got tau_off={tau_off}, tau_on={tau_on}",
+        )
         banks, self.meta = load_bank(bank)
-        require(task in banks, "method.tree.task", f"the bank has no trees for {task!r}; it has {', '.join(sorted(banks))}")
+        require(
+            task in banks, "method.tree.task", f"the bank has no trees for {task!r}; it has {', '.join(sorted(banks))}"
+        )
         self.task, self.task_name = banks[task], task
         # the search's measured frontier, which this run's costs price again (begin)
         self.search = self.meta.get(f"search_{task}")
@@ -183,8 +209,11 @@ class ScheduledTree(TreePolicy):
 
     def _check_ladder(self, priced: str) -> None:
         size = len(self.task.topologies)
-        require(len(self.ladder) == size - 1, "method.tree.ladder",
-                f"needs {size - 1} ascending thresholds for the task's {size} trees{priced}, got {self.ladder}")
+        require(
+            len(self.ladder) == size - 1,
+            "method.tree.ladder",
+            f"needs {size - 1} ascending thresholds for the task's {size} trees{priced}, got {self.ladder}",
+        )
 
     def widest(self) -> int:
         """The largest tree this policy can pick for the task: any tree of the searched
@@ -202,30 +231,50 @@ class ScheduledTree(TreePolicy):
     def begin(self, batch_size: int, costs) -> None:
         if costs is not None and self.search and costs is not self.priced_with:
             self._price(costs)
-        self.p0, self.branch, self.current = [None] * batch_size, [[] for _ in range(batch_size)], [self.task.conservative] * batch_size
+        self.p0, self.branch, self.current = (
+            [None] * batch_size,
+            [[] for _ in range(batch_size)],
+            [self.task.conservative] * batch_size,
+        )
 
     def observe(self, trees: list[DraftTree], paths: list[list[int]], logits: list[torch.Tensor]) -> None:
         if self.policy == "static":
             return
-        self.p0 = torch.stack([z[p[-1]] for z, p in zip(logits, paths)]).float().softmax(-1).amax(-1).tolist()  # one read for the batch
+        # one read for the batch
+        self.p0 = torch.stack([z[p[-1]] for z, p in zip(logits, paths)]).float().softmax(-1).amax(-1).tolist()
         self.branch = [greedy_branch(self.task.topologies[i], tree) for i, tree in zip(self.current, trees)]
 
     def keep(self, rows: list[int]) -> None:
-        self.p0, self.branch, self.current = [self.p0[r] for r in rows], [self.branch[r] for r in rows], [self.current[r] for r in rows]
+        self.p0, self.branch, self.current = (
+            [self.p0[r] for r in rows],
+            [self.branch[r] for r in rows],
+            [self.current[r] for r in rows],
+        )
 
     def _price(self, costs) -> None:
         """The task's throughput front and picks as this run's cost profile prices the
         searched frontier: a bank searched on another machine (or dtype) still runs the
         trees that are fastest here, as the paper selects on the target workload."""
-        self.task = with_topologies(task_trees(self.search["frontier"], costs, self.search["context"]), "method.tree.bank", self.task_name)
+        self.task = with_topologies(
+            task_trees(self.search["frontier"], costs, self.search["context"]), "method.tree.bank", self.task_name
+        )
         self.priced_with = costs
         if self.policy == "ladder":
             self._check_ladder(" this run's costs put on its throughput front")
-        picks = {"static": [("static", self.task.static)], "binary_tau": [("conservative", self.task.conservative), ("aggressive", self.task.aggressive)],
-                 "ladder": [(f"ladder tree {i}", i) for i in range(len(self.task.trees))]}[self.policy]
-        print(f"method.tree: {self.task_name}'s searched trees priced with this run's cost profile: " + ", ".join(
-            f"{role} {self.task.trees[i]['nodes']} nodes, depth {self.task.trees[i]['depth']} (predicted {self.task.trees[i]['predicted_speedup']:.2f}x)"
-            for role, i in picks), flush=True)
+        picks = {
+            "static": [("static", self.task.static)],
+            "binary_tau": [("conservative", self.task.conservative), ("aggressive", self.task.aggressive)],
+            "ladder": [(f"ladder tree {i}", i) for i in range(len(self.task.trees))],
+        }[self.policy]
+        print(
+            f"method.tree: {self.task_name}'s searched trees priced with this run's cost profile: "
+            + ", ".join(
+                f"{role} {self.task.trees[i]['nodes']} nodes, depth {self.task.trees[i]['depth']} (predicted "
+                f"{self.task.trees[i]['predicted_speedup']:.2f}x)"
+                for role, i in picks
+            ),
+            flush=True,
+        )
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         if self.policy == "static":

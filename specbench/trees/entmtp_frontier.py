@@ -52,7 +52,10 @@ def node_passes(verifier, tree: DraftTree, logits: torch.Tensor, sampling: Sampl
         best = logits.argmax(-1).tolist()
         return [True] + [tree.tokens[n] == best[tree.parents[n]] for n in range(1, len(tree))]
     if not isinstance(verifier, TypicalVerifier):
-        raise ConfigError("method.verifier: the frontier search scores per-node acceptance, which needs typical acceptance at T>0 (or T=0)")
+        raise ConfigError(
+            "method.verifier: the frontier search scores per-node acceptance, which needs typical acceptance at "
+            "T>0 (or T=0)"
+        )
     p = sampling.probs(logits)
     return [True] + verifier.passes(tree, p, verifier.thresholds(p))[0][1:]
 
@@ -103,8 +106,18 @@ def rollout(target, drafter, tree, verifier, prompts, sampling: Sampling, limits
         generate(target, method, prompt, sampling, limits, torch.Generator().manual_seed(seed + index))
 
 
-def acceptance_frontier(target, drafter, verifier, prompts, sampling: Sampling, limits: Limits, max_depth: int, budget: int,
-                        seed: int = 123, log=None) -> list[dict]:
+def acceptance_frontier(
+    target,
+    drafter,
+    verifier,
+    prompts,
+    sampling: Sampling,
+    limits: Limits,
+    max_depth: int,
+    budget: int,
+    seed: int = 123,
+    log=None,
+) -> list[dict]:
     """Algorithm 1: the trees T_2 ⊂ T_3 ⊂ ... up to `budget` draft nodes (root excluded),
     each with its one-step mean accept length and that estimate's per-prompt sums."""
     choices: list[Choice] = [(0,)]
@@ -120,21 +133,35 @@ def acceptance_frontier(target, drafter, verifier, prompts, sampling: Sampling, 
         means = [t / max(scorer.steps, 1) for t in scorer.totals]
         best = max(range(len(candidates)), key=lambda j: (means[j], -sum(candidates[j]), -len(candidates[j])))
         choices.append(candidates[best])
-        history.append({"nodes": len(choices), "size": len(choices) + 1, "depth": max(map(len, choices)), "accept_biased": means[best],
-                        "biased_accepted": [totals[best] for totals in scorer.prompt_totals], "biased_steps": scorer.prompt_steps,
-                        "choices": [list(c) for c in choices]})
+        history.append(
+            {
+                "nodes": len(choices),
+                "size": len(choices) + 1,
+                "depth": max(map(len, choices)),
+                "accept_biased": means[best],
+                "biased_accepted": [totals[best] for totals in scorer.prompt_totals],
+                "biased_steps": scorer.prompt_steps,
+                "choices": [list(c) for c in choices],
+            }
+        )
         bar.update(1)
         bar.set_postfix(nodes=len(choices), accept=f"{means[best]:.2f}")
     bar.close()
     return history
 
 
-def self_rollout(target, drafter, verifier, choices, prompts, sampling: Sampling, limits: Limits, seed: int = 123) -> dict:
+def self_rollout(
+    target, drafter, verifier, choices, prompts, sampling: Sampling, limits: Limits, seed: int = 123
+) -> dict:
     """Decoding with the tree's own proposals: mean accepted draft tokens per step
     (`accept_unbiased`) and, per prompt, the accepted tokens and the steps."""
     counted = CountingVerifier(verifier)
     rollout(target, drafter, StaticTree(choices=choices), counted, prompts, sampling, limits, seed)
-    return {"accept_unbiased": sum(counted.accepted) / max(sum(counted.steps), 1), "unbiased_accepted": counted.accepted, "unbiased_steps": counted.steps}
+    return {
+        "accept_unbiased": sum(counted.accepted) / max(sum(counted.steps), 1),
+        "unbiased_accepted": counted.accepted,
+        "unbiased_steps": counted.steps,
+    }
 
 
 class CountingVerifier(Verifier):

@@ -74,7 +74,11 @@ class LookaheadTree(TreePolicy):
 
     def observe(self, trees, paths, logits) -> None:
         # the target's next token after every row's top window level, read once for the batch
-        flat = torch.cat([z[device_tensor(state.window_nodes[-1], z.device)] for state, z in zip(self.rows, logits)]).argmax(-1).tolist()
+        flat = (
+            torch.cat([z[device_tensor(state.window_nodes[-1], z.device)] for state, z in zip(self.rows, logits)])
+            .argmax(-1)
+            .tolist()
+        )
         start = 0
         for state in self.rows:
             predicted = flat[start : start + len(state.window_nodes[-1])]

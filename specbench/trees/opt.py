@@ -31,7 +31,9 @@ class OptTree(TreePolicy):
 
     def __init__(self, nodes: int = 60, threshold: float = 0.5, max_depth: int = 10):
         self.nodes = integer("method.tree.nodes", nodes, at_least=1)
-        self.threshold = number("method.tree.threshold", threshold, at_least=0, meaning="expected accepted tokens a layer must add")
+        self.threshold = number(
+            "method.tree.threshold", threshold, at_least=0, meaning="expected accepted tokens a layer must add"
+        )
         self.max_depth = integer("method.tree.max_depth", max_depth, at_least=1)
 
     def widest(self) -> int:

@@ -54,7 +54,11 @@ class Topology:
 
     @classmethod
     def from_choices(cls, choices, key: str = "method.tree.choices") -> "Topology":
-        require(isinstance(choices, (list, tuple)) and len(choices) > 0, key, f"must be a non-empty list of rank tuples, got {choices!r}")
+        require(
+            isinstance(choices, (list, tuple)) and len(choices) > 0,
+            key,
+            f"must be a non-empty list of rank tuples, got {choices!r}",
+        )
         cleaned = []
         for choice in choices:
             ok = isinstance(choice, (list, tuple)) and len(choice) > 0 and all(is_integer(r) and r >= 0 for r in choice)
@@ -67,12 +71,17 @@ class Topology:
         require(orphan is None, key, f"choice {orphan} has no parent {orphan and orphan[:-1]} in the list")
         parents = (-1,) + tuple(index[c[:-1]] for c in ordered)
         depths = (0,) + tuple(len(c) for c in ordered)
-        tree = DraftTree(tokens=[0] * len(parents), parents=list(parents), depths=list(depths), logps=[0.0] * len(parents))
+        tree = DraftTree(
+            tokens=[0] * len(parents), parents=list(parents), depths=list(depths), logps=[0.0] * len(parents)
+        )
         children = tuple(tuple(i for i, p in enumerate(parents) if p == node) for node in range(len(parents)))
-        top_k = tuple(max((c[-1] + 1 for c in ordered if index[c[:-1]] == node), default=0) for node in range(len(parents)))
+        top_k = tuple(
+            max((c[-1] + 1 for c in ordered if index[c[:-1]] == node), default=0) for node in range(len(parents))
+        )
         max_depth = max(depths)
         expanded = tuple(
-            tuple(sorted({p for p, d in zip(parents, depths) if d == depth and p >= 0})) for depth in range(1, max_depth + 1)
+            tuple(sorted({p for p, d in zip(parents, depths) if d == depth and p >= 0}))
+            for depth in range(1, max_depth + 1)
         )
         ranks = (-1,) + tuple(c[-1] for c in ordered)
         return cls(tuple(ordered), parents, depths, ranks, tree.ancestor_mask(), expanded, children, top_k)
@@ -91,15 +100,20 @@ class Topology:
         for depth in range(1, self.depth + 1):
             asked = self.expanded[depth - 1]
             nodes = [node for node, d in enumerate(self.depths) if d == depth]
-            out.append(Level(
-                asked=slice(asked[0], asked[-1] + 1) if list(asked) == list(range(asked[0], asked[-1] + 1)) else list(asked),
-                asked_slots=torch.tensor([fed.index(self.parents[node]) for node in asked] if depth > 1 else [0]),  # depth 1: the root
-                nodes=slice(nodes[0], nodes[-1] + 1),
-                slots=torch.tensor([asked.index(self.parents[node]) for node in nodes]),
-                ranks=torch.tensor([self.ranks[node] for node in nodes]),
-                parents=torch.tensor([self.parents[node] for node in nodes]),
-                top_k=max(self.top_k[node] for node in asked),
-            ))
+            out.append(
+                Level(
+                    asked=slice(asked[0], asked[-1] + 1)
+                    if list(asked) == list(range(asked[0], asked[-1] + 1))
+                    else list(asked),
+                    # depth 1: the root
+                    asked_slots=torch.tensor([fed.index(self.parents[node]) for node in asked] if depth > 1 else [0]),
+                    nodes=slice(nodes[0], nodes[-1] + 1),
+                    slots=torch.tensor([asked.index(self.parents[node]) for node in nodes]),
+                    ranks=torch.tensor([self.ranks[node] for node in nodes]),
+                    parents=torch.tensor([self.parents[node] for node in nodes]),
+                    top_k=max(self.top_k[node] for node in asked),
+                )
+            )
             fed = asked
         return out
 
@@ -109,8 +123,14 @@ class Topology:
         placed = self.__dict__.setdefault("_levels_on", {})
         if str(device) not in placed:
             placed[str(device)] = [
-                replace(level, asked=level.asked if isinstance(level.asked, slice) else device_tensor(level.asked, device),
-                        **{name: to_device(getattr(level, name), device) for name in ("asked_slots", "slots", "ranks", "parents")})
+                replace(
+                    level,
+                    asked=level.asked if isinstance(level.asked, slice) else device_tensor(level.asked, device),
+                    **{
+                        name: to_device(getattr(level, name), device)
+                        for name in ("asked_slots", "slots", "ranks", "parents")
+                    },
+                )
                 for level in self.levels
             ]
         return placed[str(device)]
@@ -150,9 +170,15 @@ class StaticTree(TreePolicy):
             choices = read_choices(cfg["choices_file"], cfg.get("choices_name"))
         return {**cfg, "size": None} if choices is not None and size >= len(choices) else cfg
 
-    def __init__(self, choices=None, choices_file: str | None = None, choices_name: str | None = None, size: int | None = None):
+    def __init__(
+        self, choices=None, choices_file: str | None = None, choices_name: str | None = None, size: int | None = None
+    ):
         if choices_file is not None:
-            require(choices is None and bool(choices_name), "method.tree", "give either choices, or choices_file with choices_name (and choices=null)")
+            require(
+                choices is None and bool(choices_name),
+                "method.tree",
+                "give either choices, or choices_file with choices_name (and choices=null)",
+            )
             choices = read_choices(choices_file, choices_name)
         topology = Topology.from_choices(choices)
         if size is not None:
@@ -172,7 +198,13 @@ def grow(topologies: list[Topology], drafter, contexts, roots) -> list[DraftTree
     nodes each row expands there; a node's token is its rank-th most likely candidate
     under its parent. Draft log-probs are kept (schedulers read path values from them)."""
     trees = [
-        DraftTree(tokens=[root] + [0] * (len(t) - 1), parents=list(t.parents), depths=list(t.depths), logps=[0.0] * len(t), ancestors=t.ancestors)
+        DraftTree(
+            tokens=[root] + [0] * (len(t) - 1),
+            parents=list(t.parents),
+            depths=list(t.depths),
+            logps=[0.0] * len(t),
+            ancestors=t.ancestors,
+        )
         for t, root in zip(topologies, roots)
     ]
     if drafter.grows_on_device and len(set(map(id, topologies))) == 1:
@@ -182,7 +214,9 @@ def grow(topologies: list[Topology], drafter, contexts, roots) -> list[DraftTree
         rows = drafter.logits(contexts, trees, asked)
         for topology, parents, logits in zip(topologies, asked, rows):
             if parents and (logits is None or logits.shape[0] != len(parents)):
-                raise ConfigError(f"method.tree: the drafter proposes nothing at depth {depth}; the tree is {topology.depth} deep")
+                raise ConfigError(
+                    f"method.tree: the drafter proposes nothing at depth {depth}; the tree is {topology.depth} deep"
+                )
         k = max(t.top_k[parent] for t, parents in zip(topologies, asked) for parent in parents)
         for topology, tree, parents, top in zip(topologies, trees, asked, top_tokens(rows, k)):
             if not parents:

@@ -22,7 +22,8 @@ from specbench.engine.values import integer, number
 class TalonTree(TreePolicy):
     # shapes `auto` chooses from (specbench.costs.autotune), small to large
     AUTO_CANDIDATES = [
-        {"budget": n, "top_k": k} for n, k in ((2, 1), (3, 2), (4, 2), (6, 3), (8, 4), (12, 4), (16, 6), (24, 8), (32, 10), (60, 10))
+        {"budget": n, "top_k": k}
+        for n, k in ((2, 1), (3, 2), (4, 2), (6, 3), (8, 4), (12, 4), (16, 6), (24, 8), (32, 10), (60, 10))
     ]
 
     def __init__(self, budget: int = 60, mu: float = 0.03, top_k: int = 10, robust_layers: int = 1):
@@ -66,7 +67,9 @@ class TalonTree(TreePolicy):
         return [tree.add(parent, token, logp) for _, parent, token, logp in candidates[:keep]]
 
     @staticmethod
-    def _candidates(tree: DraftTree, parents: list[int], top: TopTokens, keep: int) -> list[tuple[float, int, int, float]]:
+    def _candidates(
+        tree: DraftTree, parents: list[int], top: TopTokens, keep: int
+    ) -> list[tuple[float, int, int, float]]:
         """(cumulative log p, parent, token, token log p) of the best `keep` children of
         each parent, best first (no other child can make the cut)."""
         found = []

@@ -39,14 +39,18 @@ def zipf_logprobs(parents: int, vocab: int, alpha: float, generator: torch.Gener
     return by_rank[order]
 
 
-def eagle_layer(parent_logps: torch.Tensor, logps: torch.Tensor, top_k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor]:
+def eagle_layer(
+    parent_logps: torch.Tensor, logps: torch.Tensor, top_k: int = TOP_K
+) -> tuple[torch.Tensor, torch.Tensor]:
     """EAGLE's dual top-K: (parent, token) of the top_k best of each parent's top_k children by path log-prob."""
     children = logps.topk(top_k, dim=-1)
     best = (parent_logps[:, None] + children.values).flatten().topk(top_k).indices
     return best // top_k, children.indices.flatten()[best]
 
 
-def talon_layer(parent_logps: torch.Tensor, logps: torch.Tensor, mu: float = MU, room: int = ROOM) -> tuple[torch.Tensor, torch.Tensor]:
+def talon_layer(
+    parent_logps: torch.Tensor, logps: torch.Tensor, mu: float = MU, room: int = ROOM
+) -> tuple[torch.Tensor, torch.Tensor]:
     """TALON's gate (Algorithm 2, lines 18-23): (parent, token) of every child with p(u) >= mu * max p(u),
     the `room` most probable when more pass."""
     paths = parent_logps[:, None] + logps
@@ -60,7 +64,9 @@ def talon_layer(parent_logps: torch.Tensor, logps: torch.Tensor, mu: float = MU,
 LAYERS = {"eagle": eagle_layer, "talon": talon_layer}
 
 
-def measure(vocabs: list[int], alphas: list[float], repeats: int, warmup: int, device: str, seed: int = 0) -> pd.DataFrame:
+def measure(
+    vocabs: list[int], alphas: list[float], repeats: int, warmup: int, device: str, seed: int = 0
+) -> pd.DataFrame:
     """One row per timed call: vocab, alpha, method, repeat, seconds."""
     generator = torch.Generator().manual_seed(seed)
     rows = []
@@ -75,7 +81,15 @@ def measure(vocabs: list[int], alphas: list[float], repeats: int, warmup: int, d
                     layer(parent_logps, logps)
                     _sync(device)
                     if repeat >= 0:
-                        rows.append({"vocab": vocab, "alpha": alpha, "method": method, "repeat": repeat, "seconds": time.perf_counter() - start})
+                        rows.append(
+                            {
+                                "vocab": vocab,
+                                "alpha": alpha,
+                                "method": method,
+                                "repeat": repeat,
+                                "seconds": time.perf_counter() - start,
+                            }
+                        )
     return pd.DataFrame(rows)
 
 
@@ -86,12 +100,18 @@ def _sync(device: str) -> None:
 
 def speedups(timings: pd.DataFrame) -> pd.DataFrame:
     """Per vocab and alpha: mean seconds of each method and EAGLE's over TALON's."""
-    means = timings.pivot_table(index=["vocab", "alpha"], columns="method", values="seconds", aggfunc="mean").reset_index()
+    means = timings.pivot_table(
+        index=["vocab", "alpha"], columns="method", values="seconds", aggfunc="mean"
+    ).reset_index()
     return means.assign(speedup=means["eagle"] / means["talon"])
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specbench.trees.talon_expansion", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m specbench.trees.talon_expansion",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", type=Path, required=True, help="CSV of every timed call")
     parser.add_argument("--vocabs", type=int, nargs="+", default=VOCABS)
     parser.add_argument("--alphas", type=float, nargs="+", default=ALPHAS)

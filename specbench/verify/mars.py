@@ -44,8 +44,14 @@ from specbench.engine.parts import Acceptance, Verifier, read_back
 from specbench.engine.transfer import device_tensor
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
-from specbench.verify.standard import greedy_accept, rejection_sample, sample_rows, sibling_tests, sibling_tokens, sibling_uniforms
-
+from specbench.verify.standard import (
+    greedy_accept,
+    rejection_sample,
+    sample_rows,
+    sibling_tests,
+    sibling_tokens,
+    sibling_uniforms,
+)
 
 RULES = ("paper", "release")
 
@@ -64,8 +70,14 @@ class MarsVerifier(Verifier):
         columns = [v1, v2, z.gather(1, v1[:, None])[:, 0], z.gather(1, v2[:, None])[:, 0], z.logsumexp(-1)]
         if not sampling.greedy:
             p = sampling.probs(z)
-            columns += [p.gather(1, v1[:, None])[:, 0] > 0, p.gather(1, v2[:, None])[:, 0] > 0, *rejection_sample(trees, p, generators)]
-        return [self._walk_paper(tree, values, sampling.greedy) for tree, values in zip(trees, read_back(trees, *columns))]
+            columns += [
+                p.gather(1, v1[:, None])[:, 0] > 0,
+                p.gather(1, v2[:, None])[:, 0] > 0,
+                *rejection_sample(trees, p, generators),
+            ]
+        return [
+            self._walk_paper(tree, values, sampling.greedy) for tree, values in zip(trees, read_back(trees, *columns))
+        ]
 
     def _walk_paper(self, tree: DraftTree, values: list[list[float]], greedy: bool) -> Acceptance:
         """Algorithm 1 down one row's tree, from every node's top two (and, at T>0, whether
@@ -103,7 +115,11 @@ class MarsVerifier(Verifier):
                 continue
             samplable1, samplable2, rank, correction = (values[i][node] for i in range(5, 9))
             # Algorithm 1 lines 6-9: the top-1 child before the top-2 one, whatever the tree's order
-            token = next((v for v, ok in ((v1, samplable1), (v2, samplable2)) if v in by_token and ok), None) if margin_ok else None
+            token = (
+                next((v for v, ok in ((v1, samplable1), (v2, samplable2)) if v in by_token and ok), None)
+                if margin_ok
+                else None
+            )
             if token is not None:
                 decided("exact" if token == v1 else "relaxed")
                 path.append(by_token[token])
@@ -119,7 +135,14 @@ class MarsVerifier(Verifier):
         if sampling.greedy:
             out = greedy_accept(trees, logits)
             for a in out:
-                a.notes = {"exact": len(a.path) - 1, "relaxed": 0, "sampled": 0, "rejected": 0, "ratio_undefined": 0, "decisions": []}
+                a.notes = {
+                    "exact": len(a.path) - 1,
+                    "relaxed": 0,
+                    "sampled": 0,
+                    "rejected": 0,
+                    "ratio_undefined": 0,
+                    "decisions": [],
+                }
             return out
         z = torch.cat(logits).float()
         p = sampling.probs(z)
@@ -142,7 +165,10 @@ class MarsVerifier(Verifier):
         width = max((len(row) for _, _, row in rows), default=0)
         if not width:
             return torch.full((len(p),), -1, dtype=torch.long, device=p.device), p
-        steps = [[max(math.exp(tree.logps[c] - tree.logps[node]), 1e-10) for c in row] + [1.0] * (width - len(row)) for tree, node, row in rows]
+        steps = [
+            [max(math.exp(tree.logps[c] - tree.logps[node]), 1e-10) for c in row] + [1.0] * (width - len(row))
+            for tree, node, row in rows
+        ]
         tokens, valid = sibling_tokens([[tree.tokens[c] for c in row] for tree, _, row in rows], width, p.device)
         q = device_tensor(steps, p.device, torch.float64)
         return sibling_tests(p, tokens, valid, sibling_uniforms(trees, generators, width, p.device), q, inclusive=True)
@@ -166,7 +192,9 @@ class MarsVerifier(Verifier):
             elif ranks[node] >= 0:
                 outcome, child = "sampled", children[node][int(ranks[node])]
             notes[outcome or "rejected"] += 1
-            notes["decisions"].append([round(z1 * temperature, 4), round(z2 * temperature, 4), round(lse[node], 4), outcome or "rejected"])
+            notes["decisions"].append(
+                [round(z1 * temperature, 4), round(z2 * temperature, 4), round(lse[node], 4), outcome or "rejected"]
+            )
             if outcome is None:
                 return Acceptance(path, int(corrections[node]), notes)
             path.append(child)

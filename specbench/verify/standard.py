@@ -60,7 +60,9 @@ def greedy_path(tree: DraftTree, best: list[float]) -> list[int]:
         path.append(match)
 
 
-def rejection_sample(trees: list[DraftTree], probs: torch.Tensor, generators: list) -> tuple[torch.Tensor, torch.Tensor]:
+def rejection_sample(
+    trees: list[DraftTree], probs: torch.Tensor, generators: list
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Recursive rejection sampling at every node of every row at once, `probs` the target's
     distributions at all nodes (rows' trees concatenated). Per node: the rank among its
     children of the one accepted (-1: none), and a token drawn from what remains after all
@@ -68,7 +70,9 @@ def rejection_sample(trees: list[DraftTree], probs: torch.Tensor, generators: li
     children = [[tree.tokens[c] for c in row] for tree in trees for row in tree.child_lists()]  # tokens, per node
     width = max(map(len, children), default=0)
     if not width:
-        return torch.full((len(probs),), -1, dtype=torch.long, device=probs.device), sample_rows(trees, probs, generators)
+        return torch.full((len(probs),), -1, dtype=torch.long, device=probs.device), sample_rows(
+            trees, probs, generators
+        )
     tokens, valid = sibling_tokens(children, width, probs.device)
     uniforms = sibling_uniforms(trees, generators, width, probs.device)
     # deterministic children are point masses (q(x) = 1): a rejected child's p(x) drops to 0
@@ -77,7 +81,9 @@ def rejection_sample(trees: list[DraftTree], probs: torch.Tensor, generators: li
     drawn = [start + node for tree, start in zip(trees, row_starts(trees)) for node in tree.child_dists]
     if drawn:  # children drawn from a draft distribution q: the residual max(p - q, 0) spans the vocabulary
         index = device_tensor(drawn, probs.device)
-        ranks, residual = drawn_tests(probs[index], draft_dists(trees, probs), tokens[index], valid[index], uniforms[index])
+        ranks, residual = drawn_tests(
+            probs[index], draft_dists(trees, probs), tokens[index], valid[index], uniforms[index]
+        )
         accepted, p = accepted.index_copy(0, index, ranks), p.index_copy(0, index, residual)
     return accepted, sample_rows(trees, p, generators)
 
@@ -91,8 +97,9 @@ def sibling_tokens(children: list[list[int]], width: int, device) -> tuple[torch
     return tokens, valid
 
 
-def sibling_tests(p: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor, uniforms: torch.Tensor, q: torch.Tensor,
-                  inclusive: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def sibling_tests(
+    p: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor, uniforms: torch.Tensor, q: torch.Tensor, inclusive: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each node's children tested in rank order, child x accepted when its uniform is below
     (`inclusive`: at most) p(x) / q(x), p as the earlier tests left it; after each test p(x)
     drops to max(p(x) - q(x), 0), renormalised. `q` [nodes, width] is each child's own draft
@@ -117,7 +124,9 @@ def sibling_tests(p: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor, un
     return accepted, torch.where((total > 0)[:, None], rebuilt, p)
 
 
-def drawn_tests(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def drawn_tests(
+    p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor, uniforms: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Recursive rejection sampling at nodes whose children were drawn from q in rank order
     without replacement: child x accepted with probability min(1, p(x)/q(x)); after a
     rejection p becomes norm(max(p - q, 0)) and x leaves q. Per node: the accepted rank (-1:
@@ -139,7 +148,9 @@ def drawn_tests(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, valid: t
 def sample_rows(trees: list[DraftTree], probs: torch.Tensor, generators: list) -> torch.Tensor:
     """One token per node from `probs` (rows' trees concatenated), each row with its own generator."""
     starts = row_starts(trees)
-    return torch.cat([draw_rows(probs[start : start + len(tree)], g) for tree, start, g in zip(trees, starts, generators)])
+    return torch.cat(
+        [draw_rows(probs[start : start + len(tree)], g) for tree, start, g in zip(trees, starts, generators)]
+    )
 
 
 def sibling_uniforms(trees: list[DraftTree], generators: list, width: int, device) -> torch.Tensor:
@@ -165,4 +176,6 @@ def row_starts(trees: list[DraftTree]) -> list[int]:
 def draft_dists(trees: list[DraftTree], probs: torch.Tensor) -> torch.Tensor:
     """[drawn nodes, V]: the draft distribution each node in a tree's child_dists drew its
     children from, in the order rejection_sample lists those nodes."""
-    return torch.stack([on_device(dist, probs.device).to(probs.dtype) for tree in trees for dist in tree.child_dists.values()])
+    return torch.stack(
+        [on_device(dist, probs.device).to(probs.dtype) for tree in trees for dist in tree.child_dists.values()]
+    )

@@ -23,8 +23,7 @@ from specbench.engine.parts import Acceptance, Verifier, read_back
 from specbench.engine.transfer import device_tensor
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import choice, number
-from specbench.verify.standard import row_starts, greedy_accept, sample_rows
-
+from specbench.verify.standard import greedy_accept, row_starts, sample_rows
 
 NEXT_TOKEN = ("argmax", "typical")
 
@@ -40,7 +39,10 @@ class TypicalVerifier(Verifier):
             return greedy_accept(trees, logits)
         p = sampling.probs(torch.cat(logits))  # [nodes of all rows, V]
         thresholds = self.thresholds(p)
-        parents = device_tensor([max(parent, 0) + start for tree, start in zip(trees, row_starts(trees)) for parent in tree.parents], p.device)
+        parents = device_tensor(
+            [max(parent, 0) + start for tree, start in zip(trees, row_starts(trees)) for parent in tree.parents],
+            p.device,
+        )
         tokens = device_tensor([token for tree in trees for token in tree.tokens], p.device)
         ok, logp = passing(p, thresholds, parents, tokens)
         if self.next_token == "argmax":
@@ -76,7 +78,9 @@ class TypicalVerifier(Verifier):
         return [False] + ok.tolist(), [0.0] + logp.tolist()
 
 
-def passing(p: torch.Tensor, threshold: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def passing(
+    p: torch.Tensor, threshold: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Whether each token passes the typical test under the row `parents` of p, and its
     target log-probability there."""
     prob = p[parents, tokens]

@@ -1,25 +1,38 @@
-"""Auto tree shapes: the candidates, the calibration that chooses among them, when a choice is reused and when it is made again."""
+"""Auto tree shapes: the candidates, the calibration that chooses among them, when a choice is reused and when it is
+made again."""
 
 import pytest
-from specbench.engine import methods
-from specbench.engine.candidates import DRAFTING_OFF, candidates
+from conftest import CALIBRATION_TOKENS, MIN_GAIN, VOCAB
+from cost_fixtures import flat_curve, synthetic_profile
+
 from specbench.costs import autotune
 from specbench.drafters.small_lm import SmallLMDrafter
+from specbench.engine import methods
+from specbench.engine.candidates import DRAFTING_OFF, candidates
 from specbench.engine.lm import TreeLM
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
 from specbench.models import registry
 from specbench.trees.chain import Chain
 from specbench.verify.standard import StandardVerifier
-from conftest import CALIBRATION_TOKENS, MIN_GAIN, VOCAB
-from cost_fixtures import flat_curve, synthetic_profile
 
 
 def tune_on(profile, target, draft, prompts, tmp_path, batch_size=1):
     cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
     drafter = SmallLMDrafter(draft, VOCAB)
-    setup = autotune.Calibration(lambda: prompts[:batch_size], "test-prompts", Sampling(), frozenset(), tmp_path, "d", weights="",
-                                 max_new_tokens=CALIBRATION_TOKENS, batch_size=batch_size, min_gain=MIN_GAIN, log=lambda *_: None)
+    setup = autotune.Calibration(
+        lambda: prompts[:batch_size],
+        "test-prompts",
+        Sampling(),
+        frozenset(),
+        tmp_path,
+        "d",
+        weights="",
+        max_new_tokens=CALIBRATION_TOKENS,
+        batch_size=batch_size,
+        min_gain=MIN_GAIN,
+        log=lambda *_: None,
+    )
     return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, setup)
 
 
@@ -37,16 +50,19 @@ def test_a_contended_calibration_is_reused_while_busy_and_redone_when_idle(tmp_p
     assert autotune.reusable(path, lambda *_: None) is not None
 
 
-@pytest.mark.parametrize("tree, width", [
-    ({"_target_": "specbench.trees.talon.TalonTree", "budget": 48}, 48),
-    ({"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 10, "depth": 6, "total_tokens": 50}, 50),
-    ({"_target_": "specbench.trees.cast.CastTree", "total_tokens": 72, "c1": 3, "c2": 3, "c3": 3}, 72),
-    ({"_target_": "specbench.trees.chain.Chain", "gamma": 7}, 8),
-    ({"_target_": "specbench.trees.static.StaticTree", "choices": [[0], [1], [0, 0]]}, 4),
-    ({"_target_": "specbench.trees.opt.OptTree", "nodes": 60}, 61),
-    ({"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 10, "depth": 6, "total_tokens": "auto"}, None),
-    ({"_target_": "specbench.trees.lookahead.LookaheadTree", "window": 4, "ngram": 3, "candidates": 2}, None),
-])
+@pytest.mark.parametrize(
+    "tree, width",
+    [
+        ({"_target_": "specbench.trees.talon.TalonTree", "budget": 48}, 48),
+        ({"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 10, "depth": 6, "total_tokens": 50}, 50),
+        ({"_target_": "specbench.trees.cast.CastTree", "total_tokens": 72, "c1": 3, "c2": 3, "c3": 3}, 72),
+        ({"_target_": "specbench.trees.chain.Chain", "gamma": 7}, 8),
+        ({"_target_": "specbench.trees.static.StaticTree", "choices": [[0], [1], [0, 0]]}, 4),
+        ({"_target_": "specbench.trees.opt.OptTree", "nodes": 60}, 61),
+        ({"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 10, "depth": 6, "total_tokens": "auto"}, None),
+        ({"_target_": "specbench.trees.lookahead.LookaheadTree", "window": 4, "ngram": 3, "candidates": 2}, None),
+    ],
+)
 def test_a_tree_policy_names_the_widest_forward_its_settings_fix(tree, width):
     """Root included, as the verification forward feeds it; None where the draft decides
     (Lookahead's n-gram pool) or calibration still will (`auto` keys)."""
@@ -104,7 +120,9 @@ def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tm
     assert all(c["predicted_speedup"] < 1.0 for c in record["candidates"])
     assert autotune.describe(record).startswith("drafting off (best shape {'gamma': ")
     best = max(record["candidates"], key=lambda c: c["predicted_speedup"])
-    assert autotune.describe(record).endswith(f"tau {best['tau']:.2f} where {best['tau'] / best['predicted_speedup']:.2f} breaks even)")
+    assert autotune.describe(record).endswith(
+        f"tau {best['tau']:.2f} where {best['tau'] / best['predicted_speedup']:.2f} breaks even)"
+    )
     # flat verification and nearly free drafting: a longer chain wins, predicted faster than AR
     flat = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
     chosen, record = tune_on(flat, target, draft, prompts, tmp_path / "b")
@@ -150,20 +168,31 @@ def test_retrained_drafter_weights_get_their_own_shape_choice(tmp_path):
     (head / "model.safetensors").write_bytes(b"v2" * 1000)
     after = registry.weights_id(cfg)
     assert after != before
-    key = (tmp_path, synthetic_profile(0.0), "d", {"gamma": "auto"}, Sampling(), ["p", 8], autotune.verifier_id(StandardVerifier()))
+    key = (
+        tmp_path,
+        synthetic_profile(0.0),
+        "d",
+        {"gamma": "auto"},
+        Sampling(),
+        ["p", 8],
+        autotune.verifier_id(StandardVerifier()),
+    )
     assert autotune.cache_file(*key, before) != autotune.cache_file(*key, after)
 
 
 def test_a_calibration_is_priced_again_under_another_profile(target, draft, prompts, tmp_path):
     """The recorded calibration decodes priced under the profile they were decoded with give
-    the record's own predictions back, exactly (both charge tree work step by step); under a profile whose wide forwards cost more, every
+    the record's own predictions back, exactly (both charge tree work step by step); under a profile whose wide forwards
+    cost more, every
     shape is predicted slower and AR alike."""
     flat = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
     _, record = tune_on(flat, target, draft, prompts, tmp_path)
     again = autotune.reprice(record, flat, "d")
     assert [r["tree"] for r in again] == [c["tree"] for c in record["candidates"]]
+    # priced alike, to the last digit kept
     assert [{k: r[k] for k in ("predicted_speedup", "ar_ms", "method_ms")} for r in record["candidates"]] == [
-        {k: r[k] for k in ("predicted_speedup", "ar_ms", "method_ms")} for r in again]  # priced alike, to the last digit kept
+        {k: r[k] for k in ("predicted_speedup", "ar_ms", "method_ms")} for r in again
+    ]
     steep = autotune.reprice(record, synthetic_profile(per_token=300.0, drafter_ms=0.01, base=1000.0), "d")
     assert all(s["predicted_speedup"] < f["predicted_speedup"] for s, f in zip(steep, again))
     assert [s["ar_ms"] for s in steep] == pytest.approx([f["ar_ms"] for f in again])

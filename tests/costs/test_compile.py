@@ -1,11 +1,12 @@
 """The compile probe: it times what the method runs, only the parts a run needs, and keeps a contended record."""
 
 import pytest
+from cost_fixtures import busy
+
 from specbench import costs
+from specbench.costs import fingerprint
 from specbench.engine import methods
 from specbench.engine.candidates import DRAFTING_OFF
-from specbench.costs import fingerprint
-from cost_fixtures import busy
 
 
 def test_a_probe_times_only_the_parts_a_run_needs_and_keeps_a_contended_record(tmp_path, monkeypatch):
@@ -34,23 +35,48 @@ def test_a_probe_times_only_the_parts_a_run_needs_and_keeps_a_contended_record(t
     assert timed[-1] == ["16"]  # another machine's record is not this one's
 
 
-@pytest.mark.parametrize("method, parts", [
-    ({"drafter": None, "tree": DRAFTING_OFF}, ["n=1"]),  # AR: one-token forwards, no drafter projections
-    ({"drafter": {"_target_": "specbench.drafters.prompt_lookup.load"}, "tree": {"_target_": "specbench.trees.chain.Chain"}},
-     [f"n={n}" for n in (1, 2, 4, 8, 16, 64)]),  # PLD drafts without layers: no int8 projections to time
-    ({"drafter": {"_target_": "specbench.drafters.eagle3.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}},
-     [*(f"n={n}" for n in (1, 2, 4, 8, 16, 64)), "int8"]),
-])
+@pytest.mark.parametrize(
+    "method, parts",
+    [
+        ({"drafter": None, "tree": DRAFTING_OFF}, ["n=1"]),  # AR: one-token forwards, no drafter projections
+        # PLD drafts without layers: no int8 projections to time
+        (
+            {
+                "drafter": {"_target_": "specbench.drafters.prompt_lookup.load"},
+                "tree": {"_target_": "specbench.trees.chain.Chain"},
+            },
+            [f"n={n}" for n in (1, 2, 4, 8, 16, 64)],
+        ),
+        (
+            {
+                "drafter": {"_target_": "specbench.drafters.eagle3.load"},
+                "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"},
+            },
+            [*(f"n={n}" for n in (1, 2, 4, 8, 16, 64)), "int8"],
+        ),
+    ],
+)
 def test_the_compile_probe_times_what_the_method_runs(method, parts, tmp_path, monkeypatch):
-    from specbench.costs import compile as compile_rule
-
     from conftest import tiny_llama
 
+    from specbench.costs import compile as compile_rule
+
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(compile_rule, "measure", lambda model, forward, sizes, **_: {"plain": {str(n): 1.0 for n in sizes}})
-    monkeypatch.setattr(compile_rule, "measure_int8", lambda model, packed: {k: {str(n): 1.0 for n in compile_rule.INT8_ROWS} for k in ("float", "int8")})
+    monkeypatch.setattr(
+        compile_rule, "measure", lambda model, forward, sizes, **_: {"plain": {str(n): 1.0 for n in sizes}}
+    )
+    monkeypatch.setattr(
+        compile_rule,
+        "measure_int8",
+        lambda model, packed: {k: {str(n): 1.0 for n in compile_rule.INT8_ROWS} for k in ("float", "int8")},
+    )
     model = tiny_llama(0)
     model.config.save_pretrained(tmp_path / "tiny")  # caches are named by the weights' files: here config.json alone
-    cfg = {"model": {"name": "tiny", "path": str(tmp_path / "tiny")}, "hardware": {"dtype": "float32", "device": "cpu", "threads": 1}, "engine": {}, "method": method}
+    cfg = {
+        "model": {"name": "tiny", "path": str(tmp_path / "tiny")},
+        "hardware": {"dtype": "float32", "device": "cpu", "threads": 1},
+        "engine": {},
+        "method": method,
+    }
     _, record = costs.target_lm(model, cfg, cfg["hardware"], drafter_layers=methods.drafter_layers(method))
     assert record["parts"] == parts

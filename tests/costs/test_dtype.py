@@ -1,16 +1,22 @@
-"""The dtype rule and its probe: which dtype a run's forwards take, timed as the compile choice runs them, weighed with the tree shape."""
+"""The dtype rule and its probe: which dtype a run's forwards take, timed as the compile choice runs them, weighed with
+the tree shape."""
 
 import pytest
 import torch
+from conftest import MIN_GAIN
+
+from specbench.costs import autotune
+from specbench.costs import dtype as dtype_rule
 from specbench.engine import methods
 from specbench.engine.candidates import DRAFTING_OFF
-from specbench.costs import autotune, dtype as dtype_rule
 from specbench.engine.lm import TreeLM
-from conftest import MIN_GAIN
 
 
 def zen3_rows(method_ms: list[float], ar_ms: float) -> list[dict]:
-    return [{"tree": {"gamma": g + 1}, "ar_ms": ar_ms, "method_ms": m, "predicted_speedup": ar_ms / m} for g, m in enumerate(method_ms)]
+    return [
+        {"tree": {"gamma": g + 1}, "ar_ms": ar_ms, "method_ms": m, "predicted_speedup": ar_ms / m}
+        for g, m in enumerate(method_ms)
+    ]
 
 
 def test_dtype_rule():
@@ -20,18 +26,24 @@ def test_dtype_rule():
     assert dtype_rule.choose(native) == "bfloat16"
     assert dtype_rule.resolve({"dtype": "float32"}, "m", None, None) == ("float32", None)
     # one-token forwards within 5% are a tie, decided by the wider sizes (AR then decodes as drafting does)
-    zen3_fp16_weights = {"bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114}, "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294}}
+    zen3_fp16_weights = {
+        "bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114},
+        "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294},
+    }
     assert dtype_rule.choose(zen3_fp16_weights, dtype_rule.ONE_TOKEN) == "float32"
-    assert dtype_rule.choose(avx2, dtype_rule.ONE_TOKEN) == "bfloat16" and dtype_rule.choose(native, dtype_rule.ONE_TOKEN) == "bfloat16"
+    assert (
+        dtype_rule.choose(avx2, dtype_rule.ONE_TOKEN) == "bfloat16"
+        and dtype_rule.choose(native, dtype_rule.ONE_TOKEN) == "bfloat16"
+    )
 
 
 def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch, tmp_path):
     """Packing can help one dtype much more than the other, so each dtype's forward is timed
     packed or not as engine.compile chooses for that dtype's model; the cached probe names the
     compile mode it was timed under."""
-    from specbench.engine.kernels import Compiled
-
     from conftest import tiny_llama
+
+    from specbench.engine.kernels import Compiled
 
     built = []
 
@@ -41,8 +53,15 @@ def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch,
 
     monkeypatch.setattr(dtype_rule, "make_lm", make_lm)
     choice = {torch.bfloat16: Compiled(packed_from=1), torch.float32: Compiled(packed_from=4)}
-    _, record = dtype_rule.resolve({"dtype": "auto", "device": "cpu", "threads": 2}, "m", lambda d: tiny_llama(3).to(getattr(torch, d)),
-                                   tmp_path, log=lambda *_: None, compile_choice=lambda m, sizes: choice[next(m.parameters()).dtype], compile_mode="auto")
+    _, record = dtype_rule.resolve(
+        {"dtype": "auto", "device": "cpu", "threads": 2},
+        "m",
+        lambda d: tiny_llama(3).to(getattr(torch, d)),
+        tmp_path,
+        log=lambda *_: None,
+        compile_choice=lambda m, sizes: choice[next(m.parameters()).dtype],
+        compile_mode="auto",
+    )
     assert built == [(torch.bfloat16, Compiled(packed_from=1)), (torch.float32, Compiled(packed_from=4))]
     assert record["compile"] == "auto" and set(record["probe"]) == {"bfloat16", "float32"}
     assert [p.name.split("-")[1:5] for p in tmp_path.glob("dtype-*.json")] == [["m", "auto", "compile", "auto"]]
@@ -90,11 +109,15 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
         def measure(load_model, sizes, forward="auto", **_):
             timed.append(sizes)
             return {d: {str(n): per[str(n)] for n in sizes} for d, per in table.items()}
+
         return measure
 
     monkeypatch.setattr(dtype_rule, "measure", probe(zen3))
     ar = {"drafter": None, "tree": DRAFTING_OFF}
-    eagle3 = {"drafter": {"_target_": "specbench.drafters.eagle.load"}, "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"}}
+    eagle3 = {
+        "drafter": {"_target_": "specbench.drafters.eagle.load"},
+        "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"},
+    }
     assert dtype_rule.verified_sizes(ar) == (1,) and dtype_rule.verified_sizes(eagle3) == dtype_rule.PROBE_SIZES
     cpu = {"dtype": "auto", "device": "cpu", "threads": 2}
     quiet = {"log": lambda *_: None}
@@ -102,13 +125,28 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
     assert dtype == "bfloat16" and "note" not in record and timed == [(1,)]  # AR times one-token forwards alone
     dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.verified_sizes(eagle3), **quiet)
     assert timed[-1] == (4, 16, 64)  # the drafting method adds the sizes the cached probe lacks
-    assert dtype == "float32" and record["note"].startswith("plain AR would run in bfloat16 here (one-token forward 37 vs 67 ms)")
+    assert dtype == "float32" and record["note"].startswith(
+        "plain AR would run in bfloat16 here (one-token forward 37 vs 67 ms)"
+    )
     native = tmp_path / "native"
-    monkeypatch.setattr(dtype_rule, "measure", probe({"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57}, "float32": {"1": 40, "4": 44, "16": 60, "64": 120}}))
+    monkeypatch.setattr(
+        dtype_rule,
+        "measure",
+        probe({"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57}, "float32": {"1": 40, "4": 44, "16": 60, "64": 120}}),
+    )
     dtype, record = dtype_rule.resolve(cpu, "m", None, native, sizes=dtype_rule.PROBE_SIZES, **quiet)
     assert dtype == "bfloat16" and "note" not in record
     tie = tmp_path / "tie"  # one-token forwards within 5%: AR's dtype is the wider sizes', so those are timed too
-    monkeypatch.setattr(dtype_rule, "measure", probe({"bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114}, "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294}}))
+    monkeypatch.setattr(
+        dtype_rule,
+        "measure",
+        probe(
+            {
+                "bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114},
+                "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294},
+            }
+        ),
+    )
     dtype, _ = dtype_rule.resolve(cpu, "m", None, tie, sizes=dtype_rule.ONE_TOKEN, **quiet)
     assert dtype == "float32" and timed[-2:] == [(1,), (4, 16, 64)]
 
@@ -119,7 +157,10 @@ def test_auto_dtype_of_a_fixed_tree_is_decided_at_its_widest_forward(tmp_path, m
     ran at 0.58x AR), noting that plain AR would run in fp32; a method whose tree shape is
     still `auto` stays in the every-size rule's fp32, with bf16 named as the contender that
     calibration prices too (plan.weigh_dtype)."""
-    amx = {"bfloat16": {"1": 37, "4": 37, "16": 35, "60": 54, "64": 56}, "float32": {"1": 32, "4": 50, "16": 65, "60": 121, "64": 129}}
+    amx = {
+        "bfloat16": {"1": 37, "4": 37, "16": 35, "60": 54, "64": 56},
+        "float32": {"1": 32, "4": 50, "16": 65, "60": 121, "64": 129},
+    }
     timed = []
 
     def measure(load_model, sizes, forward="auto", **_):
@@ -127,13 +168,19 @@ def test_auto_dtype_of_a_fixed_tree_is_decided_at_its_widest_forward(tmp_path, m
         return {d: {str(n): per[str(n)] for n in sizes} for d, per in amx.items()}
 
     monkeypatch.setattr(dtype_rule, "measure", measure)
-    talon = {"drafter": {"_target_": "specbench.drafters.eagle.load"},
-             "tree": {"_target_": "specbench.trees.talon.TalonTree", "budget": 60, "mu": 0.03, "top_k": 10}}
+    talon = {
+        "drafter": {"_target_": "specbench.drafters.eagle.load"},
+        "tree": {"_target_": "specbench.trees.talon.TalonTree", "budget": 60, "mu": 0.03, "top_k": 10},
+    }
     assert methods.widest(talon) == 60 and dtype_rule.verified_sizes(talon, methods.widest(talon)) == (60,)
     cpu, quiet = {"dtype": "auto", "device": "cpu", "threads": 2}, {"log": lambda *_: None}
     dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=(60,), **quiet)
     assert dtype == "bfloat16" and timed == [(1, 60)]  # one token too: what plain AR would run in
-    assert record["ar_dtype"] == "float32" and record["note"].startswith("plain AR would run in float32 here") and "contender" not in record
+    assert (
+        record["ar_dtype"] == "float32"
+        and record["note"].startswith("plain AR would run in float32 here")
+        and "contender" not in record
+    )
     dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.PROBE_SIZES, **quiet)
     assert dtype == "float32" and record["contender"] == "bfloat16" and "note" not in record
 
@@ -147,15 +194,37 @@ def test_dtype_and_shape_are_chosen_together_by_throughput():
     fp32 = zen3_rows([900.0, 800.0, 770.0], ar_ms=1000.0)  # 1.11-1.30x over fp32 AR
     bf16_pays = zen3_rows([500.0, 700.0, 1400.0], ar_ms=600.0)  # gamma 1: 1.2x over bf16 AR
     chosen = autotune.choose_dtype({"float32": fp32, "bfloat16": bf16_pays}, options, MIN_GAIN)
-    assert chosen["dtype"] == "bfloat16" and chosen["chosen"] == {"gamma": 1} and chosen["predicted_gain"] == pytest.approx(1.2)
+    assert (
+        chosen["dtype"] == "bfloat16"
+        and chosen["chosen"] == {"gamma": 1}
+        and chosen["predicted_gain"] == pytest.approx(1.2)
+    )
     assert chosen["best_gain"] == {"float32": pytest.approx(600 / 770, abs=1e-3), "bfloat16": pytest.approx(1.2)}
     bf16_never = zen3_rows([620.0, 700.0, 1400.0], ar_ms=600.0)
     off = autotune.choose_dtype({"float32": fp32, "bfloat16": bf16_never}, options, MIN_GAIN)
-    assert off["dtype"] == "bfloat16" and off["chosen"] == DRAFTING_OFF and "decoding without drafting in bfloat16" in off["note"]
-    native = autotune.choose_dtype({"bfloat16": zen3_rows([300.0, 250.0, 400.0], ar_ms=400.0), "float32": fp32}, options, MIN_GAIN)
-    assert native["dtype"] == "bfloat16" and native["chosen"] == {"gamma": 2} and native["predicted_gain"] == pytest.approx(1.6)
-    fp32_wins = autotune.choose_dtype({"float32": zen3_rows([450.0, 800.0, 900.0], 1000.0), "bfloat16": bf16_never}, options, MIN_GAIN)
-    assert fp32_wins["dtype"] == "float32" and fp32_wins["chosen"] == {"gamma": 1} and fp32_wins["predicted_gain"] == pytest.approx(600 / 450, abs=1e-3)
+    assert (
+        off["dtype"] == "bfloat16"
+        and off["chosen"] == DRAFTING_OFF
+        and "decoding without drafting in bfloat16" in off["note"]
+    )
+    native = autotune.choose_dtype(
+        {"bfloat16": zen3_rows([300.0, 250.0, 400.0], ar_ms=400.0), "float32": fp32}, options, MIN_GAIN
+    )
+    assert (
+        native["dtype"] == "bfloat16"
+        and native["chosen"] == {"gamma": 2}
+        and native["predicted_gain"] == pytest.approx(1.6)
+    )
+    fp32_wins = autotune.choose_dtype(
+        {"float32": zen3_rows([450.0, 800.0, 900.0], 1000.0), "bfloat16": bf16_never}, options, MIN_GAIN
+    )
+    assert (
+        fp32_wins["dtype"] == "float32"
+        and fp32_wins["chosen"] == {"gamma": 1}
+        and fp32_wins["predicted_gain"] == pytest.approx(600 / 450, abs=1e-3)
+    )
     # at the threshold the rule reads the gain the record shows: 1.0502x is shown as 1.05, not more than 5% faster
-    edge = autotune.choose_dtype({"bfloat16": zen3_rows([600.0 / 1.0502, 700.0, 1400.0], ar_ms=600.0)}, options, MIN_GAIN)
+    edge = autotune.choose_dtype(
+        {"bfloat16": zen3_rows([600.0 / 1.0502, 700.0, 1400.0], ar_ms=600.0)}, options, MIN_GAIN
+    )
     assert edge["chosen"] == DRAFTING_OFF and edge["best_gain"] == {"bfloat16": 1.05}

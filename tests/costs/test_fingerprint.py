@@ -1,13 +1,18 @@
 """A machine's fingerprint (CPU model and matmul flags, ISA caps) and how busy its other cores are."""
 
 import torch
+
 from specbench.costs import fingerprint
 
+AVX2_CPUINFO = (
+    "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: "
+    "fpu sse avx avx2 fma bmi2\n"
+)
 
-AVX2_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx avx2 fma bmi2\n"
 
-
-AMX_CPUINFO = "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile\n"
+AMX_CPUINFO = (
+    "model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile\n"
+)
 
 
 def test_fingerprint_names_the_cpu_and_its_matmul_flags():
@@ -29,7 +34,10 @@ def test_a_cpu_capped_to_avx2_is_another_fingerprint(monkeypatch):
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     capped = fingerprint.device_fingerprint("cpu", 2)
-    assert "isa_limits" not in native and capped["isa_limits"] == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert "isa_limits" not in native and capped["isa_limits"] == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    }
     assert fingerprint.fingerprint_id(capped) != fingerprint.fingerprint_id(native)
 
 

@@ -1,34 +1,56 @@
-"""The cost model's predictions: speedup from counters, the tree overhead line, engine and tree work per step, batched pricing, the tau a step needs."""
+"""The cost model's predictions: speedup from counters, the tree overhead line, engine and tree work per step, batched
+pricing, the tau a step needs."""
 
 import pytest
-from specbench.costs import autotune, predict as predict_mod
-from specbench.costs.profile import Curve
 from cost_fixtures import flat_curve, synthetic_profile
+
+from specbench.costs import autotune
+from specbench.costs import predict as predict_mod
+from specbench.costs.profile import Curve
 
 
 def test_predicted_speedup_from_counters():
     # 3 steps of a 4-node chain accepting 3, 2 and 4 tokens after the prefill token
-    run = {"prompt_tokens": [50], "turn_ids": [list(range(10))], "accept_lengths": [3, 2, 4],
-           "tree_widths": [[1, 1, 1]] * 3, "step_draft_forwards": [3] * 3, "seconds": 1.0, "prefill_seconds": 0.1}
+    run = {
+        "prompt_tokens": [50],
+        "turn_ids": [list(range(10))],
+        "accept_lengths": [3, 2, 4],
+        "tree_widths": [[1, 1, 1]] * 3,
+        "step_draft_forwards": [3] * 3,
+        "seconds": 1.0,
+        "prefill_seconds": 0.1,
+    }
     flat = predict_mod.predict([run], synthetic_profile(0.0), None)
     assert flat["predicted_decode_speedup"] == pytest.approx(9 / 3)  # AR: 9 steps of 10 ms; method: 3
     # the 50-token prefill (10 ms here) is in both, as the measured speedup counts it
-    assert flat["predicted_prefill_seconds"] == pytest.approx(0.010) and flat["predicted_speedup"] == pytest.approx(100 / 40)
+    assert flat["predicted_prefill_seconds"] == pytest.approx(0.010) and flat["predicted_speedup"] == pytest.approx(
+        100 / 40
+    )
     costly = predict_mod.predict([run], synthetic_profile(10.0, drafter_ms=2.0), "d")
     assert costly["predicted_decode_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2)))
-    assert costly["predicted_prefill_seconds"] == pytest.approx(0.500) and costly["predicted_speedup"] == pytest.approx(590 / 638)
+    assert costly["predicted_prefill_seconds"] == pytest.approx(0.500) and costly["predicted_speedup"] == pytest.approx(
+        590 / 638
+    )
     # tree work calibrated at 2 ms + 1 ms a node: 6 ms more on each 4-node step
-    with_tree = predict_mod.predict([run], synthetic_profile(10.0, drafter_ms=2.0), "d", {"ms": 2.0, "ms_per_node": 1.0})
+    with_tree = predict_mod.predict(
+        [run], synthetic_profile(10.0, drafter_ms=2.0), "d", {"ms": 2.0, "ms_per_node": 1.0}
+    )
     assert with_tree["predicted_decode_speedup"] == pytest.approx(90 / (3 * (40 + 3 * 2 + 6)))
     assert with_tree["tree_overhead_ms_per_step"] == pytest.approx(6.0) and costly["tree_overhead_ms_per_step"] is None
 
 
 def test_tree_overhead_is_a_line_in_tree_size_over_the_calibrated_shapes():
     shapes = [{"mean_tree_size": n, "unpriced_ms_per_step": 1.0 + 0.5 * n} for n in (2, 4, 8)]
-    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(1.0), "ms_per_node": pytest.approx(0.5), "ms_per_draft": 0.0}
+    assert autotune.overhead_line(shapes) == {
+        "ms": pytest.approx(1.0),
+        "ms_per_node": pytest.approx(0.5),
+        "ms_per_draft": 0.0,
+    }
     one = [{"mean_tree_size": 12.0, "delta": 3.0, "unpriced_ms_per_step": 7.0}]
-    assert autotune.overhead_line(one) == {"ms": 7.0, "ms_per_node": 0.0, "ms_per_draft": 0.0}  # a fixed shape: a constant
-    assert predict_mod.tree_step_ms({"ms": -3.0, "ms_per_node": 0.5}, 2.0, 1.0) == 0.0  # a fit never prices work below zero
+    # a fixed shape: a constant
+    assert autotune.overhead_line(one) == {"ms": 7.0, "ms_per_node": 0.0, "ms_per_draft": 0.0}
+    # a fit never prices work below zero
+    assert predict_mod.tree_step_ms({"ms": -3.0, "ms_per_node": 0.5}, 2.0, 1.0) == 0.0
 
 
 def test_engine_work_per_step_follows_the_batch_size():
@@ -61,8 +83,14 @@ def test_tree_work_per_draft_forward_is_fitted_apart_from_tree_size():
 def test_a_chains_draft_forwards_follow_its_length_so_only_size_is_fitted():
     """gamma draft forwards for gamma + 1 nodes: the two cannot be told apart, so the work is
     a line in size (as before the plane), not an arbitrary split between the two."""
-    shapes = [{"mean_tree_size": g + 1.0, "delta": float(g), "unpriced_ms_per_step": 0.5 + 0.4 * (g + 1)} for g in range(1, 7)]
-    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(0.5), "ms_per_node": pytest.approx(0.4), "ms_per_draft": 0.0}
+    shapes = [
+        {"mean_tree_size": g + 1.0, "delta": float(g), "unpriced_ms_per_step": 0.5 + 0.4 * (g + 1)} for g in range(1, 7)
+    ]
+    assert autotune.overhead_line(shapes) == {
+        "ms": pytest.approx(0.5),
+        "ms_per_node": pytest.approx(0.4),
+        "ms_per_draft": 0.0,
+    }
 
 
 def test_one_contended_timing_does_not_tilt_the_tree_overhead_line():
@@ -70,7 +98,11 @@ def test_one_contended_timing_does_not_tilt_the_tree_overhead_line():
     other shapes as it is: least squares would have moved both slope and intercept."""
     shapes = [{"mean_tree_size": n, "unpriced_ms_per_step": 2.0 + 0.25 * n} for n in (2, 4, 6, 8, 12, 16)]
     shapes[1]["unpriced_ms_per_step"] *= 3
-    assert autotune.overhead_line(shapes) == {"ms": pytest.approx(2.0), "ms_per_node": pytest.approx(0.25), "ms_per_draft": 0.0}
+    assert autotune.overhead_line(shapes) == {
+        "ms": pytest.approx(2.0),
+        "ms_per_node": pytest.approx(0.25),
+        "ms_per_draft": 0.0,
+    }
 
 
 def test_batched_prediction_prices_the_rows_still_decoding():
@@ -85,10 +117,23 @@ def test_batched_prediction_prices_the_rows_still_decoding():
     profile.target_batches = {"2": Curve(contexts=[0, 30], max_n=64, ms=pair, spread=[[0.0] * 64] * 2)}
     profile.drafter_batches = {"d": {"2": flat_curve(1.5, 0.0)}}
     common = {"prefill_seconds": 0.0, "batch_seconds": 1.0, "seconds": 1.0, "batch_size": 2, "batch_id": "a"}
-    row_a = {**common, "prompt_tokens": [10], "turn_ids": [list(range(7))], "accept_lengths": [3, 3],
-             "tree_widths": [[1, 1], [1, 1, 1]], "step_draft_forwards": [2, 3]}
-    row_b = {**common, "prompt_tokens": [20], "turn_ids": [list(range(4))], "accept_lengths": [3],
-             "tree_widths": [[2, 2]], "step_draft_forwards": [2], "seconds": 0.4}
+    row_a = {
+        **common,
+        "prompt_tokens": [10],
+        "turn_ids": [list(range(7))],
+        "accept_lengths": [3, 3],
+        "tree_widths": [[1, 1], [1, 1, 1]],
+        "step_draft_forwards": [2, 3],
+    }
+    row_b = {
+        **common,
+        "prompt_tokens": [20],
+        "turn_ids": [list(range(4))],
+        "accept_lengths": [3],
+        "tree_widths": [[2, 2]],
+        "step_draft_forwards": [2],
+        "seconds": 0.4,
+    }
     forecast = predict_mod.predict([row_a, row_b], profile, "d")
     assert forecast["steps"] == 2 and forecast["predicted_decode_speedup"] == pytest.approx(123 / 57)
     assert forecast["predicted_speedup"] == pytest.approx((123 + 53) / (57 + 53))
@@ -116,16 +161,26 @@ def test_unpriced_work_is_read_at_the_profiles_pace():
     1.5x slower, the same decode is 63 ms with 45 ms of verification: the tree work stays
     1 ms a step, where reading the decode as timed charged the slowdown to it (8 ms)."""
     profile = synthetic_profile(per_token=0.0, drafter_ms=1.0)
-    run = {"prompt_tokens": [50], "turn_ids": [list(range(10))], "accept_lengths": [3, 2, 4],
-           "tree_widths": [[1, 1, 1]] * 3, "step_draft_forwards": [3] * 3, "prefill_seconds": 0.01}
+    run = {
+        "prompt_tokens": [50],
+        "turn_ids": [list(range(10))],
+        "accept_lengths": [3, 2, 4],
+        "tree_widths": [[1, 1, 1]] * 3,
+        "step_draft_forwards": [3] * 3,
+        "prefill_seconds": 0.01,
+    }
     slow = run | {"seconds": 0.01 + 1.5 * 0.042, "verify_seconds": 1.5 * 0.030}
 
     def unpriced(r):
-        return autotune.price([({"gamma": 3}, [r], predict_mod.predict([r], profile, "d"))], ["gamma"], profile, "d")[0]["unpriced_ms_per_step"]
+        return autotune.price([({"gamma": 3}, [r], predict_mod.predict([r], profile, "d"))], ["gamma"], profile, "d")[
+            0
+        ]["unpriced_ms_per_step"]
 
     assert unpriced(slow) == pytest.approx(1.0)
-    assert unpriced({k: v for k, v in slow.items() if k != "verify_seconds"}) == pytest.approx(8.0)  # a record that did not time them
-    wild = run | {"seconds": 0.01 + 0.150, "verify_seconds": 10 * 0.030}  # 10x the profile's price: not this machine's profile
+    # a record that did not time them
+    assert unpriced({k: v for k, v in slow.items() if k != "verify_seconds"}) == pytest.approx(8.0)
+    # 10x the profile's price: not this machine's profile
+    wild = run | {"seconds": 0.01 + 0.150, "verify_seconds": 10 * 0.030}
     assert unpriced(wild) == pytest.approx((150 / predict_mod.MAX_PACE - 39) / 3)
     # the summary's engine share reads the forwards at the same pace: 1 ms a step of 21, not 8
     assert predict_mod.predict([slow], profile, "d")["engine_overhead_share"] == pytest.approx(1 - 1.5 * 39 / 63)

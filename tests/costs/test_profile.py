@@ -1,7 +1,11 @@
-"""Cost profiles: round trip and cache key, interpolation, measuring once and reusing, timings taken on a busy machine, and the shared target LM."""
+"""Cost profiles: round trip and cache key, interpolation, measuring once and reusing, timings taken on a busy machine,
+and the shared target LM."""
 
 import pytest
 import torch
+from conftest import VOCAB
+from cost_fixtures import busy, synthetic_profile
+
 from specbench import costs
 from specbench.costs.profile import VERSION, Curve, context_grid, load, measure_drafter, measure_target, save
 from specbench.drafters.prompt_lookup import PromptLookupDrafter
@@ -11,8 +15,6 @@ from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
 from specbench.trees.autoregressive import Autoregressive
 from specbench.verify.standard import StandardVerifier
-from conftest import VOCAB
-from cost_fixtures import busy, synthetic_profile
 
 
 def test_profile_round_trip_and_cache_key(tmp_path):
@@ -43,10 +45,16 @@ def test_ensure_profile_measures_once_then_reuses(tmp_path, monkeypatch, target)
     monkeypatch.setattr(costs, "measure_target", lambda *a, **k: calls.append(1) or real(*a, **k))
     key = costs.profile_key("tiny", "float32", "cpu", 1)
     lm = TreeLM(target)
-    first = costs.ensure_profile(key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=4, log=lambda *_: None)
-    again = costs.ensure_profile(key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=4, log=lambda *_: None)
+    first = costs.ensure_profile(
+        key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=4, log=lambda *_: None
+    )
+    again = costs.ensure_profile(
+        key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=4, log=lambda *_: None
+    )
     assert len(calls) == 1 and again == first and "pld" in again.drafters
-    longer = costs.ensure_profile(key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=6, log=lambda *_: None)
+    longer = costs.ensure_profile(
+        key, lm, 100, {"pld": PromptLookupDrafter(VOCAB)}, repeats=1, max_n=6, log=lambda *_: None
+    )
     assert longer.target.max_n == 6 and longer.drafters["pld"].max_n == 6  # a shorter cached curve is measured again
     assert costs.profile_path(key).with_suffix(".png").is_file()
 
@@ -57,7 +65,9 @@ def test_a_profile_run_that_needs_longer_contexts_times_only_those(tmp_path, mon
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
     contexts = []
     real = costs.measure_target
-    monkeypatch.setattr(costs, "measure_target", lambda lm, cs, *a, **k: contexts.append(list(cs)) or real(lm, cs, *a, **k))
+    monkeypatch.setattr(
+        costs, "measure_target", lambda lm, cs, *a, **k: contexts.append(list(cs)) or real(lm, cs, *a, **k)
+    )
     key = costs.profile_key("tiny", "float32", "cpu", 1)
     quiet = {"repeats": 1, "max_n": 3, "log": lambda *_: None}
     short = costs.ensure_profile(key, TreeLM(target), 100, **quiet)
@@ -98,7 +108,8 @@ def test_timings_taken_beside_another_job_are_cached_with_a_note_and_refined_whe
     # another drafter's curve timed beside a job says nothing about the curves this run prices with
     refined.drafters["other"] = Curve(contexts=[128], max_n=1, ms=[[1.0]], spread=[[0.0]], contended_cores=1.4)
     save(refined, costs.profile_path(key))
-    monkeypatch.setattr(contention, "idle_now", pytest.fail)  # nothing this run needs is contended: no look, no refining
+    # nothing this run needs is contended: no look, no refining
+    monkeypatch.setattr(contention, "idle_now", pytest.fail)
     again = costs.ensure_profile(key, TreeLM(target), 100, repeats=1, max_n=4, log=lambda *_: None)
     assert len(calls) == 2 and again.contended_for(None) == 0.0 and again.contended_for("other") == 1.4
 
@@ -108,6 +119,7 @@ def test_runs_in_one_process_share_the_targets_lm_and_let_a_replaced_model_go():
     they get one LM, so the packed weights are built once, and a decode finds nothing of an
     earlier one; another compile choice gets its own LM; a new model drops the old model's."""
     from conftest import tiny_llama
+
     from specbench.engine.kernels import Compiled
 
     model, other = tiny_llama(0), tiny_llama(1)
@@ -130,7 +142,10 @@ def test_measurements_cover_every_n_and_leave_the_model_usable(target, draft, pr
     assert len(drafter_curve.ms[0]) == 3
     method = Method(Autoregressive(), StandardVerifier())
     limits = Limits(max_new_tokens=12)
-    assert generate(lm, method, prompts[0], Sampling(), limits).ids == generate(TreeLM(target), method, prompts[0], Sampling(), limits).ids
+    assert (
+        generate(lm, method, prompts[0], Sampling(), limits).ids
+        == generate(TreeLM(target), method, prompts[0], Sampling(), limits).ids
+    )
 
 
 def test_a_slow_spell_of_the_machine_does_not_price_a_point(monkeypatch):

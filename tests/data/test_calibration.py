@@ -7,11 +7,18 @@ def test_calibration_prompts_are_english_chat(monkeypatch):
     from specbench.data import calibration, sharegpt
 
     english = ["Can you coach me through each of these points?", "Tell me about the negatives of farming meat"]
-    other = ["estoy en 6to semestre de mecatronica, necesito un nombre para mi equipo, asi que quiero",
-             "我需要建立一個powerpoint你幫我摘要一篇內容分配每一頁的標題和應該要有的內容，可以嗎？謝謝你的幫忙",
-             "SELECT id, name, email FROM users WHERE active ORDER BY name"]  # no English function words
-    monkeypatch.setattr(sharegpt, "conversations", lambda: [{"conversations": [{"from": "human", "value": t}]} for t in other + english])
-    monkeypatch.setattr(calibration, "evaluation_index", lambda: type("Index", (), {"overlaps": lambda self, text: False})())
+    # no English function words
+    other = [
+        "estoy en 6to semestre de mecatronica, necesito un nombre para mi equipo, asi que quiero",
+        "我需要建立一個powerpoint你幫我摘要一篇內容分配每一頁的標題和應該要有的內容，可以嗎？謝謝你的幫忙",
+        "SELECT id, name, email FROM users WHERE active ORDER BY name",
+    ]
+    monkeypatch.setattr(
+        sharegpt, "conversations", lambda: [{"conversations": [{"from": "human", "value": t}]} for t in other + english]
+    )
+    monkeypatch.setattr(
+        calibration, "evaluation_index", lambda: type("Index", (), {"overlaps": lambda self, text: False})()
+    )
     monkeypatch.setattr(calibration, "chat_prompt", lambda tokenizer, messages: messages[0]["content"])
     assert sorted(calibration.calibration_prompts(None, count=2)) == sorted(english)
 

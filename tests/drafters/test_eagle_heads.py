@@ -5,6 +5,8 @@ import json
 
 import pytest
 import torch
+from conftest import VOCAB, tiny_llama
+from eagle_fixtures import EAGLE1_CONFIG, drafter_for, eagle1_checkpoint, synthetic_checkpoint
 from safetensors.torch import save_file
 
 from specbench.drafters.eagle import EagleDrafter
@@ -21,19 +23,34 @@ from specbench.trees.eagle import EagleDynamicTree
 from specbench.trees.static import StaticTree
 from specbench.verify.standard import StandardVerifier
 
-from conftest import VOCAB, tiny_llama
-from eagle_fixtures import EAGLE1_CONFIG, drafter_for, eagle1_checkpoint, synthetic_checkpoint
-
 EAGLE1_KEYS = {
-    "fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight", "layers.0.self_attn.v_proj.weight",
-    "layers.0.self_attn.o_proj.weight", "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight", "layers.0.mlp.down_proj.weight",
+    "fc.weight",
+    "fc.bias",
+    "layers.0.self_attn.q_proj.weight",
+    "layers.0.self_attn.k_proj.weight",
+    "layers.0.self_attn.v_proj.weight",
+    "layers.0.self_attn.o_proj.weight",
+    "layers.0.mlp.gate_proj.weight",
+    "layers.0.mlp.up_proj.weight",
+    "layers.0.mlp.down_proj.weight",
     "layers.0.post_attention_layernorm.weight",
 }
 KEYS = {
-    "fc.weight", "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight", "midlayer.post_attention_layernorm.weight",
-    "midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight",
-    "midlayer.self_attn.o_proj.weight", "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight",
-    "midlayer.mlp.down_proj.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
+    "fc.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
 }
 
 
@@ -59,7 +76,10 @@ def test_loads_both_formats_and_maps_draft_ids(tmp_path, fmt):
 
 def test_wrong_keys_are_listed(tmp_path):
     synthetic_checkpoint(tmp_path / "a", rename=("midlayer.hidden_norm.weight", "midlayer.feature_norm.weight"))
-    with pytest.raises(ConfigError, match=r"missing keys \['midlayer.hidden_norm.weight'\], unexpected keys \['midlayer.feature_norm.weight'\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"missing keys \['midlayer.hidden_norm.weight'\], unexpected keys \['midlayer.feature_norm.weight'\]",
+    ):
         load_head(str(tmp_path / "a"), torch.float32, "cpu", "method.drafter.head")
     synthetic_checkpoint(tmp_path / "b", drop="d2t")
     with pytest.raises(ConfigError, match=r"missing keys \['d2t'\]"):
@@ -71,7 +91,10 @@ def test_an_embedding_in_the_checkpoint_replaces_the_targets(target4, tmp_path):
     from safetensors.torch import load_file
 
     synthetic_checkpoint(tmp_path)
-    assert EagleDrafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4, feature_layers(4)).embed is target4.get_input_embeddings()
+    assert (
+        EagleDrafter(load_head(str(tmp_path), torch.float32, "cpu", "k"), target4, feature_layers(4)).embed
+        is target4.get_input_embeddings()
+    )
     state = load_file(tmp_path / "model.safetensors")
     shipped = torch.randn(VOCAB, 32)
     save_file({**state, "embed_tokens.weight": shipped}, tmp_path / "model.safetensors")
@@ -108,7 +131,9 @@ def test_eagle1_checkpoint_keys_are_the_published_ones(target4, tmp_path):
 def test_eagle1_wrong_checkpoints_are_refused(target4, tmp_path):
     weight = target4.get_output_embeddings().weight
     eagle1_checkpoint(tmp_path / "a", drop="fc.bias")
-    with pytest.raises(ConfigError, match=r"not an EAGLE-1 checkpoint of this shape: missing keys \['fc.bias'\], unexpected keys \[\]"):
+    with pytest.raises(
+        ConfigError, match=r"not an EAGLE-1 checkpoint of this shape: missing keys \['fc.bias'\], unexpected keys \[\]"
+    ):
         eagle.load_head(str(tmp_path / "a"), weight, torch.float32, "cpu", "method.drafter.head")
     synthetic_checkpoint(tmp_path / "b")  # an EAGLE-3 head is not an EAGLE-1 head
     (tmp_path / "b" / "config.json").write_text(json.dumps(EAGLE1_CONFIG))
@@ -144,7 +169,11 @@ def assert_same_logits(incremental, scratch):
 def test_incremental_reading_equals_reading_from_scratch(kind, target4, tmp_path, prompts):
     """After generating, the head's next-token logits equal those of a fresh head that
     reads the whole text at once: features and tokens are paired right at every step."""
-    method = Method(EagleDynamicTree(top_k=3, depth=2, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path / "a", kind=kind))
+    method = Method(
+        EagleDynamicTree(top_k=3, depth=2, total_tokens=8),
+        StandardVerifier(),
+        drafter_for(target4, tmp_path / "a", kind=kind),
+    )
     lm = TreeLM(target4)
     out = generate(lm, method, prompts[0], Sampling(), Limits(max_new_tokens=17))
     text = prompts[0] + out.ids[:-1]
@@ -193,7 +222,10 @@ def test_batched_incremental_reading_equals_reading_from_scratch(kind, target4, 
             assert_same_logits(incremental[b], read_from_scratch(target4, tmp_path / f"fresh{b}", text, root, kind))
 
 
-@pytest.mark.parametrize("kind,shape", [("eagle3", "dynamic"), ("eagle3-2layers-int8", "dynamic"), ("eagle1", "dynamic"), ("eagle1", "static")])
+@pytest.mark.parametrize(
+    "kind,shape",
+    [("eagle3", "dynamic"), ("eagle3-2layers-int8", "dynamic"), ("eagle1", "dynamic"), ("eagle1", "static")],
+)
 def test_trees_grown_on_the_device_equal_the_host_loops(kind, shape, target4, tmp_path, prompts):
     """EAGLE-2/3's dynamic tree and a static tree, kept on the device until complete (one
     read per step), are the host loop's trees node for node (tokens, parents, log-probs,
@@ -217,7 +249,13 @@ def test_trees_grown_on_the_device_equal_the_host_loops(kind, shape, target4, tm
             trees = policy.grow(on_device, texts, roots, Sampling(), none)
             expected = policy.grow(on_host, texts, roots, Sampling(), none)
             for tree, want in zip(trees, expected, strict=True):
-                assert (tree.tokens, tree.parents, tree.depths, tree.logps, tree.origin) == (want.tokens, want.parents, want.depths, want.logps, want.origin)
+                assert (tree.tokens, tree.parents, tree.depths, tree.logps, tree.origin) == (
+                    want.tokens,
+                    want.parents,
+                    want.depths,
+                    want.logps,
+                    want.origin,
+                )
             logits = lm.forward(trees=trees, nodes=[range(len(t)) for t in trees])
             accepted = StandardVerifier().accept_rows(trees, logits, Sampling(), none)
             paths = [a.path for a in accepted]
@@ -251,7 +289,19 @@ TREES = {
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize("kind,policy", [("eagle3", "dynamic_tree"), ("eagle3", "chain"), ("eagle3-2layers", "dynamic_tree"), ("eagle3-2layers-packed", "dynamic_tree"), ("eagle3-2layers-int8", "dynamic_tree"), ("eagle3-int8", "chain"), ("eagle1", "static_tree"), ("eagle1", "dynamic_tree")])
+@pytest.mark.parametrize(
+    "kind,policy",
+    [
+        ("eagle3", "dynamic_tree"),
+        ("eagle3", "chain"),
+        ("eagle3-2layers", "dynamic_tree"),
+        ("eagle3-2layers-packed", "dynamic_tree"),
+        ("eagle3-2layers-int8", "dynamic_tree"),
+        ("eagle3-int8", "chain"),
+        ("eagle1", "static_tree"),
+        ("eagle1", "dynamic_tree"),
+    ],
+)
 def test_greedy_identical_to_ar(kind, policy, batch, target4, tmp_path, prompts, ar_ids):
     """Batches of 3 (the last of 2) hold prompts of different lengths; rows stop at
     different steps and leave the batch. eagle1 + static tree is method eagle, eagle1 +
@@ -280,7 +330,11 @@ def test_a_row_stopping_before_any_draft_leaves(kind, target4, tmp_path):
         first = [int(TreeLM(target4).forward(contexts=[p])[0][-1].argmax()) for p in prompts]
     assert first[0] != first[1]
     limits = Limits(max_new_tokens=10, stop_token_ids=frozenset({first[0]}))
-    method = Method(EagleDynamicTree(top_k=3, depth=2, total_tokens=8), StandardVerifier(), drafter_for(target4, tmp_path, kind=kind))
+    method = Method(
+        EagleDynamicTree(top_k=3, depth=2, total_tokens=8),
+        StandardVerifier(),
+        drafter_for(target4, tmp_path, kind=kind),
+    )
     ar = Method(Autoregressive(), StandardVerifier())
     outputs = generate_batch(lm, method, prompts, Sampling(), limits)
     assert [o.ids for o in outputs] == [generate(lm, ar, p, Sampling(), limits).ids for p in prompts]

@@ -4,6 +4,7 @@ host and device growth paths, at B=1 and B=4 with prompts of different lengths; 
 misses make the rows of a batch accept different lengths (holes) and change nothing."""
 
 import pytest
+from conftest import VOCAB
 
 from specbench.drafters.oracle import OracleDrafter
 from specbench.engine.kernels import Compiled
@@ -16,10 +17,12 @@ from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.verify.standard import StandardVerifier
 
-from conftest import VOCAB
-
 LIMITS = Limits(max_new_tokens=30)
-TREES = {"eagle": (lambda: EagleDynamicTree(top_k=3, depth=3, total_tokens=10), 4), "chain": (lambda: Chain(gamma=4), 4)}  # (policy, levels)
+# (policy, levels)
+TREES = {
+    "eagle": (lambda: EagleDynamicTree(top_k=3, depth=3, total_tokens=10), 4),
+    "chain": (lambda: Chain(gamma=4), 4),
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,8 @@ def test_an_oracle_draft_is_accepted_whole_and_changes_nothing(target, uneven, r
     generations = generate_batch(lm, Method(make_tree(), StandardVerifier(), drafter), rows, Sampling(), LIMITS)
     for prompt, generation in zip(rows, generations):
         assert generation.ids == references[tuple(prompt)]
-        assert set(generation.accept_lengths[:-1]) == {levels + 1}, generation.accept_lengths  # the last step may stop early
+        # the last step may stop early
+        assert set(generation.accept_lengths[:-1]) == {levels + 1}, generation.accept_lengths
         assert len(generation.ids) / generation.target_forwards > levels  # τ
 
 

@@ -1,11 +1,10 @@
 """Prompt lookup: the token after the latest earlier match of the longest trailing n-gram."""
 
-from specbench.drafters.prompt_lookup import PromptLookupDrafter
-from specbench.engine.tree import DraftTree
-
 import pytest
 import torch
 
+from specbench.drafters.prompt_lookup import PromptLookupDrafter
+from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 
 

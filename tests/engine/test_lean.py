@@ -9,12 +9,12 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT, VOCAB, tiny_llama
 from transformers import AutoModelForCausalLM
 
-from specbench.engine import methods
-from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.costs import compile as compile_rule
-from specbench.engine import kernels
+from specbench.drafters.small_lm import SmallLMDrafter
+from specbench.engine import kernels, methods
 from specbench.engine.kernels import Compiled, PackedLinear, pack_linears
 from specbench.engine.lean import INITIAL_ROWS, LeanTreeLM, RopeTable, forward_note, make_lm, supports, unsupported
 from specbench.engine.lm import TreeLM
@@ -28,8 +28,6 @@ from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.verify.standard import StandardVerifier
-
-from conftest import ROOT, VOCAB, tiny_llama
 
 
 def random_ids(n: int, seed: int) -> list[int]:
@@ -53,6 +51,7 @@ def chain(root: int, tokens: list[int]) -> DraftTree:
 def same_outputs(ours, theirs):
     """check(run): `run` on both LMs gives the same logits per row (None where a row fed
     nothing) and the same features."""
+
     def check(run):
         ours_out, theirs_out = run(ours), run(theirs)
         assert [z is None for z in ours_out] == [z is None for z in theirs_out]
@@ -164,7 +163,9 @@ def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree
     lm = LeanTreeLM(target, compiled)
     lean = []
     for start in range(0, 8, batch):
-        lean += [out.ids for out in generate_batch(lm, method, prompts[start : min(start + batch, 8)], Sampling(), LIMITS)]
+        lean += [
+            out.ids for out in generate_batch(lm, method, prompts[start : min(start + batch, 8)], Sampling(), LIMITS)
+        ]
     assert lean == reference_ids
 
 
@@ -187,9 +188,14 @@ def test_packed_linears_compute_what_the_plain_ones_do():
     and without bias), the same state_dict keys, the plain kernel below `packed_from` rows
     (bit for bit) and the same values from it on; None packs nothing."""
     torch.manual_seed(0)
-    plain = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.Sequential(torch.nn.Linear(40, 16, bias=False), torch.nn.SiLU()))
+    plain = torch.nn.Sequential(
+        torch.nn.Linear(24, 40), torch.nn.Sequential(torch.nn.Linear(40, 16, bias=False), torch.nn.SiLU())
+    )
     packed = pack_linears(copy.deepcopy(plain), Compiled(packed_from=4))
-    assert [type(m) for m in packed.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))] == [PackedLinear, PackedLinear]
+    assert [type(m) for m in packed.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))] == [
+        PackedLinear,
+        PackedLinear,
+    ]
     assert packed.state_dict().keys() == plain.state_dict().keys()
     with torch.inference_mode():
         small, large = torch.randn(1, 3, 24), torch.randn(2, 5, 24)
@@ -228,11 +234,26 @@ def test_rope_table_gives_the_rotary_embeddings_values(rope_type):
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
-    config = LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=8192, rope_scaling=scaling if rope_type == "llama3" else None)
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    config = LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        max_position_embeddings=8192,
+        rope_scaling=scaling if rope_type == "llama3" else None,
+    )
     rotary = LlamaRotaryEmbedding(config)
     table = RopeTable(rotary)
-    for positions in (torch.tensor([[0, 1, 2, 7]]), torch.tensor([[5, 6, 7], [300, 301, 302]]), torch.tensor([[INITIAL_ROWS + 10, 3 * INITIAL_ROWS]])):
+    for positions in (
+        torch.tensor([[0, 1, 2, 7]]),
+        torch.tensor([[5, 6, 7], [300, 301, 302]]),
+        torch.tensor([[INITIAL_ROWS + 10, 3 * INITIAL_ROWS]]),
+    ):
         for dtype in (torch.float32, torch.bfloat16):
             x = torch.zeros(positions.shape[0], positions.shape[1], 64, dtype=dtype)
             for ours, theirs in zip(table(x, positions), rotary(x, positions)):
@@ -244,7 +265,9 @@ def test_drafters_follow_the_targets_compile_choice(target, draft, tmp_path):
     way, and without a choice passed (tests, scripts) runs plain."""
     chosen = Compiled(packed_from=4, float_attention=True)
     draft.save_pretrained(tmp_path)
-    method_cfg = {"drafter": {"_target_": "specbench.drafters.small_lm.load", "model": {"name": "draft", "path": str(tmp_path)}}}
+    method_cfg = {
+        "drafter": {"_target_": "specbench.drafters.small_lm.load", "model": {"name": "draft", "path": str(tmp_path)}}
+    }
     hardware = {"dtype": "float32", "device": "cpu", "forward": "lean"}
     assert methods.load_drafter(method_cfg, target, hardware, LeanTreeLM(target, chosen).compiled).lm.compiled == chosen
     assert methods.load_drafter(method_cfg, target, hardware).lm.compiled == Compiled()
@@ -289,7 +312,11 @@ def test_forward_choice():
     assert type(make_lm(moe)) is TreeLM
     assert forward_note(moe) == "hf (Qwen3MoeForCausalLM: mixture-of-experts runs on the model's own forward)"
     windowed = families.config("qwen2")  # a variant the lean forward does not compute
-    windowed.use_sliding_window, windowed.sliding_window, windowed.layer_types = True, 16, ["sliding_attention", "full_attention"]
+    windowed.use_sliding_window, windowed.sliding_window, windowed.layer_types = (
+        True,
+        16,
+        ["sliding_attention", "full_attention"],
+    )
     windowed = AutoModelForCausalLM.from_config(windowed)
     assert "sliding-window" in unsupported(windowed) and type(make_lm(windowed)) is TreeLM
     with pytest.raises(ConfigError, match="hardware.forward: lean: Qwen2ForCausalLM: sliding-window"):
@@ -318,10 +345,17 @@ def test_auto_packs_from_where_packing_wins_at_every_larger_size():
 
 def test_drafters_use_int8_weights_below_where_int8_stops_winning():
     float_us = {"1": 400.0, "2": 450.0, "4": 440.0, "8": 490.0, "16": 530.0, "32": 600.0}
-    assert compile_rule.int8_below({"float": float_us, "int8": {**float_us, "1": 200.0, "2": 240.0, "4": 230.0, "8": 320.0}}) == 16
-    assert compile_rule.int8_below({"float": float_us, "int8": {k: v + 1 for k, v in float_us.items()}}) == 0  # fp32 here: never
+    assert (
+        compile_rule.int8_below(
+            {"float": float_us, "int8": {**float_us, "1": 200.0, "2": 240.0, "4": 230.0, "8": 320.0}}
+        )
+        == 16
+    )
+    # fp32 here: never
+    assert compile_rule.int8_below({"float": float_us, "int8": {k: v + 1 for k, v in float_us.items()}}) == 0
     assert compile_rule.int8_below({"float": float_us, "int8": {k: v / 2 for k, v in float_us.items()}}) == 64
-    assert compile_rule.int8_below({"float": float_us, "int8": {**float_us, "1": 100.0, "2": 450.0}}) == 2  # a tie is no win
+    # a tie is no win
+    assert compile_rule.int8_below({"float": float_us, "int8": {**float_us, "1": 100.0, "2": 450.0}}) == 2
 
 
 def test_compile_choice_and_bad_values(tmp_path):
@@ -330,7 +364,9 @@ def test_compile_choice_and_bad_values(tmp_path):
     assert compile_rule.resolve("off", llama, "tiny", cpu, tmp_path)[0] == Compiled()
     assert compile_rule.resolve("packed", llama, "tiny", cpu, tmp_path)[0] == Compiled(packed_from=1)
     chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None)
-    assert chosen == Compiled(packed_from=compile_rule.packed_from(record["probe"]), int8_drafts_below=compile_rule.int8_below(record["int8"]))
+    assert chosen == Compiled(
+        packed_from=compile_rule.packed_from(record["probe"]), int8_drafts_below=compile_rule.int8_below(record["int8"])
+    )
     assert set(record["int8"]["int8"]) == set(record["int8"]["float"]) == {str(n) for n in compile_rule.INT8_ROWS}
     assert compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, int8_mode="off")[0].int8_drafts_below == 0
     assert list(tmp_path.glob("compile-tiny-float32-*.json"))  # measured once, then cached
@@ -355,7 +391,10 @@ def test_fp32_attention_changes_only_one_token_forwards_in_bf16(target):
     fp32 (closer to the fp32 model than bf16 attention is), wider forwards are untouched, and
     in fp32 it computes exactly what the plain lean forward does."""
     bf16 = copy.deepcopy(target).to(torch.bfloat16)
-    lms = {name: LeanTreeLM(bf16, Compiled(float_attention=name == "fp32 attention")) for name in ("bf16 attention", "fp32 attention")}
+    lms = {
+        name: LeanTreeLM(bf16, Compiled(float_attention=name == "fp32 attention"))
+        for name in ("bf16 attention", "fp32 attention")
+    }
     exact = LeanTreeLM(target)
     prompts = [random_ids(300, 0), random_ids(280, 1)]
     tree = binary_tree(5, 6)
@@ -376,17 +415,28 @@ def test_fp32_attention_changes_only_one_token_forwards_in_bf16(target):
         for lm in (fp32_lm, exact):
             lm.reset(1)
             lm.forward(contexts=[prompts[0]])
-        torch.testing.assert_close(fp32_lm.forward(trees=[DraftTree.root(7)], nodes=[[0]]), exact.forward(trees=[DraftTree.root(7)], nodes=[[0]]), rtol=0, atol=0)
+        torch.testing.assert_close(
+            fp32_lm.forward(trees=[DraftTree.root(7)], nodes=[[0]]),
+            exact.forward(trees=[DraftTree.root(7)], nodes=[[0]]),
+            rtol=0,
+            atol=0,
+        )
 
 
 def test_auto_attends_in_fp32_only_where_it_wins_at_every_batch_size(tmp_path):
     assert compile_rule.float_attention_wins({"model dtype": {"1": 30.0, "8": 70.0}, "float32": {"1": 29.0, "8": 48.0}})
-    assert not compile_rule.float_attention_wins({"model dtype": {"1": 30.0, "8": 70.0}, "float32": {"1": 31.0, "8": 48.0}})
+    assert not compile_rule.float_attention_wins(
+        {"model dtype": {"1": 30.0, "8": 70.0}, "float32": {"1": 31.0, "8": 48.0}}
+    )
     llama = tiny_llama(3).to(torch.bfloat16)
-    chosen, record = compile_rule.resolve("auto", llama, "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None)
+    chosen, record = compile_rule.resolve(
+        "auto", llama, "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None
+    )
     assert set(record["attention"]) == {"model dtype", "float32"} and set(record["attention"]["float32"]) == {"1", "8"}
     assert chosen.float_attention == compile_rule.float_attention_wins(record["attention"])
-    fp32_record = compile_rule.resolve("auto", tiny_llama(3), "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None)[1]
+    fp32_record = compile_rule.resolve(
+        "auto", tiny_llama(3), "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None
+    )[1]
     assert "attention" not in fp32_record  # nothing to gain in fp32
 
 
@@ -422,13 +472,18 @@ def test_fp16_weights_compute_the_model_forward_on_fp16_rounded_weights(family_t
     assert ours.kind == "LeanTreeLM-fp16-weights" and ours.lm_head.fp16 is not None
     prompt, tree = random_ids(30, 1), binary_tree(5, 12)
     with torch.inference_mode():
-        for run in (lambda lm: lm.forward(contexts=[prompt]), lambda lm: lm.forward(trees=[tree], nodes=[range(len(tree))])):
+        for run in (
+            lambda lm: lm.forward(contexts=[prompt]),
+            lambda lm: lm.forward(trees=[tree], nodes=[range(len(tree))]),
+        ):
             got, want, unrounded = run(ours), run(theirs), run(exact)
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
             assert not torch.equal(got[0], unrounded[0])
         for lm in (ours, theirs):
             lm.commit([[0, 2, 5]])
-        torch.testing.assert_close(ours.forward(contexts=[[7, 8]]), theirs.forward(contexts=[[7, 8]]), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            ours.forward(contexts=[[7, 8]]), theirs.forward(contexts=[[7, 8]]), rtol=1e-4, atol=1e-4
+        )
 
 
 def int8_rounded(model: torch.nn.Module) -> torch.nn.Module:
@@ -445,10 +500,15 @@ def int8_rounded(model: torch.nn.Module) -> torch.nn.Module:
 def test_a_drafts_int8_weights_compute_the_model_forward_on_them(family_target):
     """A draft model's one-token forwards (below int8_drafts_below rows) on int8 weights,
     biases and head norms as they are: the model's own forward over its dequantized weights."""
-    ours, theirs = LeanTreeLM(family_target, Compiled(int8_drafts_below=2), draft=True), TreeLM(int8_rounded(family_target))
+    ours, theirs = (
+        LeanTreeLM(family_target, Compiled(int8_drafts_below=2), draft=True),
+        TreeLM(int8_rounded(family_target)),
+    )
     with torch.inference_mode():
         for token in random_ids(12, 3):
-            torch.testing.assert_close(ours.forward(contexts=[[token]]), theirs.forward(contexts=[[token]]), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(
+                ours.forward(contexts=[[token]]), theirs.forward(contexts=[[token]]), rtol=1e-4, atol=1e-4
+            )
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -520,14 +580,25 @@ def test_without_fbgemm_fp16_ops_fp16_weights_are_not_offered(fbgemm_fp16_remove
     """auto keeps the fp32 weights, even where a probe cached before the ops went says fp16
     won; on is refused in one line."""
     assert not kernels.has_fp16_weights()
-    fp16_won = {"plain": {str(n): 10.0 for n in compile_rule.PROBE_SIZES}, "fp16": {str(n): 5.0 for n in compile_rule.PROBE_SIZES}}
+    fp16_won = {
+        "plain": {str(n): 10.0 for n in compile_rule.PROBE_SIZES},
+        "fp16": {str(n): 5.0 for n in compile_rule.PROBE_SIZES},
+    }
     monkeypatch.setattr(compile_rule, "measure", lambda *args, **kwargs: fp16_won)
-    monkeypatch.setattr(compile_rule, "measure_int8", lambda *args: {"float": {str(n): 1.0 for n in compile_rule.INT8_ROWS},
-                                                                      "int8": {str(n): 2.0 for n in compile_rule.INT8_ROWS}})
+    monkeypatch.setattr(
+        compile_rule,
+        "measure_int8",
+        lambda *args: {
+            "float": {str(n): 1.0 for n in compile_rule.INT8_ROWS},
+            "int8": {str(n): 2.0 for n in compile_rule.INT8_ROWS},
+        },
+    )
     llama, cpu = tiny_llama(3), {"device": "cpu", "forward": "auto"}
     chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None, fp16="auto")
     assert compile_rule.fp16_wins(record["probe"]) and chosen == Compiled()
-    with pytest.raises(ConfigError, match="engine.fp16_weights: on needs the lean forward of a float32 model on a CPU whose torch has"):
+    with pytest.raises(
+        ConfigError, match="engine.fp16_weights: on needs the lean forward of a float32 model on a CPU whose torch has"
+    ):
         compile_rule.resolve("off", llama, "tiny", cpu, tmp_path, fp16="on")
 
 
@@ -535,12 +606,14 @@ def test_fp16_weights_run_without_torchs_deprecation_warning():
     """The fp16-weight ops' deprecation warning is silenced (see docs/fp16-weights.md), and
     only it: the warning filters are as they were, so other warnings still print. Its own
     process: torch warns once per process."""
-    code = ("import warnings, torch\n"
-            "from specbench.engine.kernels import fp16_linear, pack_fp16\n"
-            "filters = list(warnings.filters)\n"
-            "fp16_linear(torch.randn(2, 16), pack_fp16(torch.randn(8, 16)))\n"
-            "assert warnings.filters == filters\n"
-            "warnings.warn('another warning')\n")
+    code = (
+        "import warnings, torch\n"
+        "from specbench.engine.kernels import fp16_linear, pack_fp16\n"
+        "filters = list(warnings.filters)\n"
+        "fp16_linear(torch.randn(2, 16), pack_fp16(torch.randn(8, 16)))\n"
+        "assert warnings.filters == filters\n"
+        "warnings.warn('another warning')\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "deprecated" not in result.stderr and "another warning" in result.stderr

@@ -1,11 +1,14 @@
-"""The decoding loop: a tree that drafts nothing decodes as AR without the drafter, bookkeeping stays outside the clock, and verification forwards are timed."""
+"""The decoding loop: a tree that drafts nothing decodes as AR without the drafter, bookkeeping stays outside the clock,
+and verification forwards are timed."""
 
 import time
+
 import pytest
-from specbench.engine import methods
-from specbench.engine.candidates import DRAFTING_OFF
+from conftest import VOCAB
+
 from specbench.drafters.small_lm import SmallLMDrafter
-from specbench.engine import loop
+from specbench.engine import loop, methods
+from specbench.engine.candidates import DRAFTING_OFF
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.sampling import Sampling
@@ -13,14 +16,17 @@ from specbench.errors import ConfigError
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
 from specbench.verify.standard import StandardVerifier
-from conftest import VOCAB
 
 
 def test_drafting_off_decodes_as_ar_without_running_the_drafter(target, draft, prompts):
-    method_cfg = {"drafter": {"_target_": "specbench.drafters.prompt_lookup.load"},
-                  "tree": {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"},
-                  "verifier": {"_target_": "specbench.verify.standard.StandardVerifier"}}
-    with pytest.raises(ConfigError, match="^method.tree: gamma = auto is chosen by a run from measured costs; set a value here$"):
+    method_cfg = {
+        "drafter": {"_target_": "specbench.drafters.prompt_lookup.load"},
+        "tree": {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"},
+        "verifier": {"_target_": "specbench.verify.standard.StandardVerifier"},
+    }
+    with pytest.raises(
+        ConfigError, match="^method.tree: gamma = auto is chosen by a run from measured costs; set a value here$"
+    ):
         methods.assemble(method_cfg, target, {})
     method = methods.assemble({**method_cfg, "tree": DRAFTING_OFF}, target, {})
     assert method.drafter is None

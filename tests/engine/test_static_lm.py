@@ -3,22 +3,20 @@ lean forward computes: it runs here on a CPU, eagerly, through the same static b
 
 import pytest
 import torch
+from conftest import VOCAB
+from test_lean import three_uneven_rows
 
 from specbench.costs import compile as compile_rule
 from specbench.drafters.small_lm import SmallLMDrafter
+from specbench.engine.graphs import BUCKETS, Replay, bucket
 from specbench.engine.kernels import Compiled
-from specbench.engine.lean import LeanTreeLM, make_lm
+from specbench.engine.lean import SPAN_STEP, LeanTreeLM, StaticTreeLM, make_lm
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
-from specbench.engine.graphs import BUCKETS, Replay, bucket
-from specbench.engine.lean import SPAN_STEP, StaticTreeLM
 from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.verify.standard import StandardVerifier
-
-from conftest import VOCAB
-from test_lean import three_uneven_rows
 
 STATIC = Compiled(static=True)
 LIMITS = Limits(max_new_tokens=40, stop_token_ids=frozenset({2}))
@@ -43,7 +41,8 @@ def test_padded_forwards_give_the_unpadded_logits_and_features(target):
     ours = make_lm(target, "lean", STATIC)
     three_uneven_rows(ours, LeanTreeLM(target), first_prompt=80)
     assert {key[0][2] for key in ours._replays} == {16}  # the widest forward since the last keep ran padded
-    assert {key[0][3] for key in ours._replays} == {SPAN_STEP} and ours._k.shape[3] > SPAN_STEP  # the live context's span, not the whole cache
+    # the live context's span, not the whole cache
+    assert {key[0][3] for key in ours._replays} == {SPAN_STEP} and ours._k.shape[3] > SPAN_STEP
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +60,11 @@ def test_decoding_gives_the_same_ids(target, draft, prompts, reference_ids, tree
     if tree == "ar":
         method = Method(Autoregressive(), StandardVerifier())
     else:
-        method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean", STATIC))
+        method = Method(
+            EagleDynamicTree(top_k=3, depth=3, total_tokens=10),
+            StandardVerifier(),
+            SmallLMDrafter(draft, VOCAB, "lean", STATIC),
+        )
         assert isinstance(method.drafter.lm, StaticTreeLM)
     lm = make_lm(target, "lean", STATIC)
     ids = []
@@ -100,8 +103,9 @@ def test_a_model_spread_over_devices_runs_its_own_forward(tmp_path):
 def test_an_lm_built_for_one_dtype_is_released_not_reused_after_the_model_changes():
     """costs.shared_lm keys the target's LM by its weights' dtype: after model.to(bf16) a new
     LM is built, and the fp32 one's cache (and graphs, on a GPU) are freed."""
-    from specbench import costs
     from conftest import tiny_llama
+
+    from specbench import costs
 
     model = tiny_llama(seed=7)
     fp32 = costs.shared_lm(model, "auto", STATIC)

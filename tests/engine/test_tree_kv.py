@@ -94,7 +94,8 @@ def test_tree_mask_in_a_batched_cache(target):
     assert row1[1].tolist()[5:] == [True, True, False, True, True, False, False]  # node 3: 0 1 2 3
     assert not row1[:2, 10:].any()  # row 1 feeds 2 of the 4 new columns: never its padding
     assert feed.positions.tolist() == [[5, 5, 5, 6], [7, 8, 0, 0]]
-    assert feed.position_bound == 9  # 1 + the largest position, from the host's bookkeeping: RoPE tables size by it unread
+    # 1 + the largest position, from the host's bookkeeping: RoPE tables size by it unread
+    assert feed.position_bound == 9
 
 
 def sequential_logits(model, ids):
@@ -172,7 +173,11 @@ def test_commit_keeps_exactly_the_accepted_path(target, lm_class):
 # and the second round's trees are read on top of those holes.
 ROUNDS = [
     (row_trees, [[0, 1, 4, 6], [0, 3], [0, 1, 2]], [[40], [41, 42], [43]]),
-    (lambda: [bushy_tree(), hand_tree(), chain_tree(9, [30, 31, 32, 33])], [[0, 3], [0, 1, 4, 6], [0, 1, 2, 3, 4]], [[44, 45], [46], [47, 48, 49]]),
+    (
+        lambda: [bushy_tree(), hand_tree(), chain_tree(9, [30, 31, 32, 33])],
+        [[0, 3], [0, 1, 4, 6], [0, 1, 2, 3, 4]],
+        [[44, 45], [46], [47, 48, 49]],
+    ),
 ]
 
 
@@ -212,7 +217,9 @@ def test_batched_commit_keeps_each_rows_path(target, lm_class):
         for round_index in range(2):
             text = committed_text(b, round_index + 1)
             assert after[round_index][b].shape[0] == 1  # the last context token's logits
-            torch.testing.assert_close(after[round_index][b][-1], sequential_logits(target, text)[-1], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(
+                after[round_index][b][-1], sequential_logits(target, text)[-1], rtol=1e-4, atol=1e-4
+            )
         # the row done alone: same lengths and logits
         alone_kept, alone_after, alone_trees = run_rounds(LMS[lm_class](target), [b])
         assert [k[b] for k in kept] == [k[0] for k in alone_kept]

@@ -1,11 +1,13 @@
 """T=0: every lossless method yields exactly AR's ids (fp32, tiny random models)."""
 
 import pytest
+from conftest import VOCAB, own_vocabulary_copy
+from random_tree import RandomTree
 
 from specbench.drafters.prompt_lookup import PromptLookupDrafter
 from specbench.drafters.small_lm import SmallLMDrafter
-from specbench.engine.lm import TreeLM
 from specbench.engine.lean import LeanTreeLM
+from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
 from specbench.engine.sampling import Sampling
 from specbench.trees.autoregressive import Autoregressive
@@ -18,9 +20,6 @@ from specbench.trees.static import StaticTree
 from specbench.trees.talon import TalonTree
 from specbench.verify.mars import MarsVerifier
 from specbench.verify.standard import StandardVerifier
-
-from conftest import VOCAB, own_vocabulary_copy
-from random_tree import RandomTree
 
 GREEDY = Sampling()
 LIMITS = Limits(max_new_tokens=40, stop_token_ids=frozenset({2}))
@@ -37,8 +36,10 @@ def test_ar_matches_transformers_generate(target, prompts, ar_outputs):
     import torch
 
     for prompt, ours in zip(prompts[:5], ar_outputs):
-        ids = target.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=2, pad_token_id=0)
-        assert ids[0, len(prompt):].tolist() == ours.ids
+        ids = target.generate(
+            torch.tensor([prompt]), max_new_tokens=40, do_sample=False, eos_token_id=2, pad_token_id=0
+        )
+        assert ids[0, len(prompt) :].tolist() == ours.ids
 
 
 class LinearCosts:
@@ -54,8 +55,25 @@ class LinearCosts:
 
 @pytest.mark.parametrize(
     "name,batch",
-    [(name, batch) for name in ("sps_noisy_draft", "sps_same_model", "pld", "random_tree_noisy", "random_tree_same_model", "dynamic_tree_noisy",
-                                "talon_noisy", "opt_tree_noisy", "mars_theta_1_tree", "mars_theta_1_chain", "cast_noisy", "lookahead", "ar") for batch in (1, 3)]
+    [
+        (name, batch)
+        for name in (
+            "sps_noisy_draft",
+            "sps_same_model",
+            "pld",
+            "random_tree_noisy",
+            "random_tree_same_model",
+            "dynamic_tree_noisy",
+            "talon_noisy",
+            "opt_tree_noisy",
+            "mars_theta_1_tree",
+            "mars_theta_1_chain",
+            "cast_noisy",
+            "lookahead",
+            "ar",
+        )
+        for batch in (1, 3)
+    ]
     + [(name, 8) for name in ("sps_noisy_draft", "pld", "random_tree_noisy", "cast_noisy", "lookahead", "ar")],
 )
 def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
@@ -67,18 +85,30 @@ def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
     elif name == "pld":
         method = Method(Chain(6), StandardVerifier(), PromptLookupDrafter(VOCAB))
     elif name.startswith("dynamic_tree"):
-        method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
+        method = Method(
+            EagleDynamicTree(top_k=3, depth=3, total_tokens=10),
+            StandardVerifier(),
+            SmallLMDrafter(drafter_model, VOCAB),
+        )
     elif name == "talon_noisy":
-        method = Method(TalonTree(budget=12, mu=0.03, top_k=3), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
+        method = Method(
+            TalonTree(budget=12, mu=0.03, top_k=3), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB)
+        )
     elif name == "mars_theta_1_tree":  # r <= 1 always, so theta = 1 never relaxes: strict greedy
-        method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
+        method = Method(
+            EagleDynamicTree(top_k=3, depth=3, total_tokens=10),
+            MarsVerifier(theta=1.0),
+            SmallLMDrafter(drafter_model, VOCAB),
+        )
     elif name == "mars_theta_1_chain":
         method = Method(Chain(4), MarsVerifier(theta=1.0), SmallLMDrafter(drafter_model, VOCAB))
     elif name == "cast_noisy":
         tree = CastTree(top_k=3, depth=4, total_tokens=12, c1=0.5, c2=0.5, c3=0.5)
         method = Method(tree, StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB), costs=LinearCosts())
     elif name == "opt_tree_noisy":
-        method = Method(OptTree(nodes=8, threshold=0.2, max_depth=5), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB))
+        method = Method(
+            OptTree(nodes=8, threshold=0.2, max_depth=5), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB)
+        )
     elif name == "lookahead":
         method = Method(LookaheadTree(window=4, ngram=3, candidates=3), StandardVerifier())
     elif name == "ar":
@@ -101,7 +131,9 @@ def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
 def test_lean_forward_batched_identical_to_ar(batch, target, draft, prompts, ar_outputs):
     """The lean forward's batched cache (holes where rows accept fewer tokens) gives AR's ids."""
     lm = LeanTreeLM(target)
-    method = Method(EagleDynamicTree(top_k=3, depth=3, total_tokens=10), StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean"))
+    method = Method(
+        EagleDynamicTree(top_k=3, depth=3, total_tokens=10), StandardVerifier(), SmallLMDrafter(draft, VOCAB, "lean")
+    )
     outputs = []
     for start in range(0, len(prompts), batch):
         outputs += generate_batch(lm, method, prompts[start : start + batch], GREEDY, LIMITS)
@@ -120,7 +152,9 @@ def test_max_new_tokens_cuts_the_last_step(target, prompts):
     method = Method(Chain(4), StandardVerifier(), SmallLMDrafter(target, VOCAB))
     for n in (1, 2, 7):
         out = generate(TreeLM(target), method, prompts[1], GREEDY, Limits(max_new_tokens=n))
-        ar = generate(TreeLM(target), Method(Autoregressive(), StandardVerifier()), prompts[1], GREEDY, Limits(max_new_tokens=n))
+        ar = generate(
+            TreeLM(target), Method(Autoregressive(), StandardVerifier()), prompts[1], GREEDY, Limits(max_new_tokens=n)
+        )
         assert out.ids == ar.ids and len(out.ids) == n and out.stop_reason == "length"
 
 
@@ -184,7 +218,12 @@ def test_small_lm_trees_grown_on_the_device_equal_the_host_loops(policy, tempera
             trees = tree.grow(on_device, texts, roots, sampling, seeds[0])
             expected = tree.grow(on_host, texts, roots, sampling, seeds[1])
             for grown, want in zip(trees, expected, strict=True):
-                assert (grown.tokens, grown.parents, grown.logps, grown.origin) == (want.tokens, want.parents, want.logps, want.origin)
+                assert (grown.tokens, grown.parents, grown.logps, grown.origin) == (
+                    want.tokens,
+                    want.parents,
+                    want.logps,
+                    want.origin,
+                )
                 assert grown.child_dists.keys() == want.child_dists.keys()
             logits = lm.forward(trees=trees, nodes=[range(len(t)) for t in trees])
             accepted = StandardVerifier().accept_rows(trees, logits, GREEDY, [None] * len(trees))

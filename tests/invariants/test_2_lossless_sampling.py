@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from specbench.engine.parts import Acceptance
 from specbench.engine.sampling import Sampling, sample
 from specbench.engine.tree import DraftTree
-from specbench.engine.parts import Acceptance
 from specbench.verify.standard import StandardVerifier
 
 V = 5
@@ -156,14 +156,14 @@ def test_batched_rows_sample_what_they_sample_alone(policy, target, draft, promp
     """At T>0 each row of a batch draws from its own generator exactly the sequence it
     draws decoded alone (draft samples, acceptance tests, corrections): batching changes
     no row's sampling process, so the distribution tests above hold per row."""
+    from conftest import VOCAB
+
     from specbench.drafters.small_lm import SmallLMDrafter
     from specbench.engine.lm import TreeLM
     from specbench.engine.loop import Limits, Method, generate, generate_batch
     from specbench.trees.chain import Chain
     from specbench.trees.eagle import EagleDynamicTree
     from specbench.trees.lookahead import LookaheadTree
-
-    from conftest import VOCAB
 
     if policy == "lookahead":  # no draft model: the window and the n-gram pool live in the policy
         method = Method(LookaheadTree(window=4, ngram=3, candidates=3), StandardVerifier())
@@ -172,7 +172,10 @@ def test_batched_rows_sample_what_they_sample_alone(policy, target, draft, promp
         method = Method(tree, StandardVerifier(), SmallLMDrafter(draft, VOCAB))
     sampling, limits = Sampling(temperature=1.0), Limits(max_new_tokens=24, stop_token_ids=frozenset({2}))
     rows = prompts[:6]
-    alone = [generate(TreeLM(target), method, p, sampling, limits, torch.Generator().manual_seed(i)).ids for i, p in enumerate(rows)]
+    alone = [
+        generate(TreeLM(target), method, p, sampling, limits, torch.Generator().manual_seed(i)).ids
+        for i, p in enumerate(rows)
+    ]
     generators = [torch.Generator().manual_seed(i) for i in range(len(rows))]
     together = [g.ids for g in generate_batch(TreeLM(target), method, rows, sampling, limits, generators)]
     assert together == alone
@@ -207,12 +210,19 @@ def test_sibling_tests_equal_the_textbook_rule_with_the_same_uniforms(point_mass
     p = torch.softmax(torch.randn(nodes, vocab, generator=g) * 2, -1)
     # children among each node's likeliest tokens, in shuffled order: the earlier rejections move much of p
     likeliest = p.topk(width, -1).indices
-    children = [likeliest[n, torch.randperm(width, generator=g)][: int(torch.randint(0, width + 1, (1,), generator=g))].tolist() for n in range(nodes)]
+    children = [
+        likeliest[n, torch.randperm(width, generator=g)][: int(torch.randint(0, width + 1, (1,), generator=g))].tolist()
+        for n in range(nodes)
+    ]
     p[0] = torch.tensor([0.5, 0.3, 0.2] + [0.0] * (vocab - 3))  # all of p on the children: the last test must accept
     children[0] = [2, 1, 0]
     tokens, valid = sibling_tokens(children, width, "cpu")
     uniforms = torch.rand(nodes, width, generator=g)
-    q = torch.ones(nodes, width, dtype=torch.float64) if point_masses else torch.rand(nodes, width, generator=g, dtype=torch.float64) * 0.5 + 0.01
+    q = (
+        torch.ones(nodes, width, dtype=torch.float64)
+        if point_masses
+        else torch.rand(nodes, width, generator=g, dtype=torch.float64) * 0.5 + 0.01
+    )
     ours = sibling_tests(p, tokens, valid, uniforms, q, inclusive=not point_masses)
     oracle = textbook_sibling_tests(p, tokens, valid, uniforms, q, inclusive=not point_masses)
     assert torch.equal(ours[0], oracle[0]) and (ours[0] >= 0).sum() > 20 and (ours[0] < 0).sum() > 20

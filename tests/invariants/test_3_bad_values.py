@@ -64,8 +64,11 @@ def part_classes() -> set[type]:
             if file.stem in EXPERIMENTS:
                 continue
             module = importlib.import_module(f"specbench.{package}.{file.stem}")
-            found |= {c for c in vars(module).values() if isinstance(c, type) and issubclass(c, (TreePolicy, Verifier))
-                      and c.__module__ == module.__name__}
+            found |= {
+                c
+                for c in vars(module).values()
+                if isinstance(c, type) and issubclass(c, (TreePolicy, Verifier)) and c.__module__ == module.__name__
+            }
     return found
 
 

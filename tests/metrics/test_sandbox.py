@@ -11,9 +11,13 @@ from specbench.metrics import humaneval, sandbox_child
 
 TASK = humaneval.problems()["HumanEval/53"]  # add(x, y)
 MKFIFO = "import os; os.mkfifo(MADE)"  # no audit event: only bwrap's mount namespace or seccomp stop it
-FORK_EXEC = ("import _posixsubprocess, os; pid = _posixsubprocess.fork_exec([b'/bin/sh', b'-c', b'echo escaped > ' + MADE.encode()], "
-             "[b'/bin/sh'], True, (), None, None, -1, -1, -1, -1, -1, -1, *os.pipe(), False, False, -1, None, None, None, -1, None, False); "
-             "os.waitpid(pid, 0)")
+FORK_EXEC = (
+    "import _posixsubprocess, os; pid = _posixsubprocess.fork_exec([b'/bin/sh', b'-c', b'echo escaped > ' + "
+    "MADE.encode()], "
+    "[b'/bin/sh'], True, (), None, None, -1, -1, -1, -1, -1, -1, *os.pipe(), False, False, -1, None, None, None, "
+    "-1, None, False); "
+    "os.waitpid(pid, 0)"
+)
 
 
 @pytest.fixture(scope="module", params=["strongest", "without bwrap"])
@@ -30,47 +34,60 @@ def graded(body: str, boundary, timeout: float = 3, **names) -> humaneval.Execut
 
 def test_honest_completions_pass_and_wrong_ones_fail(boundary):
     assert graded("pass", boundary).passed
-    assert graded("import collections, heapq, math, re, itertools, functools, hashlib, json, string, fractions", boundary).passed
+    assert graded(
+        "import collections, heapq, math, re, itertools, functools, hashlib, json, string, fractions", boundary
+    ).passed
     assert graded("print('debug output does not spoil a pass')", boundary).passed
     assert not graded("assert False", boundary).passed
 
 
-@pytest.mark.parametrize("body", [
-    "import os; os._exit(0)",
-    "import sys; sys.exit(0)",
-    "raise SystemExit(0)",
-    "import os; os.write(1, b'ok\\n'); os._exit(0)",
-    "import os, sys; sys.audit('specbench.checked'); os._exit(0)",  # the child's own event, from the program
-    "import __main__, os; __main__.main(); os._exit(0)",  # the child's main again, one frame up
-    "import os, sys; os._exit = sys.exit = lambda code=0: None; raise SystemExit(1)",  # the child's exit after a failure, disarmed
-    "import builtins; builtins.BaseException = KeyError; raise SystemExit(0)",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import os; os._exit(0)",
+        "import sys; sys.exit(0)",
+        "raise SystemExit(0)",
+        "import os; os.write(1, b'ok\\n'); os._exit(0)",
+        "import os, sys; sys.audit('specbench.checked'); os._exit(0)",  # the child's own event, from the program
+        "import __main__, os; __main__.main(); os._exit(0)",  # the child's main again, one frame up
+        # the child's exit after a failure, disarmed
+        "import os, sys; os._exit = sys.exit = lambda code=0: None; raise SystemExit(1)",
+        "import builtins; builtins.BaseException = KeyError; raise SystemExit(0)",
+    ],
+)
 def test_only_checks_that_ran_to_the_end_pass(body, boundary):
     assert not graded(body, boundary).passed
 
 
 def test_an_exit_at_module_level_is_not_a_pass(boundary):
-    fenced = "```python\nimport os\n\ndef add(x, y):\n    return x - y\n\nos._exit(0)\n```"  # wrong, and leaves before check
+    fenced = (
+        "```python\nimport os\n\ndef add(x, y):\n    return x - y\n\nos._exit(0)\n```"  # wrong, and leaves before check
+    )
     assert not humaneval.execute(humaneval.program(TASK, fenced), timeout=3, within=boundary).passed
 
 
-@pytest.mark.parametrize("body", [
-    FORK_EXEC,
-    "import os; fd = os.open(OUTSIDE, os.O_RDONLY); os.unlink('keep.txt', dir_fd=fd)",
-    "import os; fd = os.open(OUTSIDE, os.O_RDONLY); os.close(os.open('made.txt', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))",
-    MKFIFO,
-    "import sqlite3; sqlite3.connect(MADE).execute('create table t (x)')",
-    "import os; os.remove(VICTIM)",
-    "import shutil; shutil.rmtree(OUTSIDE)",
-    "open(VICTIM, 'w').write('overwritten')",
-    "import builtins, os; builtins.any = builtins.isinstance = lambda *a: True; os.path.realpath = lambda p: p; open(VICTIM, 'w').write('x')",
-    "import os; os.rename(VICTIM, MADE)",
-    "import os; os.symlink(VICTIM, MADE)",
-    "import subprocess; subprocess.run(['/bin/sh', '-c', 'echo escaped > ' + MADE])",
-    "import os; os.system('echo escaped > ' + MADE)",
-    "import os; pid = os.fork(); os._exit(0) if pid == 0 else os.waitpid(pid, 0)",
-    "import ctypes; ctypes.CDLL(None).system(('echo escaped > ' + MADE).encode())",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        FORK_EXEC,
+        "import os; fd = os.open(OUTSIDE, os.O_RDONLY); os.unlink('keep.txt', dir_fd=fd)",
+        "import os; fd = os.open(OUTSIDE, os.O_RDONLY); os.close(os.open('made.txt', os.O_CREAT | os.O_WRONLY, "
+        "0o644, dir_fd=fd))",
+        MKFIFO,
+        "import sqlite3; sqlite3.connect(MADE).execute('create table t (x)')",
+        "import os; os.remove(VICTIM)",
+        "import shutil; shutil.rmtree(OUTSIDE)",
+        "open(VICTIM, 'w').write('overwritten')",
+        "import builtins, os; builtins.any = builtins.isinstance = lambda *a: True; os.path.realpath = lambda p: "
+        "p; open(VICTIM, 'w').write('x')",
+        "import os; os.rename(VICTIM, MADE)",
+        "import os; os.symlink(VICTIM, MADE)",
+        "import subprocess; subprocess.run(['/bin/sh', '-c', 'echo escaped > ' + MADE])",
+        "import os; os.system('echo escaped > ' + MADE)",
+        "import os; pid = os.fork(); os._exit(0) if pid == 0 else os.waitpid(pid, 0)",
+        "import ctypes; ctypes.CDLL(None).system(('echo escaped > ' + MADE).encode())",
+    ],
+)
 def test_nothing_outside_the_directory_changes(body, boundary, tmp_path):
     victim = tmp_path / "keep.txt"
     victim.write_text("precious")
@@ -95,15 +112,18 @@ def test_files_outside_cannot_be_read(boundary, tmp_path):
     assert not graded("assert b'root' in open('/etc/passwd', 'rb').read()", boundary).passed
 
 
-@pytest.mark.parametrize("body", [
-    "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)",
-    "import _socket; _socket.socket()",
-    "x = bytearray(8 << 30)",
-    "x = [0] * (1 << 31)",
-    "while True: pass",
-    "import time; time.sleep(100)",
-    "while True: print('x' * 10000)",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)",
+        "import _socket; _socket.socket()",
+        "x = bytearray(8 << 30)",
+        "x = [0] * (1 << 31)",
+        "while True: pass",
+        "import time; time.sleep(100)",
+        "while True: print('x' * 10000)",
+    ],
+)
 def test_sockets_and_bombs_fail(body, boundary):
     assert not graded(body, boundary, timeout=2).passed
 
@@ -154,4 +174,6 @@ def test_root_without_bwrap_drops_to_the_unprivileged_uid_even_where_python_live
     chosen = humaneval.boundary(bwrap=None)
     assert chosen.uid == humaneval.SANDBOX_UID and not chosen.failed
     outcome = graded(f"import os, fractions, statistics; assert os.getuid() == {humaneval.SANDBOX_UID}", chosen)
-    assert outcome.passed and f"uid {humaneval.SANDBOX_UID}" in outcome.layers and "failed" not in outcome.layers, outcome
+    assert outcome.passed and f"uid {humaneval.SANDBOX_UID}" in outcome.layers and "failed" not in outcome.layers, (
+        outcome
+    )

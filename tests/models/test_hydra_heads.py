@@ -1,9 +1,10 @@
 """Hydra heads (issue 15, part 1): the released prefix-MLP layout, strict loading, the
 grounded head rule, the prefix cache, and losslessness through the engine."""
 
-
 import pytest
 import torch
+from conftest import VOCAB
+from hydra_fixtures import CONFIG, HIDDEN, hydra_state, write_heads
 
 from specbench.drafters.hydra import HydraDrafter
 from specbench.engine.lm import TreeLM
@@ -17,9 +18,6 @@ from specbench.trees.static import StaticTree
 from specbench.verify.standard import StandardVerifier
 from specbench.verify.typical import TypicalVerifier
 
-from conftest import VOCAB
-from hydra_fixtures import CONFIG, HIDDEN, hydra_state, write_heads
-
 WIDE = [[r] for r in range(8)] + [[0, r] for r in range(4)] + [[1, 0], [0, 0, 0]]
 
 
@@ -28,11 +26,16 @@ def copying_state(target, heads: int) -> dict:
     adds nothing (zero output projections) and re-norms the target's already normed
     hidden state, each head's residual passes the prefix part through, and its projection
     is the target's lm_head."""
-    state = {k: torch.zeros_like(v) if k.endswith(("o_proj.weight", "down_proj.weight")) else v for k, v in hydra_state(target, heads, 1).items()}
+    state = {
+        k: torch.zeros_like(v) if k.endswith(("o_proj.weight", "down_proj.weight")) else v
+        for k, v in hydra_state(target, heads, 1).items()
+    }
     for h in range(heads):
         state[f"hydra_mlp.{h}.1.linear.weight"].zero_()
         state[f"hydra_mlp.{h}.1.linear.bias"].zero_()
-        state[f"hydra_mlp.{h}.1.res_connection.weight"] = torch.cat([torch.eye(HIDDEN), torch.zeros(HIDDEN, HIDDEN * (h + 1))], dim=1)
+        state[f"hydra_mlp.{h}.1.res_connection.weight"] = torch.cat(
+            [torch.eye(HIDDEN), torch.zeros(HIDDEN, HIDDEN * (h + 1))], dim=1
+        )
         state[f"hydra_mlp.{h}.1.res_connection.bias"].zero_()
         state[f"hydra_lm_head.{h}.1.weight"] = target.lm_head.weight.detach().clone()
         state[f"hydra_lm_head.{h}.1.bias"].zero_()
@@ -42,7 +45,14 @@ def copying_state(target, heads: int) -> dict:
 def test_released_layout_loads_strictly_and_computes_the_grounded_heads(target, tmp_path):
     state = hydra_state(target, heads=3, layers=2)
     heads, facts = load_heads(write_heads(tmp_path / "h", state), target, torch.float32, "method.drafter.heads")
-    assert facts == {"heads_in_file": 3, "heads_in_config": 4, "blocks": 2, "hidden_state_offset": 0, "shared_lm_head": False, "draft_vocab": None}
+    assert facts == {
+        "heads_in_file": 3,
+        "heads_in_config": 4,
+        "blocks": 2,
+        "hidden_state_offset": 0,
+        "shared_lm_head": False,
+        "draft_vocab": None,
+    }
     # head 2 on a prefix and the path root, d1, d2: by hand from the file's tensors
     prefix, path = torch.randn(1, HIDDEN), torch.tensor([[5, 17, 40]])
     x = torch.cat([prefix, state["input_embed_fn.weight"][path[0]].reshape(1, -1)], dim=-1)
@@ -54,15 +64,24 @@ def test_released_layout_loads_strictly_and_computes_the_grounded_heads(target, 
     assert torch.allclose(heads.head(2, prefix, path), expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda s, c: s.update({"medusa_head.0.weight": torch.zeros(1)}), "unexpected keys"),
-    (lambda s, c: s.pop("hydra_mlp.1.1.res_connection.bias"), "missing keys"),
-    (lambda s, c: s.pop("input_embed_fn.weight"), "missing keys"),
-    (lambda s, c: s.update({"hydra_lm_head.0.1.weight": torch.zeros(VOCAB + 1, HIDDEN)}), r"hydra_lm_head.pt: hydra_lm_head\.0\.1\.weight is \[97, 32\], expected \[96, 32\]"),
-    (lambda s, c: s.update({"prefix_embeding_layer.embed_tokens.weight": torch.zeros(VOCAB, HIDDEN + 1)}), r"embed_tokens\.weight is \[96, 33\], expected \[vocab, 32\]"),
-    (lambda s, c: c.update({"hydra_head_arch": "cross-attn"}), "specbench runs the released prefix-mlp"),
-    (lambda s, c: c.update({"grounded_heads": False}), "grounded_heads=False"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda s, c: s.update({"medusa_head.0.weight": torch.zeros(1)}), "unexpected keys"),
+        (lambda s, c: s.pop("hydra_mlp.1.1.res_connection.bias"), "missing keys"),
+        (lambda s, c: s.pop("input_embed_fn.weight"), "missing keys"),
+        (
+            lambda s, c: s.update({"hydra_lm_head.0.1.weight": torch.zeros(VOCAB + 1, HIDDEN)}),
+            r"hydra_lm_head.pt: hydra_lm_head\.0\.1\.weight is \[97, 32\], expected \[96, 32\]",
+        ),
+        (
+            lambda s, c: s.update({"prefix_embeding_layer.embed_tokens.weight": torch.zeros(VOCAB, HIDDEN + 1)}),
+            r"embed_tokens\.weight is \[96, 33\], expected \[vocab, 32\]",
+        ),
+        (lambda s, c: c.update({"hydra_head_arch": "cross-attn"}), "specbench runs the released prefix-mlp"),
+        (lambda s, c: c.update({"grounded_heads": False}), "grounded_heads=False"),
+    ],
+)
 def test_a_wrong_checkpoint_is_one_clear_error(edit, message, target, tmp_path):
     state, config = hydra_state(target, 2, 1), dict(CONFIG)
     edit(state, config)
@@ -118,8 +137,17 @@ def test_hydra_is_lossless_at_t0(batch, target, prompts, tmp_path):
 def test_hydra_samples_at_t1_with_typical_acceptance(target, prompts, tmp_path):
     heads, _ = load_heads(write_heads(tmp_path / "h", copying_state(target, 3)), target, torch.float32, "k")
     method = Method(StaticTree(WIDE), TypicalVerifier(), HydraDrafter(heads, target))
-    out = generate(TreeLM(target), method, prompts[0], Sampling(temperature=1.0), Limits(max_new_tokens=30), torch.Generator().manual_seed(0))
-    assert len(out.ids) == 30 and out.verifier_notes["typical_accepted"] == sum(out.accept_lengths) - len(out.accept_lengths)
+    out = generate(
+        TreeLM(target),
+        method,
+        prompts[0],
+        Sampling(temperature=1.0),
+        Limits(max_new_tokens=30),
+        torch.Generator().manual_seed(0),
+    )
+    assert len(out.ids) == 30 and out.verifier_notes["typical_accepted"] == sum(out.accept_lengths) - len(
+        out.accept_lengths
+    )
 
 
 def test_trained_heads_share_the_targets_projection_and_embedding(target, tmp_path):
@@ -132,8 +160,12 @@ def test_trained_heads_share_the_targets_projection_and_embedding(target, tmp_pa
         released[f"hydra_lm_head.{h}.1.weight"] = target.lm_head.weight.detach().clone()
         released[f"hydra_lm_head.{h}.1.bias"] = torch.zeros(VOCAB)
     rows = torch.tensor([3, 10, 50, 95])
-    small = {k: v for k, v in state.items() if not k.startswith(("hydra_lm_head.", "input_embed_fn."))} | {"draft_vocab": rows}
-    shared, facts = load_heads(write_heads(tmp_path / "s", small, {**CONFIG, "shared_lm_head": True}), target, torch.float32, "k")
+    small = {k: v for k, v in state.items() if not k.startswith(("hydra_lm_head.", "input_embed_fn."))} | {
+        "draft_vocab": rows
+    }
+    shared, facts = load_heads(
+        write_heads(tmp_path / "s", small, {**CONFIG, "shared_lm_head": True}), target, torch.float32, "k"
+    )
     full, _ = load_heads(write_heads(tmp_path / "f", released), target, torch.float32, "k")
     assert facts["shared_lm_head"] and facts["draft_vocab"] == 4
     prefix, path = torch.randn(2, HIDDEN), torch.tensor([[5, 17], [6, 1]])

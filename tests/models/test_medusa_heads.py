@@ -1,7 +1,11 @@
-"""Medusa heads: the released checkpoint layout loads strictly, shared projections, lossless at T=0, sampling at T=1, and their cost profile."""
+"""Medusa heads: the released checkpoint layout loads strictly, shared projections, lossless at T=0, sampling at T=1,
+and their cost profile."""
 
 import pytest
 import torch
+from conftest import VOCAB
+from medusa_fixtures import medusa_state, write_heads
+
 from specbench.drafters.medusa import MedusaDrafter
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
@@ -12,9 +16,6 @@ from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.static import StaticTree
 from specbench.verify.standard import StandardVerifier
 from specbench.verify.typical import TypicalVerifier
-from conftest import VOCAB
-from medusa_fixtures import medusa_state, write_heads
-
 
 # wide at depth 1: the hand-made heads below rank the right token high, not first
 WIDE = [[r] for r in range(10)] + [[0, r] for r in range(4)] + [[1, 0], [0, 0, 0]]
@@ -24,7 +25,13 @@ def test_released_checkpoint_layout_loads_strictly(target, tmp_path):
     # like the 7B release: the file holds 5 heads while config.json says 2
     path = write_heads(tmp_path / "a", medusa_state(5, 1), {"medusa_num_heads": 2, "medusa_num_layers": 1})
     heads, facts = load_heads(path, target, torch.float32, "method.drafter.heads")
-    assert len(heads) == 5 and facts == {"heads_in_file": 5, "heads_in_config": 2, "blocks": 1, "shared_lm_head": False, "draft_vocab": None}
+    assert len(heads) == 5 and facts == {
+        "heads_in_file": 5,
+        "heads_in_config": 2,
+        "blocks": 1,
+        "shared_lm_head": False,
+        "draft_vocab": None,
+    }
     hidden = torch.randn(3, 32)
     state = medusa_state(5, 1)
     block = state["4.0.linear.weight"], state["4.0.linear.bias"]
@@ -33,11 +40,14 @@ def test_released_checkpoint_layout_loads_strictly(target, tmp_path):
 
 
 def test_shared_lm_head_heads_use_the_targets_projection(target, tmp_path):
-    path = write_heads(tmp_path / "s", medusa_state(3, 2, shared=True), {"medusa_num_heads": 3, "shared_lm_head": True}, as_pt=False)
+    path = write_heads(
+        tmp_path / "s", medusa_state(3, 2, shared=True), {"medusa_num_heads": 3, "shared_lm_head": True}, as_pt=False
+    )
     heads, facts = load_heads(path, target, torch.float32, "k")
     assert facts["blocks"] == 2 and facts["shared_lm_head"]
     assert heads(torch.zeros(1, 32)).shape == (1, 3, VOCAB)
-    assert torch.allclose(heads(torch.zeros(32))[0], torch.zeros(VOCAB))  # zero blocks + zero input: the projection of 0
+    # zero blocks + zero input: the projection of 0
+    assert torch.allclose(heads(torch.zeros(32))[0], torch.zeros(VOCAB))
 
 
 def test_a_draft_vocabulary_scores_only_its_rows_of_the_shared_projection(target, tmp_path):
@@ -47,19 +57,34 @@ def test_a_draft_vocabulary_scores_only_its_rows_of_the_shared_projection(target
     heads, facts = load_heads(path, target, torch.float32, "k")
     assert facts["draft_vocab"] == 4
     hidden = torch.randn(2, 32)
-    full = load_heads(write_heads(tmp_path / "f", state, {"shared_lm_head": True}, as_pt=False), target, torch.float32, "k")[0](hidden)
+    full = load_heads(
+        write_heads(tmp_path / "f", state, {"shared_lm_head": True}, as_pt=False), target, torch.float32, "k"
+    )[0](hidden)
     reduced = heads(hidden)
     assert torch.allclose(reduced[..., rows], full[..., rows], atol=1e-5)
     assert torch.isinf(reduced[..., [0, 1, 2, 4]]).all()
     with pytest.raises(ConfigError, match="draft_vocab must hold int64 target ids below 96"):
-        load_heads(write_heads(tmp_path / "bad", {**state, "draft_vocab": torch.tensor([3, 96])}, {"shared_lm_head": True}, as_pt=False), target, torch.float32, "k")
+        load_heads(
+            write_heads(
+                tmp_path / "bad", {**state, "draft_vocab": torch.tensor([3, 96])}, {"shared_lm_head": True}, as_pt=False
+            ),
+            target,
+            torch.float32,
+            "k",
+        )
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda s: s.update({"medusa_head.0.weight": torch.zeros(1)}), "unexpected keys"),
-    (lambda s: s.pop("1.0.linear.bias"), "missing keys"),
-    (lambda s: s.update({"1.1.weight": torch.zeros(VOCAB + 1, 32)}), r"medusa_lm_head.pt: 1\.1\.weight is \[97, 32\], expected \[96, 32\]"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda s: s.update({"medusa_head.0.weight": torch.zeros(1)}), "unexpected keys"),
+        (lambda s: s.pop("1.0.linear.bias"), "missing keys"),
+        (
+            lambda s: s.update({"1.1.weight": torch.zeros(VOCAB + 1, 32)}),
+            r"medusa_lm_head.pt: 1\.1\.weight is \[97, 32\], expected \[96, 32\]",
+        ),
+    ],
+)
 def test_a_wrong_checkpoint_is_one_clear_error(edit, message, target, tmp_path):
     state = medusa_state(2, 1)
     edit(state)
@@ -72,7 +97,12 @@ def test_a_wrong_checkpoint_is_one_clear_error(edit, message, target, tmp_path):
 def test_medusa_is_lossless_at_t0(batch, target, prompts, tmp_path):
     """Heads that copy the target's own next-token guess (zero blocks, shared projection)
     accept often on these repetitive prompts; greedy verification keeps AR's ids."""
-    path = write_heads(tmp_path / "h", {k: v * 0 for k, v in medusa_state(3, 1, shared=True).items()}, {"shared_lm_head": True}, as_pt=False)
+    path = write_heads(
+        tmp_path / "h",
+        {k: v * 0 for k, v in medusa_state(3, 1, shared=True).items()},
+        {"shared_lm_head": True},
+        as_pt=False,
+    )
     heads, _ = load_heads(path, target, torch.float32, "k")
     method = Method(StaticTree(WIDE), TypicalVerifier(), MedusaDrafter(heads, target))
     ar_method = Method(Autoregressive(), StandardVerifier())
@@ -88,11 +118,25 @@ def test_medusa_is_lossless_at_t0(batch, target, prompts, tmp_path):
 
 
 def test_medusa_samples_at_t1_and_reports_typical_acceptances(target, prompts, tmp_path):
-    path = write_heads(tmp_path / "h", {k: v * 0 for k, v in medusa_state(3, 1, shared=True).items()}, {"shared_lm_head": True}, as_pt=False)
+    path = write_heads(
+        tmp_path / "h",
+        {k: v * 0 for k, v in medusa_state(3, 1, shared=True).items()},
+        {"shared_lm_head": True},
+        as_pt=False,
+    )
     heads, _ = load_heads(path, target, torch.float32, "k")
     method = Method(StaticTree(WIDE), TypicalVerifier(), MedusaDrafter(heads, target))
-    out = generate(TreeLM(target), method, prompts[0], Sampling(temperature=1.0), Limits(max_new_tokens=30), torch.Generator().manual_seed(0))
-    assert len(out.ids) == 30 and out.verifier_notes["typical_accepted"] == sum(out.accept_lengths) - len(out.accept_lengths)
+    out = generate(
+        TreeLM(target),
+        method,
+        prompts[0],
+        Sampling(temperature=1.0),
+        Limits(max_new_tokens=30),
+        torch.Generator().manual_seed(0),
+    )
+    assert len(out.ids) == 30 and out.verifier_notes["typical_accepted"] == sum(out.accept_lengths) - len(
+        out.accept_lengths
+    )
 
 
 def test_the_cost_profile_times_a_head_forward(target, tmp_path):

@@ -1,18 +1,19 @@
-"""EntMTP's replication: the transcription of its tables (results/reference/entmtp.csv), the offline search first, its bank, claims and figures."""
+"""EntMTP's replication: the transcription of its tables (results/reference/entmtp.csv), the offline search first, its
+bank, claims and figures."""
 
-import pandas as pd
-from specbench.replicate import tables
-from collections import Counter
-from reference_csv import load
-from pathlib import Path
-import pytest
 import json
 import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
 from conftest import run_in_process
-from runners import entmtp
-from specbench.replicate import report
+from reference_csv import load
 from replicate_fixtures import check_common, execute_notebook, index, reference, run_row
 
+from runners import entmtp
+from specbench.replicate import report, tables
 
 # EntMTP (vicuna-7b, T=0.7, 3 benchmarks: humaneval, gsm8k, sharegpt):
 #   table1: 5 methods (ar, medusa, hydra, entmtp static, entmtp tau) x 3 benchmarks
@@ -28,18 +29,31 @@ def search_entry(n: int, accept: float, bias: list[float], speedup: float) -> di
     unbiased = [20 * (accept + (0.05 if i % 2 else -0.05)) for i in range(len(bias))]
     biased = [u * (1 + b) for u, b in zip(unbiased, bias)]
     steps = [20] * len(bias)
-    return {"nodes": n, "size": n + 1, "depth": min(n, 3), "accept_biased": sum(biased) / sum(steps), "accept_unbiased": sum(unbiased) / sum(steps),
-            "biased_accepted": biased, "biased_steps": steps, "unbiased_accepted": unbiased, "unbiased_steps": steps,
-            "predicted_speedup": speedup, "choices": [[0]] * n}
+    return {
+        "nodes": n,
+        "size": n + 1,
+        "depth": min(n, 3),
+        "accept_biased": sum(biased) / sum(steps),
+        "accept_unbiased": sum(unbiased) / sum(steps),
+        "biased_accepted": biased,
+        "biased_steps": steps,
+        "unbiased_accepted": unbiased,
+        "unbiased_steps": steps,
+        "predicted_speedup": speedup,
+        "choices": [[0]] * n,
+    }
 
 
 def entmtp_bank(path: Path, bias: list[float] | None = None, tasks=None) -> Path:
     """A bank file with the search records the EntMTP runner draws Table 2 and its claims
     from: 10 search prompts, one-step estimates `bias` above self-rollout per prompt."""
     bias = [0.02] * 10 if bias is None else bias
-    frontier = [search_entry(n, 0.3 * n ** 0.5, bias, 1.0 + 0.05 * n - 0.003 * n * n) for n in range(1, 12)]
+    frontier = [search_entry(n, 0.3 * n**0.5, bias, 1.0 + 0.05 * n - 0.003 * n * n) for n in range(1, 12)]
     default = search_entry(8, 0.6, bias, 1.1)
-    meta = {f"search_{task}": {"frontier": frontier, "default": default, "samples": []} for task in (tasks or entmtp.DATASETS)}
+    meta = {
+        f"search_{task}": {"frontier": frontier, "default": default, "samples": []}
+        for task in (tasks or entmtp.DATASETS)
+    }
     path.write_text(json.dumps({"version": 1, "meta": meta, "tasks": {}}))
     return path
 
@@ -51,8 +65,15 @@ def runs_on_disk(tmp_path, name, taus, speedups=None, widths=None):
     run_dir.mkdir()
     lines = []
     for i, tau in enumerate(taus):
-        method = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60 / tau, "seconds": 1.0} | ({"tree_widths": widths} if widths else {})
-        baseline = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60, "seconds": (speedups or [1.0] * len(taus))[i]}
+        method = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60 / tau, "seconds": 1.0} | (
+            {"tree_widths": widths} if widths else {}
+        )
+        baseline = {
+            "new_tokens": 61,
+            "turn_ids": [[0]],
+            "target_forwards": 60,
+            "seconds": (speedups or [1.0] * len(taus))[i],
+        }
         lines.append(json.dumps({"id": str(i), "method": method, "baseline": baseline}))
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
     return pd.Series({"run_dir": str(run_dir)})
@@ -65,11 +86,15 @@ def test_entmtp_common_and_counts():
     assert {r["temperature"] for r in rows} == {"0.7"}
     assert {r["dataset"] for r in rows} == {"humaneval", "gsm8k", "sharegpt"}
     t1 = Counter((r["method"], r["setting"]) for r in rows if r["table"] == "table1")
-    assert t1 == {("ar", ""): 9, ("medusa", "tree=default"): 9, ("hydra", "tree=default"): 9,
-                  ("entmtp", "policy=static"): 9, ("entmtp", "policy=tau"): 9}
+    assert t1 == {
+        ("ar", ""): 9,
+        ("medusa", "tree=default"): 9,
+        ("hydra", "tree=default"): 9,
+        ("entmtp", "policy=static"): 9,
+        ("entmtp", "policy=tau"): 9,
+    }
     t2 = Counter(r["metric"] for r in rows if r["table"] == "table2")
-    assert t2 == {"accept_length_biased": 15, "accept_length_unbiased": 15,
-                  "accept_length_bias_pct": 15}
+    assert t2 == {"accept_length_biased": 15, "accept_length_unbiased": 15, "accept_length_bias_pct": 15}
 
 
 def test_entmtp_table2_delta_consistent():
@@ -95,10 +120,26 @@ def test_entmtp_spot_checks():
         base + ("table1", "vicuna-7b", "hydra", "humaneval", "0.7", "tree=default", "tau"): "3.06",
         base + ("table1", "vicuna-7b", "entmtp", "sharegpt", "0.7", "policy=tau", "speedup"): "3.47",
         base + ("table1", "vicuna-7b", "ar", "gsm8k", "0.7", "", "tok_per_s"): "33.7",
-        base + ("table2", "vicuna-7b", "hydra", "gsm8k", "0.7", "tree=greedy_frontier;nodes=11;depth=4",
-                "accept_length_biased"): "2.593",
-        base + ("table2", "vicuna-7b", "hydra", "humaneval", "0.7", "tree=greedy_frontier;nodes=14;depth=4",
-                "accept_length_bias_pct"): "-1.2",
+        base
+        + (
+            "table2",
+            "vicuna-7b",
+            "hydra",
+            "gsm8k",
+            "0.7",
+            "tree=greedy_frontier;nodes=11;depth=4",
+            "accept_length_biased",
+        ): "2.593",
+        base
+        + (
+            "table2",
+            "vicuna-7b",
+            "hydra",
+            "humaneval",
+            "0.7",
+            "tree=greedy_frontier;nodes=14;depth=4",
+            "accept_length_bias_pct",
+        ): "-1.2",
     }
     for key, value in expected.items():
         assert idx[key] == value, key
@@ -109,37 +150,86 @@ def test_entmtp_rows_claims_and_table2_from_the_bank(tmp_path):
 
     def row(method, dataset, speedup, ci, **extra):
         """A run whose 12 prompts each run about `speedup` times AR's speed (the claims' pairs)."""
-        on_disk = runs_on_disk(tmp_path, f"{method}-{dataset}-{extra.get('config.method.tree.path_value', '')}", [2.0] * 12, [speedup + 0.01 * (i % 3) for i in range(12)])
-        return run_row(method, dataset, 0.7, **{"speedup": speedup, "speedup_ci95": ci, "results.tau": 2.0, "results.tok_per_s": 40.0,
-                                                 "baseline.tok_per_s": 30.0, "config.method.tree.bank": bank, "run_dir": on_disk["run_dir"], **extra})
+        on_disk = runs_on_disk(
+            tmp_path,
+            f"{method}-{dataset}-{extra.get('config.method.tree.path_value', '')}",
+            [2.0] * 12,
+            [speedup + 0.01 * (i % 3) for i in range(12)],
+        )
+        return run_row(
+            method,
+            dataset,
+            0.7,
+            **{
+                "speedup": speedup,
+                "speedup_ci95": ci,
+                "results.tau": 2.0,
+                "results.tok_per_s": 40.0,
+                "baseline.tok_per_s": 30.0,
+                "config.method.tree.bank": bank,
+                "run_dir": on_disk["run_dir"],
+                **extra,
+            },
+        )
 
-    runs = pd.DataFrame([
-        row("hydra", "humaneval", 1.20, [1.1, 1.3], **{"config.method.tree.size": 8}),
-        row("medusa", "humaneval", 1.05, [1.0, 1.1], **{"config.method.tree.size": 9}),
-        row("entmtp", "humaneval", 1.30, [1.2, 1.4]),
-        row("entmtp_tau", "humaneval", 1.25, [1.2, 1.3], **{"config.method.tree.path_value": "best_path_value"}),
-        row("entmtp_tau", "humaneval", 1.10, [1.0, 1.2], **{"config.method.tree.path_value": "greedy_depth"}),
-    ])
+    runs = pd.DataFrame(
+        [
+            row("hydra", "humaneval", 1.20, [1.1, 1.3], **{"config.method.tree.size": 8}),
+            row("medusa", "humaneval", 1.05, [1.0, 1.1], **{"config.method.tree.size": 9}),
+            row("entmtp", "humaneval", 1.30, [1.2, 1.4]),
+            row("entmtp_tau", "humaneval", 1.25, [1.2, 1.3], **{"config.method.tree.path_value": "best_path_value"}),
+            row("entmtp_tau", "humaneval", 1.10, [1.0, 1.2], **{"config.method.tree.path_value": "greedy_depth"}),
+        ]
+    )
     ref = reference(
         ("table1", "vicuna-7b", "ar", "humaneval", 0.7, "", "tok_per_s", 38.2),
         ("table1", "vicuna-7b", "ar", "humaneval", 0.7, "", "tau", 1.0),
         ("table1", "vicuna-7b", "hydra", "humaneval", 0.7, "tree=default", "speedup", 2.85),
         ("table1", "vicuna-7b", "entmtp", "humaneval", 0.7, "policy=tau", "speedup", 3.26),
-        ("table2", "vicuna-7b", "hydra", "humaneval", 0.7, "tree=greedy_frontier;nodes=11;depth=4", "accept_length_biased", 2.0),
+        (
+            "table2",
+            "vicuna-7b",
+            "hydra",
+            "humaneval",
+            0.7,
+            "tree=greedy_frontier;nodes=11;depth=4",
+            "accept_length_biased",
+            2.0,
+        ),
     )
-    ours = tables.compare(ref, runs, entmtp.locate("cpu"), "smollm2-135m").query("model == 'smollm2-135m'").set_index(["table", "method", "metric"])
-    assert ours.loc[("table1", "ar", "tok_per_s"), "ours"] == 30.0 and ours.loc[("table1", "hydra", "speedup"), "ours"] == 1.2
-    assert ours.loc[("table1", "entmtp", "speedup"), "ours"] == 1.25  # policy=tau is the entmtp_tau run with the default path value
-    assert "0 per step by definition" in ours.loc[("table1", "ar", "tau"), "note"]  # not the release's constant shown as measured
+    ours = (
+        tables.compare(ref, runs, entmtp.locate("cpu"), "smollm2-135m")
+        .query("model == 'smollm2-135m'")
+        .set_index(["table", "method", "metric"])
+    )
+    assert (
+        ours.loc[("table1", "ar", "tok_per_s"), "ours"] == 30.0
+        and ours.loc[("table1", "hydra", "speedup"), "ours"] == 1.2
+    )
+    # policy=tau is the entmtp_tau run with the default path value
+    assert ours.loc[("table1", "entmtp", "speedup"), "ours"] == 1.25
+    # not the release's constant shown as measured
+    assert "0 per step by definition" in ours.loc[("table1", "ar", "tau"), "note"]
     assert "offline search" in ours.loc[("table2", "hydra", "accept_length_biased"), "note"]
     # Table 1's tau in the paper's convention (accepted draft tokens per step), said in its header
     converted = entmtp.accept_length_runs(runs)
     assert list(converted["results.tau"]) == [1.0] * 5 and list(runs["results.tau"]) == [2.0] * 5
     verdicts = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, runs)}
-    assert verdicts[entmtp.CLAIMS[0].text]["verdict"] == "cannot tell" and "cannot tell for gsm8k, sharegpt: no runs" in verdicts[entmtp.CLAIMS[0].text]["ours"]
-    assert verdicts[entmtp.CLAIMS[1].text]["verdict"] == "does not agree" and "entmtp_tau - entmtp speedup" in verdicts[entmtp.CLAIMS[1].text]["ours"]
-    assert verdicts[entmtp.CLAIMS[3].text]["verdict"] == "agrees" and "33 of 33 trees" in verdicts[entmtp.CLAIMS[3].text]["ours"]  # +2% on every tree
-    assert verdicts[entmtp.CLAIMS[4].text]["verdict"] == "agrees"  # a frontier tree beats the default's 1.1x on every prompt resample
+    assert (
+        verdicts[entmtp.CLAIMS[0].text]["verdict"] == "cannot tell"
+        and "cannot tell for gsm8k, sharegpt: no runs" in verdicts[entmtp.CLAIMS[0].text]["ours"]
+    )
+    assert (
+        verdicts[entmtp.CLAIMS[1].text]["verdict"] == "does not agree"
+        and "entmtp_tau - entmtp speedup" in verdicts[entmtp.CLAIMS[1].text]["ours"]
+    )
+    # +2% on every tree
+    assert (
+        verdicts[entmtp.CLAIMS[3].text]["verdict"] == "agrees"
+        and "33 of 33 trees" in verdicts[entmtp.CLAIMS[3].text]["ours"]
+    )
+    # a frontier tree beats the default's 1.1x on every prompt resample
+    assert verdicts[entmtp.CLAIMS[4].text]["verdict"] == "agrees"
     picked = entmtp.table2(entmtp.searches(Path(bank)))
     assert list(picked[picked["dataset"] == "gsm8k"]["nodes"]) == [1, 3, 6, 9, 11]  # draft nodes, the root excluded
     assert all(abs(b - 2.0) < 0.1 for b in picked["bias_pct"])
@@ -156,6 +246,7 @@ def test_entmtp_bias_and_default_claims_rest_on_intervals(tmp_path):
     """The Table 2 claim per tree: inside the tolerance only when its whole interval is,
     outside when the whole interval is, cannot tell when it straddles the edge or the
     search left a task out; the default-tree claim likewise over the search prompts."""
+
     def verdict(claim, bank):
         runs = pd.DataFrame([run_row("entmtp", "gsm8k", 0.7, **{"config.method.tree.bank": str(bank)})])
         return {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, runs)}[entmtp.CLAIMS[claim].text]
@@ -175,12 +266,21 @@ def test_entmtp_search_runs_first_and_its_bank_follows_the_results(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = [l for l in result.stdout.splitlines() if "python -m specbench" in l]
     bank = str(tmp_path / "res" / "bank-smollm2-135m.json")
-    assert [l.split(":")[0].split()[-1] for l in lines[:3]] == ["search"] * 3 and all(f"--bank {bank}" in l and "--exclude-limit 30" in l for l in lines[:3])
-    assert all("--prompts 10 --min-prompts 10" in l for l in lines[:3])  # the bias and ranking intervals resample 10 search prompts
-    assert sum(f"method.tree.bank={bank}" in l for l in lines) == 3 and "method.tree.path_value=greedy_depth" in lines[-1]
+    assert [l.split(":")[0].split()[-1] for l in lines[:3]] == ["search"] * 3 and all(
+        f"--bank {bank}" in l and "--exclude-limit 30" in l for l in lines[:3]
+    )
+    # the bias and ranking intervals resample 10 search prompts
+    assert all("--prompts 10 --min-prompts 10" in l for l in lines[:3])
+    assert (
+        sum(f"method.tree.bank={bank}" in l for l in lines) == 3 and "method.tree.path_value=greedy_depth" in lines[-1]
+    )
     paper = run_in_process([sys.executable, "runners/entmtp.py", "--scale", "paper"])
     assert paper.returncode == 0 and "--budget 88" in paper.stdout and "not launched" in paper.stdout
-    assert all("dataset.limit=100" in l and "gen.max_new_tokens=256" in l for l in paper.stdout.splitlines() if " -m specbench -m " in l)
+    assert all(
+        "dataset.limit=100" in l and "gen.max_new_tokens=256" in l
+        for l in paper.stdout.splitlines()
+        if " -m specbench -m " in l
+    )
 
 
 def test_entmtp_notebook_on_a_small_sweep(tmp_path, monkeypatch):
@@ -190,20 +290,36 @@ def test_entmtp_notebook_on_a_small_sweep(tmp_path, monkeypatch):
     (tmp_path / "results").mkdir()
     bank = str(entmtp_bank(tmp_path / "results" / "bank-smollm2-135m.json"))
     runs = tmp_path / "runs"
-    shapes = {"medusa": {"size": 9}, "hydra": {"size": 8}, "entmtp": {"bank": bank}, "entmtp_tau": {"bank": bank, "path_value": "best_path_value"}}
+    shapes = {
+        "medusa": {"size": 9},
+        "hydra": {"size": 8},
+        "entmtp": {"bank": bank},
+        "entmtp_tau": {"bank": bank, "path_value": "best_path_value"},
+    }
     for i, (method, tree) in enumerate(shapes.items()):
         for dataset in entmtp.DATASETS:
             run = runs / method / f"{dataset}-{i}"
             run.mkdir(parents=True)
-            config = {"model": {"name": "smollm2-135m"}, "method": {"name": method, "tree": tree}, "dataset": {"name": dataset, "limit": 20},
-                      "gen": {"temperature": 0.7, "max_new_tokens": 64, "batch_size": 1}}
-            summary = {"config": config, "speedup": 1.2 + 0.1 * i, "speedup_ci95": [1.1, 1.5], "results": {"tau": 2.0, "delta": 1.0, "tok_per_s": 40.0, "samples": 20},
-                       "baseline": {"tok_per_s": 33.0}}
+            config = {
+                "model": {"name": "smollm2-135m"},
+                "method": {"name": method, "tree": tree},
+                "dataset": {"name": dataset, "limit": 20},
+                "gen": {"temperature": 0.7, "max_new_tokens": 64, "batch_size": 1},
+            }
+            summary = {
+                "config": config,
+                "speedup": 1.2 + 0.1 * i,
+                "speedup_ci95": [1.1, 1.5],
+                "results": {"tau": 2.0, "delta": 1.0, "tok_per_s": 40.0, "samples": 20},
+                "baseline": {"tok_per_s": 33.0},
+            }
             (run / "summary.json").write_text(json.dumps(summary))
     printed = execute_notebook("entmtp", runs, tmp_path / "results", monkeypatch)
     assert "12 finished runs" in printed and "EntMTP" in printed
     assert {"figure1.png", "figure2.png"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}
-    assert {"table1.md", "table2-search.md", "path-value.md"} <= {p.name for p in (tmp_path / "results" / "tables").iterdir()}
+    assert {"table1.md", "table2-search.md", "path-value.md"} <= {
+        p.name for p in (tmp_path / "results" / "tables").iterdir()
+    }
 
 
 def test_entmtp_a_scheduler_that_never_left_the_static_tree_was_not_run_as_configured(tmp_path):
@@ -214,19 +330,38 @@ def test_entmtp_a_scheduler_that_never_left_the_static_tree_was_not_run_as_confi
     bank = str(entmtp_bank(tmp_path / "bank.json"))
 
     def row(method, dataset, speedup, widths, case):
-        on_disk = runs_on_disk(tmp_path, f"{case}-{method}-{dataset}", [2.0] * 12, [speedup + 0.01 * (i % 3) for i in range(12)], widths)
+        on_disk = runs_on_disk(
+            tmp_path, f"{case}-{method}-{dataset}", [2.0] * 12, [speedup + 0.01 * (i % 3) for i in range(12)], widths
+        )
         extra = {"config.method.tree.path_value": "best_path_value"} if method == "entmtp_tau" else {}
-        return run_row(method, dataset, 0.7, **{"speedup": speedup, "config.method.tree.bank": bank, "run_dir": on_disk["run_dir"], **extra})
+        return run_row(
+            method,
+            dataset,
+            0.7,
+            **{"speedup": speedup, "config.method.tree.bank": bank, "run_dir": on_disk["run_dir"], **extra},
+        )
 
     static = [[1, 1], [1, 1]]
-    alike = pd.DataFrame([row(m, d, s, static, "alike") for d in entmtp.DATASETS for m, s in (("entmtp", 1.3), ("entmtp_tau", 1.1))])
+    alike = pd.DataFrame(
+        [row(m, d, s, static, "alike") for d in entmtp.DATASETS for m, s in (("entmtp", 1.3), ("entmtp_tau", 1.1))]
+    )
     verdict = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, alike)}[entmtp.CLAIMS[1].text]
-    assert verdict["verdict"] == entmtp.NOT_AS_CONFIGURED and "the same tree as entmtp at every step" in verdict["ours"] and "calibration prompts" in verdict["ours"]
-    without_sharegpt = alike[alike["config.dataset.name"] != "sharegpt"]  # a task with no run is named, never passed over
+    assert (
+        verdict["verdict"] == entmtp.NOT_AS_CONFIGURED
+        and "the same tree as entmtp at every step" in verdict["ours"]
+        and "calibration prompts" in verdict["ours"]
+    )
+    # a task with no run is named, never passed over
+    without_sharegpt = alike[alike["config.dataset.name"] != "sharegpt"]
     verdict = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, without_sharegpt)}[entmtp.CLAIMS[1].text]
     assert verdict["verdict"] == "cannot tell" and "cannot tell for sharegpt: no runs" in verdict["ours"]
-    one_differs = pd.DataFrame([row(m, d, s, static if d != "gsm8k" or m == "entmtp" else [[2], [1, 1]], "differs")
-                                for d in entmtp.DATASETS for m, s in (("entmtp", 1.3), ("entmtp_tau", 1.1))])
+    one_differs = pd.DataFrame(
+        [
+            row(m, d, s, static if d != "gsm8k" or m == "entmtp" else [[2], [1, 1]], "differs")
+            for d in entmtp.DATASETS
+            for m, s in (("entmtp", 1.3), ("entmtp_tau", 1.1))
+        ]
+    )
     verdict = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, one_differs)}[entmtp.CLAIMS[1].text]
     assert verdict["verdict"] == "does not agree" and "gsm8k" in verdict["ours"]  # slower where its trees differ
 
@@ -234,16 +369,26 @@ def test_entmtp_a_scheduler_that_never_left_the_static_tree_was_not_run_as_confi
 def test_entmtp_claims_find_their_runs_at_paper_scale(tmp_path):
     """At paper scale the default trees are the release's mc_sim_7b_63 (no tree.size): the
     Table 1 claims pair those runs, not only the cpu-scale ones."""
+
     def row(method, dataset, speedup, **extra):
-        on_disk = runs_on_disk(tmp_path, f"{method}-{dataset}", [2.0] * 10, [speedup + 0.01 * (i % 3) for i in range(10)])
-        return run_row(method, dataset, 0.7, **{"config.model.name": "vicuna-7b", "run_dir": on_disk["run_dir"], **extra})
+        on_disk = runs_on_disk(
+            tmp_path, f"{method}-{dataset}", [2.0] * 10, [speedup + 0.01 * (i % 3) for i in range(10)]
+        )
+        return run_row(
+            method, dataset, 0.7, **{"config.model.name": "vicuna-7b", "run_dir": on_disk["run_dir"], **extra}
+        )
 
     release = {"config.method.tree.choices_name": "mc_sim_7b_63"}
-    runs = pd.DataFrame([row(m, d, s, **release) for d in entmtp.DATASETS for m, s in (("hydra", 1.3), ("medusa", 1.1))])
+    runs = pd.DataFrame(
+        [row(m, d, s, **release) for d in entmtp.DATASETS for m, s in (("hydra", 1.3), ("medusa", 1.1))]
+    )
     hydra_vs_medusa = {v["claim"]: v for v in report.verdicts(entmtp.CLAIMS, runs)}[entmtp.CLAIMS[2].text]
     assert hydra_vs_medusa["verdict"] == "agrees" and all(d in hydra_vs_medusa["ours"] for d in entmtp.DATASETS)
-    ours = tables.compare(reference(("table1", "vicuna-7b", "hydra", "gsm8k", 0.7, "tree=default", "speedup", 2.87)), runs.assign(speedup=1.3),
-                          entmtp.locate("paper"))
+    ours = tables.compare(
+        reference(("table1", "vicuna-7b", "hydra", "gsm8k", 0.7, "tree=default", "speedup", 2.87)),
+        runs.assign(speedup=1.3),
+        entmtp.locate("paper"),
+    )
     assert ours["ours"].tolist() == [1.3]
 
 
@@ -272,8 +417,8 @@ def test_entmtp_figure3_correlates_history_with_the_next_accept_length(tmp_path)
 def test_entmtp_search_keeps_enough_prompts_at_paper_scale():
     """HumanEval has 164 tasks: the paper-scale search runs on the 64 outside the 100
     evaluated ones, at least the --min-prompts the runner asks for."""
-    from specbench.run.config import compose_config
     from specbench.data import questions
+    from specbench.run.config import compose_config
 
     options = entmtp.SEARCH["paper"]
     needed = int(options[options.index("--min-prompts") + 1])

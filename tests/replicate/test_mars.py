@@ -1,16 +1,19 @@
-"""MARS's replication: the transcription of the paper's tables (results/reference/mars.csv; mars.notes.md), the runs runners/mars.py reads for its cells and claims, and a tiny replication."""
+"""MARS's replication: the transcription of the paper's tables (results/reference/mars.csv; mars.notes.md), the runs
+runners/mars.py reads for its cells and claims, and a tiny replication."""
+
+import sys
+from collections import Counter
 
 import pandas as pd
+import pytest
 import yaml
+from conftest import run_in_process
+from reference_csv import HEADER, KEY, load
+from replicate_fixtures import SMALL_COSTS, execute_notebook
+
 from runners import mars as runner
 from specbench import ROOT
 from specbench.replicate import tables
-from collections import Counter
-from reference_csv import HEADER, KEY, load
-import pytest
-import sys
-from conftest import run_in_process
-from replicate_fixtures import SMALL_COSTS, execute_notebook
 
 
 def reference_rows(**filters):
@@ -21,7 +24,16 @@ def reference_rows(**filters):
 
 
 def located(table, method, temperature, setting="", scale="cpu", model="smollm2-135m"):
-    row = pd.Series({"table": table, "model": model, "method": method, "dataset": "gsm8k", "temperature": temperature, "setting": setting})
+    row = pd.Series(
+        {
+            "table": table,
+            "model": model,
+            "method": method,
+            "dataset": "gsm8k",
+            "temperature": temperature,
+            "setting": setting,
+        }
+    )
     return runner.locate(scale)(row)
 
 
@@ -79,14 +91,17 @@ def test_t1_cells_read_the_release_rule_and_table6_reads_algorithm_1():
 
 
 def test_each_table5_pair_has_its_own_run_or_says_why_not():
-    at_paper = [located("table5", "sps", 1.0, f"draft={draft};gamma=6", "paper", model)[0]
-                for model, draft in (("qwen3-32b", "qwen3-0.6b"), ("llama3.1-70b", "llama3.1-8b"))]
+    at_paper = [
+        located("table5", "sps", 1.0, f"draft={draft};gamma=6", "paper", model)[0]
+        for model, draft in (("qwen3-32b", "qwen3-0.6b"), ("llama3.1-70b", "llama3.1-8b"))
+    ]
     assert [f["config.method.drafter.model.name"] for f in at_paper] == ["qwen3-0.6b", "llama3.1-8b"]
     assert [f["config.model.name"] for f in at_paper] == ["qwen3-32b", "llama3.1-70b"]
     # cpu scale has one draft pair: it is shown once, the other pair says why it has none
     assert located("table5", "sps", 1.0, "draft=qwen3-0.6b;gamma=6")[0]["config.method.tree.gamma"] == 6
     assert located("table5", "sps", 1.0, "draft=llama3.1-8b;gamma=6") == runner.CPU_PAIR_ONLY
-    assert isinstance(located("table1", "sps", 1.0, "draft=vicuna-68m"), tuple)  # Table 1's SpS row is not a Table 5 pair
+    # Table 1's SpS row is not a Table 5 pair
+    assert isinstance(located("table1", "sps", 1.0, "draft=vicuna-68m"), tuple)
 
 
 def test_table2_at_cpu_scale_reads_the_budget_where_k_adds_nodes():
@@ -94,12 +109,17 @@ def test_table2_at_cpu_scale_reads_the_budget_where_k_adds_nodes():
     assert filters["config.method.tree.depth"] == 14
     assert (filters["config.method.tree.top_k"], filters["config.method.tree.total_tokens"]) == (4, 200)
     paper = located("table2", "mars", 1.0, "K=15", "paper", "qwen3-32b")[0]
-    assert (paper["config.method.tree.top_k"], paper["config.method.tree.total_tokens"]) == (10, 50)  # the release's, at every K
+    # the release's, at every K
+    assert (paper["config.method.tree.top_k"], paper["config.method.tree.total_tokens"]) == (10, 50)
 
 
 def test_every_baseline_drafts_seven_tokens_where_its_method_allows():
     # §4.1: "we fix the draft length to 7 for all methods"
-    assert runner.DEFAULTS["mars"]["config.method.tree.depth"] + 1 == 7 == runner.DEFAULTS["eagle2"]["config.method.tree.depth"] + 1
+    assert (
+        runner.DEFAULTS["mars"]["config.method.tree.depth"] + 1
+        == 7
+        == runner.DEFAULTS["eagle2"]["config.method.tree.depth"] + 1
+    )
     assert runner.DEFAULTS["sps"]["config.method.tree.gamma"] == 7 == runner.DEFAULTS["pld"]["config.method.tree.gamma"]
     assert runner.DEFAULTS["lookahead"]["config.method.tree.ngram"] - 1 == 7
     assert max(len(choice) for choice in yaml.safe_load(runner.EAGLE_TREE)) == 7
@@ -139,21 +159,74 @@ def test_the_mars_reference_spot_checks():
     assert lookup(rows, **t1, model="vicuna-13b", method="mars", dataset="mt_bench", metric="speedup") == "3.75"
     assert lookup(rows, **t1, model="vicuna-13b", method="mars", dataset="mt_bench", metric="tau") == "7.11"
     assert lookup(rows, **t1, model="llama3.1-70b", method="mars", dataset="mean", metric="speedup") == "4.76"
-    assert lookup(rows, table="table1", model="vicuna-13b", method="sps", dataset="cnn_dm",
-                  setting="draft=vicuna-68m", metric="tau") == "1.89"
-    assert lookup(rows, table="table2", model="qwen3-32b", method="mars", dataset="humaneval",
-                  temperature="0.4", setting="K=9", metric="tau") == "5.94"
-    assert lookup(rows, table="table2", model="qwen3-32b", method="ar", dataset="gsm8k",
-                  temperature="1", setting="", metric="accuracy") == "0.857"
+    assert (
+        lookup(
+            rows,
+            table="table1",
+            model="vicuna-13b",
+            method="sps",
+            dataset="cnn_dm",
+            setting="draft=vicuna-68m",
+            metric="tau",
+        )
+        == "1.89"
+    )
+    assert (
+        lookup(
+            rows,
+            table="table2",
+            model="qwen3-32b",
+            method="mars",
+            dataset="humaneval",
+            temperature="0.4",
+            setting="K=9",
+            metric="tau",
+        )
+        == "5.94"
+    )
+    assert (
+        lookup(
+            rows,
+            table="table2",
+            model="qwen3-32b",
+            method="ar",
+            dataset="gsm8k",
+            temperature="1",
+            setting="",
+            metric="accuracy",
+        )
+        == "0.857"
+    )
     assert lookup(rows, table="table3", model="vicuna-13b", method="ar", metric="rouge_l") == "0.2272"
-    assert lookup(rows, table="table4", model="qwen3-8b", method="mars", setting="theta=0.9",
-                  metric="chrf") == "59.81"
-    assert lookup(rows, table="table5", model="llama3.1-70b", method="sps_mars", dataset="humaneval",
-                  setting="draft=llama3.1-8b;gamma=6", metric="speedup") == "4.36"
-    assert lookup(rows, table="table6", model="llama3.1-8b", method="eagle3", dataset="mean",
-                  temperature="0", metric="speedup") == "3.93"
-    assert lookup(rows, table="table7", model="qwen3-32b", method="mars",
-                  setting="category=coding", metric="judge_score") == "9.29"
+    assert lookup(rows, table="table4", model="qwen3-8b", method="mars", setting="theta=0.9", metric="chrf") == "59.81"
+    assert (
+        lookup(
+            rows,
+            table="table5",
+            model="llama3.1-70b",
+            method="sps_mars",
+            dataset="humaneval",
+            setting="draft=llama3.1-8b;gamma=6",
+            metric="speedup",
+        )
+        == "4.36"
+    )
+    assert (
+        lookup(
+            rows,
+            table="table6",
+            model="llama3.1-8b",
+            method="eagle3",
+            dataset="mean",
+            temperature="0",
+            metric="speedup",
+        )
+        == "3.93"
+    )
+    assert (
+        lookup(rows, table="table7", model="qwen3-32b", method="mars", setting="category=coding", metric="judge_score")
+        == "9.29"
+    )
 
 
 def test_placeholder_cells_are_absent():
@@ -164,8 +237,24 @@ def test_placeholder_cells_are_absent():
 
 @pytest.mark.slow
 def test_tiny_mars_replication_and_its_notebook(tmp_path, monkeypatch):
-    args = [sys.executable, "runners/mars.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "table1", "table6", "--datasets", "gsm8k",
-            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
+    args = [
+        sys.executable,
+        "runners/mars.py",
+        "--prompts",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--only",
+        "table1",
+        "table6",
+        "--datasets",
+        "gsm8k",
+        "--outputs",
+        str(tmp_path / "runs"),
+        "--results",
+        str(tmp_path / "results"),
+        *SMALL_COSTS,
+    ]
     result = run_in_process(args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert {"figure1.png", "figure4.pdf"} <= {p.name for p in (tmp_path / "results" / "figures").iterdir()}

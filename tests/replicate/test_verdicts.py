@@ -24,9 +24,27 @@ def run_on_disk(tmp_path, name, taus, speedups=None, batch=1):
     for i, tau in enumerate(taus):
         speedup = (speedups or [1.0] * len(taus))[i]
         for row in range(batch):
-            common = {"batch_size": batch, "batch_id": f"b{i}", "draft_forwards": 0, "accept_lengths": []} if batch > 1 else {}
-            method = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60 / tau, "seconds": 1.0, "batch_seconds": 1.0, **common}
-            baseline = {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60, "seconds": speedup, "batch_seconds": speedup, **common}
+            common = (
+                {"batch_size": batch, "batch_id": f"b{i}", "draft_forwards": 0, "accept_lengths": []}
+                if batch > 1
+                else {}
+            )
+            method = {
+                "new_tokens": 61,
+                "turn_ids": [[0]],
+                "target_forwards": 60 / tau,
+                "seconds": 1.0,
+                "batch_seconds": 1.0,
+                **common,
+            }
+            baseline = {
+                "new_tokens": 61,
+                "turn_ids": [[0]],
+                "target_forwards": 60,
+                "seconds": speedup,
+                "batch_seconds": speedup,
+                **common,
+            }
             lines.append(json.dumps({"id": f"{i}-{row}", "method": method, "baseline": baseline}))
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
     return pd.Series({"run_dir": str(run_dir)})
@@ -35,7 +53,13 @@ def run_on_disk(tmp_path, name, taus, speedups=None, batch=1):
 def test_intervals_are_scipys_bca_and_say_so():
     values = [0.3, -0.1, 0.5, 0.2, 0.9, 0.1, 0.4, -0.2, 0.6, 0.3, 0.0, 0.7]
     found = v.mean_interval(values)
-    direct = stats.bootstrap((np.array(values),), np.mean, n_resamples=intervals.RESAMPLES, method="BCa", rng=np.random.default_rng(intervals.SEED))
+    direct = stats.bootstrap(
+        (np.array(values),),
+        np.mean,
+        n_resamples=intervals.RESAMPLES,
+        method="BCa",
+        rng=np.random.default_rng(intervals.SEED),
+    )
     assert found.method == "BCa" and (found.low, found.high) == pytest.approx(tuple(direct.confidence_interval))
     assert v.mean_interval(values) == found  # seeded: a report regenerates the same
     assert "95% BCa CI" in found.text("prompts") and "BCa" in v.INTERVALS and "scipy.stats.bootstrap" in v.INTERVALS
@@ -91,12 +115,16 @@ def test_an_undecided_equivalence_claim_leans_by_where_its_estimate_lies():
     # inside ±5, reaching 3 past the upper edge from an estimate 4 below it: 20 * (7/4)^2 = 61.25
     verdict, text = v.equivalent(v.Interval(1.0, (20,), -2.0, 8.0, "BCa"), 5.0)
     assert verdict is None and text.endswith("leans toward the claim; about 62 prompts would settle it")
-    # across both edges: the side further from settled decides (lower: 20 * (10/6)^2 = 55.6; upper: 20 * (5/4)^2 = 31.25)
+    # across both edges: the side further from settled decides (lower: 20 * (10/6)^2 = 55.6; upper: 20 * (5/4)^2 =
+    # 31.25)
     assert v.equivalent(v.Interval(1.0, (20,), -9.0, 6.0, "BCa"), 5.0)[1].endswith("about 56 prompts would settle it")
     # outside, reaching back across the lower edge: 20 * (8/2)^2 = 320 (a sign test's lean would be "toward")
     verdict, text = v.equivalent(v.Interval(-7.0, (20,), -12.0, 1.0, "BCa"), 5.0)
     assert verdict is None and text.endswith("leans against the claim; about 320 prompts would settle it")
-    assert v.equivalent(v.Interval(-7.0, (20,), -9.0, -6.0, "BCa"), 5.0) == (False, "-7 [95% BCa CI -9, -6], n=20 prompts")
+    assert v.equivalent(v.Interval(-7.0, (20,), -9.0, -6.0, "BCa"), 5.0) == (
+        False,
+        "-7 [95% BCa CI -9, -6], n=20 prompts",
+    )
     assert v.equivalent(v.Interval(0.5, (20,), -1.0, 2.0, "BCa"), 5.0)[0] is True
     assert v.equivalent(v.Interval(0.5, (9,)), 5.0)[1].endswith("cannot tell: n=9 groups, at least 10 needed")
 
@@ -123,7 +151,8 @@ def test_a_claim_for_most_cases_needs_more_than_half():
 
 
 def test_every_higher_pairs_per_prompt_and_prints_n_per_case(tmp_path):
-    high = run_on_disk(tmp_path, "high", [t + 0.3 for t in BASE])  # +0.3 on every prompt: hidden between prompts, clear per prompt
+    # +0.3 on every prompt: hidden between prompts, clear per prompt
+    high = run_on_disk(tmp_path, "high", [t + 0.3 for t in BASE])
     low = run_on_disk(tmp_path, "low", BASE)
     assert v.unpaired_difference([t + 0.3 for t in BASE], BASE)[0] is None
     verdict, text = v.every_higher([("a", high, low), ("b", high, low)], "tau", ("x", "y"))
@@ -145,8 +174,14 @@ def test_every_higher_pairs_per_prompt_and_prints_n_per_case(tmp_path):
 def test_a_case_without_a_run_makes_an_every_case_claim_cannot_tell_and_is_named(tmp_path):
     high = run_on_disk(tmp_path, "high", [t + 0.3 for t in BASE])
     low = run_on_disk(tmp_path, "low", BASE)
-    verdict, text = v.every_higher([("gsm8k", high, low), ("alpaca", None, low), ("nq", None, None)], "tau", ("cast", "eagle3"))
-    assert verdict is None and "alpaca: cannot tell: no cast run" in text and "nq: cannot tell: no cast and eagle3 run" in text
+    verdict, text = v.every_higher(
+        [("gsm8k", high, low), ("alpaca", None, low), ("nq", None, None)], "tau", ("cast", "eagle3")
+    )
+    assert (
+        verdict is None
+        and "alpaca: cannot tell: no cast run" in text
+        and "nq: cannot tell: no cast and eagle3 run" in text
+    )
     # ... and a clear loss elsewhere still settles it
     assert v.every_higher([("gsm8k", low, high), ("alpaca", None, low)], "tau", ("cast", "eagle3"))[0] is False
 
@@ -164,7 +199,8 @@ def test_mostly_higher_counts_the_cases(tmp_path):
     pairs = [("a", high, low), ("b", high, low), ("c", low, high)]
     verdict, text = v.mostly_higher(pairs, "tau", ("x", "y"))
     assert verdict is True and text.startswith("2 of 3 cases higher")
-    assert v.mostly_higher(pairs + [("d", None, low)], "tau", ("x", "y"))[0] is None  # 2 of 4 so far: the missing case decides
+    # 2 of 4 so far: the missing case decides
+    assert v.mostly_higher(pairs + [("d", None, low)], "tau", ("x", "y"))[0] is None
     assert v.mostly_higher(pairs + [("d", low, high)], "tau", ("x", "y"))[0] is False  # 2 of 4 is not most
 
 
@@ -181,16 +217,23 @@ def test_a_trend_claim_needs_every_slope_interval_on_its_side(tmp_path):
     rising = [(x, run_on_disk(tmp_path, f"rise{x}", [t + 0.1 * x for t in BASE])) for x in (1, 2, 3)]
     falling = [(x, run_on_disk(tmp_path, f"fall{x}", [t - 0.1 * x for t in BASE])) for x in (1, 2, 3)]
     # half the prompts rise steeply, half fall: the mean slope is inside prompt noise
-    noisy = [(x, run_on_disk(tmp_path, f"noise{x}", [t + (0.31 if i % 2 else -0.29) * x for i, t in enumerate(BASE)])) for x in (1, 2, 3)]
+    noisy = [
+        (x, run_on_disk(tmp_path, f"noise{x}", [t + (0.31 if i % 2 else -0.29) * x for i, t in enumerate(BASE)]))
+        for x in (1, 2, 3)
+    ]
     assert v.every_slope([("a", rising), ("b", rising)], "tau", rising=True, axis="K")[0] is True
     assert v.every_slope([("a", rising), ("b", falling)], "tau", rising=True, axis="K")[0] is False
     assert v.every_slope([("a", falling)], "tau", rising=False, axis="theta")[0] is True
     flat = [(x, run_on_disk(tmp_path, f"flat{x}", BASE)) for x in (1, 2, 3)]
     verdict, text = v.every_slope([("a", flat)], "tau", rising=True, axis="K")
-    assert verdict == v.NOT_TESTABLE and "a not testable at this scale: tau is the same at every K on each of the 12 prompts" in text
+    assert (
+        verdict == v.NOT_TESTABLE
+        and "a not testable at this scale: tau is the same at every K on each of the 12 prompts" in text
+    )
     verdict, text = v.every_slope([("a", rising), ("b", noisy)], "tau", rising=True, axis="K")
     assert verdict is None and text.startswith("slope of tau per unit K") and "a +0.1 [95% " in text
-    assert "would settle it" in text.split("; b ")[1] and "settle" not in text.split("; b ")[0]  # only the undecided case
+    # only the undecided case
+    assert "would settle it" in text.split("; b ")[1] and "settle" not in text.split("; b ")[0]
     verdict, text = v.every_slope([("a", rising), ("b", rising[:1])], "tau", rising=True, axis="K")
     assert verdict is None and "b: cannot tell: runs at 1 K value(s), two needed" in text  # one point is no slope
     with pytest.raises(KeyError):
@@ -209,9 +252,17 @@ def test_positive_resamples_any_groups():
 def test_the_report_prints_not_testable_as_its_own_verdict():
     from specbench.replicate import report
 
-    flat = report.Claim("Table 2", "A longer draft gives a larger tau", lambda runs: v.every_slope([("a", [])], "tau", rising=True, axis="K"))
+    flat = report.Claim(
+        "Table 2",
+        "A longer draft gives a larger tau",
+        lambda runs: v.every_slope([("a", [])], "tau", rising=True, axis="K"),
+    )
     assert report.verdicts([flat], pd.DataFrame())[0]["verdict"] == "cannot tell"  # no runs at two K values
-    untestable = report.Claim("Table 2", "A longer draft gives a larger tau", lambda runs: (v.NOT_TESTABLE, "not testable at this scale: the tree does not grow with K"))
+    untestable = report.Claim(
+        "Table 2",
+        "A longer draft gives a larger tau",
+        lambda runs: (v.NOT_TESTABLE, "not testable at this scale: the tree does not grow with K"),
+    )
     assert report.verdicts([untestable], pd.DataFrame())[0]["verdict"] == "not testable at this scale"
 
 
@@ -223,11 +274,24 @@ def test_a_batch_size_of_the_sweep_without_runs_is_named(tmp_path):
     def row(method, batch, speedups):
         shape = cast.cast_filters("smollm2-135m", batch) if method == "cast" else cast.eagle3_filters("smollm2-135m")
         run = run_on_disk(tmp_path, f"{method}{batch}", [2.0] * 12, speedups, batch=batch)
-        return {**shape, "config.method.name": method, "config.model.name": "smollm2-135m", "config.dataset.name": "humaneval",
-                "temperature": 0.0, "config.gen.batch_size": batch, "speedup": speedups[0], "speedup_ci95": None,
-                "results.tok_per_s": 10.0, "results.samples": 12 * batch, "run_dir": run["run_dir"]}
+        return {
+            **shape,
+            "config.method.name": method,
+            "config.model.name": "smollm2-135m",
+            "config.dataset.name": "humaneval",
+            "temperature": 0.0,
+            "config.gen.batch_size": batch,
+            "speedup": speedups[0],
+            "speedup_ci95": None,
+            "results.tok_per_s": 10.0,
+            "results.samples": 12 * batch,
+            "run_dir": run["run_dir"],
+        }
 
-    runs = pd.DataFrame([row("cast", b, [1.5 + 0.01 * i for i in range(12)]) for b in (1, 8)] + [row("eagle3", b, [1.2 + 0.01 * i for i in range(12)]) for b in (1, 8)])
+    runs = pd.DataFrame(
+        [row("cast", b, [1.5 + 0.01 * i for i in range(12)]) for b in (1, 8)]
+        + [row("eagle3", b, [1.2 + 0.01 * i for i in range(12)]) for b in (1, 8)]
+    )
     verdict, text = cast._never_behind(runs)
     assert verdict is None and "B=4: cannot tell: no cast and eagle3 run" in text
     assert "B=1 +0.3 [95% " in text and "n=12 prompts" in text and "n=12 batches" in text
@@ -249,8 +313,22 @@ def gated_run(tmp_path, name, speedups, nodes):
     """A run whose prompt i ran speedups[i] times AR's speed with trees of `nodes` nodes."""
     run_dir = tmp_path / name
     run_dir.mkdir()
-    lines = [json.dumps({"id": str(i), "method": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 30, "seconds": 1.0, "tree_widths": [[nodes - 1]] * 30},
-                         "baseline": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60, "seconds": s}}) for i, s in enumerate(speedups)]
+    lines = [
+        json.dumps(
+            {
+                "id": str(i),
+                "method": {
+                    "new_tokens": 61,
+                    "turn_ids": [[0]],
+                    "target_forwards": 30,
+                    "seconds": 1.0,
+                    "tree_widths": [[nodes - 1]] * 30,
+                },
+                "baseline": {"new_tokens": 61, "turn_ids": [[0]], "target_forwards": 60, "seconds": s},
+            }
+        )
+        for i, s in enumerate(speedups)
+    ]
     (run_dir / "samples.jsonl").write_text("\n".join(lines))
     return pd.Series({"run_dir": str(run_dir)})
 
@@ -268,7 +346,8 @@ def test_a_speed_comparison_out_of_regime_is_not_testable_and_names_both_speedup
     assert v.every_higher([("gsm8k", narrow, wide)], "speedup", ("a", "b"))[0] is True  # no gate outside a report
     like = gated_run(tmp_path, "like", slow, 8)
     with regime.gating(cpu):
-        assert v.every_higher([("gsm8k", narrow, like)], "speedup", ("a", "b"))[0] is True  # 8 nodes cost 1.9 here: in regime
+        # 8 nodes cost 1.9 here: in regime
+        assert v.every_higher([("gsm8k", narrow, like)], "speedup", ("a", "b"))[0] is True
 
 
 def test_the_papers_regime_comes_from_their_own_tau_and_speedup():
@@ -276,7 +355,8 @@ def test_the_papers_regime_comes_from_their_own_tau_and_speedup():
 
     ratios, left_out = regime.paper_cells("talon")
     assert len(ratios) == 168 and left_out == 0 and 1 <= min(ratios) and 1.2 < sorted(ratios)[len(ratios) // 2] < 2.2
-    assert regime.published_tau_lead("talon", ("talon", "medusa")) == (12, 12)  # the paper's MAT: TALON above Medusa everywhere
+    # the paper's MAT: TALON above Medusa everywhere
+    assert regime.published_tau_lead("talon", ("talon", "medusa")) == (12, 12)
     lead, cells = regime.published_tau_lead("talon", ("talon", "eagle3"))
     assert cells == 60 and lead * 2 < cells  # below EAGLE-3's in most cells: no tau claim follows from its speed claim
 
@@ -286,8 +366,10 @@ def test_a_speed_trend_out_of_regime_is_not_testable(tmp_path):
 
     points = [(x, gated_run(tmp_path, f"t{x}", [0.5 - 0.02 * x + 0.001 * i for i in range(12)], 50)) for x in range(4)]
     cpu = regime.Regime("mars", {1: 1.0, 50: 6.4, 64: 7.0}, "profile", 1.55, 10, (1.0, 2.1), "test", 0)
-    assert v.every_slope([("gsm8k", points)], "speedup", rising=False, axis="theta")[0] is True  # no gate outside a report
+    # no gate outside a report
+    assert v.every_slope([("gsm8k", points)], "speedup", rising=False, axis="theta")[0] is True
     with regime.gating(cpu):
         verdict, text = v.every_slope([("gsm8k", points)], "speedup", rising=False, axis="theta")
         assert verdict == v.NOT_TESTABLE and "verifying 50 nodes costs 6.4" in text
-        assert "one-token forwards" not in v.every_slope([("gsm8k", points)], "tau", rising=False, axis="theta")[1]  # tau is not gated
+        # tau is not gated
+        assert "one-token forwards" not in v.every_slope([("gsm8k", points)], "tau", rising=False, axis="theta")[1]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import MIN_GAIN, run_in_process
 from omegaconf import OmegaConf
 
-from conftest import MIN_GAIN, run_in_process
 from specbench.engine.candidates import DRAFTING_OFF
 from specbench.models import registry
 
@@ -21,19 +21,33 @@ ROOT = Path(__file__).resolve().parents[2]
 # small cost profile and calibration: the first run on a machine measures them (cached after)
 # a fixed small EAGLE tree: the draft runs whatever the auto shape would pick on this machine
 SMALL_EAGLE_TREE = ["method.tree.top_k=4", "method.tree.depth=3", "method.tree.total_tokens=12"]
-QUICK = ["dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
+QUICK = [
+    "dataset.limit=2",
+    "dataset.max_turns=1",
+    "gen.max_new_tokens=12",
+    "costs.max_n=8",
+    "costs.repeats=1",
+    "costs.calibration_prompts=1",
+    "costs.calibration_tokens=12",
+]
 
 
 def run(*args, tmp_path, env=None):
     """`python -m specbench output_root=tmp_path *args`, in this process (conftest.run_in_process)."""
-    return run_in_process([sys.executable, "-m", "specbench", f"output_root={tmp_path}", *args], env={**os.environ, **(env or {})})
+    return run_in_process(
+        [sys.executable, "-m", "specbench", f"output_root={tmp_path}", *args], env={**os.environ, **(env or {})}
+    )
 
 
 def run_process(*args, tmp_path, env=None):
     """The same command in a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "specbench", f"output_root={tmp_path}", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -62,7 +76,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     one_error_line(run_process(*QUICK, "gen.max_new_tokens=0", tmp_path=tmp_path), "gen.max_new_tokens")
 
 
-@pytest.mark.parametrize("group,choice", [("method", "nope"), ("model", "gpt-9"), ("dataset", "nope"), ("hardware", "tpu")])
+@pytest.mark.parametrize(
+    "group,choice", [("method", "nope"), ("model", "gpt-9"), ("dataset", "nope"), ("hardware", "tpu")]
+)
 def test_unknown_choice(group, choice, capsys):
     from specbench.run.config import check_choices
 
@@ -106,8 +122,8 @@ def test_unknown_choice(group, choice, capsys):
 def test_bad_values_fail_before_any_model_loads(override, key, tmp_path):
     """The run's constructor refuses them (the command prints its ConfigError as one line, as
     above): bad input costs a second, not a model load and the dtype and compile probes."""
-    from specbench.run.config import compose_config
     from specbench.errors import ConfigError
+    from specbench.run.config import compose_config
     from specbench.run.runner import Runner
 
     extra = {"gamma": ["method=pld"], "theta": ["method=mars"], "mu": ["method=talon"], "budget": ["method=talon"]}
@@ -117,8 +133,8 @@ def test_bad_values_fail_before_any_model_loads(override, key, tmp_path):
 
 
 def test_dtype_choices_include_auto(tmp_path):
-    from specbench.run.config import compose_config
     from specbench.errors import ConfigError
+    from specbench.run.config import compose_config
     from specbench.run.runner import Runner
 
     with pytest.raises(ConfigError, match=r"^hardware.dtype: unknown 'fp64'; choose one of auto, "):
@@ -156,7 +172,9 @@ def test_truncated_head_weights(tmp_path):
 
     head = tmp_path / "head"
     head.mkdir()
-    (head / "config.json").write_text((ROOT / "specbench" / "weights" / "smollm2-135m-eagle3" / "config.json").read_text())
+    (head / "config.json").write_text(
+        (ROOT / "specbench" / "weights" / "smollm2-135m-eagle3" / "config.json").read_text()
+    )
     save_file({"fc.weight": torch.zeros(64, 64)}, head / "model.safetensors")
     whole = (head / "model.safetensors").read_bytes()
     (head / "model.safetensors").write_bytes(whole[: len(whole) // 2])
@@ -184,8 +202,16 @@ def test_eagle3_without_a_head_for_the_target(tmp_path):
 def test_prompt_longer_than_the_context(tmp_path):
     questions = tmp_path / "long.jsonl"
     questions.write_text(json.dumps({"question_id": 1, "category": "x", "turns": ["word " * 400]}) + "\n")
-    args = ["dataset=jsonl", f"dataset.path={questions}", "model.context_length=300", "gen.max_new_tokens=8", "baseline.mode=none", "hardware=cpu-fp32",
-            "costs.max_n=8", "costs.repeats=1"]
+    args = [
+        "dataset=jsonl",
+        f"dataset.path={questions}",
+        "model.context_length=300",
+        "gen.max_new_tokens=8",
+        "baseline.mode=none",
+        "hardware=cpu-fp32",
+        "costs.max_n=8",
+        "costs.repeats=1",
+    ]
     from conftest import own_cache
 
     cache = own_cache(tmp_path / "cache")
@@ -195,8 +221,15 @@ def test_prompt_longer_than_the_context(tmp_path):
 
 
 def test_cast_batched_run_is_identical_to_ar_at_the_same_batch_size(tmp_path):
-    args = ["dataset.limit=4", "dataset.max_turns=1", "gen.max_new_tokens=12", "costs.max_n=8", "costs.repeats=1",
-            "costs.calibration_prompts=2", "costs.calibration_tokens=12"]
+    args = [
+        "dataset.limit=4",
+        "dataset.max_turns=1",
+        "gen.max_new_tokens=12",
+        "costs.max_n=8",
+        "costs.repeats=1",
+        "costs.calibration_prompts=2",
+        "costs.calibration_tokens=12",
+    ]
     thresholds = ["method.tree.c1=3", "method.tree.c2=3", "method.tree.c3=3"]  # the paper's, so CAST drafts
     result = run("method=cast", "hardware=cpu-fp32", "gen.batch_size=2", *thresholds, *args, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -231,14 +264,27 @@ def test_pld_run_side_by_side_in_fp32_is_identical_to_ar(tmp_path):
         assert choice["chosen"]["gamma"] in range(1, 11) and choice["predicted_speedup"] == best
     else:
         assert choice["chosen"] == DRAFTING_OFF and summary["results"]["draft_forwards"] == 0
-    assert summary["cost_model"]["predicted_speedup"] > 0 and summary["environment"]["fingerprint"]["cpu_model"] != "x86_64"
+    assert (
+        summary["cost_model"]["predicted_speedup"] > 0
+        and summary["environment"]["fingerprint"]["cpu_model"] != "x86_64"
+    )
     assert "predicted" in result.stdout and "tree shape chosen from measured costs" in result.stdout
 
 
 def test_interrupt_keeps_finished_samples_and_resumes(tmp_path):
     costs = [a for a in QUICK if a.startswith("costs.")]
-    args = [sys.executable, "-m", "specbench", f"output_root={tmp_path}", "method=pld", "hardware=cpu-fp32", "dataset.limit=4", "dataset.max_turns=1",
-            "gen.max_new_tokens=24", *costs]
+    args = [
+        sys.executable,
+        "-m",
+        "specbench",
+        f"output_root={tmp_path}",
+        "method=pld",
+        "hardware=cpu-fp32",
+        "dataset.limit=4",
+        "dataset.max_turns=1",
+        "gen.max_new_tokens=24",
+        *costs,
+    ]
     # output to a file, not a pipe: progress bars would fill an unread pipe and block the run
     log = tmp_path / "stderr.txt"
     with open(log, "w") as err:
@@ -298,10 +344,13 @@ def test_eagle3_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
     assert summary["results"]["delta"] == 7.0  # EAGLE's depth: the first draft forward, then 6 more
 
 
-@pytest.mark.parametrize("method, shape, delta", [
-    ("eagle", ["method.tree.size=null"], 5.0),  # the default static tree: one head forward per depth
-    ("eagle2", ["method.tree.top_k=4", "method.tree.depth=3", "method.tree.total_tokens=10"], 4.0),
-])
+@pytest.mark.parametrize(
+    "method, shape, delta",
+    [
+        ("eagle", ["method.tree.size=null"], 5.0),  # the default static tree: one head forward per depth
+        ("eagle2", ["method.tree.top_k=4", "method.tree.depth=3", "method.tree.total_tokens=10"], 4.0),
+    ],
+)
 def test_eagle1_head_shipped_for_the_embedded_model_is_identical_to_ar_in_fp32(method, shape, delta, tmp_path):
     result = run(f"method={method}", "hardware=cpu-fp32", *shape, "dataset=humaneval", *QUICK, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -321,7 +370,9 @@ def test_lookahead_on_the_embedded_model_is_identical_to_ar_in_fp32(tmp_path):
 
 @pytest.mark.parametrize("method, depth", [("hydra", 3), ("medusa", 4)])
 def test_heads_shipped_for_the_embedded_model_are_identical_to_ar_in_fp32(method, depth, tmp_path):
-    result = run(f"method={method}", "hardware=cpu-fp32", "dataset=humaneval", "method.tree.size=null", *QUICK, tmp_path=tmp_path)
+    result = run(
+        f"method={method}", "hardware=cpu-fp32", "dataset=humaneval", "method.tree.size=null", *QUICK, tmp_path=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = summary_of(tmp_path, method)
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
@@ -342,22 +393,36 @@ def test_cached_baseline_needs_an_ar_run_first_in_the_same_dtype(tmp_path):
     decisions.write_text(json.dumps({**json.loads(decisions.read_text()), "dtype": "bfloat16"}))
     for done in (tmp_path / "pld").glob("*/samples.jsonl"):
         done.unlink()  # samples left to decode: the run loads and checks the cached AR run
-    one_error_line(run(*args, tmp_path=tmp_path), "baseline.mode", "decoded in bfloat16 and this one decodes in float32")
+    one_error_line(
+        run(*args, tmp_path=tmp_path), "baseline.mode", "decoded in bfloat16 and this one decodes in float32"
+    )
 
 
 def test_talon_with_the_shipped_head_is_identical_to_ar_in_fp32(tmp_path):
-    result = run("method=talon", "hardware=cpu-fp32", "method.tree.budget=16", "method.tree.top_k=4", *QUICK, tmp_path=tmp_path)
+    result = run(
+        "method=talon", "hardware=cpu-fp32", "method.tree.budget=16", "method.tree.top_k=4", *QUICK, tmp_path=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = summary_of(tmp_path, "talon")
     assert summary["agreement_with_baseline"]["exact_match_rate"] == 1.0
     [line] = [json.loads(l) for l in open(next((tmp_path / "talon").glob("*/samples.jsonl")))][:1]
     assert all(sum(w) <= 15 for w in line["method"]["tree_widths"])
     assert sum(line["method"]["step_draft_forwards"]) == line["method"]["draft_forwards"]
-    assert [len(r) for r in line["method"]["accepted_sibling_ranks"]] == [n - 1 for n in line["method"]["accept_lengths"]]
+    assert [len(r) for r in line["method"]["accepted_sibling_ranks"]] == [
+        n - 1 for n in line["method"]["accept_lengths"]
+    ]
 
 
 def test_mars_records_its_decisions_and_the_target_nll(tmp_path):
-    result = run("method=mars", "hardware=cpu-fp32", "method.verifier.theta=0.5", "gen.temperature=1.0", *SMALL_EAGLE_TREE, *QUICK, tmp_path=tmp_path)
+    result = run(
+        "method=mars",
+        "hardware=cpu-fp32",
+        "method.verifier.theta=0.5",
+        "gen.temperature=1.0",
+        *SMALL_EAGLE_TREE,
+        *QUICK,
+        tmp_path=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = summary_of(tmp_path, "mars")
     counts = summary["results"]["verifier"]
@@ -366,45 +431,79 @@ def test_mars_records_its_decisions_and_the_target_nll(tmp_path):
     assert "mean_common_prefix_tokens" in summary["agreement_with_baseline"]
 
 
-@pytest.mark.parametrize("probe", [
-    # AMD EPYC Zen 3, AVX2 only: bf16 wins one-token forwards, fp32 wide ones (AR is faster in the other dtype)
-    {"bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0}, "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0}},
-    # Intel Xeon Emerald Rapids, AMX: fp32 wins one-token forwards, bf16 wide ones (the tree sizes decide);
-    # the same path with the dtypes' roles swapped, a minute on a 2-core CPU: make test-slow runs it
-    pytest.param({"bfloat16": {"1": 37.0, "4": 37.0, "16": 35.0, "64": 56.0}, "float32": {"1": 32.0, "4": 50.0, "16": 65.0, "64": 129.0}},
-                 marks=pytest.mark.slow),
-], ids=["avx2", "amx"])
+@pytest.mark.parametrize(
+    "probe",
+    [
+        # AMD EPYC Zen 3, AVX2 only: bf16 wins one-token forwards, fp32 wide ones (AR is faster in the other dtype)
+        {
+            "bfloat16": {"1": 37.0, "4": 90.0, "16": 317.0, "64": 1180.0},
+            "float32": {"1": 67.0, "4": 129.0, "16": 151.0, "64": 315.0},
+        },
+        # Intel Xeon Emerald Rapids, AMX: fp32 wins one-token forwards, bf16 wide ones (the tree sizes decide);
+        # the same path with the dtypes' roles swapped, a minute on a 2-core CPU: make test-slow runs it
+        pytest.param(
+            {
+                "bfloat16": {"1": 37.0, "4": 37.0, "16": 35.0, "64": 56.0},
+                "float32": {"1": 32.0, "4": 50.0, "16": 65.0, "64": 129.0},
+            },
+            marks=pytest.mark.slow,
+        ),
+    ],
+    ids=["avx2", "amx"],
+)
 def test_where_the_dtypes_split_a_drafting_run_weighs_both(tmp_path, probe):
     """Where neither dtype wins every probed size, a drafting method whose shape is `auto`
     is calibrated in the rule's dtype, priced in the other too, and decodes in the dtype and
     shape predicted fastest, its AR baseline paired in that same dtype; both dtypes' profiles
     are cached and the summary says what was weighed."""
+    from conftest import own_cache
+
     from specbench.costs import dtype as dtype_rule
     from specbench.costs.fingerprint import device_fingerprint
 
-    from conftest import own_cache
-
     cache = own_cache(tmp_path / "cache")  # the other tests keep this machine's real probe
     here = device_fingerprint("cpu", 2)
-    target = registry.cache_name(OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "smollm2-135m.yaml")))  # caches name the weights
-    dtype_rule.probe_path(cache / "costs", f"{target}-auto-compile-off", here).write_text(json.dumps({"fingerprint": here, "version": dtype_rule.PROBE_VERSION, "context": 256, "probe": probe,
-                                                                                                       "parts": [f"n={n}" for n in dtype_rule.PROBE_SIZES]}))
+    # caches name the weights
+    target = registry.cache_name(OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "smollm2-135m.yaml")))
+    dtype_rule.probe_path(cache / "costs", f"{target}-auto-compile-off", here).write_text(
+        json.dumps(
+            {
+                "fingerprint": here,
+                "version": dtype_rule.PROBE_VERSION,
+                "context": 256,
+                "probe": probe,
+                "parts": [f"n={n}" for n in dtype_rule.PROBE_SIZES],
+            }
+        )
+    )
     # fp16 weights and packing off: the probe above is of plain bf16 and fp32 forwards (its cache
     # name says so), and no compile probe of either dtype runs
-    result = run("method=pld", "hardware=cpu", "engine.fp16_weights=off", "engine.compile=off", *QUICK, tmp_path=tmp_path, env={"SPECBENCH_CACHE": str(cache)})
+    result = run(
+        "method=pld",
+        "hardware=cpu",
+        "engine.fp16_weights=off",
+        "engine.compile=off",
+        *QUICK,
+        tmp_path=tmp_path,
+        env={"SPECBENCH_CACHE": str(cache)},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     [decisions] = (tmp_path / "pld").glob("*/decisions.json")
     decisions = json.loads(decisions.read_text())
     joint = decisions["dtype_choice"]["joint"]
     assert set(joint["best_gain"]) == {"float32", "bfloat16"} and decisions["dtype"] == joint["dtype"]
     assert json.loads(decisions["profile"])["key"]["dtype"] == joint["dtype"]
-    assert {p.name.removeprefix(f"{target}-").split("-")[0] for p in (cache / "costs").glob(f"{target}-*-LeanTreeLM*.json")} == {"float32", "bfloat16"}
+    assert {
+        p.name.removeprefix(f"{target}-").split("-")[0] for p in (cache / "costs").glob(f"{target}-*-LeanTreeLM*.json")
+    } == {"float32", "bfloat16"}
     summary = summary_of(tmp_path, "pld")
     assert summary["environment"]["dtype"] == joint["dtype"] and summary["baseline_source"].startswith("paired")
     assert joint["dtype"] in summary["environment"]["dtype_note"] and "dtype:" in result.stdout
     if joint["chosen"] == DRAFTING_OFF:
         # AR's faster dtype by the two cost profiles this run measured (not by the probe above:
         # where the two are close for AR, as on an AMX Xeon, either can win)
-        assert summary["results"]["draft_forwards"] == 0 and joint["dtype"] == min(joint["ar_ms"], key=joint["ar_ms"].get)
+        assert summary["results"]["draft_forwards"] == 0 and joint["dtype"] == min(
+            joint["ar_ms"], key=joint["ar_ms"].get
+        )
     else:
         assert summary["tree_choice"]["chosen"] == joint["chosen"] and joint["predicted_gain"] > 1.0 + MIN_GAIN

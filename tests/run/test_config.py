@@ -14,10 +14,10 @@ from omegaconf import OmegaConf
 from specbench import drafters
 from specbench.engine import methods
 from specbench.engine.candidates import auto_keys, candidates
-from specbench.run.config import config_hash
 from specbench.engine.loop import Method
 from specbench.engine.parts import DrafterLoader, TreePolicy, Verifier
 from specbench.errors import ConfigError
+from specbench.run.config import config_hash
 from specbench.trees.entmtp import TaskTrees, save_bank
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -58,7 +58,15 @@ def with_tree_bank(choice: str, tmp_path: Path) -> list[str]:
         return []
     bank = tmp_path / "bank.json"
     shapes = [[[0]], [[0], [0, 0]], [[0], [1], [0, 0]]]
-    save_bank(bank, {composed()["dataset"]["name"]: TaskTrees([{"choices": c} for c in shapes], static=1, conservative=0, aggressive=2)}, {})
+    save_bank(
+        bank,
+        {
+            composed()["dataset"]["name"]: TaskTrees(
+                [{"choices": c} for c in shapes], static=1, conservative=0, aggressive=2
+            )
+        },
+        {},
+    )
     return [f"method.tree.bank={bank}"] + (["method.tree.ladder=[0.1,0.5]"] if choice == "entmtp_ladder" else [])
 
 
@@ -74,7 +82,9 @@ def test_every_method_config_builds_its_parts(choice, tmp_path, target):
     assert isinstance(methods.instantiate_part(tree_cfg, "method.tree"), TreePolicy)
     if method["drafter"] is not None:
         loader = methods.drafter_loader(method["drafter"])
-        inspect.signature(loader.func.build).bind(target=target, hardware=cfg["hardware"], compiled=None, **loader.keywords)
+        inspect.signature(loader.func.build).bind(
+            target=target, hardware=cfg["hardware"], compiled=None, **loader.keywords
+        )
     if choice in WEIGHTLESS:
         assert isinstance(methods.assemble({**method, "tree": tree_cfg}, target, cfg["hardware"]), Method)
 
@@ -82,26 +92,53 @@ def test_every_method_config_builds_its_parts(choice, tmp_path, target):
 def test_a_rebuilt_method_keeps_the_drafter_it_was_given(target):
     """A method rebuilt with another tree shape (the dtype weighing) reuses its loaded
     drafter: with no head configured, loading one would fail."""
-    cfg = composed("method=eagle3", "method.drafter.head=null", "method.tree.top_k=2", "method.tree.depth=2", "method.tree.total_tokens=4")
+    cfg = composed(
+        "method=eagle3",
+        "method.drafter.head=null",
+        "method.tree.top_k=2",
+        "method.tree.depth=2",
+        "method.tree.total_tokens=4",
+    )
     loaded = object()
-    assert methods.assemble(cfg["method"], target, {"dtype": "float32", "device": "cpu"}, drafter=loaded).drafter is loaded
+    assert (
+        methods.assemble(cfg["method"], target, {"dtype": "float32", "device": "cpu"}, drafter=loaded).drafter is loaded
+    )
 
 
-@pytest.mark.parametrize("method, what, published", [
-    ("medusa", "Medusa heads", "FasterDecoding/medusa-vicuna-7b-v1.3"),
-    ("hydra", "Hydra heads", "ankner/hydra-vicuna-7b-v1.3"),
-])
+@pytest.mark.parametrize(
+    "method, what, published",
+    [
+        ("medusa", "Medusa heads", "FasterDecoding/medusa-vicuna-7b-v1.3"),
+        ("hydra", "Hydra heads", "ankner/hydra-vicuna-7b-v1.3"),
+    ],
+)
 def test_heads_on_a_target_without_them_say_how_to_give_them(method, what, published, target):
     cfg = composed(f"method={method}", "model=llama3.1-8b")  # no such heads configured for it
     assert cfg["method"]["drafter"]["heads"] is None
-    with pytest.raises(ConfigError, match=rf"^method.drafter.heads: this target has no {what} configured; set method.drafter.heads="):
+    with pytest.raises(
+        ConfigError, match=rf"^method.drafter.heads: this target has no {what} configured; set method.drafter.heads="
+    ):
         methods.assemble(cfg["method"], target, {"dtype": "float32", "device": "cpu"})
     heads = composed(f"method={method}", "model=vicuna-7b")["method"]["drafter"]["heads"]
     assert heads["id"] == published
 
 
 def test_auto_shapes_are_the_defaults_and_need_a_run_to_choose(target):
-    for choice in ("pld", "sps", "sps_tree", "eagle", "eagle2", "eagle3", "talon", "mars", "cast", "medusa", "hydra", "lookahead", "opt_tree"):
+    for choice in (
+        "pld",
+        "sps",
+        "sps_tree",
+        "eagle",
+        "eagle2",
+        "eagle3",
+        "talon",
+        "mars",
+        "cast",
+        "medusa",
+        "hydra",
+        "lookahead",
+        "opt_tree",
+    ):
         assert "auto" in composed(f"method={choice}")["method"]["tree"].values()
     with pytest.raises(ConfigError, match="method.tree: gamma = auto"):
         methods.assemble(composed("method=pld")["method"], target, {"dtype": "float32", "device": "cpu"})
@@ -116,11 +153,18 @@ def test_every_method_checks_before_a_model_loads():
                 methods.check(method)
         else:
             methods.check(method)
-    for override, key in (("method=pld method.tree.gamma=0", "method.tree.gamma"), ("method=talon method.tree.mu=1.5", "method.tree.mu"),
-                          ("method=mars method.verifier.theta=0", "method.verifier.theta"), ("method=talon method.tree.mu=auto", r"method.tree: budget, mu, top_k cannot be auto .* supported for: \[.budget., .top_k.\]"),
-                          ("method=eagle3 method.drafter.head=null", "method.drafter.head: this target has no EAGLE-3 head configured"),
-                          ("method=medusa model.medusa.path=/nowhere", "method.drafter.heads.path: /nowhere has no config.json"),
-                          ("method=sps method.drafter.model=null", "method.drafter.model: this target has no default SpS draft")):
+    for override, key in (
+        ("method=pld method.tree.gamma=0", "method.tree.gamma"),
+        ("method=talon method.tree.mu=1.5", "method.tree.mu"),
+        ("method=mars method.verifier.theta=0", "method.verifier.theta"),
+        (
+            "method=talon method.tree.mu=auto",
+            r"method.tree: budget, mu, top_k cannot be auto .* supported for: \[.budget., .top_k.\]",
+        ),
+        ("method=eagle3 method.drafter.head=null", "method.drafter.head: this target has no EAGLE-3 head configured"),
+        ("method=medusa model.medusa.path=/nowhere", "method.drafter.heads.path: /nowhere has no config.json"),
+        ("method=sps method.drafter.model=null", "method.drafter.model: this target has no default SpS draft"),
+    ):
         with pytest.raises(ConfigError, match=f"^{key}"):
             methods.check(composed(*override.split())["method"])
 
@@ -137,10 +181,17 @@ def drafter_targets(node) -> list[str]:
 def test_every_drafter_target_is_a_drafter_loader():
     """methods.check asks what a drafter's `_target_` names for its check, so every drafter
     config and every drafter module's `load` must be a DrafterLoader."""
-    configured = {target for group in ("method", "model") for path in (CONF / group).glob("*.yaml")
-                  for target in drafter_targets(OmegaConf.to_container(OmegaConf.load(path)))}
-    modules = {f"{drafters.__name__}.{m.name}.load" for m in pkgutil.iter_modules(drafters.__path__)
-               if hasattr(importlib.import_module(f"{drafters.__name__}.{m.name}"), "load")}
+    configured = {
+        target
+        for group in ("method", "model")
+        for path in (CONF / group).glob("*.yaml")
+        for target in drafter_targets(OmegaConf.to_container(OmegaConf.load(path)))
+    }
+    modules = {
+        f"{drafters.__name__}.{m.name}.load"
+        for m in pkgutil.iter_modules(drafters.__path__)
+        if hasattr(importlib.import_module(f"{drafters.__name__}.{m.name}"), "load")
+    }
     assert configured and configured <= modules
     for target in modules:
         assert isinstance(get_object(target), DrafterLoader), target
@@ -152,14 +203,16 @@ def test_hash_changes_with_what_changes_results():
     assert config_hash(base) != config_hash(composed("gen.temperature=1.0"))
     assert config_hash(base) != config_hash(composed("method=pld"))
     assert config_hash(base) != config_hash(composed("engine.int8_drafts=off"))  # same ids, other speed: not a resume
-    assert config_hash(base) != config_hash(composed("engine.fp16_weights=off"))  # other numbers where auto rounds weights
+    # other numbers where auto rounds weights
+    assert config_hash(base) != config_hash(composed("engine.fp16_weights=off"))
     assert config_hash(base) == config_hash(composed("output_root=elsewhere"))
     # what is timed for the summary's prediction only (the replications turn it off: their finished runs stay valid)
     assert config_hash(base) == config_hash(composed("costs.calibrate_tree=false"))
     # the model's drafter entries the method does not use are not part of the run
     assert config_hash(base) == config_hash(composed("model.eagle=null", "model.medusa.path=/x"))
     eagle3 = composed("method=eagle3")
-    assert config_hash(eagle3) != config_hash(composed("method=eagle3", "model.eagle3.path=/elsewhere"))  # the one it uses is
+    # the one it uses is
+    assert config_hash(eagle3) != config_hash(composed("method=eagle3", "model.eagle3.path=/elsewhere"))
     # a dataset's notes for people (where its data comes from) are not part of the run; its data is
     assert config_hash(base) == config_hash(composed("dataset.offline_hint=reworded", "dataset.source=reworded"))
     assert config_hash(base) != config_hash(composed("dataset.path=/a/copy.jsonl"))

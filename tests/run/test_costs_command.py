@@ -1,13 +1,20 @@
 """python -m specbench.run.costs prints a target's cost curves and rejects bad input in one line."""
 
 
-
 def test_profile_command_prints_the_curves_and_rejects_bad_input():
     import sys
 
     from conftest import run_in_process
 
-    args = [sys.executable, "-m", "specbench.run.costs", "method=pld", "hardware=cpu-fp32", "costs.max_n=4", "costs.repeats=1"]
+    args = [
+        sys.executable,
+        "-m",
+        "specbench.run.costs",
+        "method=pld",
+        "hardware=cpu-fp32",
+        "costs.max_n=4",
+        "costs.repeats=1",
+    ]
     result = run_in_process(args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "target c=" in result.stdout and "n=4" in result.stdout and "prompt_lookup" in result.stdout

@@ -7,13 +7,23 @@ import sys
 from pathlib import Path
 
 from conftest import run_in_process
-from specbench.run.config import compose_config
-from specbench.run.group import groups, out_dir
+
 from specbench.metrics.records import read_records
 from specbench.replicate.sweep import Sweep, grouped, jobs
+from specbench.run.config import compose_config
+from specbench.run.group import groups, out_dir
 
-SETTINGS = ["dataset=gsm8k", "dataset.limit=2", "dataset.max_turns=1", "gen.max_new_tokens=8", "gen.temperature=0", "hardware=cpu-fp32",
-            "costs.profile=false", "costs.calibrate_tree=false", "engine.compile=off"]
+SETTINGS = [
+    "dataset=gsm8k",
+    "dataset.limit=2",
+    "dataset.max_turns=1",
+    "gen.max_new_tokens=8",
+    "gen.temperature=0",
+    "hardware=cpu-fp32",
+    "costs.profile=false",
+    "costs.calibrate_tree=false",
+    "engine.compile=off",
+]
 
 
 def group_command(tmp_path: Path, runs: list[list[str]]):
@@ -42,7 +52,10 @@ def test_a_group_decodes_ar_once_per_prompt_and_each_run_keeps_its_own_results(t
     assert {r["baseline_first"] for r in a} == {r["baseline_first"] for r in b} == {True, False}
     for directory in (dir_a, dir_b):
         summary = json.loads((directory / "summary.json").read_text())
-        assert summary["results"]["samples"] == 2 and "one AR decode in one block with up to 2 runs" in summary["baseline_source"]
+        assert (
+            summary["results"]["samples"] == 2
+            and "one AR decode in one block with up to 2 runs" in summary["baseline_source"]
+        )
         assert "speedup" in summary
         # its share of the AR time: half of each shared decode, so time summed over the runs counts it once
         assert abs(summary["baseline"]["own_seconds"] - summary["baseline"]["seconds"] / 2) < 1e-3
@@ -57,30 +70,40 @@ def test_a_group_decodes_ar_once_per_prompt_and_each_run_keeps_its_own_results(t
     assert [r["id"] for r in resumed] == [r["id"] for r in b] and "block_methods" not in resumed[-1]
 
     # the directory is the one a Hydra multirun of the same run uses: it finds the run finished
-    multirun = run_in_process([sys.executable, "-m", "specbench", "-m", f"output_root={tmp_path / 'out'}", *SETTINGS, *runs[0]])
+    multirun = run_in_process(
+        [sys.executable, "-m", "specbench", "-m", f"output_root={tmp_path / 'out'}", *SETTINGS, *runs[0]]
+    )
     assert multirun.returncode == 0, multirun.stderr[-2000:]
     assert (dir_a / "samples.jsonl").read_text() == before_a
 
 
 def test_runs_group_only_when_nothing_but_the_method_differs(tmp_path):
     root = [f"output_root={tmp_path}", *SETTINGS]
-    cfgs = [compose_config([*root, *run]) for run in (
-        ["method=pld"], ["method=pld", "method.tree.gamma=3", "costs.profile=true"],  # the method and costs may differ
-        ["method=pld", "gen.max_new_tokens=9"],  # another length: another AR decode
-        ["method=ar"],  # AR pairs no baseline
-        ["method=pld", "baseline.mode=none"],
-        ["method=lookahead"],
-        ["method=pld", "logger=wandb"],  # one W&B run per process at a time
-    )]
+    cfgs = [
+        compose_config([*root, *run])
+        for run in (
+            ["method=pld"],
+            ["method=pld", "method.tree.gamma=3", "costs.profile=true"],  # the method and costs may differ
+            ["method=pld", "gen.max_new_tokens=9"],  # another length: another AR decode
+            ["method=ar"],  # AR pairs no baseline
+            ["method=pld", "baseline.mode=none"],
+            ["method=lookahead"],
+            ["method=pld", "logger=wandb"],  # one W&B run per process at a time
+        )
+    ]
     assert groups(cfgs) == [[0, 1, 5], [2], [3], [4], [6]]
 
 
 def test_a_replication_runs_its_sweeps_as_groups_and_each_run_once(tmp_path):
-    sweeps = [Sweep("figure", ["method=pld", "method.tree.gamma=2,4", *SETTINGS]),
-              Sweep("table", ["method=pld", "method.tree.gamma=4", *SETTINGS]),  # a run the figure has too
-              Sweep("longer", ["method=pld", *SETTINGS, "gen.max_new_tokens=20"])]
+    sweeps = [
+        Sweep("figure", ["method=pld", "method.tree.gamma=2,4", *SETTINGS]),
+        Sweep("table", ["method=pld", "method.tree.gamma=4", *SETTINGS]),  # a run the figure has too
+        Sweep("longer", ["method=pld", *SETTINGS, "gen.max_new_tokens=20"]),
+    ]
     assert [len(j) for j in (jobs(s, tmp_path) for s in sweeps)] == [2, 1, 1]
     planned = grouped(sweeps, tmp_path, ())
     assert [names for names, _ in planned] == [["figure", "table"], ["longer"]]
     assert [len(runs) for _, runs in planned] == [2, 1]
-    assert any("method.tree.gamma=2" in run for run in planned[0][1]) and any("method.tree.gamma=4" in run for run in planned[0][1])
+    assert any("method.tree.gamma=2" in run for run in planned[0][1]) and any(
+        "method.tree.gamma=4" in run for run in planned[0][1]
+    )

@@ -5,23 +5,39 @@ import json
 import subprocess
 from dataclasses import asdict
 
-from specbench.run import summary as summary_mod
-from specbench.run.config import compose_config
+from conftest import ROOT
+
 from specbench.data.questions import Sample
 from specbench.engine.kernels import Compiled
-from specbench.run.plan import RunPlan
 from specbench.metrics.records import MethodRun
+from specbench.run import summary as summary_mod
+from specbench.run.config import compose_config
+from specbench.run.plan import RunPlan
 from specbench.run.table import print_summary
-
-from conftest import ROOT
 
 FP16_PRECISION = "fp32 activations on fp16 weights"
 
 
 def sample_run(text: str) -> dict:
-    return asdict(MethodRun(new_tokens=4, seconds=0.5, prefill_seconds=0.1, target_forwards=2, draft_forwards=2, accept_lengths=[2, 2],
-                            turn_ids=[[5, 6, 7, 8]], turn_texts=[text], stop_reasons=["length"], prompt_tokens=[9], nll=1.0,
-                            step_draft_forwards=[1, 1], tree_widths=[[1], [1]], accepted_sibling_ranks=[[0], [0]], verifier_notes={}))
+    return asdict(
+        MethodRun(
+            new_tokens=4,
+            seconds=0.5,
+            prefill_seconds=0.1,
+            target_forwards=2,
+            draft_forwards=2,
+            accept_lengths=[2, 2],
+            turn_ids=[[5, 6, 7, 8]],
+            turn_texts=[text],
+            stop_reasons=["length"],
+            prompt_tokens=[9],
+            nll=1.0,
+            step_draft_forwards=[1, 1],
+            tree_widths=[[1], [1]],
+            accepted_sibling_ranks=[[0], [0]],
+            verifier_notes={},
+        )
+    )
 
 
 def finished_run(tmp_path, decisions: dict, dataset: str = "mt_bench") -> dict:
@@ -38,8 +54,19 @@ def test_compiled_says_what_precision_the_forward_computes_in():
     assert Compiled(packed_from=4, int8_drafts_below=8).precision("float32") == "float32"
     assert Compiled(float_attention=True).precision("bfloat16") == "bfloat16, one-token attention in fp32"
     assert Compiled(float_attention=True).precision("float32") == "float32"
-    plan = RunPlan(dtype="float32", precision=FP16_PRECISION, dtype_choice=None, forward="LeanTreeLM-fp16-weights", forward_note="lean", compile_choice=None,
-                   tree={}, tree_choice=None, profile=None, drafter=None, tree_overhead=None)
+    plan = RunPlan(
+        dtype="float32",
+        precision=FP16_PRECISION,
+        dtype_choice=None,
+        forward="LeanTreeLM-fp16-weights",
+        forward_note="lean",
+        compile_choice=None,
+        tree={},
+        tree_choice=None,
+        profile=None,
+        drafter=None,
+        tree_overhead=None,
+    )
     decisions = plan.decisions("cpu")
     assert decisions["dtype"] == "float32" and decisions["precision"] == FP16_PRECISION
 
@@ -49,7 +76,9 @@ def test_fp16_weights_are_reported_beside_the_raw_dtype(tmp_path, capsys, monkey
     the summary and the printed table say the weights were fp16."""
     monkeypatch.delenv("SPECBENCH_JUDGE_URL", raising=False)
     monkeypatch.setenv("COLUMNS", "400")  # the environment line unwrapped
-    summary = finished_run(tmp_path, {"dtype": "float32", "precision": FP16_PRECISION, "forward": "LeanTreeLM-fp16-weights"})
+    summary = finished_run(
+        tmp_path, {"dtype": "float32", "precision": FP16_PRECISION, "forward": "LeanTreeLM-fp16-weights"}
+    )
     environment = summary["environment"]
     assert environment["dtype"] == "float32" and environment["precision"] == FP16_PRECISION
     print_summary(summary)
@@ -59,6 +88,7 @@ def test_fp16_weights_are_reported_beside_the_raw_dtype(tmp_path, capsys, monkey
 
 def test_the_commit_says_whether_the_checkout_had_uncommitted_changes(tmp_path):
     """Modified or new files make it dirty; results the tool writes (results/) do not."""
+
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
@@ -101,10 +131,25 @@ def test_an_unconfigured_judge_is_reported_once(tmp_path, capsys, monkeypatch):
 
 def bench_summary(precision: str) -> dict:
     """A summary as bench scripts read it (the fields their rows take)."""
-    results = {"samples": 10, "tau": 2.0, "delta": 1.0, "tok_per_s": 30.0, "mean_latency_s": 4.0, "target_nll_per_token": 1.0, "verifier": {}}
-    return {"results": results, "baseline": {"tok_per_s": 20.0, "tau": 1.0, "delta": 0.0, "target_nll_per_token": 1.0, "verifier": {}}, "speedup": 1.5, "speedup_ci95": [1.4, 1.6], "speedup_median_per_sample": 1.5,
-            "cost_model": {"predicted_speedup": 1.4, "engine_overhead_share": 0.1}, "agreement_with_baseline": {"exact_match_rate": 1.0},
-            "environment": {"dtype": "float32", "precision": precision, "forward": "LeanTreeLM-fp16-weights"}}
+    results = {
+        "samples": 10,
+        "tau": 2.0,
+        "delta": 1.0,
+        "tok_per_s": 30.0,
+        "mean_latency_s": 4.0,
+        "target_nll_per_token": 1.0,
+        "verifier": {},
+    }
+    return {
+        "results": results,
+        "baseline": {"tok_per_s": 20.0, "tau": 1.0, "delta": 0.0, "target_nll_per_token": 1.0, "verifier": {}},
+        "speedup": 1.5,
+        "speedup_ci95": [1.4, 1.6],
+        "speedup_median_per_sample": 1.5,
+        "cost_model": {"predicted_speedup": 1.4, "engine_overhead_share": 0.1},
+        "agreement_with_baseline": {"exact_match_rate": 1.0},
+        "environment": {"dtype": "float32", "precision": precision, "forward": "LeanTreeLM-fp16-weights"},
+    }
 
 
 def test_bench_tables_name_the_precision_a_row_ran_in(tmp_path, monkeypatch, capsys):
@@ -115,7 +160,9 @@ def test_bench_tables_name_the_precision_a_row_ran_in(tmp_path, monkeypatch, cap
 
     row = bench_speed.method_row("eagle3", "mt_bench", bench_summary(FP16_PRECISION))
     assert row["dtype"] == "float32" and row["precision"] == FP16_PRECISION
-    assert f"| {FP16_PRECISION} (LeanTreeLM-fp16-weights) |" in bench_speed.method_line(row, {"float32": 20.0}, "float32")
+    assert f"| {FP16_PRECISION} (LeanTreeLM-fp16-weights) |" in bench_speed.method_line(
+        row, {"float32": 20.0}, "float32"
+    )
 
     point = bench_batch.point("eagle3", "mt_bench", 1, bench_summary(FP16_PRECISION))
     assert point["dtype"] == "float32" and point["precision"] == FP16_PRECISION

@@ -5,19 +5,43 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["hardware=cpu-fp32", "costs.max_n=8", "costs.repeats=1", "costs.calibration_prompts=1", "costs.calibration_tokens=12"]
+SMALL = [
+    "hardware=cpu-fp32",
+    "costs.max_n=8",
+    "costs.repeats=1",
+    "costs.calibration_prompts=1",
+    "costs.calibration_tokens=12",
+]
 
 
 @pytest.mark.slow
 def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
     out, runs = tmp_path / "methods.json", tmp_path / "runs"
-    args = [sys.executable, "scripts/bench_methods.py", "--methods", "pld", "pld4=pld", "--set", "pld4:method.tree.gamma=4",
-            "--datasets", "mt_bench", "--prompts", "2", "--max-new-tokens", "8", "--temperatures", "0",
-            "--out", str(out), "--runs", str(runs), *SMALL]
+    args = [
+        sys.executable,
+        "scripts/bench_methods.py",
+        "--methods",
+        "pld",
+        "pld4=pld",
+        "--set",
+        "pld4:method.tree.gamma=4",
+        "--datasets",
+        "mt_bench",
+        "--prompts",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--temperatures",
+        "0",
+        "--out",
+        str(out),
+        "--runs",
+        str(runs),
+        *SMALL,
+    ]
     first = run_in_process(args)
     assert first.returncode == 0, first.stderr[-2000:]
     [result] = json.loads(out.read_text())["results"]
@@ -28,7 +52,9 @@ def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
     [pld4_run] = (runs / "pld4").glob("*/summary.json")
     assert json.loads(pld4_run.read_text())["config"]["method"]["tree"]["gamma"] == 4  # the label's --set
     points = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
-    assert sorted(p["method"] for p in points) == ["pld", "pld", "pld4", "pld4"] and all(p["target_forwards"] > 0 for p in points)
+    assert sorted(p["method"] for p in points) == ["pld", "pld", "pld4", "pld4"] and all(
+        p["target_forwards"] > 0 for p in points
+    )
     # a second sweep finds every sample done: nothing is decoded again
     before = {p: p.read_text() for p in runs.glob("*/*/samples.jsonl")}
     again = run_in_process(args)
@@ -37,15 +63,34 @@ def test_bench_methods_sweeps_the_runner_and_resumes(tmp_path):
 
 
 def test_bench_speed_refuses_an_empty_comparison_in_one_line(tmp_path):
-    result = run_in_process([sys.executable, "scripts/bench_speed.py", "--hf-prompts", "0", "--runs", str(tmp_path), "--out", str(tmp_path)])
+    result = run_in_process(
+        [sys.executable, "scripts/bench_speed.py", "--hf-prompts", "0", "--runs", str(tmp_path), "--out", str(tmp_path)]
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "error: --hf-prompts/--prompts: must be at least 1 (got 0 and 10)"
 
 
 def test_bench_methods_refuses_a_bad_override_in_one_line(tmp_path):
     """The runner's one-line errors reach a benchmark script's user as they reach the CLI's."""
-    result = run_in_process([sys.executable, "scripts/bench_methods.py", "--methods", "pld", "--datasets", "mt_bench", "--prompts", "1",
-                          "--temperatures", "0", "--out", str(tmp_path / "m.json"), "--runs", str(tmp_path / "runs"), "hardware.threads=0"])
+    result = run_in_process(
+        [
+            sys.executable,
+            "scripts/bench_methods.py",
+            "--methods",
+            "pld",
+            "--datasets",
+            "mt_bench",
+            "--prompts",
+            "1",
+            "--temperatures",
+            "0",
+            "--out",
+            str(tmp_path / "m.json"),
+            "--runs",
+            str(tmp_path / "runs"),
+            "hardware.threads=0",
+        ]
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: hardware.threads: must be an integer >= 1")
 
@@ -59,7 +104,6 @@ def test_transformers_gets_an_own_vocabulary_draft_over_the_full_vocabulary(targ
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from bench_vs_transformers import transformers_assistant
-
     from conftest import VOCAB, own_vocabulary_copy
 
     own, vocab = own_vocabulary_copy(draft, list(range(16, 94)) + [1, 2])
@@ -76,8 +120,24 @@ def test_bench_families_compares_our_ar_with_transformers_per_family(tmp_path):
     from specbench.models.families import FAMILIES
 
     out = tmp_path / "families.json"
-    result = run_in_process([sys.executable, "scripts/bench_families.py", "--shapes", "tiny", "--prompts", "1", "--prompt-tokens", "12",
-                             "--max-new-tokens", "8", "--threads", "1", "--out", str(out)])
+    result = run_in_process(
+        [
+            sys.executable,
+            "scripts/bench_families.py",
+            "--shapes",
+            "tiny",
+            "--prompts",
+            "1",
+            "--prompt-tokens",
+            "12",
+            "--max-new-tokens",
+            "8",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     rows = {r["family"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == set(FAMILIES) and all(r["identical"] == 1 and r["median_ratio"] > 0 for r in rows.values())

@@ -2,15 +2,22 @@
 
 import pytest
 
+from specbench.train.data import exchanges
 from specbench.train.prompts.contamination import SHARED_DATA, EvalIndex, evaluation_prompts, normalize
 from specbench.train.prompts.sources import training_prompts
-from specbench.train.data import exchanges
 
 
 def test_overlap_rule():
-    index = EvalIndex(["Write a Python function that returns the sum of the squares of the first n odd natural numbers, please.", "Hi there"])
+    index = EvalIndex(
+        [
+            "Write a Python function that returns the sum of the squares of the first n odd natural numbers, please.",
+            "Hi there",
+        ]
+    )
     assert index.overlaps("hi, THERE")  # same words: exact match after normalisation
-    assert index.overlaps("Could you write a python function that returns the sum of the squares of the first n odd natural numbers?")
+    assert index.overlaps(
+        "Could you write a python function that returns the sum of the squares of the first n odd natural numbers?"
+    )
     assert not index.overlaps("Write a Python function that returns the product of two numbers.")
 
 
@@ -18,7 +25,9 @@ def test_overlap_rule_leaves_out_the_instructions_this_tool_asks_with():
     """A made problem asked as GSM8K asks shares GSM8K's instruction, not its question."""
     from specbench.data.benchmarks import GSM8K_INSTRUCTION
 
-    question = "Darrell and Allen have seven apples and eleven pears and they want to share them fairly among four friends."
+    question = (
+        "Darrell and Allen have seven apples and eleven pears and they want to share them fairly among four friends."
+    )
     index = EvalIndex([f"{GSM8K_INSTRUCTION}\n\n{question}"])
     assert not index.overlaps(f"{GSM8K_INSTRUCTION}\n\nWendy has $90 saved and adds $9 every week.")
     assert index.overlaps(f"{GSM8K_INSTRUCTION}\n\n{question}")
@@ -39,8 +48,8 @@ def test_no_evaluation_prompt_is_in_the_training_prompts():
     # the committed packs answer training prompts only
     from pathlib import Path
 
-    from specbench.train.prompts.sources import prompt_key
     from specbench.train.packed import keys_of
+    from specbench.train.prompts.sources import prompt_key
 
     packs = sorted((Path(__file__).resolve().parents[2] / "corpus").glob("*/*.safetensors"))
     code = training_prompts(index, seed=0, source="python-stdlib")
@@ -92,7 +101,9 @@ def test_function_problems_are_seeded_stubs_whose_examples_their_reference_solut
         function = ast.parse(stub).body[-1]
         assert isinstance(function, ast.FunctionDef) and function.name in task.names
         runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-        test = doctest.DocTestParser().get_doctest(ast.get_docstring(function), {function.name: task.solve}, function.name, None, 0)
+        test = doctest.DocTestParser().get_doctest(
+            ast.get_docstring(function), {function.name: task.solve}, function.name, None, 0
+        )
         assert test.examples and runner.run(test).failed == 0, stub
 
 
@@ -120,12 +131,14 @@ def test_code_prompts_are_documented_public_functions_cut_after_their_docstring(
     (tmp_path / "broken.py").write_text("def (:\n")
     (tmp_path / "mod.py").write_text(
         "import itertools\n\n"
-        f'def total(items, start=0):\n    """{doc}\n\n    Second paragraph.\n    """\n    out = start\n    return out\n\n'
+        f'def total(items, start=0):\n    """{doc}\n\n    Second paragraph.\n    """\n    out = start\n    '
+        "return out\n\n"
         f'def _private(items):\n    """{doc}"""\n    return 1\n\n'
         'def terse(items):\n    """Sum."""\n    return 1\n\n'
         f'def only_doc(items):\n    """{doc}"""\n\n'
         "def undocumented(items):\n    x = 1\n    return x\n\n"
-        f'class Box:\n    @property\n    def size(self):\n        """{doc}"""\n        value = 1\n        return value\n'
+        f'class Box:\n    @property\n    def size(self):\n        """{doc}"""\n        value = 1\n        return '
+        "value\n"
     )
     prompts = list(stdlib_prompts(tmp_path))
     assert prompts == [
@@ -155,24 +168,33 @@ def test_a_pack_gives_back_the_corpus_rows_and_read_answers_keeps_each_once(tmp_
     import json
 
     from specbench.data import sharegpt
-    from specbench.models import registry
     from specbench.data.chat import chat_prompt
-    from specbench.train.prompts.code import stdlib_prompts
-    from specbench.train.prompts.sources import prompt_key
+    from specbench.models import registry
     from specbench.train.data import TARGET
     from specbench.train.packed import pack, read_answers, unpack
+    from specbench.train.prompts.code import stdlib_prompts
+    from specbench.train.prompts.sources import prompt_key
 
     tokenizer = registry.load(TARGET, "float32", "cpu")[1]
     texts = []
     for conversation in sharegpt.conversations():
-        texts += [t["value"].strip() for t in conversation["conversations"] if t.get("from") == "human" and len(t.get("value") or "") > 20]
+        texts += [
+            t["value"].strip()
+            for t in conversation["conversations"]
+            if t.get("from") == "human" and len(t.get("value") or "") > 20
+        ]
         if len(texts) >= 3:
             break
     texts = texts[:3] + [next(iter(stdlib_prompts()))]
     rows = [
-        {"key": prompt_key(text), "temperature": temperature, "prompt": chat_prompt(tokenizer, [{"role": "user", "content": text}]),
-         "answer": [7, 49151, i, 2]}
-        for i, text in enumerate(texts) for temperature in (0.0, 0.8)
+        {
+            "key": prompt_key(text),
+            "temperature": temperature,
+            "prompt": chat_prompt(tokenizer, [{"role": "user", "content": text}]),
+            "answer": [7, 49151, i, 2],
+        }
+        for i, text in enumerate(texts)
+        for temperature in (0.0, 0.8)
     ]
     path = tmp_path / "corpus" / "answers.safetensors"
     pack(rows, path)
@@ -184,7 +206,8 @@ def test_a_pack_gives_back_the_corpus_rows_and_read_answers_keeps_each_once(tmp_
 
 
 def test_a_pack_is_never_rewritten(tmp_path):
-    """A pack may hold answers this machine no longer has: packing to its name again is one line, and it is untouched."""
+    """A pack may hold answers this machine no longer has: packing to its name again is one line, and it is
+    untouched."""
     import sys
 
     from conftest import run_in_process
@@ -192,7 +215,9 @@ def test_a_pack_is_never_rewritten(tmp_path):
     existing = tmp_path / "answers-old.safetensors"
     existing.write_bytes(b"the old pack")
     (tmp_path / "shard").mkdir()
-    result = run_in_process([sys.executable, "-m", "specbench.train.packed", "--data", str(tmp_path / "shard"), "--out", str(existing)])
+    result = run_in_process(
+        [sys.executable, "-m", "specbench.train.packed", "--data", str(tmp_path / "shard"), "--out", str(existing)]
+    )
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith("error: --out:") and "never rewritten" in result.stderr
     assert existing.read_bytes() == b"the old pack"
@@ -209,7 +234,9 @@ def test_committed_held_out_sets_are_greedy_answers_of_their_folders_packs():
     folders = sorted(p for p in (Path(__file__).resolve().parents[2] / "corpus").iterdir() if p.is_dir())
     assert folders
     for folder in folders:
-        greedy = {k for pack in folder.glob("*.safetensors") for k, t in zip(keys_of(pack), temperatures_of(pack)) if t == 0.0}
+        greedy = {
+            k for pack in folder.glob("*.safetensors") for k, t in zip(keys_of(pack), temperatures_of(pack)) if t == 0.0
+        }
         sets = [json.loads(path.read_text()) for path in sorted(folder.glob("validation*.json"))]
         assert all(len(keys) == len(set(keys)) and set(keys) <= greedy for keys in sets)
         assert len(set().union(*map(set, sets))) == sum(map(len, sets))  # no answer is in two sets
@@ -226,18 +253,37 @@ def test_a_pass_skips_prompts_a_pack_holds(tmp_path):
 
     from conftest import run_in_process
 
+    from specbench.train.packed import pack
     from specbench.train.prompts.contamination import evaluation_index
     from specbench.train.prompts.sources import prompt_key
-    from specbench.train.packed import pack
 
     keys = [prompt_key(t) for t in training_prompts(evaluation_index(), 0)[:3]]
 
     def run(packed_keys: list[str], name: str) -> tuple[CompletedProcess, list[str]]:
         packs, out = tmp_path / f"packs-{name}", tmp_path / f"out-{name}"
-        pack([{"key": k, "temperature": t, "answer": [5, 2]} for k in packed_keys for t in (0.0, 0.8)], packs / "answers.safetensors")
-        pack([{"key": keys[2], "temperature": 0.8, "answer": [5, 2]}], packs / "answers-sampled.safetensors")  # another temperature counts for nothing
-        result = run_in_process([sys.executable, "-m", "specbench.train.corpus", "--out", str(out), "--prompts", "3", "--temperatures", "0.0",
-                              "--max-new-tokens", "2", "--packs", str(packs)])
+        pack(
+            [{"key": k, "temperature": t, "answer": [5, 2]} for k in packed_keys for t in (0.0, 0.8)],
+            packs / "answers.safetensors",
+        )
+        # another temperature counts for nothing
+        pack([{"key": keys[2], "temperature": 0.8, "answer": [5, 2]}], packs / "answers-sampled.safetensors")
+        result = run_in_process(
+            [
+                sys.executable,
+                "-m",
+                "specbench.train.corpus",
+                "--out",
+                str(out),
+                "--prompts",
+                "3",
+                "--temperatures",
+                "0.0",
+                "--max-new-tokens",
+                "2",
+                "--packs",
+                str(packs),
+            ]
+        )
         shard = out / "answers-t0-0of1.jsonl"
         return result, [json.loads(line)["key"] for line in shard.read_text().splitlines()] if shard.exists() else []
 

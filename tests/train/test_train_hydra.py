@@ -4,8 +4,8 @@ small heads (shared projection and embedding) the loader takes strictly."""
 import json
 
 import torch
-
 from conftest import train_heads_twice
+
 from specbench.train.hydra import path_tokens
 
 
@@ -19,7 +19,9 @@ def test_each_head_reads_the_text_tokens_after_its_anchor():
 def test_training_resumes_and_exports_small_loadable_heads(tmp_path):
     out = train_heads_twice("specbench.train.hydra", tmp_path, heads=2)
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
-    assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(len(p["top1"]) == 2 and 1.0 <= p["chain_tau"] <= 3.0 for p in curve)
+    assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(
+        len(p["top1"]) == 2 and 1.0 <= p["chain_tau"] <= 3.0 for p in curve
+    )
     config = json.loads((out / "config.json").read_text())
     assert config["shared_lm_head"] and config["hydra_num_heads"] == 2 and config["hydra_head_arch"] == "prefix-mlp"
     from safetensors.torch import load_file

@@ -26,11 +26,33 @@ def test_a_stop_signal_checkpoints_the_current_step_and_a_rerun_resumes(tmp_path
         return torch.nn.functional.cross_entropy(module(ids), labels), [0.0]
 
     previous = signal.getsignal(signal.SIGTERM)
-    first = fit(module, batches, loss_fn, checkpoint, steps=10, minutes=5, lr=1e-2, weight_decay=0.0, desc="t", checkpoint_every=100)
+    first = fit(
+        module,
+        batches,
+        loss_fn,
+        checkpoint,
+        steps=10,
+        minutes=5,
+        lr=1e-2,
+        weight_decay=0.0,
+        desc="t",
+        checkpoint_every=100,
+    )
     assert first["steps"] == 3 and torch.load(checkpoint)["step"] == 3
     assert signal.getsignal(signal.SIGTERM) is previous  # the caller's handler is back
     assert [p.name for p in tmp_path.iterdir()] == [checkpoint.name]  # no partial file left
-    second = fit(module, batches, loss_fn, checkpoint, steps=10, minutes=5, lr=1e-2, weight_decay=0.0, desc="t", checkpoint_every=100)
+    second = fit(
+        module,
+        batches,
+        loss_fn,
+        checkpoint,
+        steps=10,
+        minutes=5,
+        lr=1e-2,
+        weight_decay=0.0,
+        desc="t",
+        checkpoint_every=100,
+    )
     assert second["steps"] == 10 and len(calls) == 10 and second["answer_tokens_seen"] == 30
 
 
@@ -48,7 +70,17 @@ def test_heads_trained_together_each_follow_their_own_learning_rate(tmp_path):
     def loss_fn(ids, labels):
         return sum(torch.nn.functional.cross_entropy(head(ids), labels) for head in module.values()), [0.0]
 
-    fit(module, batches, loss_fn, tmp_path / "joint.ckpt.pt", steps=3, minutes=5, lr=[1e-2, 0.0], weight_decay=0.0, desc="t")
+    fit(
+        module,
+        batches,
+        loss_fn,
+        tmp_path / "joint.ckpt.pt",
+        steps=3,
+        minutes=5,
+        lr=[1e-2, 0.0],
+        weight_decay=0.0,
+        desc="t",
+    )
     after = module.state_dict()
     assert all(torch.equal(after[k], before[k]) for k in before if k.startswith("b."))
     assert not any(torch.equal(after[k], before[k]) for k in before if k.startswith("a."))

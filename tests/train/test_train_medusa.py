@@ -4,8 +4,8 @@ the loader takes strictly."""
 import json
 
 import torch
-
 from conftest import train_heads_twice
+
 from specbench.train.medusa import answer_rows, chain_tau, head_hits, heads_loss
 
 
@@ -28,7 +28,8 @@ def test_heads_loss_reads_only_the_anchors_some_head_is_scored_at():
     mask = torch.tensor([[False, False, True, True, False], [False, True, True, False, False]])  # labels of tokens t+2
     n, heads, vocab = 3, 2, 6
     rows = answer_rows(mask, n, heads)
-    assert rows.tolist() == [[False, True, True], [True, True, True]]  # anchor 0 of row 0: neither head's token is labelled
+    # anchor 0 of row 0: neither head's token is labelled
+    assert rows.tolist() == [[False, True, True], [True, True, True]]
     probs, logits = torch.randn(2, 5, vocab).softmax(-1), torch.randn(2, n, heads, vocab)
     top1 = probs.argmax(-1)
     loss, metrics = heads_loss(logits[rows], probs, top1, mask, torch.arange(vocab), rows)
@@ -45,7 +46,9 @@ def test_heads_loss_reads_only_the_anchors_some_head_is_scored_at():
 def test_training_resumes_and_exports_loadable_heads(tmp_path):
     out = train_heads_twice("specbench.train.medusa", tmp_path, heads=3)
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
-    assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(len(p["top1"]) == 3 and 1.0 <= p["chain_tau"] <= 4.0 for p in curve)
+    assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(
+        len(p["top1"]) == 3 and 1.0 <= p["chain_tau"] <= 4.0 for p in curve
+    )
     config = json.loads((out / "config.json").read_text())
     assert config["shared_lm_head"] and config["medusa_num_heads"] == 3 and config["draft_vocab_size"] == 512
     training = json.loads((out / "training.json").read_text())

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_in_process
+
 from specbench.drafters.small_lm import DraftVocab
 from specbench.train.sps_draft import chain_taus, draft_labels
 from specbench.train.sps_sizing import fits, parse_shape, predicted_speedups
@@ -48,7 +48,9 @@ def test_sizing_chooses_only_files_that_fit():
 
 
 def test_a_bad_shape_is_one_line_naming_the_option():
-    result = run_in_process([sys.executable, "-m", "specbench.train.sps_draft", "size", "--data", "x", "--out", "y", "--shapes", "4by192"])
+    result = run_in_process(
+        [sys.executable, "-m", "specbench.train.sps_draft", "size", "--data", "x", "--out", "y", "--shapes", "4by192"]
+    )
     assert result.returncode == 2 and "--shapes" in result.stderr and "LAYERSxHIDDEN" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -57,19 +59,52 @@ def test_training_resumes_and_records_tau_per_gamma(tmp_path):
     """Two steps, then a re-run to three: the curve continues on the same held-out answers,
     and the export (tied embedding, no lm_head key) loads as a Llama."""
     rng = torch.Generator().manual_seed(0)
-    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()}
-            for i in range(6)]
+    rows = [
+        {
+            "key": f"k{i}",
+            "temperature": 0.0,
+            "prompt": [1, 520, 9531, 198],
+            "answer": torch.randint(100, 5000, (70,), generator=rng).tolist(),
+        }
+        for i in range(6)
+    ]
     rows.append({**rows[0], "temperature": 0.8})  # a held-out prompt's sampled answer: neither scored nor trained on
     data = tmp_path / "answers.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "draft"
-    args = [sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", str(data), "--out", str(out), "--sharegpt-answers", "4",
-            "--batch", "2", "--length", "48", "--hidden", "64", "--layers", "1", "--validation-rows", "2", "--checkpoint-every", "1", "--threads", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "specbench.train.sps_draft",
+        "train",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--sharegpt-answers",
+        "4",
+        "--batch",
+        "2",
+        "--length",
+        "48",
+        "--hidden",
+        "64",
+        "--layers",
+        "1",
+        "--validation-rows",
+        "2",
+        "--checkpoint-every",
+        "1",
+        "--threads",
+        "1",
+    ]
     for steps in (2, 3):
         result = run_in_process([*args, "--steps", str(steps)])
         assert result.returncode == 0, result.stderr[-2000:]
     curve = [json.loads(line) for line in (out / "curve.jsonl").read_text().splitlines()]
-    assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(len(p["top1"]) == 1 and 1.0 <= p["chain_tau"] <= 5.0 for p in curve)
+    assert [p["step"] for p in curve] == [0, 1, 2, 3] and all(
+        len(p["top1"]) == 1 and 1.0 <= p["chain_tau"] <= 5.0 for p in curve
+    )
     training = json.loads((out / "training.json").read_text())
     taus = training["validation_chain_tau_by_gamma"]
     assert training["steps"] == 3 and training["validation_answers"] == 2 and training["target_answers"] == 4
@@ -91,10 +126,18 @@ def test_a_draft_vocabulary_maps_labels_to_rows_and_logits_back():
     assert bool(torch.isinf(full[0, [0, 1, 2, 4, 5, 6, 8, 10, 11]]).all())
 
 
-@pytest.mark.parametrize("flags,key", [(["--draft-vocab", "500"], "--draft-vocab"), (["--init", "x", "--from-target", "0"], "--init"),
-                                       (["--from-target", "0,x"], "--from-target")])
+@pytest.mark.parametrize(
+    "flags,key",
+    [
+        (["--draft-vocab", "500"], "--draft-vocab"),
+        (["--init", "x", "--from-target", "0"], "--init"),
+        (["--from-target", "0,x"], "--from-target"),
+    ],
+)
 def test_bad_draft_options_are_one_line(flags, key):
-    result = run_in_process([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", "x", "--out", "y", *flags])
+    result = run_in_process(
+        [sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", "x", "--out", "y", *flags]
+    )
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert key in result.stderr.strip().splitlines()[-1]  # the error line (argparse prints its usage above it)
 
@@ -111,45 +154,87 @@ def test_a_draft_cut_from_the_target_ships_its_own_vocabulary(tmp_path):
     from specbench.train.data import TARGET
 
     rng = torch.Generator().manual_seed(0)
-    rows = [{"key": f"k{i}", "temperature": 0.0, "prompt": [1, 520, 9531, 198], "answer": torch.randint(100, 5000, (70,), generator=rng).tolist()}
-            for i in range(6)]
+    rows = [
+        {
+            "key": f"k{i}",
+            "temperature": 0.0,
+            "prompt": [1, 520, 9531, 198],
+            "answer": torch.randint(100, 5000, (70,), generator=rng).tolist(),
+        }
+        for i in range(6)
+    ]
     data = tmp_path / "answers.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "draft"
-    result = run_in_process([sys.executable, "-m", "specbench.train.sps_draft", "train", "--data", str(data), "--out", str(out),
-                          "--sharegpt-answers", "0", "--batch", "2", "--length", "48", "--from-target", "0,29", "--draft-vocab", "300",
-                          "--validation-rows", "2", "--steps", "1", "--lr", "0", "--distill", "--threads", "1"])
+    result = run_in_process(
+        [
+            sys.executable,
+            "-m",
+            "specbench.train.sps_draft",
+            "train",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--sharegpt-answers",
+            "0",
+            "--batch",
+            "2",
+            "--length",
+            "48",
+            "--from-target",
+            "0,29",
+            "--draft-vocab",
+            "300",
+            "--validation-rows",
+            "2",
+            "--steps",
+            "1",
+            "--lr",
+            "0",
+            "--distill",
+            "--threads",
+            "1",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     weights = load_file(out / "model.safetensors")
     assert "model.embed_tokens.weight" not in weights and weights["lm_head.weight"].shape == (300, 576)
     training = json.loads((out / "training.json").read_text())
     assert training["draft_vocab"] == 300 and training["from_target"] == [0, 29] and training["distill"] is True
-    assert training["parameters"] == sum(v.numel() for k, v in weights.items() if k != "draft_vocab")  # not the target's embedding
+    # not the target's embedding
+    assert training["parameters"] == sum(v.numel() for k, v in weights.items() if k != "draft_vocab")
     target = registry.load_model(TARGET, "float32", "cpu")
     draft, vocab = own_vocab_draft(out, target, "test")
     assert draft.get_input_embeddings() is target.get_input_embeddings() and draft.config.num_hidden_layers == 2
     assert len(vocab.ids) == 300 and set(vocab.ids.tolist()) >= {target.config.eos_token_id}
     expected = target.get_output_embeddings().weight[vocab.ids].to(torch.bfloat16).float()
     assert torch.equal(draft.get_output_embeddings().weight, expected)  # lr 0: the rows it started from
-    assert torch.equal(draft.model.layers[1].mlp.down_proj.weight, target.model.layers[29].mlp.down_proj.weight.to(torch.bfloat16).float())
+    assert torch.equal(
+        draft.model.layers[1].mlp.down_proj.weight,
+        target.model.layers[29].mlp.down_proj.weight.to(torch.bfloat16).float(),
+    )
 
 
-@pytest.mark.parametrize("spoil,message", [
-    (lambda w: {**w, "draft_vocab": w["draft_vocab"].flip(0)}, "sorted, distinct target ids below 96"),
-    (lambda w: {**w, "draft_vocab": w["draft_vocab"][:-1]}, "one per output row (80)"),
-    (lambda w: {**w, "draft_vocab": w["draft_vocab"].int()}, "int64 target ids"),
-    (lambda w: {**w, "draft_vocab": w["draft_vocab"] - 2}, "int64 target ids below 96"),  # still sorted, but the first id is -1
-    (lambda w: {k: v for k, v in w.items() if k != "model.norm.weight"}, "weights do not fit its config.json"),
-])
+@pytest.mark.parametrize(
+    "spoil,message",
+    [
+        (lambda w: {**w, "draft_vocab": w["draft_vocab"].flip(0)}, "sorted, distinct target ids below 96"),
+        (lambda w: {**w, "draft_vocab": w["draft_vocab"][:-1]}, "one per output row (80)"),
+        (lambda w: {**w, "draft_vocab": w["draft_vocab"].int()}, "int64 target ids"),
+        # still sorted, but the first id is -1
+        (lambda w: {**w, "draft_vocab": w["draft_vocab"] - 2}, "int64 target ids below 96"),
+        (lambda w: {k: v for k, v in w.items() if k != "model.norm.weight"}, "weights do not fit its config.json"),
+    ],
+)
 def test_a_bad_own_vocabulary_draft_is_one_line(spoil, message, target, draft, tmp_path):
     """A shipped draft whose draft_vocab or weights do not fit is refused with the file and what is wrong."""
+    from conftest import own_vocabulary_copy
     from safetensors.torch import save_file
 
     from specbench.drafters.small_lm import own_vocab_draft
     from specbench.errors import ConfigError
     from specbench.train.sps_draft import shipped_weights
-
-    from conftest import own_vocabulary_copy
 
     own, vocab = own_vocabulary_copy(draft, list(range(16, 94)) + [1, 2])
     own.config.save_pretrained(tmp_path)

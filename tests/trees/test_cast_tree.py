@@ -1,18 +1,19 @@
 """CAST tree policy on hand-made draft distributions and cost curves (CAST paper, section 4)."""
 
 import math
-import torch
-from specbench.engine.sampling import Sampling
 from pathlib import Path
+
 import pytest
+import torch
+from cast_fixtures import FakeCosts
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+
 from specbench.engine.candidates import candidates
 from specbench.engine.parts import Drafter
+from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
 from specbench.trees.cast import CastTree, batch_utility, select_count
-from cast_fixtures import FakeCosts
-
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -44,11 +45,13 @@ def peaked(p: float, token: int, vocab: int) -> torch.Tensor:
 
 def table_logits(table: dict, vocab: int):
     """Logits from a table keyed by the node's own token; unlisted tokens impossible."""
+
     def logits_for(row, tree, node):
         out = torch.full((vocab,), float("-inf"))
         for token, p in table[tree.tokens[node]].items():
             out[token] = math.log(p)
         return out
+
     return logits_for
 
 
@@ -87,9 +90,16 @@ def depth_policy(buffer):
 
 
 TABLE = {
-    0: {1: 0.6, 2: 0.4}, 1: {3: 0.7, 4: 0.3}, 2: {5: 0.9, 6: 0.1}, 3: {7: 0.8, 8: 0.2},
-    4: {7: 0.6, 9: 0.4}, 5: {8: 0.55, 9: 0.45}, 6: {3: 0.6, 4: 0.4}, 7: {1: 0.7, 2: 0.3},
-    8: {1: 0.9, 2: 0.1}, 9: {1: 0.8, 2: 0.2},
+    0: {1: 0.6, 2: 0.4},
+    1: {3: 0.7, 4: 0.3},
+    2: {5: 0.9, 6: 0.1},
+    3: {7: 0.8, 8: 0.2},
+    4: {7: 0.6, 9: 0.4},
+    5: {8: 0.55, 9: 0.45},
+    6: {3: 0.6, 4: 0.4},
+    7: {1: 0.7, 2: 0.3},
+    8: {1: 0.9, 2: 0.1},
+    9: {1: 0.8, 2: 0.2},
 }
 
 
@@ -166,8 +176,15 @@ def test_dynamic_rerank_verifies_fewer_tokens_as_target_cost_rises():
 
     def grown(slope):
         drafter = FakeDrafter(lambda row, tree, node: table[node])
-        policy = started(FakeCosts(target=lambda n: 10 + slope * n), top_k=4, depth=2, total_tokens=40, c3=3.0,
-                         breadth_pruning=False, depth_pruning=False)
+        policy = started(
+            FakeCosts(target=lambda n: 10 + slope * n),
+            top_k=4,
+            depth=2,
+            total_tokens=40,
+            c3=3.0,
+            breadth_pruning=False,
+            depth_pruning=False,
+        )
         return build(policy, drafter, [0])[0]
 
     candidates = grown(0.0)  # a flat cost: every candidate is free, so all N = 1 + 3 layers x 4 are verified
@@ -268,11 +285,26 @@ def test_needs_a_cost_profile():
         CastTree(depth_pruning=False).grow(FakeDrafter(None), [[1]], [0], Sampling(), None)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("top_k", 0), ("top_k", 2.5), ("top_k", True), ("depth", -1), ("depth", "auto"), ("total_tokens", 1),
-    ("buffer", 0), ("c1", 0), ("c2", -1.0), ("c3", math.inf), ("c1", "3"), ("c2", math.nan),
-    ("breadth_pruning", 1), ("depth_pruning", "yes"), ("dynamic_rerank", None),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("top_k", 0),
+        ("top_k", 2.5),
+        ("top_k", True),
+        ("depth", -1),
+        ("depth", "auto"),
+        ("total_tokens", 1),
+        ("buffer", 0),
+        ("c1", 0),
+        ("c2", -1.0),
+        ("c3", math.inf),
+        ("c1", "3"),
+        ("c2", math.nan),
+        ("breadth_pruning", 1),
+        ("depth_pruning", "yes"),
+        ("dynamic_rerank", None),
+    ],
+)
 def test_bad_settings_name_their_key(key, value):
     with pytest.raises(ConfigError, match=rf"^method\.tree\.{key}: "):
         CastTree(**{key: value})

@@ -76,7 +76,12 @@ def test_each_row_grows_its_own_tree_in_shared_draft_forwards():
     for b, tree in enumerate(trees):
         alone = RunsOut([tables[b]], 30)
         [expected] = policy.grow(alone, [[]], [roots[b]], Sampling(), [None])
-        assert (tree.tokens, tree.parents, tree.logps, tree.origin) == (expected.tokens, expected.parents, expected.logps, expected.origin)
+        assert (tree.tokens, tree.parents, tree.logps, tree.origin) == (
+            expected.tokens,
+            expected.parents,
+            expected.logps,
+            expected.origin,
+        )
     assert len(trees[2]) == 3 and (21,) in paths(trees[2])
     assert {(11,), (11, 14), (12,)} <= paths(trees[1]) and len(trees[1]) == 6
 
@@ -89,7 +94,9 @@ def test_budget_is_never_exceeded(total):
         def logits(self, contexts, trees, nodes):
             return [torch.randn(len(row), 50, generator=g) * 3 if row else None for row in nodes]
 
-    trees = EagleDynamicTree(top_k=4, depth=4, total_tokens=total).grow(RandomDrafter(), [[], [7]], [1, 2], Sampling(), [None, None])
+    trees = EagleDynamicTree(top_k=4, depth=4, total_tokens=total).grow(
+        RandomDrafter(), [[], [7]], [1, 2], Sampling(), [None, None]
+    )
     for tree, root in zip(trees, [1, 2]):
         assert len(tree) == total and tree.tokens[0] == root
         assert tree.origin is not None and tree.origin[0] == 0
@@ -101,7 +108,9 @@ def test_expand_top_k_and_keep_best():
     assert first == [1, 2] and [tree.tokens[n] for n in first] == [1, 2]
     # each frontier node (logits row) gets its top-2 children; the 2 best of the 4 new
     # nodes (cumulative .3, .18, .12, .105) are the next frontier
-    second = expand_top_k(tree, first, top_tokens([torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.4, 0.0, 0.35, 0.25]]).log()], 2)[0], 2)
+    second = expand_top_k(
+        tree, first, top_tokens([torch.tensor([[0.5, 0.0, 0.3, 0.2], [0.4, 0.0, 0.35, 0.25]]).log()], 2)[0], 2
+    )
     assert [tree.parents[n] for n in range(3, 7)] == [1, 1, 2, 2]
     assert [tree.tokens[n] for n in range(3, 7)] == [0, 2, 0, 2]
     assert second == [3, 4]
@@ -142,11 +151,11 @@ def test_accepted_nodes_are_ranked_among_their_siblings_by_draft_probability():
     from specbench.engine.loop import _sibling_ranks
 
     tree = DraftTree.root(0)
-    a = tree.add(0, 1, -0.1)   # root's top-1
-    b = tree.add(0, 2, -2.0)   # root's top-2
-    c = tree.add(b, 3, -0.1)   # b's only child: its top-1, though less probable than d by path
-    d = tree.add(a, 4, -1.0)   # a's top-1
-    e = tree.add(a, 5, -3.0)   # a's top-2 (third by path at depth 2)
+    a = tree.add(0, 1, -0.1)  # root's top-1
+    b = tree.add(0, 2, -2.0)  # root's top-2
+    c = tree.add(b, 3, -0.1)  # b's only child: its top-1, though less probable than d by path
+    d = tree.add(a, 4, -1.0)  # a's top-1
+    e = tree.add(a, 5, -3.0)  # a's top-2 (third by path at depth 2)
     assert _sibling_ranks(tree, [b, c]) == [1, 0]
     assert _sibling_ranks(tree, [a, d]) == [0, 0]
     assert _sibling_ranks(tree, [a, e]) == [0, 1]

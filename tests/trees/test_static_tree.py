@@ -1,7 +1,9 @@
-"""Static trees (trees/static.py): topologies from choice lists, release files read without running them, and each depth's ranked candidates."""
+"""Static trees (trees/static.py): topologies from choice lists, release files read without running them, and each
+depth's ranked candidates."""
 
 import pytest
 import torch
+
 from specbench.drafters.medusa import MedusaDrafter
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
@@ -30,14 +32,19 @@ def test_topology_from_choices():
     assert torch.equal(topology.ancestors, tree.ancestor_mask())
 
 
-@pytest.mark.parametrize("choices,message", [
-    ([[0], [0, 1, 0]], "has no parent (0, 1)"),
-    ([[0], [0]], "duplicate"),
-    ([[0], [-1]], "ranks >= 0"),
-    ([], "non-empty"),
-])
+@pytest.mark.parametrize(
+    "choices,message",
+    [
+        ([[0], [0, 1, 0]], "has no parent (0, 1)"),
+        ([[0], [0]], "duplicate"),
+        ([[0], [-1]], "ranks >= 0"),
+        ([], "non-empty"),
+    ],
+)
 def test_bad_choice_lists_are_one_clear_error(choices, message):
-    with pytest.raises(ConfigError, match=r"method\.tree\.choices: .*" + message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(
+        ConfigError, match=r"method\.tree\.choices: .*" + message.replace("(", r"\(").replace(")", r"\)")
+    ):
         Topology.from_choices(choices)
 
 
@@ -71,10 +78,14 @@ def test_static_tree_takes_each_depths_ranked_candidates(on_device):
     logits[0, 0, [5, 7, 9]] = torch.tensor([3.0, 2.0, 1.0])
     logits[0, 1, [11, 3]] = torch.tensor([2.0, 1.0])
     logits[0, 2, 4] = 5.0
-    tree = StaticTree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]).grow(FixedDrafter(logits, on_device), [[1]], [8], Sampling(), [None])[0]
+    tree = StaticTree([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]).grow(
+        FixedDrafter(logits, on_device), [[1]], [8], Sampling(), [None]
+    )[0]
     assert tree.tokens == [8, 5, 7, 9, 11, 3, 11, 4]
     assert tree.parents == [-1, 0, 0, 0, 1, 1, 2, 4]
     logp = torch.log_softmax(logits[0], -1)
     assert tree.logps[7] == pytest.approx(float(logp[0, 5] + logp[1, 11] + logp[2, 4]))
     with pytest.raises(ConfigError, match="deeper than the 3 Medusa heads" if on_device else "nothing at depth 4"):
-        StaticTree([[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]).grow(FixedDrafter(logits, on_device), [[1]], [8], Sampling(), [None])
+        StaticTree([[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]).grow(
+            FixedDrafter(logits, on_device), [[1]], [8], Sampling(), [None]
+        )

@@ -44,7 +44,9 @@ def build(tree_policy, drafter):
 
 
 def build_rows(tree_policy, drafter, rows):
-    return tree_policy.grow(drafter, [[1, 2, 3][: r + 1] for r in range(rows)], [5 + r for r in range(rows)], Sampling(), [None] * rows)
+    return tree_policy.grow(
+        drafter, [[1, 2, 3][: r + 1] for r in range(rows)], [5 + r for r in range(rows)], Sampling(), [None] * rows
+    )
 
 
 def same_tree(a, b) -> bool:
@@ -109,8 +111,13 @@ def test_each_row_gets_its_own_shape_from_shared_forwards():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    budget=st.integers(2, 80), mu=st.floats(0.001, 1.0), top_k=st.integers(1, 12), robust=st.integers(0, 3),
-    seed=st.integers(0, 10_000), sharpness=st.floats(0.1, 8.0), rows=st.integers(1, 3),
+    budget=st.integers(2, 80),
+    mu=st.floats(0.001, 1.0),
+    top_k=st.integers(1, 12),
+    robust=st.integers(0, 3),
+    seed=st.integers(0, 10_000),
+    sharpness=st.floats(0.1, 8.0),
+    rows=st.integers(1, 3),
 )
 def test_budget_and_gating_hold_for_any_distribution(budget, mu, top_k, robust, seed, sharpness, rows):
     generator = torch.Generator().manual_seed(seed)

@@ -1,13 +1,14 @@
 """MARS verification rules on hand-made logits (MARS paper, Algorithm 1 and Figure 2; the release's rule beside it)."""
 
 import math
+
 import torch
 import yaml
+
 from specbench import ROOT
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.verify.mars import MarsVerifier
-
 
 V = 8
 
@@ -52,7 +53,9 @@ def test_the_release_rule_is_the_default():
     # the rule behind the published T=1 tables (results/reference/mars.notes.md)
     assert MarsVerifier().rule == "release"
     for method in ("mars", "sps_mars"):
-        assert yaml.safe_load((ROOT / "conf" / "method" / f"{method}.yaml").read_text())["verifier"]["rule"] == "release"
+        assert (
+            yaml.safe_load((ROOT / "conf" / "method" / f"{method}.yaml").read_text())["verifier"]["rule"] == "release"
+        )
 
 
 def test_low_margin_runner_up_is_accepted():
@@ -152,7 +155,9 @@ def test_ratio_uses_raw_logits_not_temperature():
 def test_sampling_never_relaxes_to_a_token_top_p_removed():
     # p(LOVELY)/p(NICE) = e^-2: top_p = 0.8 keeps only NICE, so LOVELY cannot be accepted by the margin rule
     row = logits_row({NICE: 30.0, LOVELY: 28.0}, rest=0.0)
-    outcomes = {verify(chain(LOVELY), [row], Sampling(temperature=1.0, top_p=0.8), seed=s).path == [0, 1] for s in range(50)}
+    outcomes = {
+        verify(chain(LOVELY), [row], Sampling(temperature=1.0, top_p=0.8), seed=s).path == [0, 1] for s in range(50)
+    }
     assert outcomes == {False}
 
 

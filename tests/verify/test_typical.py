@@ -1,8 +1,10 @@
 """Typical acceptance (Medusa's verifier) on hand-made distributions."""
 
 import math
+
 import pytest
 import torch
+
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
@@ -39,7 +41,9 @@ def test_typical_acceptance_takes_the_longest_path_then_the_likeliest():
     b = tree.add(0, 2)
     tree.add(a, 3)  # fails under a
     b2 = tree.add(b, 3)
-    p = torch.tensor([[0.0, 0.6, 0.4, 0.0], [0.0, 0.0, 0.99, 0.01], [0.0, 0.0, 0.0, 1.0], [1.0, 0, 0, 0], [1.0, 0, 0, 0]])
+    p = torch.tensor(
+        [[0.0, 0.6, 0.4, 0.0], [0.0, 0.0, 0.99, 0.01], [0.0, 0.0, 0.0, 1.0], [1.0, 0, 0, 0], [1.0, 0, 0, 0]]
+    )
     sampling = Sampling(temperature=1.0)
     out = verifier.accept(tree, p.log(), sampling, torch.Generator().manual_seed(0))
     assert out.path == [0, b, b2] and out.next_token == 0 and out.notes == {"typical_accepted": 2}
@@ -48,7 +52,9 @@ def test_typical_acceptance_takes_the_longest_path_then_the_likeliest():
     spread[b2] = torch.tensor([0.5, 0.45, 0.05, 0.0])  # threshold 0.09: token 2 is not typical
     assert verifier.accept(tree, spread.log(), sampling, None).next_token == 0
     typical = TypicalVerifier(next_token="typical")
-    drawn = {typical.accept(tree, spread.log(), sampling, torch.Generator().manual_seed(s)).next_token for s in range(40)}
+    drawn = {
+        typical.accept(tree, spread.log(), sampling, torch.Generator().manual_seed(s)).next_token for s in range(40)
+    }
     assert drawn == {0, 1}
     # equal lengths: the likelier token wins
     tie = DraftTree.root(0)
