@@ -420,7 +420,7 @@ def test_entmtp_search_keeps_enough_prompts_at_paper_scale():
     from specbench.data import questions
     from specbench.run.config import compose_config
 
-    options = entmtp.SEARCH["paper"]
+    options = entmtp.search_options("paper")
     needed = int(options[options.index("--min-prompts") + 1])
     try:
         dataset = compose_config(["dataset=humaneval", "dataset.seed=123", "dataset.max_turns=1"])["dataset"]

@@ -119,7 +119,7 @@ def hand_made_outputs(tmp_path: Path) -> tuple[Path, Path]:
             "speedup_mean_per_sample": 1.0 / speed,
             "results": {
                 "samples": len(records),
-                "tau": tau,
+                "tau": method_tau,
                 "delta": 6.0,
                 "tok_per_s": 60 / speed,
                 "seconds": speed * len(records),
