@@ -76,7 +76,19 @@ class StepCosts(Protocol):
 class TreePolicy(ABC):
     """Builds each row's draft tree. Policies that keep state across steps (CAST's
     acceptance buffers, EntMTP's scheduler) override `begin`, `observe` and/or `keep`;
-    a policy never touches the engine or the model."""
+    a policy never touches the engine or the model.
+
+    A policy whose keys may be `auto` lists the shapes they choose among in AUTO_CANDIDATES
+    (smallest first; one dict of values a candidate, the same keys in each; empty: no key
+    can be auto; costs/autotune.py calibrates them), and may override distinct_candidate so
+    candidates that build the same tree are written alike and calibrated once."""
+
+    AUTO_CANDIDATES: list[dict] = []
+
+    @staticmethod
+    def distinct_candidate(cfg: dict) -> dict:
+        """A candidate's tree config as written for the tree it builds; as given here."""
+        return cfg
 
     def widest(self) -> int | None:
         """The most tokens (root included) one row's verification forward holds, where the

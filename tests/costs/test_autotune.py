@@ -196,3 +196,12 @@ def test_a_calibration_is_priced_again_under_another_profile(target, draft, prom
     steep = autotune.reprice(record, synthetic_profile(per_token=300.0, drafter_ms=0.01, base=1000.0), "d")
     assert all(s["predicted_speedup"] < f["predicted_speedup"] for s, f in zip(steep, again))
     assert [s["ar_ms"] for s in steep] == pytest.approx([f["ar_ms"] for f in again])
+
+
+def test_auto_is_refused_for_a_target_that_is_not_a_tree_policy_and_for_a_policy_without_candidates():
+    """The candidates come from what TreePolicy declares: a `_target_` that is no policy, or
+    a policy that lists no AUTO_CANDIDATES (AR), is one line naming the key."""
+    with pytest.raises(ConfigError, match=r"method\.tree\._target_: .*StandardVerifier is not a TreePolicy"):
+        candidates({"_target_": "specbench.verify.standard.StandardVerifier", "gamma": "auto"})
+    with pytest.raises(ConfigError, match=r"gamma cannot be auto for .*Autoregressive \(auto supported for: none\)"):
+        candidates({"_target_": "specbench.trees.autoregressive.Autoregressive", "gamma": "auto"})
