@@ -472,7 +472,7 @@ def _rules(runs, metric):
 
 def _release_share(release: pd.Series, paper: pd.Series, eagle3: pd.Series, metric: str) -> float:
     values = [prompt_values(run, metric) for run in (release, paper, eagle3)]
-    prompts = sorted(set.intersection(*(set(v) for v in values)))
+    prompts = shared_prompts(values, "the release rule, Algorithm 1 and eagle3 decoded")
     means = [float(np.mean([v[p] for p in prompts])) for v in values]
     return (means[0] - means[1]) / (means[0] - means[2])
 

@@ -55,7 +55,7 @@ def tau(runs: list[dict]) -> float | None:
 
 def sample_tau(run: dict) -> float | None:
     """One sample's tau (cycle tokens per target forward); None without a verification."""
-    return cycle_tokens(run) / run["target_forwards"] if run["target_forwards"] else None
+    return tau([run])
 
 
 def wall_seconds(runs: list[dict]) -> float:

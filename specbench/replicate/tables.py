@@ -202,9 +202,8 @@ def pivot(rows: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
     return table.fillna("")
 
 
-def layout(rows: pd.DataFrame) -> pd.DataFrame:
-    """One table in the paper's layout; each cell 'published / ours (delta)'."""
-    markers = markers_of(rows)
+def layout(rows: pd.DataFrame, markers: dict[str, str]) -> pd.DataFrame:
+    """One table in the paper's layout; each cell 'published / ours (delta)', a missing one its marker."""
     return pivot(rows, rows.apply(cell, axis=1, markers=markers))
 
 
@@ -232,27 +231,15 @@ def write(
         after = ""
         if reason:
             rows = rows[rows["published"].notna()]
-            table = (
-                rows.assign(
-                    cell=rows.apply(lambda row: _published(row["published"]) + unit(row), axis=1),
-                    T=rows["temperature"].map(lambda t: f"{t:g}"),
-                )
-                .pivot_table(
-                    index=["model", "method", "T", "setting"],
-                    columns=["dataset", "metric"],
-                    values="cell",
-                    aggfunc="first",
-                    sort=False,
-                )
-                .fillna("")
-            )
+            table = pivot(rows, rows.apply(lambda row: _published(row["published"]) + unit(row), axis=1))
             legend = f"{name}: {caption}. Published only: {reason}."
             long_form = rows[KEYS + ["published"]]
         else:
-            table = layout(rows)
+            markers = markers_of(rows)
+            table = layout(rows, markers)
             legend = f"{name}: {caption}. Each cell: published / ours (ours - published); n/a: {NOT_AT_SCALE}."
             long_form = rows
-            after = "".join(f"\n{marker} {reason}\n" for reason, marker in markers_of(rows).items())
+            after = "".join(f"\n{marker} {reason}\n" for reason, marker in markers.items())
             if rows["method"].eq(relative_to).any() and rows[["published_rel", "ours_rel"]].notna().any().any():
                 related = pivot(rows, rows.apply(relative_cell, axis=1))
                 related = flat(related[(related != "").any(axis=1)])
