@@ -81,9 +81,14 @@ class TreePolicy(ABC):
     A policy whose keys may be `auto` lists the shapes they choose among in AUTO_CANDIDATES
     (smallest first; one dict of values a candidate, the same keys in each; empty: no key
     can be auto; costs/autotune.py calibrates them), and may override distinct_candidate so
-    candidates that build the same tree are written alike and calibrated once."""
+    candidates that build the same tree are written alike and calibrated once.
+
+    SIZE_KEYS names the integer settings that count tokens, nodes, levels or children
+    (gamma, top_k, depth, ...): run/bounds.py bounds each, and `widest`, by the room the
+    model's context leaves, before anything is loaded or timed."""
 
     AUTO_CANDIDATES: list[dict] = []
+    SIZE_KEYS: tuple[str, ...] = ()
 
     @staticmethod
     def distinct_candidate(cfg: dict) -> dict:

@@ -8,6 +8,7 @@ GGUF that is converted once to dense safetensors in the cache), or `id` (the hub
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -102,6 +103,16 @@ def resolve(entry: dict, key: str) -> str:
     if entry.get("id"):
         return _from_hub(entry["id"], entry.get("revision"), key)
     raise ConfigError(f"{key}: entry {entry.get('name')!r} names no source; set {key}.path, {key}.package or {key}.id")
+
+
+def context_length(entry: dict, key: str = "model") -> int:
+    """The entry's context length: its `context_length`, else its config's
+    max_position_embeddings (read from config.json alone, before any weights load)."""
+    if entry.get("context_length"):
+        return int(entry["context_length"])
+    config = json.loads((Path(resolve(entry, key)) / "config.json").read_text())
+    config = config.get("text_config", config)
+    return int(config["max_position_embeddings"])
 
 
 def check_safetensors(directory: Path, key: str) -> None:

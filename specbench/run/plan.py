@@ -29,6 +29,7 @@ from specbench.engine.values import choice, integer, is_integer, number, switch
 from specbench.errors import require
 from specbench.metrics import quality
 from specbench.models import registry
+from specbench.run import bounds
 from specbench.run.baseline import cached_baseline_dtype
 
 BASELINE_MODES = ("paired", "cached", "none")
@@ -84,6 +85,7 @@ def check(cfg: dict) -> None:
     methods.check(cfg["method"])
     if cfg["baseline"]["mode"] == "paired" and cfg["method"] != cfg["baseline"]["method"]:
         methods.check(cfg["baseline"]["method"])
+    bounds.check_run(cfg, cfg["model"].get("context_length"))  # the model's own, once located (decide)
 
 
 def check_hardware(hardware: dict) -> None:
@@ -181,7 +183,8 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
     priced with the cost profile), then, where the other dtype is faster for plain AR or at
     some tree sizes, dtype and shape together (weigh_dtype)."""
     method_cfg = cfg["method"]
-    registry.resolve(cfg["model"], "model")  # not on this machine: refused before the dtype probe announces timing it
+    # not on this machine: refused before the dtype probe announces timing it; sizes bounded by its context
+    bounds.check_run(cfg, registry.context_length(cfg["model"]))
     dtype, dtype_choice = costs.resolve_dtype(
         dict(cfg["hardware"]),
         cfg["model"],

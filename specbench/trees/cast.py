@@ -107,6 +107,7 @@ class CastTree(TreePolicy):
         ),
         {"c1": 3.0, "c2": 3.0, "c3": 3.0},
     ]
+    SIZE_KEYS = ("top_k", "depth", "total_tokens", "buffer")
 
     def __init__(
         self,

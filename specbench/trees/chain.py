@@ -12,6 +12,7 @@ from specbench.engine.values import integer
 class Chain(TreePolicy):
     # shapes `gamma: auto` chooses from (specbench.costs.autotune), small to large
     AUTO_CANDIDATES = [{"gamma": g} for g in range(1, 11)]
+    SIZE_KEYS = ("gamma",)
 
     def __init__(self, gamma: int = 5):
         self.gamma = integer("method.tree.gamma", gamma, at_least=1)

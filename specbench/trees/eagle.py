@@ -44,6 +44,7 @@ class EagleDynamicTree(TreePolicy):
             (10, 6, 60),
         )
     ]
+    SIZE_KEYS = ("top_k", "depth", "total_tokens")
 
     def __init__(self, top_k: int = 10, depth: int = 7, total_tokens: int = 60):
         self.top_k = integer("method.tree.top_k", top_k, at_least=1)

@@ -52,6 +52,7 @@ class LookaheadTree(TreePolicy):
         {"window": w, "ngram": n, "candidates": g}
         for w, n, g in ((2, 2, 1), (3, 3, 2), (4, 3, 3), (5, 4, 3), (7, 4, 5), (10, 5, 7), (15, 5, 15))
     ]
+    SIZE_KEYS = ("window", "ngram", "candidates")
 
     def __init__(self, window: int = 15, ngram: int = 5, candidates: int = 15, seed: int = 0):
         self.window = integer("method.tree.window", window, at_least=1)
@@ -59,6 +60,10 @@ class LookaheadTree(TreePolicy):
         self.candidates = integer("method.tree.candidates", candidates, at_least=0)
         self.seed = integer("method.tree.seed", seed, at_least=0)
         self.rows: list[_RowState] | None = None
+
+    def widest(self) -> int:
+        """The root, N-1 levels of W window guesses and up to G pooled n-grams of N-1 tokens."""
+        return 1 + (self.ngram - 1) * (self.window + self.candidates)
 
     def begin(self, batch_size: int, costs) -> None:
         """New sequences: windows are filled from each prompt at the first grow."""

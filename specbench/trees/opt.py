@@ -28,6 +28,7 @@ from specbench.trees.eagle import add_top_children, best_first
 class OptTree(TreePolicy):
     # shapes `auto` chooses from (specbench.costs.autotune), small to large
     AUTO_CANDIDATES = [{"nodes": n} for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 60)]
+    SIZE_KEYS = ("nodes", "max_depth")
 
     def __init__(self, nodes: int = 60, threshold: float = 0.5, max_depth: int = 10):
         self.nodes = integer("method.tree.nodes", nodes, at_least=1)

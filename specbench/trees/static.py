@@ -157,6 +157,7 @@ class StaticTree(TreePolicy):
     drafting off when no size is predicted to beat AR (specbench/costs/autotune.py)."""
 
     AUTO_CANDIDATES = [{"size": n} for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)]
+    SIZE_KEYS = ("size",)
 
     @staticmethod
     def distinct_candidate(cfg: dict) -> dict:

@@ -25,6 +25,7 @@ class TalonTree(TreePolicy):
         {"budget": n, "top_k": k}
         for n, k in ((2, 1), (3, 2), (4, 2), (6, 3), (8, 4), (12, 4), (16, 6), (24, 8), (32, 10), (60, 10))
     ]
+    SIZE_KEYS = ("budget", "top_k", "robust_layers")
 
     def __init__(self, budget: int = 60, mu: float = 0.03, top_k: int = 10, robust_layers: int = 1):
         self.budget = integer("method.tree.budget", budget, at_least=2)
