@@ -41,6 +41,7 @@ def resolve_dtype(
     method_cfg: dict | None = None,
     engine: dict | None = None,
     widest: int | None = None,
+    batch: int = 1,
 ) -> tuple[str, dict | None]:
     """(dtype, the probe behind it) for `hardware.dtype`, `auto` decided for this model on
     this machine (specbench.costs.dtype) at the forward sizes `method_cfg` verifies (all
@@ -56,7 +57,15 @@ def resolve_dtype(
 
     def compile_choice(model, sizes: tuple[int, ...]):  # the target's forward alone is timed: no drafter projections
         return compile_rule.resolve(
-            mode, model, name, hardware, cache_root(), fp16=fp16, sizes=compile_sizes(sizes), drafter_layers=False
+            mode,
+            model,
+            name,
+            hardware,
+            cache_root(),
+            fp16=fp16,
+            sizes=compile_sizes(sizes),
+            drafter_layers=False,
+            batch=batch,
         )[0]
 
     return dtype_rule.resolve(
@@ -68,6 +77,7 @@ def resolve_dtype(
         sizes=dtype_rule.verified_sizes(method_cfg, widest),
         compile_choice=compile_choice,
         compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}",
+        fp16_weights=fp16 != "off" and compile_rule.has_fp16_weights() and hardware.get("forward", "auto") != "hf",
     )
 
 
@@ -96,6 +106,7 @@ def target_lm(
         fp16=compile_rule.fp16_mode(engine, requested_dtype),
         sizes=compile_sizes(dtype_rule.verified_sizes(cfg.get("method"))),
         drafter_layers=drafter_layers,
+        batch=(cfg.get("gen") or {}).get("batch_size", 1),
     )
     return shared_lm(model, hardware.get("forward", "auto"), compiled), record
 

@@ -106,14 +106,14 @@ def measure(
 
 
 def measure_attention(
-    model: torch.nn.Module, forward: str, repeats: int = PROBE_REPEATS
+    model: torch.nn.Module, forward: str, batches: tuple[int, ...] = ATTENTION_BATCHES, repeats: int = PROBE_REPEATS
 ) -> dict[str, dict[str, float]]:
-    """One-token forward ms after PROBE_CONTEXT rows at each of ATTENTION_BATCHES, with
-    attention in the model's dtype and in fp32, timed alternately."""
+    """One-token forward ms after PROBE_CONTEXT rows at each of `batches`, with attention in
+    the model's dtype and in fp32, timed alternately."""
     lms = {"model dtype": make_lm(model, forward), "float32": make_lm(model, forward, Compiled(float_attention=True))}
     probe = {name: {} for name in lms}
     with torch.inference_mode():
-        for batch in ATTENTION_BATCHES:
+        for batch in batches:
             contexts = [torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist() for _ in range(batch)]
             for lm in lms.values():
                 lm.reset(batch)
@@ -208,16 +208,24 @@ def fp16_mode(engine: dict, requested_dtype: str | None) -> str:
     return mode if mode != "auto" or requested_dtype == "auto" else "off"
 
 
-def float_attention_wins(probe: dict[str, dict[str, float]]) -> bool:
-    """fp32 attention for one-token forwards: faster at every probed batch size."""
-    return all(probe["float32"][b] < probe["model dtype"][b] for b in probe["model dtype"])
+def float_attention_wins(probe: dict[str, dict[str, float]], batches: tuple[int, ...] | None = None) -> bool:
+    """fp32 attention for one-token forwards: faster at every probed batch size (of
+    `batches`, the run's: batch size 1 alone, or every probed one for a batched run)."""
+    keys = [str(b) for b in batches] if batches else list(probe["model dtype"])
+    return all(probe["float32"][b] < probe["model dtype"][b] for b in keys)
 
 
-def probe_parts(sizes: tuple[int, ...], dtype: str, int8: bool) -> list[str]:
+def attention_batches(batch: int) -> tuple[int, ...]:
+    """The batch sizes whose one-token attention a run's choice rests on."""
+    return (1,) if batch == 1 else ATTENTION_BATCHES
+
+
+def probe_parts(sizes: tuple[int, ...], dtype: str, int8: bool, batch: int = 1) -> list[str]:
     """The parts of the compile probe a run needs: its forward sizes, one-token attention in
-    fp32 (a dtype other than fp32), and drafter projections on int8 weights (a drafter with
-    layers, `int8`)."""
-    return [f"n={n}" for n in sizes] + (["attention"] if dtype != "float32" else []) + (["int8"] if int8 else [])
+    fp32 (a dtype other than fp32; at batch size 8 too for a batched run), and drafter
+    projections on int8 weights (a drafter with layers, `int8`)."""
+    attention = (["attention"] + (["attention-batched"] if batch > 1 else [])) if dtype != "float32" else []
+    return [f"n={n}" for n in sizes] + attention + (["int8"] if int8 else [])
 
 
 def resolve(
@@ -232,6 +240,7 @@ def resolve(
     fp16: str = "off",
     sizes: tuple[int, ...] = PROBE_SIZES,
     drafter_layers: bool = True,
+    batch: int = 1,
 ) -> tuple[Compiled, dict | None]:
     """(how to run the lean forward, the probe behind an `auto` choice or None); `int8_mode`
     is engine.int8_drafts, `fp16` engine.fp16_weights as it applies (fp16_mode). `auto`
@@ -308,14 +317,15 @@ def resolve(
         }
         if ns:
             record["probe"] = measure(model, forward, ns, packed=packs(weight_dtype), fp16=fp16_possible)
-        if "attention" in missing:
-            record["attention"] = measure_attention(model, forward)
+        batches = [b for part, b in (("attention", 1), ("attention-batched", 8)) if part in missing]
+        if batches:
+            record["attention"] = measure_attention(model, forward, tuple(batches))
         if "int8" in missing:
             record["int8"] = measure_int8(model, packs(weight_dtype))
         return record
 
     record, seconds = cached_probe(
-        path, fingerprint, timed_parts, probe_parts(sizes, dtype, int8), refresh, version=PROBE_VERSION, log=log
+        path, fingerprint, timed_parts, probe_parts(sizes, dtype, int8, batch), refresh, version=PROBE_VERSION, log=log
     )
     probe = record["probe"]
     # a probe cached under a torch that still had the ops
@@ -324,7 +334,8 @@ def resolve(
     else:
         chosen = Compiled(
             packed_from=packed_from(probe, sizes),
-            float_attention="attention" in record and float_attention_wins(record["attention"]),
+            float_attention="attention" in record
+            and float_attention_wins(record["attention"], attention_batches(batch)),
             int8_drafts_below=int8_below(record["int8"]) if int8 else 0,
         )
     if seconds is not None:
@@ -340,7 +351,7 @@ def resolve(
                 + " / fp32 attention: "
                 + ", ".join(
                     f"B={b}: {attention['model dtype'][b]:.1f} / {attention['float32'][b]:.1f} ms"
-                    for b in attention["model dtype"]
+                    for b in map(str, attention_batches(batch))
                 )
             )
         if int8:

@@ -57,14 +57,14 @@ def verified_sizes(method_cfg: dict | None, widest: int | None = None) -> tuple[
     return (widest,) if widest else PROBE_SIZES
 
 
-def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> str:
-    """bf16 when its forward is at most fp32's at every probed size, else fp32. For one-token
-    forwards within ONE_TOKEN_TIE of each other, the dtype of the wider sizes: the probe cannot
-    tell them apart, and AR then decodes in the dtype drafting methods use. `probe` maps
-    dtype -> {str(n): ms}."""
+def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES, tie: str = "bfloat16") -> str:
+    """bf16 when its forward is at most fp32's at every probed size, else fp32. One-token
+    forwards within ONE_TOKEN_TIE of each other are a tie the probe cannot break, and timing
+    wider forwards to break it cost an AR run minutes: `tie` then, the dtype of this ISA's
+    wide forwards (bf16 with native bf16 matmul, else fp32). `probe` maps dtype -> {str(n): ms}."""
     bf16, fp32 = probe["bfloat16"], probe["float32"]
     if sizes == ONE_TOKEN and one_token_tie(probe):
-        return choose(probe)
+        return tie
     return "bfloat16" if all(bf16[str(n)] <= fp32[str(n)] for n in sizes) else "float32"
 
 
@@ -81,6 +81,31 @@ def one_token_tie(probe: dict[str, dict[str, float]]) -> bool:
     """Whether the one-token forwards are too close to tell the dtypes apart."""
     bf16, fp32 = probe["bfloat16"]["1"], probe["float32"]["1"]
     return abs(bf16 - fp32) <= ONE_TOKEN_TIE * min(bf16, fp32)
+
+
+def native_bf16(fingerprint: dict) -> bool:
+    """Whether the CPU multiplies bf16 matrices natively (avx512_bf16, AMX, Arm's bf16) and no
+    ISA cap in the environment keeps torch and oneDNN off those kernels."""
+    capped = any(v.lower().startswith(("avx2", "default")) for v in (fingerprint.get("isa_limits") or {}).values())
+    return not capped and any(f in fingerprint.get("isa", []) for f in ("avx512_bf16", "amx_bf16", "bf16"))
+
+
+def settled_by_isa(fingerprint: dict, fp16_weights: bool) -> dict | None:
+    """The choice where the ISA makes it without timing: no native bf16 matmul and fp16
+    weights on offer. fp32 activations on fp16 weights read a bf16 forward's bytes (one-token
+    forwards tie: AMD EPYC Zen 3, 35 against bf16's 37 ms) while bf16 runs a wide forward as
+    one GEMV per token there (1,180 against fp32's 315 ms at 64 tokens), so fp32 wins every
+    size a run verifies and bf16 is never timed."""
+    if native_bf16(fingerprint) or not fp16_weights:
+        return None
+    isa = ", ".join(fingerprint.get("isa", [])) or "none listed"
+    return {
+        "rule": "no native bf16 matmul on this CPU (ISA: "
+        f"{isa}{'; capped by ' + str(fingerprint['isa_limits']) if fingerprint.get('isa_limits') else ''}): fp32, "
+        "its forward on fp16 weights where the compile probe finds them fastest; bf16 not timed",
+        "ar_dtype": "float32",
+        "sizes": [],
+    }
 
 
 def probe_path(cache: Path, model_name: str, fingerprint: dict) -> Path:
@@ -121,17 +146,23 @@ def resolve(
     sizes: tuple[int, ...] = PROBE_SIZES,
     compile_choice=lambda model, sizes: Compiled(),
     compile_mode: str = "off",
+    fp16_weights: bool = False,
 ) -> tuple[str, dict | None]:
     """(dtype, the probe it came from or None) for a hardware config; `auto` is decided
     here at the forward sizes `sizes`, timed where the cached probe lacks them (`refresh`:
     timed again), each dtype's model run as `compile_choice(model, sizes)` says (the choice
-    of engine.compile=`compile_mode` for a run of those sizes); explicit dtypes pass through."""
+    of engine.compile=`compile_mode` for a run of those sizes); explicit dtypes pass through.
+    `fp16_weights`: fp32 may run on fp16 weights, so a CPU without native bf16 needs no
+    timing (settled_by_isa)."""
     dtype = hardware.get("dtype")
     if dtype != "auto":
         return dtype, None
     fingerprint = device_fingerprint(hardware.get("device", "cpu"), hardware.get("threads"))
     if fingerprint["device"] == "cuda":
         return "bfloat16", {"rule": "bf16 on GPUs"}
+    if (settled := settled_by_isa(fingerprint, fp16_weights)) is not None:
+        log(f"hardware.dtype=auto: float32 ({settled['rule']})")
+        return "float32", settled
     path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}-compile-{compile_mode}", fingerprint)
 
     def timed(needed: tuple[int, ...]) -> tuple[dict, float | None]:
@@ -157,14 +188,13 @@ def resolve(
         )
 
     record, seconds = timed(sizes if 1 in sizes else (1, *sizes))  # one token too: AR's dtype, for the note below
-    if sizes == ONE_TOKEN and one_token_tie(record["probe"]):  # the rule then looks at the wider sizes too
-        record, wider = timed(PROBE_SIZES)
-        seconds = wider if seconds is None else seconds + (wider or 0.0)
     probe = record["probe"]
-    chosen = choose(probe, sizes)
+    tie = "bfloat16" if native_bf16(fingerprint) else "float32"
+    chosen = choose(probe, sizes, tie)
     if sizes == ONE_TOKEN:
         why = (
-            f" (one-token forwards within {ONE_TOKEN_TIE:.0%}: the dtype of n in {list(PROBE_SIZES)})"
+            f" (one-token forwards within {ONE_TOKEN_TIE:.0%}, which the probe cannot tell apart: {tie}, the dtype "
+            f"of this ISA's wide forwards; wider forwards not timed)"
             if one_token_tie(probe)
             else ""
         )
@@ -172,7 +202,7 @@ def resolve(
         why = ", the widest forward this method's settings verify" if len(sizes) == 1 else ""
     record = {**record, "rule": f"bf16 if <= fp32 at every n in {list(sizes)}{why}", "sizes": list(sizes)}
     # a tie: the dtype drafting uses
-    plain = record["ar_dtype"] = chosen if one_token_tie(probe) else choose(probe, ONE_TOKEN)
+    plain = record["ar_dtype"] = chosen if one_token_tie(probe) else choose(probe, ONE_TOKEN, tie)
     rival = contender(probe, chosen, sizes)
     if rival:
         record["contender"] = rival

@@ -191,6 +191,7 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
         method_cfg=method_cfg,
         engine=cfg.get("engine"),
         widest=methods.widest(method_cfg),
+        batch=cfg["gen"]["batch_size"],
     )
     model, tokenizer = load_target(cfg["model"], dtype, cfg["hardware"]["device"])
     setting = setting_for(cfg, samples, model, tokenizer)

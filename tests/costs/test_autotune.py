@@ -60,12 +60,12 @@ def test_a_contended_calibration_is_reused_while_busy_and_redone_when_idle(tmp_p
         ({"_target_": "specbench.trees.static.StaticTree", "choices": [[0], [1], [0, 0]]}, 4),
         ({"_target_": "specbench.trees.opt.OptTree", "nodes": 60}, 61),
         ({"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": 10, "depth": 6, "total_tokens": "auto"}, None),
-        ({"_target_": "specbench.trees.lookahead.LookaheadTree", "window": 4, "ngram": 3, "candidates": 2}, None),
+        ({"_target_": "specbench.trees.lookahead.LookaheadTree", "window": 4, "ngram": 3, "candidates": 2}, 13),
     ],
 )
 def test_a_tree_policy_names_the_widest_forward_its_settings_fix(tree, width):
-    """Root included, as the verification forward feeds it; None where the draft decides
-    (Lookahead's n-gram pool) or calibration still will (`auto` keys)."""
+    """Root included, as the verification forward feeds it (Lookahead: its window's levels and
+    pooled n-grams at most); None where calibration still will (`auto` keys)."""
     assert methods.widest({"tree": tree}) == width
 
 

@@ -25,12 +25,10 @@ def test_dtype_rule():
     assert dtype_rule.choose(avx2) == "float32"
     assert dtype_rule.choose(native) == "bfloat16"
     assert dtype_rule.resolve({"dtype": "float32"}, "m", None, None) == ("float32", None)
-    # one-token forwards within 5% are a tie, decided by the wider sizes (AR then decodes as drafting does)
-    zen3_fp16_weights = {
-        "bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114},
-        "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294},
-    }
-    assert dtype_rule.choose(zen3_fp16_weights, dtype_rule.ONE_TOKEN) == "float32"
+    # one-token forwards within 5% are a tie the probe cannot break: the ISA's dtype for wide forwards
+    zen3_fp16_weights = {"bfloat16": {"1": 33.1}, "float32": {"1": 34.5}}
+    assert dtype_rule.choose(zen3_fp16_weights, dtype_rule.ONE_TOKEN, tie="float32") == "float32"
+    assert dtype_rule.choose(zen3_fp16_weights, dtype_rule.ONE_TOKEN, tie="bfloat16") == "bfloat16"
     assert (
         dtype_rule.choose(avx2, dtype_rule.ONE_TOKEN) == "bfloat16"
         and dtype_rule.choose(native, dtype_rule.ONE_TOKEN) == "bfloat16"
@@ -136,7 +134,7 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
     )
     dtype, record = dtype_rule.resolve(cpu, "m", None, native, sizes=dtype_rule.PROBE_SIZES, **quiet)
     assert dtype == "bfloat16" and "note" not in record
-    tie = tmp_path / "tie"  # one-token forwards within 5%: AR's dtype is the wider sizes', so those are timed too
+    # one-token forwards within 5%: the ISA's wide-forward dtype, and no wider forward is timed
     monkeypatch.setattr(
         dtype_rule,
         "measure",
@@ -147,8 +145,37 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monk
             }
         ),
     )
-    dtype, _ = dtype_rule.resolve(cpu, "m", None, tie, sizes=dtype_rule.ONE_TOKEN, **quiet)
-    assert dtype == "float32" and timed[-2:] == [(1,), (4, 16, 64)]
+    for isa, expected in ((["avx2", "fma"], "float32"), (["avx2", "avx512_bf16"], "bfloat16")):
+        monkeypatch.setattr(
+            dtype_rule, "device_fingerprint", lambda *_, isa=isa: {"device": "cpu", "cpu_model": "test", "isa": isa}
+        )
+        dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path / expected, sizes=dtype_rule.ONE_TOKEN, **quiet)
+        assert dtype == expected and timed[-1] == (1,) and "wider forwards not timed" in record["rule"]
+
+
+def test_a_cpu_without_native_bf16_settles_the_dtype_without_timing(tmp_path, monkeypatch):
+    """No avx512_bf16, AMX or Arm bf16 (or torch capped to AVX2), and fp16 weights on offer:
+    fp32, bf16 never timed; with fp16 weights off, or with native bf16, the probe decides."""
+
+    def fail(*_, **__):
+        raise AssertionError("timed")
+
+    monkeypatch.setattr(dtype_rule, "measure", fail)
+    cpu, quiet = {"dtype": "auto", "device": "cpu"}, {"log": lambda *_: None}
+    zen2 = {"device": "cpu", "cpu_model": "test", "isa": ["avx2", "fma"]}
+    capped = {
+        "device": "cpu",
+        "cpu_model": "test",
+        "isa": ["avx2", "avx512_bf16"],
+        "isa_limits": {"ATEN_CPU_CAPABILITY": "avx2"},
+    }
+    for fingerprint in (zen2, capped):
+        monkeypatch.setattr(dtype_rule, "device_fingerprint", lambda *_, f=fingerprint: f)
+        dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, fp16_weights=True, **quiet)
+        assert dtype == "float32" and record["ar_dtype"] == "float32" and "bf16 not timed" in record["rule"]
+        with pytest.raises(AssertionError, match="timed"):
+            dtype_rule.resolve(cpu, "m", None, tmp_path, fp16_weights=False, **quiet)
+    assert dtype_rule.settled_by_isa({"device": "cpu", "isa": ["avx2", "amx_bf16"]}, fp16_weights=True) is None
 
 
 def test_auto_dtype_of_a_fixed_tree_is_decided_at_its_widest_forward(tmp_path, monkeypatch):

@@ -429,8 +429,12 @@ def test_auto_attends_in_fp32_only_where_it_wins_at_every_batch_size(tmp_path):
         {"model dtype": {"1": 30.0, "8": 70.0}, "float32": {"1": 31.0, "8": 48.0}}
     )
     llama = tiny_llama(3).to(torch.bfloat16)
-    chosen, record = compile_rule.resolve(
+    alone = compile_rule.resolve(
         "auto", llama, "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None
+    )[1]
+    assert set(alone["attention"]["float32"]) == {"1"}  # a run at batch size 1 times batch size 1 alone
+    chosen, record = compile_rule.resolve(
+        "auto", llama, "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None, batch=8
     )
     assert set(record["attention"]) == {"model dtype", "float32"} and set(record["attention"]["float32"]) == {"1", "8"}
     assert chosen.float_attention == compile_rule.float_attention_wins(record["attention"])
