@@ -25,6 +25,7 @@ from specbench.costs.profile import (
     measure_target,
     save,
 )
+from specbench.engine import methods
 from specbench.engine.lean import make_lm
 from specbench.engine.lm import TreeLM
 from specbench.models import registry
@@ -40,13 +41,12 @@ def resolve_dtype(
     refresh: bool = False,
     method_cfg: dict | None = None,
     engine: dict | None = None,
-    widest: int | None = None,
     batch: int = 1,
 ) -> tuple[str, dict | None]:
     """(dtype, the probe behind it) for `hardware.dtype`, `auto` decided for this model on
-    this machine (specbench.costs.dtype) at the forward sizes `method_cfg` verifies (all
-    probed sizes without one; `widest`: its tree policy's widest forward, where the settings
-    fix it), each dtype run as `engine.compile` would run it; explicit dtypes pass through."""
+    this machine (specbench.costs.dtype) at the forward sizes `method_cfg` verifies (run_sizes;
+    all probed sizes without one), each dtype run as `engine.compile` would run it (the
+    one-token attention probe at batch size `batch` too); explicit dtypes pass through."""
 
     def load_model(dtype: str):
         return registry.load_model(model_cfg, dtype, hardware["device"])
@@ -74,17 +74,25 @@ def resolve_dtype(
         load_model,
         cache_root(),
         refresh=refresh,
-        sizes=dtype_rule.verified_sizes(method_cfg, widest),
+        sizes=run_sizes(method_cfg),
         compile_choice=compile_choice,
         compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}",
         fp16_weights=fp16 != "off" and compile_rule.has_fp16_weights() and hardware.get("forward", "auto") != "hf",
     )
 
 
+def run_sizes(method_cfg: dict | None) -> tuple[int, ...]:
+    """The forward sizes whose cost decides a run of this method (dtype.verified_sizes)."""
+    if method_cfg is None:
+        return dtype_rule.PROBE_SIZES
+    return dtype_rule.verified_sizes(method_cfg, methods.widest(method_cfg), methods.reach(method_cfg))
+
+
 def compile_sizes(verified: tuple[int, ...]) -> tuple[int, ...]:
     """The forward sizes the compile probe times for a run that verifies `verified`
-    (dtype.verified_sizes): one token for AR, its whole grid for a method that drafts."""
-    return verified if verified == dtype_rule.ONE_TOKEN else compile_rule.PROBE_SIZES
+    (dtype.verified_sizes): one token for AR, its grid up to the widest verified for a
+    method that drafts (packing is chosen from the smallest size where it wins at every larger one)."""
+    return verified if verified == dtype_rule.ONE_TOKEN else dtype_rule.up_to(compile_rule.PROBE_SIZES, max(verified))
 
 
 def target_lm(
@@ -104,7 +112,7 @@ def target_lm(
         refresh=refresh,
         int8_mode=engine.get("int8_drafts", "auto"),
         fp16=compile_rule.fp16_mode(engine, requested_dtype),
-        sizes=compile_sizes(dtype_rule.verified_sizes(cfg.get("method"))),
+        sizes=compile_sizes(run_sizes(cfg.get("method"))),
         drafter_layers=drafter_layers,
         batch=(cfg.get("gen") or {}).get("batch_size", 1),
     )

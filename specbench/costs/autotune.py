@@ -26,7 +26,7 @@ import torch
 from scipy.stats import theilslopes
 from tqdm import tqdm
 
-from specbench.costs import contention
+from specbench.costs import contention, pilot
 from specbench.costs.predict import pace, predict, tree_step_ms
 from specbench.costs.profile import CostProfile, ProfileCosts, write_whole
 from specbench.engine.candidates import DRAFTING_OFF, auto_keys, candidates
@@ -35,7 +35,7 @@ from specbench.engine.methods import instantiate_part
 from specbench.metrics.records import method_run
 
 # in the cache key: a choice recorded under another rule is made again (what each version changed: docs/speed.md)
-VERSION = 11
+VERSION = 12
 
 
 def describe(record: dict) -> str:
@@ -67,13 +67,9 @@ def price(
         # verification steps of the batches
         steps, decode_ms = (forecast["steps"], forecast["measured_decode_seconds"] * 1000)
         machine_pace = pace(forecast)
-        row_steps = sum(len(r["accept_lengths"]) for r in runs)  # per-row steps: tau and delta are per row
         stats.append(
-            {
-                "tree": {k: cfg[k] for k in keys},
-                "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(row_steps, 1),
-                "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(row_steps, 1),
-                "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(row_steps, 1),
+            shape_stats(cfg, keys, runs)
+            | {
                 "unpriced_ms_per_step": round(
                     max(0.0, decode_ms / machine_pace - forecast["predicted_decode_seconds"] * 1000) / max(steps, 1), 3
                 ),
@@ -87,6 +83,17 @@ def price(
         | priced(runs, profile, drafter, line)
         for s, (_, runs, _) in zip(stats, measured)
     ]
+
+
+def shape_stats(cfg: dict, keys: list[str], runs: list[dict]) -> dict:
+    """A candidate's tau, delta and mean tree size per row step over its calibration runs."""
+    row_steps = sum(len(r["accept_lengths"]) for r in runs)  # per-row steps: tau and delta are per row
+    return {
+        "tree": {k: cfg[k] for k in keys},
+        "tau": sum(len(r["turn_ids"][0]) for r in runs) / max(row_steps, 1),
+        "delta": sum(sum(r["step_draft_forwards"]) for r in runs) / max(row_steps, 1),
+        "mean_tree_size": sum(1 + sum(w) for r in runs for w in r["tree_widths"]) / max(row_steps, 1),
+    }
 
 
 def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dict]:
@@ -306,26 +313,24 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
         f"{f' in batches of {setup.batch_size}' if setup.batch_size > 1 else ''} (once; cached in {path})"
     )
     step_costs = ProfileCosts(profile, setup.drafter_name)  # for policies that price their trees (CAST)
-    methods = [Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs) for tree in trees]
-    measured, prompts, others = setup.decode(methods, target, profile)
-    rows = list(
-        zip(
-            options,
-            price([(cfg, *m) for cfg, m in zip(options, measured)], auto_keys(tree_cfg), profile, setup.drafter_name),
-        )
-    )
-    for _, row in rows:
+
+    def method(tree) -> Method:
+        return Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs)
+
+    keys = auto_keys(tree_cfg)
+    if setup.batch_size == 1 and pilot.nested(trees):
+        rows, runs, prompts, others = predicted(options, trees, keys, method, target, profile, setup)
+    else:
+        measured, prompts, others = setup.decode([method(tree) for tree in trees], target, profile)
+        rows = price([(cfg, *m) for cfg, m in zip(options, measured)], keys, profile, setup.drafter_name)
+        runs = [m[0] for m in measured]
+    for row in rows:
         log(
             f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} "
-            f"-> predicted {row['predicted_speedup']:.2f}x"
+            f"-> predicted {row['predicted_speedup']:.2f}x{'' if row.get('measured', True) else ' (from the pilot)'}"
         )
     record = decide(
-        {
-            "candidates": [r for _, r in rows],
-            "calibration": setup.record(prompts),
-            "runs": [m[0] for m in measured],
-            "contended_cores": others,
-        },
+        {"candidates": rows, "calibration": setup.record(prompts), "runs": runs, "contended_cores": others},
         options,
         setup.min_gain,
     )
@@ -338,12 +343,53 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     return record["chosen"], record
 
 
+CONFIRMED = 2  # predicted shapes decoded to confirm them, best first
+
+
+def predicted(options, trees, keys, method, target, profile: CostProfile, setup: Calibration):
+    """(candidate rows, their runs, the prompts, contended cores) from a pilot decode of the
+    widest shape and one of the smallest (two measured shapes fit the tree-work line), every
+    other shape rebuilt from the pilot's steps (costs/pilot.py) and priced, then the CONFIRMED
+    best of those decoded too; rows carry `measured`, and only measured ones can be chosen."""
+    widest = pilot.pilot_index(trees)
+    recorder = pilot.Recorder(trees[widest])
+    setup.log(
+        f"  pilot: decoding {options[widest]} (the widest) and {options[0]}; the other "
+        f"{len(options) - 2} shapes are predicted from the pilot's steps, the best {CONFIRMED} decoded to confirm"
+    )
+    first, prompts, others = setup.decode([method(trees[0]), method(recorder)], target, profile)
+    measured = {0: first[0], widest: first[1]}
+    rebuilt = {}
+    for i, tree in enumerate(trees):
+        if i not in measured:
+            rebuilt[i] = [pilot.rebuilt_run(r, s, tree) for r, s in zip(first[1][0], recorder.decodes)]
+    unknown = [i for i, runs in rebuilt.items() if any(r is None for r in runs)]
+    line = overhead_line(price([(options[i], *measured[i]) for i in measured], keys, profile, setup.drafter_name))
+    guesses = {i: priced(runs, profile, setup.drafter_name, line) for i, runs in rebuilt.items() if i not in unknown}
+    confirm = sorted(guesses, key=lambda i: -guesses[i]["predicted_speedup"])[:CONFIRMED] + unknown
+    if confirm:
+        more, _, busy = setup.decode([method(trees[i]) for i in confirm], target, profile)
+        measured |= dict(zip(confirm, more))
+        others = max(others, busy)
+    order = sorted(measured)
+    rows = dict(zip(order, price([(options[i], *measured[i]) for i in order], keys, profile, setup.drafter_name)))
+    line = overhead_line(list(rows.values()))
+    for i in set(rebuilt) - set(measured):
+        stats = shape_stats(options[i], keys, rebuilt[i])
+        fit = round(tree_step_ms(line, stats["mean_tree_size"], stats["delta"]), 3)
+        rows[i] = stats | {"unpriced_ms_per_step": fit, "unpriced_fit_ms": fit, "measured": False}
+        rows[i] |= priced(rebuilt[i], profile, setup.drafter_name, line)
+    runs = {i: m[0] for i, m in measured.items()} | {i: r for i, r in rebuilt.items() if i not in measured}
+    return [rows[i] for i in range(len(options))], [runs[i] for i in range(len(options))], prompts, others
+
+
 def decide(record: dict, options: list[dict], min_gain: float) -> dict:
     """The record with its choice made (cached records are decided again, so `min_gain`
     applies to them too): the candidate predicted fastest, or drafting off when even it is
     not predicted more than `min_gain` faster than AR. `options[i]` is the config of
     `record["candidates"][i]`."""
-    best = max(range(len(options)), key=lambda i: record["candidates"][i]["predicted_speedup"])
+    decoded = [i for i in range(len(options)) if record["candidates"][i].get("measured", True)]  # not pilot guesses
+    best = max(decoded, key=lambda i: record["candidates"][i]["predicted_speedup"])
     predicted = record["candidates"][best]["predicted_speedup"]
     decided = {k: v for k, v in record.items() if k != "note"} | {
         "chosen": options[best],

@@ -39,13 +39,14 @@ PROBE_VERSION = 3
 ONE_TOKEN_TIE = 0.05
 
 
-def verified_sizes(method_cfg: dict | None, widest: int | None = None) -> tuple[int, ...]:
+def verified_sizes(method_cfg: dict | None, widest: int | None = None, reach: int | None = None) -> tuple[int, ...]:
     """The forward sizes whose cost decides a method's dtype: one token for a method that
     drafts nothing; for one whose settings fix the widest forward it verifies (`widest`,
     TreePolicy.widest: TALON's budget, EAGLE's total_tokens, a chain's gamma + 1), that width,
     where its step's cost lies (an AMX Xeon: fp32 32 vs bf16 37 ms at one token, 129 vs 56 at
     64; TALON at budget 60 decoded at 0.58x AR in fp32); every probed size otherwise (and
-    without a method)."""
+    without a method), up to `reach`, the widest forward any of its `auto` shapes verifies
+    (methods.reach; an SpS chain of at most 10 drafts is not timed at 64 tokens)."""
     if method_cfg is None:
         return PROBE_SIZES
     drafts = (
@@ -54,7 +55,12 @@ def verified_sizes(method_cfg: dict | None, widest: int | None = None) -> tuple[
     )
     if not drafts:
         return ONE_TOKEN
-    return (widest,) if widest else PROBE_SIZES
+    return (widest,) if widest else up_to(PROBE_SIZES, reach)
+
+
+def up_to(grid: tuple[int, ...], reach: int | None) -> tuple[int, ...]:
+    """The grid's sizes below `reach` and `reach` itself (the whole grid without one)."""
+    return grid if reach is None or reach >= grid[-1] else (*(n for n in grid if n < reach), reach)
 
 
 def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES, tie: str = "bfloat16") -> str:

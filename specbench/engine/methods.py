@@ -67,6 +67,15 @@ def widest(method_cfg: dict) -> int | None:
     return None if auto_keys(tree) else instantiate_part(tree, "method.tree").widest()
 
 
+def reach(method_cfg: dict, key: str = "method.tree") -> int | None:
+    """The widest forward the method may verify per row: its fixed tree's width, or the widest
+    of its `auto` candidates; None where the policy's width follows the draft. Probes and
+    profiles time forwards up to this width and no wider."""
+    tree = method_cfg["tree"]
+    widths = [instantiate_part(cfg, key).widest() for cfg in (candidates(tree) if auto_keys(tree) else [tree])]
+    return max(widths) if all(w is not None for w in widths) else None
+
+
 def drafter_layers(method_cfg: dict) -> bool:
     """Whether the method's drafter runs linear layers (none: AR, Lookahead, PLD)."""
     return bool(method_cfg.get("drafter")) and drafter_loader(method_cfg["drafter"]).func.layers

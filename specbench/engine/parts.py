@@ -73,6 +73,17 @@ class StepCosts(Protocol):
     def draft_ms(self, batch: int, context: float, n: int) -> float: ...
 
 
+@dataclass(frozen=True)
+class NestedStep:
+    """One verification step as a smaller candidate shape would have taken it, read off a
+    step of a wider candidate whose tree contains the smaller one's (TreePolicy.nested_step)."""
+
+    accepted: int  # draft tokens the target accepts in the smaller tree (the wider tree's path, cut)
+    nodes: int  # tokens the smaller tree verifies, root included
+    draft_forwards: int
+    reach: int  # the most draft tokens one step of the smaller shape can accept (its depth)
+
+
 class TreePolicy(ABC):
     """Builds each row's draft tree. Policies that keep state across steps (CAST's
     acceptance buffers, EntMTP's scheduler) override `begin`, `observe` and/or `keep`;
@@ -94,6 +105,14 @@ class TreePolicy(ABC):
     def distinct_candidate(cfg: dict) -> dict:
         """A candidate's tree config as written for the tree it builds; as given here."""
         return cfg
+
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep | None:
+        """This shape's view of a step where the widest candidate of the same policy drafted
+        `tree` (in `draft_forwards` drafter calls) and the target accepted `path` (root first),
+        where this shape's tree is the wider one's first nodes; None (the default) where it is
+        not, and calibration then decodes every candidate instead of predicting it
+        (costs/pilot.py)."""
+        return None
 
     def widest(self) -> int | None:
         """The most tokens (root included) one row's verification forward holds, where the

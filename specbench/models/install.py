@@ -9,13 +9,13 @@ import time
 
 import yaml
 
+from specbench import ROOT
 from specbench.models import registry
 from specbench.package_data import package_dir
-from specbench.run.config import CONF_DIR
 
 
 def main() -> None:
-    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+    for path in sorted((ROOT / "conf" / "model").glob("*.yaml")):
         entry = yaml.safe_load(path.read_text())
         if not (entry.get("gguf_file") and entry.get("package") and package_dir(entry["package"])):
             continue

@@ -9,8 +9,7 @@ of one forward (batch size x tree width) by MAX_FORWARD_ROWS."""
 
 from __future__ import annotations
 
-from specbench.engine.candidates import auto_keys, candidates
-from specbench.engine.methods import instantiate_part
+from specbench.engine import methods
 from specbench.engine.values import is_integer
 from specbench.errors import require
 
@@ -26,14 +25,6 @@ def row_limit(context_length: int | None, max_new_tokens: int) -> int:
     if context_length is None:
         return MAX_FORWARD_ROWS
     return max(1, min(MAX_FORWARD_ROWS, context_length - max_new_tokens - 1))
-
-
-def widest_tree(tree_cfg: dict, key: str = "method.tree") -> int | None:
-    """The widest forward the tree config verifies per row (TreePolicy.widest); with auto keys,
-    the widest of its candidates; None where the policy's width follows the draft."""
-    configs = candidates(tree_cfg) if auto_keys(tree_cfg) else [tree_cfg]
-    widths = [instantiate_part(cfg, key).widest() for cfg in configs]
-    return max(widths) if all(w is not None for w in widths) else None
 
 
 def check_sizes(
@@ -58,7 +49,7 @@ def check_sizes(
             f"{key}.tree.{name}",
             f"must be at most {limit} ({room}), got {value}",
         )
-    widest = widest_tree(tree_cfg, f"{key}.tree")
+    widest = methods.reach(method_cfg, f"{key}.tree")
     if widest is None:
         return
     set_here = ", ".join(f"{k}={v}" for k, v in tree_cfg.items() if k != "_target_" and is_integer(v))

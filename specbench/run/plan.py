@@ -190,7 +190,6 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
         cfg["model"],
         method_cfg=method_cfg,
         engine=cfg.get("engine"),
-        widest=methods.widest(method_cfg),
         batch=cfg["gen"]["batch_size"],
     )
     model, tokenizer = load_target(cfg["model"], dtype, cfg["hardware"]["device"])
@@ -364,7 +363,7 @@ def cost_profile(setting: Setting, target: Target, drafter) -> CostProfile:
         longest,
         {name: drafter} if drafter is not None else None,
         repeats=cfg["costs"]["repeats"],
-        max_n=cfg["costs"]["max_n"],
+        max_n=min(cfg["costs"]["max_n"], methods.reach(cfg["method"]) or cfg["costs"]["max_n"]),
         batch=setting.batch_size,
     )
 

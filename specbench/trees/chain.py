@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.parts import TreePolicy
+from specbench.engine.parts import NestedStep, TreePolicy
 from specbench.engine.tree import DraftTree
 from specbench.engine.values import integer
 
@@ -19,6 +19,16 @@ class Chain(TreePolicy):
 
     def widest(self) -> int:
         return self.gamma + 1
+
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep:
+        """A shorter chain is the longer one's first gamma tokens: the same draws, one
+        drafter call each."""
+        return NestedStep(
+            accepted=min(len(path) - 1, self.gamma),
+            nodes=min(len(tree) - 1, self.gamma) + 1,
+            draft_forwards=min(draft_forwards, self.gamma),
+            reach=self.gamma,
+        )
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         """Each row's chain grows by one token per draft forward until gamma tokens or

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.engine.parts import TreePolicy
+from specbench.engine.parts import NestedStep, TreePolicy
 from specbench.engine.transfer import device_tensor, to_device
 from specbench.engine.tree import DraftTree, top_tokens
 from specbench.engine.values import integer, is_integer
@@ -189,6 +189,16 @@ class StaticTree(TreePolicy):
 
     def widest(self) -> int:
         return len(self.topology)
+
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep | None:
+        """`size` keeps the first nodes of the sorted choice list, so a smaller tree is the
+        whole tree's first nodes, each the same rank under the same parent; the drafter is
+        called once a depth (Medusa's heads once in all)."""
+        kept, depth = len(self.topology), self.topology.depth
+        if len(tree) < kept:
+            return None
+        inside = next((i for i, node in enumerate(path) if node >= kept), len(path))
+        return NestedStep(accepted=inside - 1, nodes=kept, draft_forwards=min(draft_forwards, depth), reach=depth)
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         return grow([self.topology] * len(roots), drafter, contexts, roots)

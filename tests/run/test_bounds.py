@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from specbench.engine import methods
 from specbench.engine.parts import TreePolicy
 from specbench.errors import ConfigError
 from specbench.run import bounds
@@ -80,7 +81,7 @@ def test_batch_times_tree_width_is_bounded():
 
 
 def test_auto_trees_are_bounded_by_their_widest_candidate():
-    assert bounds.widest_tree(compose_config(["method=eagle3"])["method"]["tree"]) == 60
+    assert methods.reach(compose_config(["method=eagle3"])["method"]) == 60
     refused(["method=eagle3", "gen.batch_size=32", "method.tree.total_tokens=200"], "gen.batch_size")
 
 

@@ -1,0 +1,116 @@
+"""Smaller shapes read off a pilot decode of the widest one (costs/pilot.py): the rule on
+hand-made steps, and, for a greedy chain drafter, exactly the steps a real decode takes."""
+
+from dataclasses import asdict
+
+import pytest
+from conftest import VOCAB
+
+from specbench.costs import pilot
+from specbench.drafters.small_lm import SmallLMDrafter
+from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Limits, Method, generate_batch
+from specbench.engine.parts import NestedStep
+from specbench.engine.sampling import Sampling
+from specbench.engine.tree import DraftTree
+from specbench.metrics.records import method_run
+from specbench.trees.chain import Chain
+from specbench.trees.eagle import EagleDynamicTree
+from specbench.trees.static import StaticTree
+from specbench.verify.standard import StandardVerifier
+
+LIMITS = Limits(max_new_tokens=48, stop_token_ids=frozenset({2}))
+
+
+def chain(tokens: int) -> DraftTree:
+    tree = DraftTree.root(1)
+    for i in range(tokens):
+        tree.add(i, 5 + i)
+    return tree
+
+
+def test_a_pilot_step_is_covered_by_steps_of_the_smaller_shape():
+    """A gamma = 5 pilot accepted 4 drafts (5 tokens with the target's next): gamma = 2
+    accepts 2 (3 tokens), then re-drafts inside the accepted run: 1 more and the next token."""
+    view = Chain(2).nested_step(chain(5), [0, 1, 2, 3, 4], draft_forwards=5)
+    assert view == NestedStep(accepted=2, nodes=3, draft_forwards=2, reach=2)
+    assert pilot.rebuilt_steps(view, pilot_accepted=4) == [(3, 3, 2), (2, 3, 2)]
+    assert pilot.rebuilt_steps(view, pilot_accepted=5) == [(3, 3, 2), (3, 3, 2)]
+    rejected = Chain(2).nested_step(chain(5), [0], draft_forwards=5)
+    assert pilot.rebuilt_steps(rejected, pilot_accepted=0) == [(1, 3, 2)]
+
+
+def test_a_static_tree_keeps_the_first_nodes_of_the_whole_one():
+    """`size` cuts the sorted choice list, so the accepted path is cut at the first node past it."""
+    choices = [[0], [1], [0, 0], [0, 1], [0, 0, 0]]
+    whole = StaticTree(choices=choices)
+    tree = whole.topology  # node i of every smaller tree is node i of this one
+    drafted = DraftTree(tokens=[1] * len(tree), parents=list(tree.parents), depths=list(tree.depths))
+    view = StaticTree(choices=choices, size=3).nested_step(drafted, [0, 1, 3, 5], draft_forwards=3)
+    assert view == NestedStep(accepted=2, nodes=4, draft_forwards=2, reach=2)
+    assert StaticTree(choices=choices, size=2).nested_step(drafted, [0, 1, 3, 5], 3).accepted == 1
+
+
+def test_only_policies_with_nested_shapes_are_predicted():
+    assert pilot.nested([Chain(g) for g in (1, 2, 4)])
+    assert not pilot.nested([Chain(1), Chain(2)])  # two shapes: both are decoded anyway
+    assert not pilot.nested([EagleDynamicTree(2, 1, 4), EagleDynamicTree(4, 3, 12), EagleDynamicTree(8, 5, 32)])
+    assert pilot.pilot_index([Chain(3), Chain(9), Chain(1)]) == 1
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 3])
+def test_rebuilt_chain_steps_are_a_real_decodes(gamma, target, draft, prompts):
+    """Greedy, fp32: a chain re-drafted inside an accepted run proposes what the longer
+    chain proposed there, so gamma's rebuilt steps are the ones decoding with gamma takes."""
+    lm = TreeLM(target)
+    recorder, accepted = pilot.Recorder(Chain(6)), 0
+    for prompt in prompts[:4]:
+        method = Method(recorder, StandardVerifier(), SmallLMDrafter(draft, VOCAB))
+        (wide,) = generate_batch(lm, method, [prompt], Sampling(), LIMITS)
+        run = asdict(method_run([(len(prompt), wide, "")], 1, wide.batch_seconds, "0", wide.verify_seconds))
+        rebuilt = pilot.rebuilt_run(run, recorder.decodes[-1], Chain(gamma))
+        method = Method(Chain(gamma), StandardVerifier(), SmallLMDrafter(draft, VOCAB))
+        (real,) = generate_batch(lm, method, [prompt], Sampling(), LIMITS)
+        assert real.ids == wide.ids
+        assert rebuilt["accept_lengths"] == real.accept_lengths
+        assert rebuilt["step_draft_forwards"] == real.step_draft_forwards
+        assert [1 + sum(w) for w in rebuilt["tree_widths"]] == [1 + sum(w) for w in real.tree_widths]
+        accepted += sum(n - 1 for n in real.accept_lengths)
+    assert accepted > 8  # acceptance was exercised
+
+
+def test_calibration_predicts_from_the_pilot_and_decodes_four_shapes(target, draft, prompts, tmp_path, monkeypatch):
+    """gamma: auto over ten chains decodes the widest, the smallest and the two best predicted;
+    the other six are rebuilt from the pilot with the taus decoding them gives, and only a
+    decoded shape is chosen."""
+    from conftest import CALIBRATION_TOKENS, MIN_GAIN
+    from cost_fixtures import synthetic_profile
+
+    from specbench.costs import autotune
+
+    def tune(cache):
+        setup = autotune.Calibration(
+            lambda: prompts[:1],
+            "test-prompts",
+            Sampling(),
+            frozenset(),
+            cache,
+            "d",
+            weights="",
+            max_new_tokens=CALIBRATION_TOKENS,
+            batch_size=1,
+            min_gain=MIN_GAIN,
+            log=lambda *_: None,
+        )
+        cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
+        profile = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
+        return autotune.tune(cfg, SmallLMDrafter(draft, VOCAB), StandardVerifier(), TreeLM(target), profile, setup)
+
+    chosen, record = tune(tmp_path / "pilot")
+    decoded = [c for c in record["candidates"] if c.get("measured", True)]
+    assert len(record["candidates"]) == 10 and len(decoded) == 4
+    assert {"gamma": chosen["gamma"]} in [c["tree"] for c in decoded]
+    monkeypatch.setattr(pilot, "nested", lambda trees: False)
+    _, every = tune(tmp_path / "every")
+    assert all(c.get("measured", True) for c in every["candidates"])
+    assert [round(c["tau"], 6) for c in record["candidates"]] == [round(c["tau"], 6) for c in every["candidates"]]
