@@ -25,7 +25,6 @@ from specbench.costs.profile import (
     measure_target,
     save,
 )
-from specbench.engine import methods
 from specbench.engine.lean import make_lm
 from specbench.engine.lm import TreeLM
 from specbench.models import registry
@@ -83,8 +82,11 @@ def resolve_dtype(
 
 def run_sizes(method_cfg: dict | None) -> tuple[int, ...]:
     """The forward sizes whose cost decides a run of this method (dtype.verified_sizes)."""
-    if method_cfg is None:
-        return dtype_rule.PROBE_SIZES
+    verified = dtype_rule.verified_sizes(method_cfg)
+    if verified == dtype_rule.ONE_TOKEN or "_target_" not in (method_cfg or {}).get("tree", {}):
+        return verified  # AR's one token; a tree with no policy named: every probed size
+    from specbench.engine import methods  # here, not at import: the engine path (device_check) runs without hydra
+
     return dtype_rule.verified_sizes(method_cfg, methods.widest(method_cfg), methods.reach(method_cfg))
 
 
