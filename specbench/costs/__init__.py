@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from specbench.costs import cache, contention
 from specbench.costs import compile as compile_rule
-from specbench.costs import contention
 from specbench.costs import dtype as dtype_rule
 from specbench.costs.contention import contended
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
@@ -188,12 +188,9 @@ def ensure_profile(
     def contended_here() -> float:  # over the curves that price this run's drafters at its batch size
         return max(profile.contended_for(name, batch) for name in drafters or [None])
 
-    refine = profile is not None and contention.retime(contended_here())
-    if refine:
-        log(
-            f"refining the curves of {path.name} this run needs ({contention.note(contended_here())}): the "
-            "machine is idle now"
-        )
+    refine = profile is not None and cache.refine_now(
+        f"the curves of {path.name} this run needs", contended_here(), log
+    )
     profile, measured = _measure_missing(
         profile, path, key, target, longest_context, drafters, repeats, max_n, log, batch, refine
     )

@@ -26,9 +26,9 @@ import torch
 from scipy.stats import theilslopes
 from tqdm import tqdm
 
-from specbench.costs import contention, pilot
+from specbench.costs import cache, contention, pilot
 from specbench.costs.predict import pace, predict, tree_step_ms
-from specbench.costs.profile import CostProfile, ProfileCosts, write_whole
+from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.engine.candidates import DRAFTING_OFF, auto_keys, candidates
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.methods import instantiate_part
@@ -426,13 +426,8 @@ def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, 
 def reusable(path: Path, log) -> dict | None:
     """The calibration record cached at `path`, unless it was timed beside another job and
     the machine is idle now (then it is calibrated again: refined)."""
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    others = record.get("contended_cores")
-    if contention.retime(others):
-        log(f"method.tree: calibrating again ({path.name} was {contention.note(others)}): the machine is idle now")
+    record = cache.read(path)
+    if record is None or cache.refine_now(f"the shape calibration {path.name}", record.get("contended_cores"), log):
         return None
     return record
 
@@ -440,5 +435,4 @@ def reusable(path: Path, log) -> dict | None:
 def keep(record: dict, path: Path, log) -> None:
     """Cache a calibration record; one timed beside another job goes with that note, is
     reused while the machine stays busy and calibrated again on an idle one (`reusable`)."""
-    write_whole(path, json.dumps(record, indent=1))
-    contention.kept("calibration", record["contended_cores"], log)
+    cache.keep(path, json.dumps(record, indent=1), "calibration", record["contended_cores"], log)

@@ -36,13 +36,13 @@ timing on this machine.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
 
-from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
-from specbench.costs.profile import tree_forward_ms
+from specbench.costs.cache import measured_parts
+from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
+from specbench.costs.profile import PROBE_CONTEXT, interleaved, tree_forward
 from specbench.engine.kernels import Compiled, has_fp16_weights, int8_linear, pack, packed_linear, packs, quantize_int8
 from specbench.engine.lean import forward_note, make_lm, supports
 from specbench.errors import require
@@ -50,7 +50,6 @@ from specbench.errors import require
 MODES = ("auto", "packed", "torch", "static", "off")
 PROBE_SIZES = (1, 2, 4, 8, 16, 64)
 FP16_SIZES = (1, 2, 4, 8, 16)  # decoding steps on a CPU: trees auto picks there verify at most 16 tokens
-PROBE_CONTEXT = 256
 PROBE_REPEATS = 5
 ATTENTION_BATCHES = (1, 8)
 # a record of another version is timed again (what each version changed: docs/speed.md)
@@ -84,25 +83,20 @@ def measure(
     fp16: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, plain,
-    (where `packed`) packed and (where `fp16`) fp16 weights timed alternately at each n (so
-    drift hits all alike)."""
+    (where `packed`) packed and (where `fp16`) fp16 weights, every point in the same shuffled
+    passes (profile.interleaved: drift hits all alike)."""
     lms = {"plain": make_lm(model, forward)} | (
         {"packed": make_lm(model, forward, Compiled(packed_from=1))} if packed else {}
     )
     lms |= {"fp16": make_lm(model, forward, Compiled(fp16_weights=True))} if fp16 else {}
     context = torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist()
-    probe = {name: {} for name in lms}
     with torch.inference_mode():
         for lm in lms.values():
             lm.forward(contexts=[context])
-        for n in sizes:
-            runs = {name: [] for name in lms}
-            for _ in range(repeats):
-                for name, lm in lms.items():
-                    runs[name].append(tree_forward_ms(lm, n, 1)[0])
-            for name, times in runs.items():
-                probe[name][str(n)] = round(sorted(times)[len(times) // 2], 3)
-    return probe
+        timings = interleaved(
+            {(name, n): (tree_forward(lm, n), None) for name, lm in lms.items() for n in sizes}, repeats
+        )
+    return {name: {str(n): round(timings[name, n][0], 3) for n in sizes} for name in lms}
 
 
 def measure_attention(
@@ -113,17 +107,14 @@ def measure_attention(
     lms = {"model dtype": make_lm(model, forward), "float32": make_lm(model, forward, Compiled(float_attention=True))}
     probe = {name: {} for name in lms}
     with torch.inference_mode():
-        for batch in batches:
+        for batch in batches:  # each batch size needs its own cache state: interleaved per batch size
             contexts = [torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist() for _ in range(batch)]
             for lm in lms.values():
                 lm.reset(batch)
                 lm.forward(contexts=contexts)
-            runs = {name: [] for name in lms}
-            for _ in range(repeats):
-                for name, lm in lms.items():
-                    runs[name].append(tree_forward_ms(lm, 1, 1)[0])
-            for name, times in runs.items():
-                probe[name][str(batch)] = round(sorted(times)[len(times) // 2], 3)
+            timings = interleaved({name: (tree_forward(lm, 1), None) for name, lm in lms.items()}, repeats)
+            for name in lms:
+                probe[name][str(batch)] = round(timings[name][0], 3)
     return probe
 
 
@@ -142,27 +133,19 @@ def measure_int8(model: torch.nn.Module, packed: bool, repeats: int = PROBE_REPE
     if packed:
         kernels["packed"] = [lambda x, p=pack(w): packed_linear(x, p) for w in weights]
     flush = torch.empty(CACHE_FLUSH_BYTES // 4)
-
-    def cold_us(kind: str, n: int) -> float:
-        total = 0.0
-        for kernel, w in zip(kernels[kind], weights):
-            x = torch.randn(n, w.shape[1], dtype=w.dtype)
-            flush.add_(1.0)
-            start = time.perf_counter()
-            kernel(x)
-            total += time.perf_counter() - start
-        return total * 1e6
-
     probe = {"float": {}, "int8": {}}
     with torch.inference_mode():
         for n in INT8_ROWS:
-            runs = {kind: [] for kind in kernels}
-            for _ in range(repeats + 1):  # the first pass warms the kernels up
-                for kind in kernels:
-                    runs[kind].append(cold_us(kind, n))
-            medians = {kind: sorted(times[1:])[len(times[1:]) // 2] for kind, times in runs.items()}
-            probe["int8"][str(n)] = round(medians.pop("int8"), 1)
-            probe["float"][str(n)] = round(min(medians.values()), 1)
+            inputs = [torch.randn(n, w.shape[1], dtype=w.dtype) for w in weights]
+            points = {
+                (kind, i): (lambda k=kernel, x=x: k(x), lambda: flush.add_(1.0))
+                for kind, row in kernels.items()
+                for i, (kernel, x) in enumerate(zip(row, inputs))
+            }
+            timings = interleaved(points, repeats, seed=n)
+            us = {kind: 1000 * sum(timings[kind, i][0] for i in range(len(weights))) for kind in kernels}
+            probe["int8"][str(n)] = round(us.pop("int8"), 1)
+            probe["float"][str(n)] = round(min(us.values()), 1)
     return probe
 
 
@@ -324,7 +307,7 @@ def resolve(
             record["int8"] = measure_int8(model, packs(weight_dtype))
         return record
 
-    record, seconds = cached_probe(
+    record, seconds = measured_parts(
         path, fingerprint, timed_parts, probe_parts(sizes, dtype, int8, batch), refresh, version=PROBE_VERSION, log=log
     )
     probe = record["probe"]

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import torch
 
-from specbench.costs.fingerprint import cached_probe, device_fingerprint, fingerprint_id
-from specbench.costs.profile import interleaved, tree_forward
+from specbench.costs.cache import measured_parts
+from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
+from specbench.costs.profile import PROBE_CONTEXT, interleaved, tree_forward
 from specbench.engine.candidates import DRAFTING_OFF
 from specbench.engine.kernels import Compiled
 from specbench.engine.lean import make_lm
 
 PROBE_SIZES = (1, 4, 16, 64)
 ONE_TOKEN = (1,)
-PROBE_CONTEXT = 256
 CANDIDATES = ("bfloat16", "float32")
 # 5 timings a point, each dtype's in the same passes: with 3 timed one dtype after the other,
 # AMD EPYC Zen 3 read AR's one-token forward 39.4 ms in bf16 and 39.7 on fp16 weights, and
@@ -189,7 +189,7 @@ def resolve(
                 ),
             }
 
-        return cached_probe(
+        return measured_parts(
             path, fingerprint, timed_parts, [f"n={n}" for n in needed], refresh, version=PROBE_VERSION, log=log
         )
 

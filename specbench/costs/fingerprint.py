@@ -8,14 +8,9 @@ import hashlib
 import json
 import os
 import platform
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
-from specbench.costs import contention
-from specbench.costs.profile import write_whole
 
 # CPU flags that change which matmul kernels torch can use (fp32 / bf16 / int8 GEMM)
 MATMUL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve", "bf16")
@@ -76,68 +71,3 @@ def fingerprint_id(fingerprint: dict) -> str:
         slug = slug.replace("--", "-")
     digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:8]
     return f"{slug}-{digest}"
-
-
-def cached_probe(
-    path: Path,
-    fingerprint: dict,
-    measure: Callable[[list[str]], dict],
-    parts: list[str],
-    refresh: bool = False,
-    version: int | None = None,
-    log=print,
-) -> tuple[dict, float | None]:
-    """The probe record cached at `path`, measured further where it lacks any of the `parts`
-    this run needs (forward sizes, sub-probes): `measure(missing)` times just those and its
-    fields are merged in, so a probe measures each part at most once per machine (this
-    `fingerprint`) and probe `version`, and a part one run adds never invalidates another's.
-    A record timed while other processes used the CPU is cached with that note
-    (`contended_cores`) and reused while the machine stays busy; the first run that finds
-    the machine idle times all its parts again (refines it). `refresh`: time again anyway.
-    Also returns the seconds measuring took (None when nothing was measured)."""
-    record = None if refresh else _load_probe(path, fingerprint, version)
-    if record is not None and contention.retime(record.get("contended_cores")):
-        log(f"refining {path.name} ({contention.note(record['contended_cores'])}): the machine is idle now")
-        parts, record = list(dict.fromkeys([*record["parts"], *parts])), None
-    have = record["parts"] if record is not None else []
-    missing = [part for part in parts if part not in have]
-    if not missing:
-        return record, None
-    start = time.perf_counter()
-    with contention.watch() as usage:
-        fresh = measure(missing)
-    others = None if usage.others is None else round(usage.others, 2)
-    if record is None:
-        record = {
-            "fingerprint": fingerprint,
-            **({"version": version} if version is not None else {}),
-            "parts": [],
-            "contended_cores": others,
-        }
-    elif others is not None:
-        record["contended_cores"] = max(record.get("contended_cores") or 0.0, others)
-    record = merged(record, fresh)
-    record["parts"] = [*have, *missing]
-    write_whole(path, json.dumps(record, indent=1))
-    contention.kept(path.name, others, log)
-    return record, time.perf_counter() - start
-
-
-def _load_probe(path: Path, fingerprint: dict, version: int | None) -> dict | None:
-    """The cached record when it was measured on this fingerprint by this probe version."""
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if record.get("fingerprint") != fingerprint or record.get("version") != version or "parts" not in record:
-        return None
-    return record
-
-
-def merged(old: dict, new: dict) -> dict:
-    """`old` with `new`'s leaves written over it, nested dicts merged key by key (a probe's
-    timings per kind and size)."""
-    out = dict(old)
-    for key, value in new.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out

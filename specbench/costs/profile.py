@@ -14,7 +14,6 @@ batch size) times only that and adds it to the same file.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from bisect import bisect_left
@@ -26,12 +25,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from specbench.costs.cache import write_whole
 from specbench.costs.contention import contended
 from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
 # a curve recorded under another version is timed again (what each version changed: docs/speed.md)
 VERSION = 7
+# rows of context before a probe's forwards (the dtype and compile probes)
+PROBE_CONTEXT = 256
 NOISY_SPREAD = 0.15  # (max - min) / median of a point's repeats past which it is timed more
 
 
@@ -201,15 +203,6 @@ def by_batch(curves: dict[int, Curve], batch: int, context: float, n: int) -> fl
 
 def save(profile: CostProfile, path: Path) -> None:
     write_whole(path, profile.to_json())
-
-
-def write_whole(path: Path, text: str) -> None:
-    """Write a cache file so that a reader (another run, a parallel test worker) sees the
-    old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def load(path: Path, key: dict) -> CostProfile | None:

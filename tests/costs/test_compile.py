@@ -4,7 +4,7 @@ import pytest
 from cost_fixtures import busy
 
 from specbench import costs
-from specbench.costs import fingerprint
+from specbench.costs import cache
 from specbench.engine import methods
 from specbench.engine.candidates import DRAFTING_OFF
 
@@ -22,16 +22,16 @@ def test_a_probe_times_only_the_parts_a_run_needs_and_keeps_a_contended_record(t
         return {"probe": {"plain": {p: 1.0 for p in parts}}}
 
     path, quiet = tmp_path / "probe.json", {"log": lambda *_: None}
-    record, seconds = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["1"], **quiet)
+    record, seconds = cache.measured_parts(path, {"cpu": "x"}, measure, ["1"], **quiet)
     assert record["contended_cores"] == 1.4 and path.is_file() and seconds is not None
-    record, seconds = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["1", "16"], **quiet)
+    record, seconds = cache.measured_parts(path, {"cpu": "x"}, measure, ["1", "16"], **quiet)
     assert timed == [["1"], ["16"]] and record["probe"]["plain"] == {"1": 1.0, "16": 1.0}  # merged, not replaced
-    assert fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["16"], **quiet)[1] is None and len(timed) == 2
+    assert cache.measured_parts(path, {"cpu": "x"}, measure, ["16"], **quiet)[1] is None and len(timed) == 2
     monkeypatch.setattr(contention, "watch", busy(0.0))
     monkeypatch.setattr(contention, "idle_now", lambda: True)
-    record, _ = fingerprint.cached_probe(path, {"cpu": "x"}, measure, ["16"], **quiet)
+    record, _ = cache.measured_parts(path, {"cpu": "x"}, measure, ["16"], **quiet)
     assert timed[-1] == ["1", "16"] and record["contended_cores"] == 0.0  # refined: every part it held, timed again
-    fingerprint.cached_probe(path, {"cpu": "y"}, measure, ["16"], **quiet)
+    cache.measured_parts(path, {"cpu": "y"}, measure, ["16"], **quiet)
     assert timed[-1] == ["16"]  # another machine's record is not this one's
 
 
