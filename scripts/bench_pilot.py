@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from specbench import costs
-from specbench.costs import autotune, pilot
+from specbench.costs import autotune, pilot, pool
 from specbench.costs.fingerprint import cpu_info
 from specbench.engine import methods
 from specbench.run import plan
@@ -50,7 +50,7 @@ def main() -> None:
     dtype, _ = costs.resolve_dtype(
         dict(cfg["hardware"]), cfg["model"], method_cfg=cfg["method"], engine=cfg.get("engine")
     )
-    model, tokenizer = plan.load_target(cfg["model"], dtype, "cpu")
+    model, tokenizer = pool.target(cfg["model"], dtype, "cpu")
     info = cpu_info()
     print(
         f"# {args.method}: {info['cpu_model']} ({info['cpu_family_model']}; {', '.join(info['isa'])}), "

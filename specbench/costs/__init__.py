@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.costs import cache, contention
+from specbench.costs import cache, contention, pool
 from specbench.costs import compile as compile_rule
 from specbench.costs import dtype as dtype_rule
 from specbench.costs.contention import contended
@@ -25,7 +25,6 @@ from specbench.costs.profile import (
     measure_target,
     save,
 )
-from specbench.engine.lean import make_lm
 from specbench.engine.lm import TreeLM
 from specbench.models import registry
 
@@ -48,7 +47,7 @@ def resolve_dtype(
     one-token attention probe at batch size `batch` too); explicit dtypes pass through."""
 
     def load_model(dtype: str):
-        return registry.load_model(model_cfg, dtype, hardware["device"])
+        return pool.target(model_cfg, dtype, hardware["device"])[0]
 
     mode = (engine or {}).get("compile", "auto")
     fp16 = compile_rule.fp16_mode(engine or {}, hardware.get("dtype"))
@@ -118,27 +117,7 @@ def target_lm(
         drafter_layers=drafter_layers,
         batch=(cfg.get("gen") or {}).get("batch_size", 1),
     )
-    return shared_lm(model, hardware.get("forward", "auto"), compiled), record
-
-
-_built_lms: dict[tuple, TreeLM] = {}
-
-
-def shared_lm(model: torch.nn.Module, forward: str, compiled) -> TreeLM:
-    """make_lm, built once per process for the same model, forward and compile choice: the
-    runs of a group (specbench.run.group) or of a multirun share the target's packed weights
-    (about 0.4 GB a run for the 135M model on an AVX2 CPU) instead of each building its own.
-    Every decode resets the LM (engine.loop.generate_batch), so sharing changes no output.
-    Only LMs of the current model in its current dtype and device are kept: a model let go
-    is freed, and an LM built before `model.to(...)` (its cache, graphs and packed weights
-    made for the old dtype) is released, never reused."""
-    weights = next(model.parameters())
-    key = (id(model), weights.dtype, weights.device, forward, compiled)
-    if key not in _built_lms:
-        for old in [k for k in _built_lms if k[:3] != key[:3]]:
-            _built_lms.pop(old).release()
-        _built_lms[key] = make_lm(model, forward, compiled)
-    return _built_lms[key]
+    return pool.lm(model, hardware.get("forward", "auto"), compiled), record
 
 
 def profile_key(model_name: str, dtype: str, device: str, threads: int | None, forward: str = "TreeLM") -> dict:

@@ -232,80 +232,24 @@ def resolve(
     wins at every larger one), and drafter projections only where a drafter with layers
     (`drafter_layers`) runs."""
     check({"compile": mode, "int8_drafts": int8_mode})
+    weight_dtype = next(model.parameters()).dtype
     lean = hardware.get("forward", "auto") != "hf" and supports(model)
     device = hardware.get("device", "cpu")
-    weight_dtype = next(model.parameters()).dtype
     fp16_possible = lean and device == "cpu" and weight_dtype == torch.float32 and has_fp16_weights()
-    if fp16 == "on":
-        require(
-            fp16_possible,
-            "engine.fp16_weights",
-            "on needs the lean forward of a float32 model on a CPU whose torch has FBGEMM's fp16-weight ops "
-            f"(here: {device}, {str(weight_dtype).removeprefix('torch.')}); use auto or off",
-        )
-        return Compiled(fp16_weights=True), None
-    if mode == "off" or not lean:
-        require(
-            mode in ("off", "auto"),
-            "engine.compile",
-            f"{mode} needs the lean forward, and this run's is {forward_note(model, hardware.get('forward', 'auto'))}",
-        )
-        return Compiled(), None
-    if mode == "torch":
-        return Compiled(torch=True), None
-    if mode == "static":
-        return Compiled(static=True), None
-    if next(model.parameters()).is_cuda:
-        return Compiled(static=True), {
-            "rule": "auto on a GPU: static shapes, each forward's width padded to a bucket, CUDA graphs per batch size "
-            "and bucket"
-        }
-    on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
+    fixed = set_without_timing(mode, model, hardware, fp16, fp16_possible, lean)
+    if fixed is not None:
+        return fixed
     dtype = str(weight_dtype).removeprefix("torch.")
-    if mode == "packed":
-        require(
-            on_cpu,
-            "engine.compile",
-            f"packed weights are oneDNN's CPU layout; hardware.device is {device!r} (use auto, torch or off)",
-        )
-        require(
-            packs(weight_dtype),
-            "engine.compile",
-            f"oneDNN cannot pack {dtype} weights on this CPU (bf16 needs avx512bw/vl/dq or avx_ne_convert); use "
-            "auto, off or hardware.dtype=float32",
-        )
-        return Compiled(packed_from=1), None
-    if not on_cpu:
-        return Compiled(), {"rule": "auto compiles nothing off the CPU (engine.compile=torch to try torch.compile)"}
     fingerprint = device_fingerprint(device, hardware.get("threads"))
     path = cache / f"compile-{model_name}-{dtype}-{fingerprint_id(fingerprint)}.json"
     int8 = int8_mode == "auto" and drafter_layers
-    forward = hardware.get("forward", "auto")
 
     def timed_parts(missing: list[str]) -> dict:
-        shown = ", ".join(missing)
         log(
             f"engine.compile=auto: timing plain and packed-weight forwards of {model_name} ({dtype}) on this "
-            f"CPU: {shown} (once; cached in {path})"
+            f"CPU: {', '.join(missing)} (once; cached in {path})"
         )
-        ns = tuple(int(part[2:]) for part in missing if part.startswith("n="))
-        record = {
-            "dtype": dtype,
-            "context": PROBE_CONTEXT,
-            "rule": "packed weights from the smallest of the run's forward sizes where they are faster at every larger "
-            "one; "
-            "fp32 attention for one-token forwards where it is faster at every probed batch size; "
-            "fp16 weights (where hardware.dtype=auto) where they are at least as fast as plain or packed at "
-            "every size of the run up to 16",
-        }
-        if ns:
-            record["probe"] = measure(model, forward, ns, packed=packs(weight_dtype), fp16=fp16_possible)
-        batches = [b for part, b in (("attention", 1), ("attention-batched", 8)) if part in missing]
-        if batches:
-            record["attention"] = measure_attention(model, forward, tuple(batches))
-        if "int8" in missing:
-            record["int8"] = measure_int8(model, packs(weight_dtype))
-        return record
+        return probe_record(model, hardware.get("forward", "auto"), missing, fp16_possible)
 
     record, seconds = measured_parts(
         path, fingerprint, timed_parts, probe_parts(sizes, dtype, int8, batch), refresh, version=PROBE_VERSION, log=log
@@ -322,25 +266,94 @@ def resolve(
             int8_drafts_below=int8_below(record["int8"]) if int8 else 0,
         )
     if seconds is not None:
-        kinds = [kind for kind in ("plain", "packed", "fp16") if kind in probe]
-        shown = ", ".join(
-            f"n={n}: " + " / ".join(f"{probe[kind][str(n)]:.1f}" for kind in kinds) + " ms" for n in sizes
-        )
-        if "attention" in record:
-            attention = record["attention"]
-            shown += (
-                "; one token, "
-                + dtype
-                + " / fp32 attention: "
-                + ", ".join(
-                    f"B={b}: {attention['model dtype'][b]:.1f} / {attention['float32'][b]:.1f} ms"
-                    for b in map(str, attention_batches(batch))
-                )
-            )
-        if int8:
-            shown += "; drafter projections after a cache flush, float / int8: " + ", ".join(
-                f"n={n}: {record['int8']['float'][str(n)]:.0f} / {record['int8']['int8'][str(n)]:.0f} us"
-                for n in INT8_ROWS
-            )
-        log(f"  {chosen} ({' / '.join(kinds)}: {shown}; {seconds:.0f} s)")
+        log(f"  {chosen} ({shown(record, dtype, sizes, int8, batch)}; {seconds:.0f} s)")
     return chosen, record | {"sizes": list(sizes)}
+
+
+def set_without_timing(
+    mode: str, model: torch.nn.Module, hardware: dict, fp16: str, fp16_possible: bool, lean: bool
+) -> tuple[Compiled, dict | None] | None:
+    """The choice where the config or the device makes it (None: `auto` on a CPU, timed)."""
+    device = hardware.get("device", "cpu")
+    weight_dtype = next(model.parameters()).dtype
+    if fp16 == "on":
+        require(
+            fp16_possible,
+            "engine.fp16_weights",
+            "on needs the lean forward of a float32 model on a CPU whose torch has FBGEMM's fp16-weight ops "
+            f"(here: {device}, {str(weight_dtype).removeprefix('torch.')}); use auto or off",
+        )
+        return Compiled(fp16_weights=True), None
+    if mode == "off" or not lean:
+        require(
+            mode in ("off", "auto"),
+            "engine.compile",
+            f"{mode} needs the lean forward, and this run's is {forward_note(model, hardware.get('forward', 'auto'))}",
+        )
+        return Compiled(), None
+    if mode in ("torch", "static"):
+        return Compiled(torch=mode == "torch", static=mode == "static"), None
+    if next(model.parameters()).is_cuda:
+        return Compiled(static=True), {
+            "rule": "auto on a GPU: static shapes, each forward's width padded to a bucket, CUDA graphs per batch size "
+            "and bucket"
+        }
+    on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
+    if mode == "packed":
+        require(
+            on_cpu,
+            "engine.compile",
+            f"packed weights are oneDNN's CPU layout; hardware.device is {device!r} (use auto, torch or off)",
+        )
+        require(
+            packs(weight_dtype),
+            "engine.compile",
+            f"oneDNN cannot pack {str(weight_dtype).removeprefix('torch.')} weights on this CPU (bf16 needs "
+            "avx512bw/vl/dq or avx_ne_convert); use auto, off or hardware.dtype=float32",
+        )
+        return Compiled(packed_from=1), None
+    if not on_cpu:
+        return Compiled(), {"rule": "auto compiles nothing off the CPU (engine.compile=torch to try torch.compile)"}
+    return None
+
+
+def probe_record(model: torch.nn.Module, forward: str, missing: list[str], fp16_possible: bool) -> dict:
+    """The compile probe's `missing` parts, timed: forward sizes ("n=4"), one-token attention
+    ("attention", "attention-batched") and drafter projections on int8 weights ("int8")."""
+    weight_dtype = next(model.parameters()).dtype
+    record = {
+        "dtype": str(weight_dtype).removeprefix("torch."),
+        "context": PROBE_CONTEXT,
+        "rule": "packed weights from the smallest of the run's forward sizes where they are faster at every larger "
+        "one; fp32 attention for one-token forwards where it is faster at every probed batch size; fp16 weights "
+        "(where hardware.dtype=auto) where they are at least as fast as plain or packed at every size of the run "
+        "up to 16",
+    }
+    ns = tuple(int(part[2:]) for part in missing if part.startswith("n="))
+    if ns:
+        record["probe"] = measure(model, forward, ns, packed=packs(weight_dtype), fp16=fp16_possible)
+    batches = [b for part, b in (("attention", 1), ("attention-batched", 8)) if part in missing]
+    if batches:
+        record["attention"] = measure_attention(model, forward, tuple(batches))
+    if "int8" in missing:
+        record["int8"] = measure_int8(model, packs(weight_dtype))
+    return record
+
+
+def shown(record: dict, dtype: str, sizes: tuple[int, ...], int8: bool, batch: int) -> str:
+    """A compile probe's timings at the run's sizes, for the console."""
+    probe = record["probe"]
+    kinds = [kind for kind in ("plain", "packed", "fp16") if kind in probe]
+    text = " / ".join(kinds) + ": "
+    text += ", ".join(f"n={n}: " + " / ".join(f"{probe[kind][str(n)]:.1f}" for kind in kinds) + " ms" for n in sizes)
+    if "attention" in record:
+        attention = record["attention"]
+        text += f"; one token, {dtype} / fp32 attention: " + ", ".join(
+            f"B={b}: {attention['model dtype'][b]:.1f} / {attention['float32'][b]:.1f} ms"
+            for b in map(str, attention_batches(batch))
+        )
+    if int8:
+        text += "; drafter projections after a cache flush, float / int8: " + ", ".join(
+            f"n={n}: {record['int8']['float'][str(n)]:.0f} / {record['int8']['int8'][str(n)]:.0f} us" for n in INT8_ROWS
+        )
+    return text

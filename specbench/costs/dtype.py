@@ -170,32 +170,36 @@ def resolve(
         log(f"hardware.dtype=auto: float32 ({settled['rule']})")
         return "float32", settled
     path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}-compile-{compile_mode}", fingerprint)
+    needed = sizes if 1 in sizes else (1, *sizes)  # one token too: AR's dtype, for the note
 
-    def timed(needed: tuple[int, ...]) -> tuple[dict, float | None]:
-        def timed_parts(missing: list[str]) -> dict:
-            ns = tuple(int(part[2:]) for part in missing)
-            log(
-                f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU at n = "
-                f"{', '.join(map(str, ns))} (once; cached in {path})"
-            )
-            return {
-                "context": PROBE_CONTEXT,
-                "compile": compile_mode,
-                "probe": measure(
-                    load_model,
-                    ns,
-                    forward=hardware.get("forward", "auto"),
-                    compile_choice=lambda model: compile_choice(model, needed),
-                ),
-            }
-
-        return measured_parts(
-            path, fingerprint, timed_parts, [f"n={n}" for n in needed], refresh, version=PROBE_VERSION, log=log
+    def timed_parts(missing: list[str]) -> dict:
+        ns = tuple(int(part[2:]) for part in missing)
+        log(
+            f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU at n = "
+            f"{', '.join(map(str, ns))} (once; cached in {path})"
         )
+        forward = hardware.get("forward", "auto")
+        probe = measure(load_model, ns, forward=forward, compile_choice=lambda model: compile_choice(model, needed))
+        return {"context": PROBE_CONTEXT, "compile": compile_mode, "probe": probe}
 
-    record, seconds = timed(sizes if 1 in sizes else (1, *sizes))  # one token too: AR's dtype, for the note below
+    record, seconds = measured_parts(
+        path, fingerprint, timed_parts, [f"n={n}" for n in needed], refresh, version=PROBE_VERSION, log=log
+    )
+    chosen, record = decided(record, sizes, "bfloat16" if native_bf16(fingerprint) else "float32")
+    if seconds is not None:
+        probe = record["probe"]
+        shown = ", ".join(
+            f"n={n}: bf16 {probe['bfloat16'][n]:.0f} / fp32 {probe['float32'][n]:.0f} ms"
+            for n in sorted(probe["float32"], key=int)
+        )
+        log(f"  {chosen} at n in {list(sizes)} ({shown}; {seconds:.0f} s)")
+    return chosen, record
+
+
+def decided(record: dict, sizes: tuple[int, ...], tie: str) -> tuple[str, dict]:
+    """(dtype, the probe record with its rule, AR's dtype, a contender and a note) at the
+    run's `sizes`; `tie`: the dtype of a one-token tie (choose)."""
     probe = record["probe"]
-    tie = "bfloat16" if native_bf16(fingerprint) else "float32"
     chosen = choose(probe, sizes, tie)
     if sizes == ONE_TOKEN:
         why = (
@@ -218,10 +222,4 @@ def resolve(
             f"{probe[chosen]['1']:.0f} ms): "
             f"this method's speedup is over AR in {chosen}, the dtype of the tree sizes it verifies"
         )
-    if seconds is not None:
-        shown = ", ".join(
-            f"n={n}: bf16 {probe['bfloat16'][n]:.0f} / fp32 {probe['float32'][n]:.0f} ms"
-            for n in sorted(probe["float32"], key=int)
-        )
-        log(f"  {chosen} at n in {list(sizes)} ({shown}; {seconds:.0f} s)")
     return chosen, record

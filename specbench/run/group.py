@@ -64,10 +64,10 @@ def forward_of(runner: Runner) -> tuple:
     """What AR's cost and outputs depend on beyond the shared config: the target's dtype and forward."""
     decided = runner.decided
     return (
-        decided.dtype,
+        decided.dtype.value,
         decided.precision,
-        decided.forward,
-        json.dumps(decided.compile_choice, sort_keys=True, default=str),
+        decided.forward.value,
+        json.dumps(decided.forward.measured, sort_keys=True, default=str),
     )
 
 

@@ -6,13 +6,12 @@ the parts it built for it; the Runner only executes them."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from specbench import costs
-from specbench.costs import autotune
+from specbench.costs import autotune, pool
 from specbench.costs import compile as compile_rule
 from specbench.costs.fingerprint import device_fingerprint
 from specbench.costs.profile import CostProfile, ProfileCosts
@@ -105,39 +104,62 @@ def check_hardware(hardware: dict) -> None:
 
 
 @dataclass(frozen=True)
-class RunPlan:
-    """What the run uses, and why (the summary's "why" fields come from here)."""
+class Decision:
+    """One stage's choice: the value the run uses, why (the rule, in words) and the
+    measurement it rests on (None where the config set it or nothing was timed)."""
 
-    dtype: str
+    value: object
+    why: str | None = None
+    measured: dict | None = None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the run uses, and why: the one schema of decisions.json (to_json / from_json),
+    from which the summary's "why" fields come."""
+
+    dtype: Decision  # hardware.dtype; measured: the dtype probe and rule (joint weighing included)
     # what the target computes in (Compiled.precision): e.g. fp32 activations on fp16 weights under dtype float32
     precision: str
-    dtype_choice: dict | None  # the probe and rule behind hardware.dtype=auto; None when set by hand
-    forward: str  # the target forward that runs (its TreeLM.kind: LeanTreeLM-packed>=4, TreeLM, ...)
-    # which forward that is and why (lean.forward_note): "lean", or "hf (Qwen3MoeForCausalLM: mixture-of-experts ...)"
-    forward_note: str
-    compile_choice: dict | None  # the probe behind engine.compile=auto (packed / fp16 weights / int8 drafts)
-    tree: dict  # the method's concrete tree config; DRAFTING_OFF when no shape pays
-    tree_choice: dict | None  # the calibration record behind `auto` tree keys
+    # the target forward that runs (its TreeLM.kind: LeanTreeLM-packed>=4, TreeLM, ...); why: lean.forward_note
+    # ("lean", or "hf (Qwen3MoeForCausalLM: ...)"); measured: the compile probe behind engine.compile=auto
+    forward: Decision
+    tree: Decision  # the concrete tree config (DRAFTING_OFF when no shape pays); measured: its calibration record
     profile: CostProfile | None
     drafter: str | None  # the drafter's id in the profile
     tree_overhead: dict | None  # per-step tree work the summary's prediction adds to the priced forwards
 
-    def decisions(self, device: str) -> dict:
+    def to_json(self, device: str) -> dict:
         """decisions.json: kept beside the samples, so a resumed run's summary reports them
         without measuring again."""
         return {
-            "dtype": self.dtype,
+            "dtype": self.dtype.value,
             "precision": self.precision,
-            "dtype_choice": self.dtype_choice,
-            "tree_choice": self.tree_choice,
-            "forward": self.forward,
-            "forward_note": self.forward_note,
-            "compile_choice": self.compile_choice,
+            "dtype_choice": self.dtype.measured,
+            "tree": self.tree.value,
+            "tree_choice": self.tree.measured,
+            "forward": self.forward.value,
+            "forward_note": self.forward.why,
+            "compile_choice": self.forward.measured,
             "fingerprint": device_fingerprint(device, torch.get_num_threads()),
             "profile": self.profile.to_json() if self.profile else None,
             "drafter": self.drafter,
             "tree_overhead": self.tree_overhead,
         }
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunPlan:
+        """A plan as decisions.json recorded it (older records hold no `tree`)."""
+        choice = data.get("dtype_choice") or {}
+        return cls(
+            dtype=Decision(data["dtype"], choice.get("rule"), data.get("dtype_choice")),
+            precision=data.get("precision", data["dtype"]),
+            forward=Decision(data["forward"], data.get("forward_note"), data.get("compile_choice")),
+            tree=Decision(data.get("tree"), None, data.get("tree_choice")),
+            profile=CostProfile.from_json(data["profile"]) if data.get("profile") else None,
+            drafter=data.get("drafter"),
+            tree_overhead=data.get("tree_overhead"),
+        )
 
 
 @dataclass(frozen=True)
@@ -177,89 +199,115 @@ class Target:
     forward_note: str  # lean.forward_note
 
 
+@dataclass(frozen=True)
+class Shaped:
+    """The tree shape stage's outcome: the target and drafter in the dtype the run decodes
+    in (the joint weighing may change it), the concrete tree and the profile pricing it."""
+
+    target: Target
+    drafter: object
+    tree: Decision
+    dtype: Decision
+    profile: CostProfile | None
+
+
 def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool) -> tuple[RunPlan, RunParts]:
-    """The run's plan and its parts. `auto` values are decided here from measured costs:
-    the dtype (costs.dtype), then any `auto` tree keys (costs.autotune, calibration decodes
-    priced with the cost profile), then, where the other dtype is faster for plain AR or at
-    some tree sizes, dtype and shape together (weigh_dtype)."""
-    method_cfg = cfg["method"]
+    """The run's plan and its parts, stage by stage (docs/speed.md, "How a run is decided"):
+    sizes bounded, the dtype, the forward, the tree shape (with the dtype where the two
+    interact), then the cost profile and the methods it prices."""
     # not on this machine: refused before the dtype probe announces timing it; sizes bounded by its context
     bounds.check_run(cfg, registry.context_length(cfg["model"]))
-    dtype, dtype_choice = costs.resolve_dtype(
-        dict(cfg["hardware"]),
-        cfg["model"],
-        method_cfg=method_cfg,
-        engine=cfg.get("engine"),
-        batch=cfg["gen"]["batch_size"],
-    )
-    model, tokenizer = load_target(cfg["model"], dtype, cfg["hardware"]["device"])
+    dtype = dtype_stage(cfg)
+    model, tokenizer = pool.target(cfg["model"], dtype.value, cfg["hardware"]["device"])
     setting = setting_for(cfg, samples, model, tokenizer)
     for sample in samples:  # a first turn that cannot fit fails before any cost is measured
         setting.prompts.ids([{"role": "user", "content": sample.turns[0]}], sample.id)
-    target = forward_of(cfg, model, dtype)
-    drafter = methods.load_drafter(method_cfg, model, target.hardware, target.lm.compiled)
-    tree, tree_choice, profile = method_cfg["tree"], None, None
-    if auto_keys(tree):
-        verifier = methods.instantiate_part(method_cfg["verifier"], "method.verifier")
-        profile = cost_profile(setting, target, drafter)
-        tree, tree_choice = autotune.tune(tree, drafter, verifier, target.lm, profile, calibration(setting))
-        runs = tree_choice.pop("runs", None)  # kept apart: the summary needs the choice, not every decode
-        other = weighed_against(dtype, dtype_choice)
-        if other and runs is not None:
-            target, drafter, tree, tree_choice, profile, dtype_choice = weigh_dtype(
-                setting, target, drafter, profile, tree_choice, runs, dtype_choice, other
-            )
-    if not drafts(tree):  # no shape pays on this machine: the drafter is not run at all
-        drafter = None
+    shaped = shape_stage(setting, forward_of(cfg, model, dtype.value), dtype)
+    pool.keep(cfg["model"], shaped.target.dtype, cfg["hardware"]["device"])  # the other dtype priced: let go
     if cached_baseline:
-        cached = cached_baseline_dtype(cfg)
-        require(
-            cached in (None, target.dtype),
-            "baseline.mode",
-            f"cached, but the cached {cfg['baseline']['method']['name']} run decoded in {cached} and this one "
-            f"decodes in {target.dtype} "
-            f"(hardware.dtype=auto decides per method); set hardware.dtype={target.dtype} for both runs or use "
-            "baseline.mode=paired",
-        )
+        check_cached_dtype(cfg, shaped.target.dtype)
+    return assemble(setting, shaped, paired)
+
+
+def dtype_stage(cfg: dict) -> Decision:
+    """hardware.dtype, `auto` decided at the forward sizes the run verifies (costs.dtype)."""
+    dtype, choice = costs.resolve_dtype(
+        dict(cfg["hardware"]),
+        cfg["model"],
+        method_cfg=cfg["method"],
+        engine=cfg.get("engine"),
+        batch=cfg["gen"]["batch_size"],
+    )
+    return Decision(dtype, (choice or {}).get("rule"), choice)
+
+
+def shape_stage(setting: Setting, target: Target, dtype: Decision) -> Shaped:
+    """The concrete tree: as set, or `auto` keys calibrated (costs.autotune) and, where the
+    other dtype is faster for plain AR or at some tree sizes, weighed in both (weigh_dtype)."""
+    method_cfg = setting.cfg["method"]
+    drafter = methods.load_drafter(method_cfg, target.model, target.hardware, target.lm.compiled)
+    tree = method_cfg["tree"]
+    if not auto_keys(tree):
+        return Shaped(target, drafter if drafts(tree) else None, Decision(tree), dtype, None)
+    verifier = methods.instantiate_part(method_cfg["verifier"], "method.verifier")
+    profile = cost_profile(setting, target, drafter)
+    chosen, choice = autotune.tune(tree, drafter, verifier, target.lm, profile, calibration(setting))
+    runs = choice.pop("runs", None)  # kept apart: the summary needs the choice, not every decode
+    shaped = Shaped(target, drafter, Decision(chosen, autotune.describe(choice), choice), dtype, profile)
+    other = weighed_against(dtype.value, dtype.measured)
+    if other and runs is not None:
+        shaped = weigh_dtype(setting, shaped, runs, other)
+    if not drafts(shaped.tree.value):  # no shape pays on this machine: the drafter is not run at all
+        shaped = replace(shaped, drafter=None)
+    return shaped
+
+
+def check_cached_dtype(cfg: dict, dtype: str) -> None:
+    """baseline.mode=cached: the cached AR run decoded in the dtype this run decodes in."""
+    cached = cached_baseline_dtype(cfg)
+    require(
+        cached in (None, dtype),
+        "baseline.mode",
+        f"cached, but the cached {cfg['baseline']['method']['name']} run decoded in {cached} and this one "
+        f"decodes in {dtype} "
+        f"(hardware.dtype=auto decides per method); set hardware.dtype={dtype} for both runs or use "
+        "baseline.mode=paired",
+    )
+
+
+def assemble(setting: Setting, shaped: Shaped, paired: bool) -> tuple[RunPlan, RunParts]:
+    """The cost profile (where the run drafts and has none yet) and the methods it prices."""
+    cfg, target = setting.cfg, shaped.target
+    method_cfg, tree = cfg["method"], shaped.tree.value
+    profile = shaped.profile
+    if cfg["costs"]["profile"] and profile is None and drafts(tree):  # AR has no speedup to predict
+        profile = cost_profile(setting, target, shaped.drafter)
     baseline = (
         methods.assemble(cfg["baseline"]["method"], target.model, target.hardware, target.lm.compiled)
         if paired
         else None
     )
-    if cfg["costs"]["profile"] and profile is None and drafts(tree):  # AR has no speedup to predict
-        profile = cost_profile(setting, target, drafter)
     drafter_id = costs.drafter_id(method_cfg.get("drafter"))
-    step_costs = ProfileCosts(profile, drafter_id) if profile is not None else None
     method = methods.assemble(
         {**method_cfg, "tree": tree},
         target.model,
         target.hardware,
         target.lm.compiled,
-        costs=step_costs,
-        drafter=drafter,
+        costs=ProfileCosts(profile, drafter_id) if profile is not None else None,
+        drafter=shaped.drafter,
     )
-    overhead = tree_overhead(setting, method, target, profile, tree_choice) if profile is not None else None
+    overhead = tree_overhead(setting, method, target, profile, shaped.tree.measured) if profile is not None else None
     plan = RunPlan(
-        dtype=target.dtype,
+        dtype=shaped.dtype,
         precision=target.lm.compiled.precision(target.dtype),
-        dtype_choice=dtype_choice,
-        forward=target.lm.kind,
-        forward_note=target.forward_note,
-        compile_choice=target.compile_choice,
-        tree=tree,
-        tree_choice=tree_choice,
+        forward=Decision(target.lm.kind, target.forward_note, target.compile_choice),
+        tree=shaped.tree,
         profile=profile,
         drafter=drafter_id,
         tree_overhead=overhead,
     )
-    return plan, RunParts(
-        target=target.lm,
-        prompts=setting.prompts,
-        sampling=setting.sampling,
-        limits=setting.limits,
-        method=method,
-        baseline=baseline,
-    )
+    parts = RunParts(target.lm, setting.prompts, setting.sampling, setting.limits, method, baseline)
+    return plan, parts
 
 
 def setting_for(cfg: dict, samples: list[Sample], model, tokenizer) -> Setting:
@@ -294,52 +342,49 @@ def weighed_against(dtype: str, dtype_choice: dict | None) -> str | None:
     return ar_dtype if ar_dtype != dtype else choice.get("contender")
 
 
-def weigh_dtype(
-    setting: Setting,
-    calibrated: Target,
-    drafter,
-    calibrated_profile: CostProfile,
-    tree_choice: dict,
-    runs: list,
-    dtype_choice: dict,
-    other: str,
-):
+def weigh_dtype(setting: Setting, calibrated: Shaped, runs: list, other: str) -> Shaped:
     """Price the shapes calibrated in one dtype in `other` too (weighed_against) and decode
-    in the dtype and shape predicted fastest. Returns the
-    target, drafter, tree, shape choice, profile and dtype choice the run goes on with."""
-    cfg = setting.cfg
-    model, _ = load_target(cfg["model"], other, cfg["hardware"]["device"])
+    in the dtype and shape predicted fastest."""
+    cfg, tree_choice = setting.cfg, calibrated.tree.measured
+    model, _ = pool.target(cfg["model"], other, cfg["hardware"]["device"])
     target = forward_of(cfg, model, other)
     other_drafter = methods.load_drafter(cfg["method"], model, target.hardware, target.lm.compiled)
     profile = cost_profile(setting, target, other_drafter)
     drafter_id = costs.drafter_id(cfg["method"].get("drafter"))
-    calibrated_record = {"candidates": tree_choice["candidates"], "runs": runs}
     priced = {
-        calibrated.dtype: tree_choice["candidates"],
-        other: autotune.reprice(calibrated_record, profile, drafter_id),
+        calibrated.target.dtype: tree_choice["candidates"],
+        other: autotune.reprice({"candidates": tree_choice["candidates"], "runs": runs}, profile, drafter_id),
     }
     decision = autotune.choose_dtype(priced, candidates(cfg["method"]["tree"]), cfg["costs"]["min_gain"])
-    gain, chosen, ar_ms = decision["predicted_gain"], decision["chosen"], decision["ar_ms"]
-    shape = {k: chosen[k] for k in auto_keys(cfg["method"]["tree"])} if chosen != DRAFTING_OFF else "drafting off"
-    faster_ar = min(ar_ms, key=ar_ms.get)
-    dtype_choice = {**dtype_choice, "joint": decision}
-    dtype_choice["note"] = decision.get("note") or (
-        f"{decision['dtype']} with {shape} is predicted {gain:.2f}x the speed of plain AR in {faster_ar}, AR's "
-        "faster dtype on this "
-        f"profile ({' vs '.join(f'{d} {ms:.0f} ms' for d, ms in ar_ms.items())} on the calibration prompts); "
-        f"this run's speedup is over AR in {decision['dtype']}"
-    )
+    chosen = decision["chosen"]
+    dtype_choice = {**calibrated.dtype.measured, "joint": decision, "note": joint_note(cfg, decision)}
+    dtype = Decision(decision["dtype"], calibrated.dtype.why, dtype_choice)
     if decision["dtype"] != other:  # the gain over the faster AR ranks the shapes
-        return calibrated, drafter, chosen, {**tree_choice, "chosen": chosen}, calibrated_profile, dtype_choice
+        tree_choice = {**tree_choice, "chosen": chosen}
+        return replace(calibrated, tree=Decision(chosen, autotune.describe(tree_choice), tree_choice), dtype=dtype)
     tree_choice = {k: v for k, v in tree_choice.items() if k != "note"} | {
         "chosen": chosen,
-        "predicted_speedup": gain,
+        "predicted_speedup": decision["predicted_gain"],
         "dtype": other,
-        "calibrated_in": calibrated.dtype,
+        "calibrated_in": calibrated.target.dtype,
     }
     if "note" in decision:
         tree_choice["note"] = decision["note"]
-    return target, other_drafter, chosen, tree_choice, profile, dtype_choice
+    return Shaped(target, other_drafter, Decision(chosen, autotune.describe(tree_choice), tree_choice), dtype, profile)
+
+
+def joint_note(cfg: dict, decision: dict) -> str:
+    """What the joint weighing decided, in words (the summary's dtype note)."""
+    if "note" in decision:
+        return decision["note"]
+    chosen, ar_ms = decision["chosen"], decision["ar_ms"]
+    shape = {k: chosen[k] for k in auto_keys(cfg["method"]["tree"])} if chosen != DRAFTING_OFF else "drafting off"
+    return (
+        f"{decision['dtype']} with {shape} is predicted {decision['predicted_gain']:.2f}x the speed of plain AR in "
+        f"{min(ar_ms, key=ar_ms.get)}, AR's faster dtype on this "
+        f"profile ({' vs '.join(f'{d} {ms:.0f} ms' for d, ms in ar_ms.items())} on the calibration prompts); "
+        f"this run's speedup is over AR in {decision['dtype']}"
+    )
 
 
 def cost_profile(setting: Setting, target: Target, drafter) -> CostProfile:
@@ -398,16 +443,3 @@ def tree_overhead(
     if not drafts(tree_cfg) or not setting.cfg["costs"]["calibrate_tree"]:
         return None
     return autotune.tree_overhead(tree_cfg, method, target.lm, profile, calibration(setting))
-
-
-_loaded_target: dict = {}
-
-
-def load_target(entry: dict, dtype: str, device: str):
-    """(model, tokenizer), reused by the next run in this process when it asks for the same
-    model: the jobs of a Hydra multirun (one process) then load the target only once."""
-    key = json.dumps([entry, dtype, device], sort_keys=True, default=str)
-    if key not in _loaded_target:
-        _loaded_target.clear()
-        _loaded_target[key] = registry.load(entry, dtype, device)
-    return _loaded_target[key]

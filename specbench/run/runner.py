@@ -61,7 +61,7 @@ class Runner:
                 self.cfg, self.samples, self.paired, self.cached_baseline is not None
             )
             (self.out_dir / "decisions.json").write_text(
-                json.dumps(self.decided.decisions(self.cfg["hardware"]["device"]), indent=1)
+                json.dumps(self.decided.to_json(self.cfg["hardware"]["device"]), indent=1)
             )
             self.warm_up(todo[: self.batch_size])
         return todo

@@ -7,6 +7,7 @@ from conftest import VOCAB
 from cost_fixtures import busy, synthetic_profile
 
 from specbench import costs
+from specbench.costs import pool
 from specbench.costs.profile import VERSION, Curve, context_grid, load, measure_drafter, measure_target, save
 from specbench.drafters.prompt_lookup import PromptLookupDrafter
 from specbench.drafters.small_lm import SmallLMDrafter
@@ -123,15 +124,38 @@ def test_runs_in_one_process_share_the_targets_lm_and_let_a_replaced_model_go():
     from specbench.engine.kernels import Compiled
 
     model, other = tiny_llama(0), tiny_llama(1)
-    first = costs.shared_lm(model, "auto", Compiled())
-    assert costs.shared_lm(model, "auto", Compiled()) is first and first.model is model
-    packed = costs.shared_lm(model, "auto", Compiled(packed_from=1))
-    assert packed is not first and costs.shared_lm(model, "auto", Compiled(packed_from=1)) is packed
+    first = pool.lm(model, "auto", Compiled())
+    assert pool.lm(model, "auto", Compiled()) is first and first.model is model
+    packed = pool.lm(model, "auto", Compiled(packed_from=1))
+    assert packed is not first and pool.lm(model, "auto", Compiled(packed_from=1)) is packed
     first.features = [torch.zeros(3, 8)]  # what an EAGLE-3 run's last forward left
     first.reset(2)  # the next decode, perhaps another run's whose drafter reads no features
     assert first.features is None
-    replaced = costs.shared_lm(other, "auto", Compiled())
-    assert replaced.model is other and all(lm.model is other for lm in costs._built_lms.values())
+    replaced = pool.lm(other, "auto", Compiled())
+    assert replaced.model is other and all(lm.model is other for lm in pool._lms.values())
+
+
+def test_one_pool_holds_the_targets_a_run_decides_between(monkeypatch):
+    """The dtype probe's models are the run's: asked again, the same object; while deciding both
+    dtypes of one model are held, `keep` lets the other go, and another model replaces them."""
+    loads = []
+
+    def load(entry, dtype, device):
+        loads.append((entry["name"], dtype))
+        return object(), None
+
+    monkeypatch.setattr(pool, "_models", {})
+    monkeypatch.setattr(pool.registry, "load", load)
+    entry = {"name": "m"}
+    bf16 = pool.target(entry, "bfloat16", "cpu")
+    fp32 = pool.target(entry, "float32", "cpu")
+    assert pool.target(entry, "bfloat16", "cpu") is bf16 and pool.target(entry, "float32", "cpu") is fp32
+    pool.keep(entry, "float32", "cpu")
+    assert pool.target(entry, "float32", "cpu") is fp32 and len(loads) == 2
+    pool.target(entry, "bfloat16", "cpu")
+    assert loads[-1] == ("m", "bfloat16")  # let go: loaded again
+    pool.target({"name": "n"}, "float32", "cpu")
+    assert list(pool._models) == ['[{"name": "n"}, "cpu"]']
 
 
 def test_measurements_cover_every_n_and_leave_the_model_usable(target, draft, prompts):

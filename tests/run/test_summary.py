@@ -12,7 +12,7 @@ from specbench.engine.kernels import Compiled
 from specbench.metrics.records import MethodRun
 from specbench.run import summary as summary_mod
 from specbench.run.config import compose_config
-from specbench.run.plan import RunPlan
+from specbench.run.plan import Decision, RunPlan
 from specbench.run.table import print_summary
 
 FP16_PRECISION = "fp32 activations on fp16 weights"
@@ -55,20 +55,17 @@ def test_compiled_says_what_precision_the_forward_computes_in():
     assert Compiled(float_attention=True).precision("bfloat16") == "bfloat16, one-token attention in fp32"
     assert Compiled(float_attention=True).precision("float32") == "float32"
     plan = RunPlan(
-        dtype="float32",
+        dtype=Decision("float32"),
         precision=FP16_PRECISION,
-        dtype_choice=None,
-        forward="LeanTreeLM-fp16-weights",
-        forward_note="lean",
-        compile_choice=None,
-        tree={},
-        tree_choice=None,
+        forward=Decision("LeanTreeLM-fp16-weights", "lean"),
+        tree=Decision({}),
         profile=None,
         drafter=None,
         tree_overhead=None,
     )
-    decisions = plan.decisions("cpu")
+    decisions = plan.to_json("cpu")
     assert decisions["dtype"] == "float32" and decisions["precision"] == FP16_PRECISION
+    assert RunPlan.from_json(json.loads(json.dumps(decisions))) == plan  # decisions.json holds the whole plan
 
 
 def test_fp16_weights_are_reported_beside_the_raw_dtype(tmp_path, capsys, monkeypatch):
