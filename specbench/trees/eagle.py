@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from specbench.engine.parts import TreePolicy
+from specbench.engine.parts import NestedStep, TreePolicy
 from specbench.engine.tree import DraftTree, TopTokens, top_tokens
 from specbench.engine.values import integer
 
@@ -53,6 +53,31 @@ class EagleDynamicTree(TreePolicy):
 
     def widest(self) -> int:
         return self.total_tokens
+
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep:
+        """This shape's tree read off a wider one's, as `grow` would build it from the same
+        draft scores: level by level, each of the k best nodes of the last level (by
+        cumulative log-prob) keeps its k best children, and the total_tokens - 1 best of all
+        these are verified. An estimate where the wider tree was pruned past a node this
+        shape would keep: the confirming decodes (costs/pilot.py) decide."""
+        children: dict[int, list[int]] = {}
+        for node in range(1, len(tree)):
+            children.setdefault(tree.parents[node], []).append(node)
+        frontier, eligible = [0], []
+        for _ in range(self.depth + 1):
+            level = [
+                c for p in frontier for c in sorted(children.get(p, []), key=lambda n: -tree.logps[n])[: self.top_k]
+            ]
+            eligible += level
+            frontier = sorted(level, key=lambda n: -tree.logps[n])[: self.top_k]
+        kept = {0} | set(sorted(eligible, key=lambda n: (-tree.logps[n], n))[: self.total_tokens - 1])
+        inside = next((i for i, node in enumerate(path) if node not in kept), len(path))
+        return NestedStep(
+            accepted=inside - 1,
+            nodes=len(kept),
+            draft_forwards=min(draft_forwards, self.depth + 1),
+            reach=self.depth + 1,
+        )
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         if drafter.grows_on_device:

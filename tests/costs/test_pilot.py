@@ -51,10 +51,26 @@ def test_a_static_tree_keeps_the_first_nodes_of_the_whole_one():
     assert StaticTree(choices=choices, size=2).nested_step(drafted, [0, 1, 3, 5], 3).accepted == 1
 
 
+def test_an_eagle_tree_is_read_off_a_wider_one_as_grow_builds_it():
+    """Level by level the k best of the last level keep their k best children; the
+    total_tokens - 1 best of those are verified (scores: cumulative draft log-probs)."""
+    wide = DraftTree.root(1)
+    a, b, _ = wide.add(0, 5, -0.1), wide.add(0, 6, -0.5), wide.add(0, 7, -1.0)
+    a1, a2, b1 = wide.add(a, 8, -0.1), wide.add(a, 9, -0.8), wide.add(b, 10, -0.2)  # -0.2, -0.9, -0.7
+    small = EagleDynamicTree(top_k=2, depth=1, total_tokens=4)  # keeps a (-0.1), a1 (-0.2), b (-0.5)
+    assert small.nested_step(wide, [0, a, a1], draft_forwards=7) == NestedStep(2, 4, 2, 2)
+    assert small.nested_step(wide, [0, b, b1], draft_forwards=7).accepted == 1
+    assert EagleDynamicTree(top_k=1, depth=0, total_tokens=2).nested_step(wide, [0, b], 7) == NestedStep(0, 2, 1, 1)
+    assert small.nested_step(wide, [0, a, a2], draft_forwards=7).accepted == 1  # a2 (-0.9) is not among the best 3
+
+
 def test_only_policies_with_nested_shapes_are_predicted():
+    from specbench.trees.talon import TalonTree
+
     assert pilot.nested([Chain(g) for g in (1, 2, 4)])
+    assert pilot.nested([EagleDynamicTree(2, 1, 4), EagleDynamicTree(4, 3, 12), EagleDynamicTree(8, 5, 32)])
     assert not pilot.nested([Chain(1), Chain(2)])  # two shapes: both are decoded anyway
-    assert not pilot.nested([EagleDynamicTree(2, 1, 4), EagleDynamicTree(4, 3, 12), EagleDynamicTree(8, 5, 32)])
+    assert not pilot.nested([TalonTree(budget=n) for n in (4, 8, 16)])
     assert pilot.pilot_index([Chain(3), Chain(9), Chain(1)]) == 1
 
 

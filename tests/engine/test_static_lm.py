@@ -101,17 +101,17 @@ def test_a_model_spread_over_devices_runs_its_own_forward(tmp_path):
 
 
 def test_an_lm_built_for_one_dtype_is_released_not_reused_after_the_model_changes():
-    """costs.shared_lm keys the target's LM by its weights' dtype: after model.to(bf16) a new
+    """costs.pool.lm keys the target's LM by its weights' dtype: after model.to(bf16) a new
     LM is built, and the fp32 one's cache (and graphs, on a GPU) are freed."""
     from conftest import tiny_llama
 
-    from specbench import costs
+    from specbench.costs import pool
 
     model = tiny_llama(seed=7)
-    fp32 = costs.shared_lm(model, "auto", STATIC)
+    fp32 = pool.lm(model, "auto", STATIC)
     generate(fp32, Method(Autoregressive(), StandardVerifier()), [5, 6, 7, 8], Sampling(), Limits(max_new_tokens=4))
-    assert fp32._k is not None and costs.shared_lm(model, "auto", STATIC) is fp32
+    assert fp32._k is not None and pool.lm(model, "auto", STATIC) is fp32
     model.to(torch.bfloat16)
-    bf16 = costs.shared_lm(model, "auto", STATIC)
+    bf16 = pool.lm(model, "auto", STATIC)
     assert bf16 is not fp32 and fp32._k is None and fp32._replays == {}
     assert bf16.embed.dtype == torch.bfloat16
