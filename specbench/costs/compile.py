@@ -103,7 +103,7 @@ def measure_attention(
     model: torch.nn.Module, forward: str, batches: tuple[int, ...] = ATTENTION_BATCHES, repeats: int = PROBE_REPEATS
 ) -> dict[str, dict[str, float]]:
     """One-token forward ms after PROBE_CONTEXT rows at each of `batches`, with attention in
-    the model's dtype and in fp32, timed alternately."""
+    the model's dtype and in fp32 timed in the same shuffled passes (profile.interleaved)."""
     lms = {"model dtype": make_lm(model, forward), "float32": make_lm(model, forward, Compiled(float_attention=True))}
     probe = {name: {} for name in lms}
     with torch.inference_mode():

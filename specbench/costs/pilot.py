@@ -41,9 +41,6 @@ class Recorder(TreePolicy):
     def keep(self, rows: list[int]) -> None:
         self.policy.keep(rows)
 
-    def widest(self) -> int | None:
-        return self.policy.widest()
-
 
 def nested(policies: list[TreePolicy]) -> bool:
     """Whether the candidates' policy reads smaller shapes off a wider one's steps."""

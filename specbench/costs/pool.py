@@ -17,16 +17,17 @@ from specbench.engine.lean import make_lm
 from specbench.engine.lm import TreeLM
 from specbench.models import registry
 
-_models: dict[str, tuple] = {}  # json [entry, device] -> {dtype: (model, tokenizer)}
+_models: dict[str, dict[str, tuple]] = {}  # json [entry, device] -> {dtype: (model, tokenizer)}
 _lms: dict[tuple, TreeLM] = {}
 
 
 def target(entry: dict, dtype: str, device: str) -> tuple:
     """(model, tokenizer) of `entry` in `dtype` on `device`, loaded on first use; asking for
     another model or device lets every held one go."""
-    key = json.dumps([entry, device], sort_keys=True, default=str)
+    key = _key(entry, device)
     if key not in _models:
-        _let_go(lambda k: True)
+        _models.clear()
+        _release_lms(lambda k: True)
         _models[key] = {}
     held = _models[key]
     if dtype not in held:
@@ -36,9 +37,9 @@ def target(entry: dict, dtype: str, device: str) -> tuple:
 
 def keep(entry: dict, dtype: str, device: str) -> None:
     """Hold only `entry`'s model in `dtype` (the one the run decodes with)."""
-    key = json.dumps([entry, device], sort_keys=True, default=str)
-    for other in [d for d in _models.get(key, {}) if d != dtype]:
-        model, _ = _models[key].pop(other)
+    held = _models.get(_key(entry, device), {})
+    for other in [d for d in held if d != dtype]:
+        model, _ = held.pop(other)
         _release_lms(lambda k, m=model: k[0] == id(m))
 
 
@@ -55,10 +56,8 @@ def lm(model: torch.nn.Module, forward: str, compiled) -> TreeLM:
     return _lms[key]
 
 
-def _let_go(which) -> None:
-    for key in [k for k in _models if which(k)]:
-        _models.pop(key)
-    _release_lms(lambda k: True)
+def _key(entry: dict, device: str) -> str:
+    return json.dumps([entry, device], sort_keys=True, default=str)
 
 
 def _release_lms(which) -> None:

@@ -313,11 +313,6 @@ def tree_forward(lm: TreeLM, n: int):
     return forward
 
 
-def tree_forward_ms(lm: TreeLM, n: int, repeats: int) -> tuple[float, float]:
-    """timed() of tree_forward(lm, n)."""
-    return timed(tree_forward(lm, n), repeats)
-
-
 def measure_target(
     lm: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1, every_n: bool = False
 ) -> Curve:

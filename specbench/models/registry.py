@@ -108,10 +108,12 @@ def resolve(entry: dict, key: str) -> str:
 
 def context_length(entry: dict, key: str = "model") -> int:
     """The entry's context length: its `context_length`, else its config's
-    max_position_embeddings (read from config.json alone, before any weights load)."""
+    max_position_embeddings (read from config.json alone, before any weights load). The
+    model is located either way, so one not on this machine is refused here."""
+    directory = resolve(entry, key)
     if entry.get("context_length"):
         return int(entry["context_length"])
-    config = json.loads((Path(resolve(entry, key)) / "config.json").read_text())
+    config = json.loads((Path(directory) / "config.json").read_text())
     config = config.get("text_config", config)
     return int(config["max_position_embeddings"])
 
