@@ -2,12 +2,14 @@
 
 For each calibration set (chat, code, math) the method's `auto` shape is chosen twice on the
 same target, drafter and cost profile: from a pilot decode with the other shapes predicted
-(costs/pilot.py, what runs do), and by decoding every candidate (the exhaustive rule). Prints
-both choices, the exhaustive calibration's predicted speedup of each (so a different choice
-reads as the speed it gives up), the shapes decoded and the seconds each took.
+(costs/pilot.py, what runs do, on costs.calibration_prompts x calibration_tokens), and by
+decoding every candidate, none left out for its ceiling (the exhaustive rule, on
+`--reference` prompts x tokens: by default the 6 x 96 runs calibrated on before the pilot).
+Prints both choices, the exhaustive calibration's predicted speedup of each (so a different
+choice reads as the speed it gives up), the shapes decoded and the seconds each took.
 
     .venv/bin/python scripts/bench_pilot.py --method sps
-    .venv/bin/python scripts/bench_pilot.py --method medusa --kinds chat
+    .venv/bin/python scripts/bench_pilot.py --method medusa --kinds chat --reference 4x64
 """
 
 from __future__ import annotations
@@ -29,15 +31,15 @@ from specbench.run.config import compose_config
 
 
 def choose(tree_cfg, drafter, verifier, target, profile, setup, exhaustive: bool):
-    nested = pilot.nested
+    nested, ceiling = pilot.nested, autotune.ceiling
     if exhaustive:
-        pilot.nested = lambda trees: False
+        pilot.nested, autotune.ceiling = (lambda trees: False), (lambda *_: float("inf"))
     try:
         start = time.perf_counter()
         chosen, record = autotune.tune(tree_cfg, drafter, verifier, target.lm, profile, setup)
         return chosen, record, time.perf_counter() - start
     finally:
-        pilot.nested = nested
+        pilot.nested, autotune.ceiling = nested, ceiling
 
 
 def main() -> None:
@@ -45,7 +47,9 @@ def main() -> None:
     parser.add_argument("--method", default="sps")
     parser.add_argument("--kinds", nargs="+", default=["chat", "code", "math"])
     parser.add_argument("--dtype", default="auto", help="hardware.dtype (auto: decided as a run decides it)")
+    parser.add_argument("--reference", default="6x96", help="prompts x tokens of the exhaustive calibration")
     args = parser.parse_args()
+    ref_prompts, ref_tokens = (int(v) for v in args.reference.split("x"))
     cfg = compose_config([f"method={args.method}", f"hardware.dtype={args.dtype}"])
     dtype, _ = costs.resolve_dtype(
         dict(cfg["hardware"]), cfg["model"], method_cfg=cfg["method"], engine=cfg.get("engine")
@@ -58,16 +62,29 @@ def main() -> None:
     )
     rows = []
     for kind in args.kinds:
-        kind_cfg = compose_config([f"method={args.method}", f"hardware.dtype={dtype}", f"dataset.calibration={kind}"])
+        # hardware.dtype as given (auto: the forward decided as a run decides it, fp16 weights included)
+        kind_cfg = compose_config(
+            [f"method={args.method}", f"hardware.dtype={args.dtype}", f"dataset.calibration={kind}"]
+        )
         setting = plan.setting_for(kind_cfg, [], model, tokenizer)
         target = plan.forward_of(kind_cfg, model, dtype)
         drafter = methods.load_drafter(kind_cfg["method"], model, target.hardware, target.lm.compiled)
         verifier = methods.instantiate_part(kind_cfg["method"]["verifier"], "method.verifier")
         profile = plan.cost_profile(setting, target, drafter)
+        reference_cfg = compose_config(
+            [
+                f"method={args.method}",
+                f"hardware.dtype={args.dtype}",
+                f"dataset.calibration={kind}",
+                f"costs.calibration_prompts={ref_prompts}",
+                f"costs.calibration_tokens={ref_tokens}",
+            ]
+        )
+        settings = {"pilot": setting, "exhaustive": plan.setting_for(reference_cfg, [], model, tokenizer)}
         results = {}
         with tempfile.TemporaryDirectory() as scratch:
             for name, exhaustive in (("pilot", False), ("exhaustive", True)):
-                setup = dataclasses.replace(plan.calibration(setting), cache=Path(scratch) / name)
+                setup = dataclasses.replace(plan.calibration(settings[name]), cache=Path(scratch) / name)
                 results[name] = choose(
                     kind_cfg["method"]["tree"], drafter, verifier, target, profile, setup, exhaustive
                 )
@@ -85,6 +102,10 @@ def main() -> None:
             f"{p_speed / e_speed:.3f} | {decoded} / {len(e_record['candidates'])} | {p_s:.0f} / {e_s:.0f} |"
         )
         print(rows[-1], flush=True)
+    print(
+        f"\npilot on {cfg['costs']['calibration_prompts']} x {cfg['costs']['calibration_tokens']}, "
+        f"exhaustive on {args.reference}"
+    )
     print(
         "\n| calibration set | pilot's shape | exhaustive's shape | exhaustive's prediction of the pilot's | "
         "of its own | ratio | shapes decoded (pilot / exhaustive) | seconds (pilot / exhaustive) |"

@@ -35,7 +35,7 @@ from specbench.engine.methods import instantiate_part
 from specbench.metrics.records import method_run
 
 # in the cache key: a choice recorded under another rule is made again (what each version changed: docs/speed.md)
-VERSION = 12
+VERSION = 13
 
 
 def describe(record: dict) -> str:
@@ -54,14 +54,18 @@ def describe(record: dict) -> str:
 
 
 def price(
-    measured: list[tuple[dict, list[dict], dict]], keys: list[str], profile: CostProfile, drafter: str | None
+    measured: list[tuple[dict, list[dict], dict]],
+    keys: list[str],
+    profile: CostProfile,
+    drafter: str | None,
+    anchored: bool = False,
 ) -> list[dict]:
     """Predicted speedup per candidate: the profile prices the forwards; the rest of a
     step (tree building, bookkeeping), measured in the calibration decodes, is smoothed
     by a robust plane in tree size and draft forwards (overhead_line), since single
     timings here are noisy, and charged step by step as `reprice` charges it. `ar_ms` and
     `method_ms` are the predicted decode times of the calibration prompts by AR and by
-    the candidate."""
+    the candidate. `anchored`: the line also goes through AR_STEP (the pilot's few decodes)."""
     stats = []
     for cfg, runs, forecast in measured:
         # verification steps of the batches
@@ -76,7 +80,7 @@ def price(
                 "pace": round(machine_pace, 3),
             }
         )
-    line = overhead_line(stats)
+    line = overhead_line([AR_STEP, *stats] if anchored else stats)
     return [
         s
         | {"unpriced_fit_ms": round(tree_step_ms(line, s["mean_tree_size"], s["delta"]), 3)}
@@ -101,9 +105,11 @@ def reprice(record: dict, profile: CostProfile, drafter: str | None) -> list[dic
     model in another dtype): τ, δ and tree sizes are the drafter's and the target's, not the
     dtype's, so the recorded calibration decodes are priced again instead of decoded again;
     the tree work per step (Python, the same in either dtype) is the recorded line's."""
-    line = overhead_line(record["candidates"])
+    line = record["tree_work"]
     return [
-        {k: row[k] for k in ("tree", "tau", "delta", "mean_tree_size")} | priced(runs, profile, drafter, line)
+        (row | {"predicted_speedup": ceiling(row["tau"] - 1, row["mean_tree_size"], profile)})
+        if row.get("ceiling")
+        else {k: row[k] for k in ("tree", "tau", "delta", "mean_tree_size")} | priced(runs, profile, drafter, line)
         for row, runs in zip(record["candidates"], record["runs"])
     ]
 
@@ -127,16 +133,16 @@ def choose_dtype(priced: dict[str, list[dict]], options: list[dict], min_gain: f
     candidate rows (the same candidates, `options[i]` the config of row i). A candidate's gain
     is the fastest AR's time (over the dtypes) over its own, so drafting in one dtype is
     weighed against plain decoding in the other (on an AVX2-only CPU a one-token bf16 forward
-    can cost half an fp32 one while a 16-token one costs twice). Drafting stays off, in
+    can cost half an fp32 one while a 16-token one costs twice). Only decoded shapes count
+    (not pilot guesses, not shapes left undecoded for their ceiling). Drafting stays off, in
     AR's fastest dtype, unless the best gain clears `min_gain`."""
     dtypes = list(priced)
+    decoded = [i for i, row in enumerate(priced[dtypes[0]]) if row.get("measured", True)]  # no guesses, no ceilings
     gains = {
-        (d, i): min(priced[o][i]["ar_ms"] for o in dtypes) / row["method_ms"]
-        for d in dtypes
-        for i, row in enumerate(priced[d])
+        (d, i): min(priced[o][i]["ar_ms"] for o in dtypes) / priced[d][i]["method_ms"] for d in dtypes for i in decoded
     }
     dtype, best = max(gains, key=gains.get)
-    ar_ms = {d: sum(r["ar_ms"] for r in priced[d]) / len(priced[d]) for d in dtypes}
+    ar_ms = {d: sum(priced[d][i]["ar_ms"] for i in decoded) / len(decoded) for d in dtypes}
     ar_dtype = min(ar_ms, key=ar_ms.get)
     decided = {
         "rule": f"dtype and shape together: the highest predicted throughput over {' and '.join(dtypes)}, each priced "
@@ -250,19 +256,21 @@ class Calibration:
         )
 
     def decode(
-        self, methods: list[Method], target, profile: CostProfile
+        self, methods: list[Method], target, profile: CostProfile, warm_up: bool = True
     ) -> tuple[list[tuple[list[dict], dict]], list[list[int]], float]:
         """(per method: the calibration samples as a run records them and their forecast; the
         prompts; the most cores other processes used while these decodes or the profile
-        pricing them were timed)."""
+        pricing them were timed). `warm_up`: decode the first batch once untimed first (not
+        needed right after other calibration decodes in the same process)."""
         prompts, size = self.make_prompts(), self.batch_size
         limits = Limits(max_new_tokens=self.max_new_tokens, stop_token_ids=self.stop_token_ids)
         batch0 = prompts[:size]
         # warm-up over the full token budget: after a shorter one the first shape calibrated
         # paid one-time costs the others did not (7.4 ms a step against 2.3 ms timed alone)
-        generate_batch(
-            target, methods[0], batch0, self.sampling, limits, [torch.Generator().manual_seed(0) for _ in batch0]
-        )
+        if warm_up:
+            generate_batch(
+                target, methods[0], batch0, self.sampling, limits, [torch.Generator().manual_seed(0) for _ in batch0]
+            )
         measured = []
         with contention.watch() as usage:
             for method in tqdm(methods, desc="calibrating tree shapes", unit="shape"):
@@ -318,19 +326,26 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
         return Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs)
 
     keys = auto_keys(tree_cfg)
-    if setup.batch_size == 1 and pilot.nested(trees):
-        rows, runs, prompts, others = predicted(options, trees, keys, method, target, profile, setup)
-    else:
-        measured, prompts, others = setup.decode([method(tree) for tree in trees], target, profile)
-        rows = price([(cfg, *m) for cfg, m in zip(options, measured)], keys, profile, setup.drafter_name)
-        runs = [m[0] for m in measured]
+    sized = drafter is not None and drafter.always_proposes  # every step verifies the shape's widest
+    bound = {i: ceiling(t.deepest(), t.widest(), profile) for i, t in enumerate(trees) if sized and t.deepest()}
+    live = [i for i in range(len(trees)) if bound.get(i, np.inf) > 1.0 + setup.min_gain or setup.batch_size > 1]
+    rows, runs, prompts, others, line = calibrated(
+        [options[i] for i in live], [trees[i] for i in live], keys, method, target, profile, setup
+    )
+    rows, runs = dict(zip(live, rows)), dict(zip(live, runs))
+    for i in set(range(len(trees))) - set(live):
+        rows[i], runs[i] = ceiling_row(options[i], keys, trees[i], bound[i]), []
+    rows, runs = [rows[i] for i in range(len(trees))], [runs[i] for i in range(len(trees))]
     for row in rows:
-        log(
-            f"  {row['tree']}: tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} "
-            f"-> predicted {row['predicted_speedup']:.2f}x{'' if row.get('measured', True) else ' (from the pilot)'}"
-        )
+        log(f"  {row['tree']}: " + shown_row(row))
     record = decide(
-        {"candidates": rows, "calibration": setup.record(prompts), "runs": runs, "contended_cores": others},
+        {
+            "candidates": rows,
+            "tree_work": line,
+            "calibration": setup.record(prompts),
+            "runs": runs,
+            "contended_cores": others,
+        },
         options,
         setup.min_gain,
     )
@@ -343,44 +358,104 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
     return record["chosen"], record
 
 
+def calibrated(options, trees, keys, method, target, profile: CostProfile, setup: Calibration):
+    """(candidate rows, their runs, the prompts, contended cores, the tree-work line that
+    priced them) of the shapes worth decoding: predicted from a pilot where the policy's
+    shapes nest (`predicted`), else each decoded."""
+    if not trees:
+        return [], [], [], 0.0, overhead_line([AR_STEP])
+    if setup.batch_size == 1 and pilot.nested(trees):
+        return predicted(options, trees, keys, method, target, profile, setup)
+    measured, prompts, others = setup.decode([method(tree) for tree in trees], target, profile)
+    rows = price([(cfg, *m) for cfg, m in zip(options, measured)], keys, profile, setup.drafter_name)
+    return rows, [m[0] for m in measured], prompts, others, overhead_line(rows)
+
+
+def ceiling(deepest: int, widest: float, profile: CostProfile) -> float:
+    """The most a shape can gain over AR at batch size 1: `deepest` drafts accepted every
+    step, drafting and tree work free, its step a verification over `widest` tokens plus
+    AR's per-step engine work, at the profile's context where that ratio is kindest. On an
+    AVX2 CPU a 60-token forward costs about 9x a one-token one (AMD EPYC Zen 3, fp32 on fp16
+    weights), so EAGLE's widest shape (8 tokens a step at most) cannot pay there and is not
+    decoded, where its pilot decode took 72 s of a first run's 143 s of calibration."""
+    overhead = profile.step_overhead(1)
+    return max(
+        (deepest + 1) * (profile.target_ms(1, c, 1) + overhead) / (profile.target_ms(1, c, widest) + overhead)
+        for c in profile.target.contexts
+    )
+
+
+def ceiling_row(cfg: dict, keys: list[str], tree, bound: float) -> dict:
+    """A shape left undecoded for its ceiling, as a candidate row: the tokens a step would
+    give and its width, `predicted_speedup` the ceiling (reprice recomputes it)."""
+    return {
+        "tree": {k: cfg[k] for k in keys},
+        "tau": float(tree.deepest() + 1),
+        "delta": float(tree.deepest()),
+        "mean_tree_size": float(tree.widest()),
+        "predicted_speedup": round(bound, 3),
+        "measured": False,
+        "ceiling": True,
+    }
+
+
+def shown_row(row: dict) -> str:
+    """A candidate row for the console."""
+    if row.get("ceiling"):
+        return (
+            f"at most {row['predicted_speedup']:.2f}x even accepting all {row['tau'] - 1:.0f} drafts every step "
+            f"({row['mean_tree_size']:.0f} tokens verified a step): not decoded"
+        )
+    return (
+        f"tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted "
+        f"{row['predicted_speedup']:.2f}x{'' if row.get('measured', True) else ' (from the pilot)'}"
+    )
+
+
 CONFIRMED = 2  # predicted shapes decoded to confirm them, best first
+# AR's step as a point of the tree-work line: a profile prices AR's engine work per step
+# into both sides (predict.py), so a step of one token and no drafts has no tree work left
+AR_STEP = {"mean_tree_size": 1.0, "delta": 0.0, "unpriced_ms_per_step": 0.0}
 
 
 def predicted(options, trees, keys, method, target, profile: CostProfile, setup: Calibration):
-    """(candidate rows, their runs, the prompts, contended cores) from a pilot decode of the
-    widest shape and one of the smallest (two measured shapes fit the tree-work line), every
-    other shape rebuilt from the pilot's steps (costs/pilot.py) and priced, then the CONFIRMED
-    best of those decoded too; rows carry `measured`, and only measured ones can be chosen."""
+    """(candidate rows, their runs, the prompts, contended cores, the tree-work line) from a
+    pilot decode of the widest shape, every other shape rebuilt from the pilot's steps (costs/pilot.py) and
+    priced with the tree-work line through AR_STEP and the pilot, then the CONFIRMED best of
+    those decoded too; rows carry `measured`, and only measured ones can be chosen."""
     widest = pilot.pilot_index(trees)
     recorder = pilot.Recorder(trees[widest])
     setup.log(
-        f"  pilot: decoding {options[widest]} (the widest) and {options[0]}; the other "
-        f"{len(options) - 2} shapes are predicted from the pilot's steps, the best {CONFIRMED} decoded to confirm"
+        f"  pilot: decoding {options[widest]} (the widest); the other {len(options) - 1} shapes are predicted "
+        f"from its steps, the best {CONFIRMED} decoded to confirm"
     )
-    first, prompts, others = setup.decode([method(trees[0]), method(recorder)], target, profile)
-    measured = {0: first[0], widest: first[1]}
+    first, prompts, others = setup.decode([method(recorder)], target, profile)
+    measured = {widest: first[0]}
+    decodes = recorder.decodes[-len(first[0][0]) :]  # one per calibration prompt, after the warm-up's
     rebuilt = {}
     for i, tree in enumerate(trees):
         if i not in measured:
-            rebuilt[i] = [pilot.rebuilt_run(r, s, tree) for r, s in zip(first[1][0], recorder.decodes)]
+            rebuilt[i] = [pilot.rebuilt_run(r, s, tree) for r, s in zip(first[0][0], decodes)]
     unknown = [i for i, runs in rebuilt.items() if any(r is None for r in runs)]
-    line = overhead_line(price([(options[i], *measured[i]) for i in measured], keys, profile, setup.drafter_name))
+    line = overhead_line([AR_STEP, *price([(options[widest], *measured[widest])], keys, profile, setup.drafter_name)])
     guesses = {i: priced(runs, profile, setup.drafter_name, line) for i, runs in rebuilt.items() if i not in unknown}
     confirm = sorted(guesses, key=lambda i: -guesses[i]["predicted_speedup"])[:CONFIRMED] + unknown
     if confirm:
-        more, _, busy = setup.decode([method(trees[i]) for i in confirm], target, profile)
+        more, _, busy = setup.decode([method(trees[i]) for i in confirm], target, profile, warm_up=False)
         measured |= dict(zip(confirm, more))
         others = max(others, busy)
     order = sorted(measured)
-    rows = dict(zip(order, price([(options[i], *measured[i]) for i in order], keys, profile, setup.drafter_name)))
-    line = overhead_line(list(rows.values()))
+    rows = dict(
+        zip(order, price([(options[i], *measured[i]) for i in order], keys, profile, setup.drafter_name, anchored=True))
+    )
+    line = overhead_line([AR_STEP, *rows.values()])
     for i in set(rebuilt) - set(measured):
         stats = shape_stats(options[i], keys, rebuilt[i])
         fit = round(tree_step_ms(line, stats["mean_tree_size"], stats["delta"]), 3)
         rows[i] = stats | {"unpriced_ms_per_step": fit, "unpriced_fit_ms": fit, "measured": False}
         rows[i] |= priced(rebuilt[i], profile, setup.drafter_name, line)
     runs = {i: m[0] for i, m in measured.items()} | {i: r for i, r in rebuilt.items() if i not in measured}
-    return [rows[i] for i in range(len(options))], [runs[i] for i in range(len(options))], prompts, others
+    return [rows[i] for i in range(len(options))], [runs[i] for i in range(len(options))], prompts, others, line
 
 
 def decide(record: dict, options: list[dict], min_gain: float) -> dict:
@@ -389,6 +464,15 @@ def decide(record: dict, options: list[dict], min_gain: float) -> dict:
     not predicted more than `min_gain` faster than AR. `options[i]` is the config of
     `record["candidates"][i]`."""
     decoded = [i for i in range(len(options)) if record["candidates"][i].get("measured", True)]  # not pilot guesses
+    if not decoded:  # every shape's ceiling is below AR's speed
+        best = max(range(len(options)), key=lambda i: record["candidates"][i]["predicted_speedup"])
+        return {k: v for k, v in record.items() if k != "note"} | {
+            "chosen": DRAFTING_OFF,
+            "predicted_speedup": record["candidates"][best]["predicted_speedup"],
+            "note": f"no shape could be more than {min_gain:.0%} faster than AR on this hardware even accepting "
+            f"every draft (best ceiling {record['candidates'][best]['predicted_speedup']:.2f}x at "
+            f"{record['candidates'][best]['tree']}); decoding without drafting. Set the tree keys to force a shape",
+        }
     best = max(decoded, key=lambda i: record["candidates"][i]["predicted_speedup"])
     predicted = record["candidates"][best]["predicted_speedup"]
     decided = {k: v for k, v in record.items() if k != "note"} | {
@@ -410,17 +494,19 @@ def tree_overhead(tree_cfg: dict, method: Method, target, profile: CostProfile, 
     way), so a run's summary predicts its speedup with the tree work included."""
     path = setup.cache_file(profile, tree_cfg, method.verifier, "tree-overhead")
     if (cached := reusable(path, setup.log)) is not None:
-        return overhead_line(cached["candidates"])
+        return cached["tree_work"]
     setup.log(f"costs: timing tree building on calibration prompts (once; cached in {path})")
     measured, prompts, others = setup.decode([method], target, profile)
     keys = [k for k in tree_cfg if k != "_target_"]
+    candidates = price([(tree_cfg, *measured[0])], keys, profile, setup.drafter_name)
     record = {
-        "candidates": price([(tree_cfg, *measured[0])], keys, profile, setup.drafter_name),
+        "candidates": candidates,
+        "tree_work": overhead_line(candidates),
         "calibration": setup.record(prompts),
         "contended_cores": others,
     }
     keep(record, path, setup.log)
-    return overhead_line(record["candidates"])
+    return record["tree_work"]
 
 
 def reusable(path: Path, log) -> dict | None:

@@ -24,7 +24,10 @@ timing on this machine.
   as a target forward flushes it, and drafters' projections run on int8 weights below the
   smallest probed row count where int8 stops winning (`Compiled.int8_drafts_below`;
   `engine.int8_drafts=off` never, nor where the drafter has no layers). Cached per model, dtype and device
-  fingerprint. On a GPU, `static`; elsewhere off.
+  fingerprint. Each comparison is timed until a Mann-Whitney test tells the two apart, at most
+  6 timings each (profile.compared); one still within the noise is a tie, which keeps the
+  weights as they are (no packing, no int8 drafts, model-dtype attention) except that fp16
+  weights need only be at least as fast. On a GPU, `static`; elsewhere off.
 - fp16 weights (`engine.fp16_weights`; Compiled.fp16_weights): an fp32 model's linear
   layers on FBGEMM's fp16-weight matmul. It rounds the weights, so `auto` considers it
   only where hardware.dtype is `auto` (the run left the numbers to the tool, as it does
@@ -42,7 +45,7 @@ import torch
 
 from specbench.costs.cache import measured_parts
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
-from specbench.costs.profile import PROBE_CONTEXT, interleaved, tree_forward
+from specbench.costs.profile import PROBE_CONTEXT, compared, tree_forward
 from specbench.engine.kernels import Compiled, has_fp16_weights, int8_linear, pack, packed_linear, packs, quantize_int8
 from specbench.engine.lean import forward_note, make_lm, supports
 from specbench.errors import require
@@ -50,25 +53,29 @@ from specbench.errors import require
 MODES = ("auto", "packed", "torch", "static", "off")
 PROBE_SIZES = (1, 2, 4, 8, 16, 64)
 FP16_SIZES = (1, 2, 4, 8, 16)  # decoding steps on a CPU: trees auto picks there verify at most 16 tokens
-PROBE_REPEATS = 5
+PROBE_MOST = 6  # timings of a point whose comparison is still open before it is called a tie (profile.compared)
 ATTENTION_BATCHES = (1, 8)
 # a record of another version is timed again (what each version changed: docs/speed.md)
-PROBE_VERSION = 5
+PROBE_VERSION = 6
 INT8_MODES = ("auto", "off")
 FP16_MODES = ("auto", "on", "off")
 INT8_ROWS = (1, 2, 4, 8, 16, 32)
 CACHE_FLUSH_BYTES = 256 * 2**20  # written between timed calls: more than any CPU's last-level cache here
 
 
-def packed_from(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES) -> int | None:
+def packed_from(
+    probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES, ties: dict | None = None
+) -> int | None:
     """The smallest probed n from which packed weights are faster at every larger probed
     size (None: not even at the largest, or not probed because this CPU cannot pack the
-    dtype). `probe` maps "plain"/"packed" -> {str(n): ms}."""
+    dtype). `probe` maps "plain"/"packed" -> {str(n): ms}; `ties` (str(n) -> the pairs the
+    probe could not tell apart there, "packed=plain") counts a tie as not faster: packing
+    changes the weights' layout for nothing where it is not measurably faster."""
     chosen = None
     if "packed" not in probe:
         return None
     for n in sorted(sizes, reverse=True):
-        if probe["packed"][str(n)] >= probe["plain"][str(n)]:
+        if probe["packed"][str(n)] >= probe["plain"][str(n)] or "packed=plain" in (ties or {}).get(str(n), []):
             break
         chosen = n
     return chosen
@@ -78,52 +85,66 @@ def measure(
     model: torch.nn.Module,
     forward: str,
     sizes: tuple[int, ...] = PROBE_SIZES,
-    repeats: int = PROBE_REPEATS,
+    most: int = PROBE_MOST,
     packed: bool = True,
     fp16: bool = False,
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict]:
     """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, plain,
     (where `packed`) packed and (where `fp16`) fp16 weights, every point in the same shuffled
-    passes (profile.interleaved: drift hits all alike)."""
+    passes (drift hits all alike), timed until the comparisons the rules make are told apart
+    (profile.compared: plain against packed at every size, fp16 against each up to
+    FP16_SIZES), and under "ties" (str(n) -> ["packed=plain", "fp16=plain", ...]) those that
+    stayed within the noise."""
     lms = {"plain": make_lm(model, forward)} | (
         {"packed": make_lm(model, forward, Compiled(packed_from=1))} if packed else {}
     )
     lms |= {"fp16": make_lm(model, forward, Compiled(fp16_weights=True))} if fp16 else {}
     context = torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist()
+    pairs = [(("packed", n), ("plain", n)) for n in sizes if packed]
+    pairs += [
+        (("fp16", n), (other, n)) for n in sizes if fp16 and n <= FP16_SIZES[-1] for other in lms if other != "fp16"
+    ]
     with torch.inference_mode():
         for lm in lms.values():
             lm.forward(contexts=[context])
-        timings = interleaved(
-            {(name, n): (tree_forward(lm, n), None) for name, lm in lms.items() for n in sizes}, repeats
+        timings, tied = compared(
+            {(name, n): (tree_forward(lm, n), None) for name, lm in lms.items() for n in sizes}, pairs, most
         )
-    return {name: {str(n): round(timings[name, n][0], 3) for n in sizes} for name in lms}
+    return {name: {str(n): round(timings[name, n][0], 3) for n in sizes} for name in lms} | {
+        "ties": {str(n): [f"{a}={b}" for (a, m), (b, _) in tied if m == n] for n in sizes}
+    }
 
 
 def measure_attention(
-    model: torch.nn.Module, forward: str, batches: tuple[int, ...] = ATTENTION_BATCHES, repeats: int = PROBE_REPEATS
-) -> dict[str, dict[str, float]]:
+    model: torch.nn.Module, forward: str, batches: tuple[int, ...] = ATTENTION_BATCHES, most: int = PROBE_MOST
+) -> dict[str, dict]:
     """One-token forward ms after PROBE_CONTEXT rows at each of `batches`, with attention in
-    the model's dtype and in fp32 timed in the same shuffled passes (profile.interleaved)."""
+    the model's dtype and in fp32 timed in the same shuffled passes until told apart
+    (profile.compared), and under "ties" (str(batch) -> ["float32=model dtype"]) where not."""
     lms = {"model dtype": make_lm(model, forward), "float32": make_lm(model, forward, Compiled(float_attention=True))}
-    probe = {name: {} for name in lms}
+    probe = {name: {} for name in lms} | {"ties": {}}
     with torch.inference_mode():
-        for batch in batches:  # each batch size needs its own cache state: interleaved per batch size
+        for batch in batches:  # each batch size needs its own cache state: timed per batch size
             contexts = [torch.randint(3, model.config.vocab_size, (PROBE_CONTEXT,)).tolist() for _ in range(batch)]
             for lm in lms.values():
                 lm.reset(batch)
                 lm.forward(contexts=contexts)
-            timings = interleaved({name: (tree_forward(lm, 1), None) for name, lm in lms.items()}, repeats)
+            points = {name: (tree_forward(lm, 1), None) for name, lm in lms.items()}
+            timings, tied = compared(points, [("float32", "model dtype")], most)
             for name in lms:
                 probe[name][str(batch)] = round(timings[name][0], 3)
+            probe["ties"][str(batch)] = ["float32=model dtype"] if tied else []
     return probe
 
 
-def measure_int8(model: torch.nn.Module, packed: bool, repeats: int = PROBE_REPEATS) -> dict[str, dict[str, float]]:
-    """Microseconds of the target's first-layer q, up and down projections (a drafter's
-    projections have these shapes) over n rows, on int8 weights and on float weights
-    (packed where `packed`, from whichever is faster at n), each call after a write over
-    CACHE_FLUSH_BYTES, since a draft forward starts with the drafter's weights evicted by
-    the target forward before it; timed alternately."""
+def measure_int8(model: torch.nn.Module, packed: bool, most: int = PROBE_MOST) -> dict[str, dict]:
+    """Microseconds of the target's first-layer q, up and down projections in a row (a
+    drafter's projections have these shapes) over n rows, on int8 weights and on float
+    weights (packed where `packed`, from whichever is faster at n), each call after a write
+    over CACHE_FLUSH_BYTES, since a draft forward starts with the drafter's weights evicted
+    by the target forward before it; every point in the same shuffled passes, until int8 is
+    told apart from each float kind (profile.compared), and under "ties" (str(n) ->
+    ["int8=plain", ...]) where it was not."""
     layer = model.model.layers[0]
     weights = [layer.self_attn.q_proj.weight, layer.mlp.up_proj.weight, layer.mlp.down_proj.weight]
     kernels = {
@@ -133,42 +154,50 @@ def measure_int8(model: torch.nn.Module, packed: bool, repeats: int = PROBE_REPE
     if packed:
         kernels["packed"] = [lambda x, p=pack(w): packed_linear(x, p) for w in weights]
     flush = torch.empty(CACHE_FLUSH_BYTES // 4)
-    probe = {"float": {}, "int8": {}}
+
+    def projections(row: list, n: int):
+        inputs = [torch.randn(n, w.shape[1], dtype=w.dtype) for w in weights]
+        return lambda: [kernel(x) for kernel, x in zip(row, inputs)]
+
+    points = {
+        (kind, n): (projections(row, n), lambda: flush.add_(1.0)) for kind, row in kernels.items() for n in INT8_ROWS
+    }
+    pairs = [(("int8", n), (kind, n)) for n in INT8_ROWS for kind in kernels if kind != "int8"]
     with torch.inference_mode():
-        for n in INT8_ROWS:
-            inputs = [torch.randn(n, w.shape[1], dtype=w.dtype) for w in weights]
-            points = {
-                (kind, i): (lambda k=kernel, x=x: k(x), lambda: flush.add_(1.0))
-                for kind, row in kernels.items()
-                for i, (kernel, x) in enumerate(zip(row, inputs))
-            }
-            timings = interleaved(points, repeats, seed=n)
-            us = {kind: 1000 * sum(timings[kind, i][0] for i in range(len(weights))) for kind in kernels}
-            probe["int8"][str(n)] = round(us.pop("int8"), 1)
-            probe["float"][str(n)] = round(min(us.values()), 1)
-    return probe
+        timings, tied = compared(points, pairs, most)
+    return {
+        "int8": {str(n): round(1000 * timings["int8", n][0], 1) for n in INT8_ROWS},
+        "float": {str(n): round(1000 * min(timings[k, n][0] for k in kernels if k != "int8"), 1) for n in INT8_ROWS},
+        "ties": {str(n): [f"{a}={b}" for (a, m), (b, _) in tied if m == n] for n in INT8_ROWS},
+    }
 
 
-def int8_below(probe: dict[str, dict[str, float]], rows: tuple[int, ...] = INT8_ROWS) -> int:
+def int8_below(probe: dict[str, dict], rows: tuple[int, ...] = INT8_ROWS) -> int:
     """Drafters use int8 weights below the smallest probed row count where int8 is not
-    faster (0: not even at one row; past the largest probed when it always wins)."""
+    faster (0: not even at one row; past the largest probed when it always wins); a tie
+    with a float kind (`probe["ties"]`) is not faster: int8 rounds the drafter's weights."""
+    ties = probe.get("ties", {})
     for n in rows:
-        if probe["int8"][str(n)] >= probe["float"][str(n)]:
+        if probe["int8"][str(n)] >= probe["float"][str(n)] or ties.get(str(n)):
             return n if n > rows[0] else 0
     return 2 * rows[-1]
 
 
-def fp16_wins(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = FP16_SIZES) -> bool:
+def fp16_wins(probe: dict[str, dict], sizes: tuple[int, ...] = FP16_SIZES) -> bool:
     """fp16 weights: at most the plain (or packed) forward's time at every probed size in
-    `sizes`. They hold the same weights at every size (AR and verification must compute
+    `sizes`, a tie the probe could not break (`probe["ties"]`, "fp16=plain") counting as
+    at most. They hold the same weights at every size (AR and verification must compute
     alike), so unlike packing they cannot be switched on from some n; wider forwards are
     prefill, a few percent of a run's time (AMD EPYC Zen 3, AVX2: fp16 35 / 51 / 104 ms at
     n = 1 / 4 / 16 against packed fp32's 55 / 98 / 134, and 304 against 268 at n = 64)."""
     if "fp16" not in probe:
         return False
+    ties = probe.get("ties", {})
     return all(
-        probe["fp16"][str(n)] <= min(probe[kind][str(n)] for kind in ("plain", "packed") if kind in probe)
+        probe["fp16"][str(n)] <= probe[kind][str(n)] or f"fp16={kind}" in ties.get(str(n), [])
         for n in sizes
+        for kind in ("plain", "packed")
+        if kind in probe
     )
 
 
@@ -193,9 +222,11 @@ def fp16_mode(engine: dict, requested_dtype: str | None) -> str:
 
 def float_attention_wins(probe: dict[str, dict[str, float]], batches: tuple[int, ...] | None = None) -> bool:
     """fp32 attention for one-token forwards: faster at every probed batch size (of
-    `batches`, the run's: batch size 1 alone, or every probed one for a batched run)."""
+    `batches`, the run's: batch size 1 alone, or every probed one for a batched run), where
+    a tie the probe could not break (`probe["ties"]`) is not faster."""
     keys = [str(b) for b in batches] if batches else list(probe["model dtype"])
-    return all(probe["float32"][b] < probe["model dtype"][b] for b in keys)
+    ties = probe.get("ties", {})
+    return all(probe["float32"][b] < probe["model dtype"][b] and not ties.get(b) for b in keys)
 
 
 def attention_batches(batch: int) -> tuple[int, ...]:
@@ -260,7 +291,7 @@ def resolve(
         chosen = Compiled(fp16_weights=True)
     else:
         chosen = Compiled(
-            packed_from=packed_from(probe, sizes),
+            packed_from=packed_from(probe, sizes, probe.get("ties")),
             float_attention="attention" in record
             and float_attention_wins(record["attention"], attention_batches(batch)),
             int8_drafts_below=int8_below(record["int8"]) if int8 else 0,
@@ -356,4 +387,13 @@ def shown(record: dict, dtype: str, sizes: tuple[int, ...], int8: bool, batch: i
         text += "; drafter projections after a cache flush, float / int8: " + ", ".join(
             f"n={n}: {record['int8']['float'][str(n)]:.0f} / {record['int8']['int8'][str(n)]:.0f} us" for n in INT8_ROWS
         )
+    ties = [
+        f"{pair} at {unit}{key}"
+        for part, unit in (("probe", "n="), ("attention", "B="), ("int8", "n="))
+        for key, pairs in record.get(part, {}).get("ties", {}).items()
+        if part != "probe" or int(key) in sizes
+        for pair in pairs
+    ]
+    if ties:
+        text += f"; within this machine's noise, taken as equal: {', '.join(ties)}"
     return text

@@ -18,7 +18,7 @@ def draw(profile: CostProfile, path: Path) -> None:
     curves = [("target " + profile.key["model"], profile.target), *profile.drafters.items()]
     fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), squeeze=False)
     for ax, (name, curve) in zip(axes[0], curves):
-        n = list(range(1, curve.max_n + 1))
+        n = curve.ns or list(range(1, curve.max_n + 1))
         for context, row in zip(curve.contexts, curve.ms):
             ax.plot(n, row, label=f"c={context}")
         ax.set_xlabel("new tokens n (tree rows) per forward")

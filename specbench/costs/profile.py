@@ -1,9 +1,11 @@
 """Cost profiles: measured forward times f(B, c, n) of a target and its drafters.
 
 f(B, c, n) is the wall time of one forward that feeds n new tree rows to each of B
-sequences after c cached rows. At B = 1 it is measured for every n from 1 to `max_n`
-(real curves have steps where a kernel changes); at B > 1 (a forward over B * n rows,
-seconds each on a CPU) on a grid of n, interpolated between. Each point is the
+sequences after c cached rows, measured on a grid of n (`grid`: every n to 8, where a
+kernel's step from one row to several lies, then about 1.5x apart, the sizes `auto`'s tree
+shapes verify among them) and interpolated between: a forward over n rows costs about n
+times one over a row's worth of work past a few rows, so every n to 60 cost EAGLE-3's first
+run 155 s of 228 s before calibration (AMD EPYC Zen 3, fp32, 2 threads). Each point is the
 median of repeated timings after a warm-up, taken in shuffled passes over the points
 (see `interleaved`), with the spread beside it. A profile is
 keyed by model, dtype and the device fingerprint, cached as versioned JSON, and reused
@@ -23,6 +25,7 @@ from statistics import median
 
 import numpy as np
 import torch
+from scipy.stats import mannwhitneyu
 from tqdm import tqdm
 
 from specbench.costs.cache import write_whole
@@ -31,10 +34,12 @@ from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
 # a curve recorded under another version is timed again (what each version changed: docs/speed.md)
-VERSION = 7
+VERSION = 8
 # rows of context before a probe's forwards (the dtype and compile probes)
 PROBE_CONTEXT = 256
 NOISY_SPREAD = 0.15  # (max - min) / median of a point's repeats past which it is timed more
+SEPARATED_P = 0.05  # the level at which `compared` takes two points' timings to differ
+FIRST_PASSES = 4  # the fewest timings at which that test can separate two points (4 against 4: p = 0.029)
 
 
 @dataclass
@@ -80,8 +85,8 @@ class Curve:
         return row[-1] + slope * (n - ns[-1])
 
 
-def batch_grid(max_n: int) -> list[int]:
-    """n points profiled at B > 1: every n to 8, then about 1.5x apart."""
+def grid(max_n: int) -> list[int]:
+    """The n a curve is timed at: every n to 8, then about 1.5x apart, and max_n."""
     points = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128]
     return [n for n in points if n < max_n] + [max_n]
 
@@ -260,6 +265,40 @@ def interleaved(points: dict, repeats: int, seed: int = 0) -> dict:
     EPYC Zen 3, bf16: two tokens after 128 rows priced 42.0 ms, spread 30%, where 8 shuffled
     timings ran 46-56 ms and decoding took 52 ms a step; drafting was switched on for a
     predicted 1.15x and ran at 0.90x)."""
+    times, passes = _shuffled_timer(points, seed)
+    passes(list(points), repeats)
+    noisy = [key for key, point in times.items() if spread(point) > NOISY_SPREAD]
+    if noisy:
+        passes(noisy, 2 * repeats)
+    return {key: (median(point), spread(point)) for key, point in times.items()}
+
+
+def compared(points: dict, pairs: list[tuple], most: int, seed: int = 0) -> tuple[dict, list[tuple]]:
+    """((median ms, spread) of each point of `points`, as `interleaved` gives them; the pairs
+    of `pairs` left tied) for a probe that only compares: after FIRST_PASSES shuffled passes,
+    only the points of pairs whose timings a two-sided Mann-Whitney test cannot yet tell apart
+    (p >= SEPARATED_P) are timed again, a pass at a time, up to `most` timings; a pair still
+    not told apart then is a tie, within this machine's noise. On a VM whose shuffled timings
+    scatter 20-30% (AMD EPYC Zen 3, fp32: a one-token forward 58-88 ms over 8 passes), retiming
+    every point past a 15% spread took EAGLE-3's compile probe 36 s; most pairs here differ
+    by 1.5-2x and separate in the first passes."""
+    times, passes = _shuffled_timer(points, seed)
+    passes(list(points), FIRST_PASSES)
+    open_pairs = [pair for pair in pairs if not separated(times[pair[0]], times[pair[1]])]
+    while open_pairs and min(len(times[key]) for pair in open_pairs for key in pair) < most:
+        passes(list(dict.fromkeys(key for pair in open_pairs for key in pair)), 1)
+        open_pairs = [pair for pair in open_pairs if not separated(times[pair[0]], times[pair[1]])]
+    return {key: (median(point), spread(point)) for key, point in times.items()}, open_pairs
+
+
+def separated(a: list[float], b: list[float]) -> bool:
+    """Whether two points' timings differ beyond their noise (two-sided Mann-Whitney)."""
+    return bool(mannwhitneyu(a, b, alternative="two-sided").pvalue < SEPARATED_P)
+
+
+def _shuffled_timer(points: dict, seed: int):
+    """(timings per key, passes(keys, count)) for `points` ({key: (fn, setup or None)}), each
+    point called once untimed first; a pass times each of `keys` once in a new shuffled order."""
     times = {key: [] for key in points}
     shuffle = random.Random(seed).shuffle
 
@@ -273,20 +312,16 @@ def interleaved(points: dict, repeats: int, seed: int = 0) -> dict:
         finish_gpu_work()
         return (time.perf_counter() - start) * 1000
 
-    def timed_passes(keys: list, passes: int) -> None:
+    def passes(keys: list, count: int) -> None:
         order = list(keys)
-        for _ in range(passes):
+        for _ in range(count):
             shuffle(order)
             for key in order:
                 times[key].append(call(key))
 
     for key in points:  # the warm-up pass, untimed
         call(key)
-    timed_passes(list(points), repeats)
-    noisy = [key for key, point in times.items() if spread(point) > NOISY_SPREAD]
-    if noisy:
-        timed_passes(noisy, 2 * repeats)
-    return {key: (median(point), spread(point)) for key, point in times.items()}
+    return times, passes
 
 
 def finish_gpu_work() -> None:
@@ -317,11 +352,10 @@ def measure_target(
     lm: TreeLM, contexts: list[int], max_n: int, repeats: int, batch: int = 1, every_n: bool = False
 ) -> Curve:
     """Target forward over n tree rows per sequence after c context rows, B sequences, at
-    every n to max_n (at B > 1 on batch_grid unless `every_n`); the cache is cut back to the
+    the n of `grid` (every n to max_n where `every_n`); the cache is cut back to the
     context after each timing, so every point sees exactly c rows."""
     vocab = lm.vocab_size
-    every_n = every_n or batch == 1
-    ns = list(range(1, max_n + 1)) if every_n else batch_grid(max_n)
+    ns = list(range(1, max_n + 1)) if every_n else grid(max_n)
     ms, spread = [], []
     bar = tqdm(total=len(contexts) * len(ns), desc=f"profiling target forwards (B={batch})", unit="point")
     with torch.inference_mode():
@@ -342,9 +376,9 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
     """One draft forward over n new tree nodes per sequence after c committed tokens, B
     sequences, through the Drafter interface alone (begin / logits / commit), so any
     drafter is profiled the same way: the root is read first (untimed), then n children
-    of the root."""
+    of the root, at the n of `grid`."""
     vocab = target.vocab_size
-    ns = list(range(1, max_n + 1)) if batch == 1 else batch_grid(max_n)
+    ns = grid(max_n)
     ms, spread = [], []
     bar = tqdm(total=len(contexts) * len(ns), desc=f"profiling draft forwards (B={batch})", unit="point")
     with torch.inference_mode():
@@ -379,7 +413,7 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
             bar.update(len(ns))
     bar.close()
     target.feature_layers = ()
-    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread, ns=None if batch == 1 else ns)
+    return Curve(contexts=contexts, max_n=max_n, ms=ms, spread=spread, ns=ns)
 
 
 def measure_commit(lm: TreeLM, context: int, repeats: int) -> float:

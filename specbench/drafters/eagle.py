@@ -42,6 +42,8 @@ load = DrafterLoader(build, check)
 
 
 class EagleDrafter(Drafter):
+    always_proposes = True
+
     def __init__(self, head: torch.nn.Module, target: torch.nn.Module, feature_layers: tuple[int, ...]):
         """`head`: an EAGLE-1 or EAGLE-3 head (project / forward / target_ids / embed_tokens);
         `feature_layers`: the target hidden_states it reads."""

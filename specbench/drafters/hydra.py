@@ -42,6 +42,8 @@ load = DrafterLoader(build, check)
 
 
 class HydraDrafter(Drafter):
+    always_proposes = True
+
     def __init__(self, heads: HydraHeads, target: torch.nn.Module, facts: dict | None = None):
         self.heads = heads
         self.facts = facts or {}

@@ -39,6 +39,8 @@ load = DrafterLoader(build, check)
 
 
 class MedusaDrafter(Drafter):
+    always_proposes = True
+
     def __init__(self, heads: MedusaHeads, target: torch.nn.Module, facts: dict | None = None):
         self.heads = heads
         self.facts = facts or {}

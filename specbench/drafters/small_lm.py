@@ -126,6 +126,8 @@ load = DrafterLoader(build, check)
 
 
 class SmallLMDrafter(Drafter):
+    always_proposes = True
+
     def __init__(
         self,
         model: torch.nn.Module,

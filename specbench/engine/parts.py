@@ -120,6 +120,15 @@ class TreePolicy(ABC):
         weighs the dtypes at this width."""
         return None
 
+    def deepest(self) -> int | None:
+        """The most draft tokens one step can accept (the tree's depth) where the settings fix
+        both that and the tree's size: with a drafter that always proposes, every step then
+        verifies exactly `widest` tokens. None where the size follows the draft or the costs
+        (CAST, OPT-Tree, Lookahead). It bounds what the shape can gain: calibration does not
+        decode a shape that could not beat AR even accepting this many every step
+        (costs/autotune.py `ceiling`)."""
+        return None
+
     def begin(self, batch_size: int, costs: StepCosts | None) -> None:
         """A new batch of `batch_size` rows, before its first step; `costs` is the
         method's measured cost profile, None when it has none."""

@@ -57,16 +57,16 @@ def main(argv: list[str]) -> None:
         f"{model_cfg['name']} {hardware['dtype']} on {fingerprint_id(key['fingerprint'])} "
         f"({' '.join(key['fingerprint']['isa'])}, {key['fingerprint']['threads']} threads)"
     )
-    for context, row in zip(curve.contexts, curve.ms):
+    for context in curve.contexts:
         print(
             f"  target c={context}: "
-            + "  ".join(f"n={n} {row[n - 1]:.1f}" for n in (1, 2, 4, 8, 16, 32, 64) if n <= curve.max_n)
+            + "  ".join(f"n={n} {curve.at(context, n):.1f}" for n in (1, 2, 4, 8, 16, 32, 64) if n <= curve.max_n)
             + " ms"
         )
     for drafter_name, draft in profile.drafters.items():
         print(
             f"  drafter {drafter_name} c={draft.contexts[0]}: "
-            + "  ".join(f"n={n} {draft.ms[0][n - 1]:.2f}" for n in (1, 4, 16, 64) if n <= draft.max_n)
+            + "  ".join(f"n={n} {draft.at(draft.contexts[0], n):.2f}" for n in (1, 4, 16, 64) if n <= draft.max_n)
             + " ms"
         )
     print(

@@ -255,7 +255,7 @@ def shape_stage(setting: Setting, target: Target, dtype: Decision) -> Shaped:
     runs = choice.pop("runs", None)  # kept apart: the summary needs the choice, not every decode
     shaped = Shaped(target, drafter, Decision(chosen, autotune.describe(choice), choice), dtype, profile)
     other = weighed_against(dtype.value, dtype.measured)
-    if other and runs is not None:
+    if other and runs is not None and any(runs):  # nothing decoded: no shape's ceiling beat AR
         shaped = weigh_dtype(setting, shaped, runs, other)
     if not drafts(shaped.tree.value):  # no shape pays on this machine: the drafter is not run at all
         shaped = replace(shaped, drafter=None)
@@ -353,7 +353,7 @@ def weigh_dtype(setting: Setting, calibrated: Shaped, runs: list, other: str) ->
     drafter_id = costs.drafter_id(cfg["method"].get("drafter"))
     priced = {
         calibrated.target.dtype: tree_choice["candidates"],
-        other: autotune.reprice({"candidates": tree_choice["candidates"], "runs": runs}, profile, drafter_id),
+        other: autotune.reprice(tree_choice | {"runs": runs}, profile, drafter_id),
     }
     decision = autotune.choose_dtype(priced, candidates(cfg["method"]["tree"]), cfg["costs"]["min_gain"])
     chosen = decision["chosen"]
@@ -438,7 +438,7 @@ def tree_overhead(
     """The per-step tree work the summary's prediction adds to the profiled forwards: from
     the shape choice when the tree was `auto`, else timed once for this shape."""
     if tree_choice is not None:
-        return autotune.overhead_line(tree_choice["candidates"])
+        return tree_choice["tree_work"]
     tree_cfg = setting.cfg["method"]["tree"]
     if not drafts(tree_cfg) or not setting.cfg["costs"]["calibrate_tree"]:
         return None

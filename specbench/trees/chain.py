@@ -20,6 +20,9 @@ class Chain(TreePolicy):
     def widest(self) -> int:
         return self.gamma + 1
 
+    def deepest(self) -> int:
+        return self.gamma
+
     def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep:
         """A shorter chain is the longer one's first gamma tokens: the same draws, one
         drafter call each."""

@@ -54,6 +54,9 @@ class EagleDynamicTree(TreePolicy):
     def widest(self) -> int:
         return self.total_tokens
 
+    def deepest(self) -> int:
+        return self.depth + 1  # depth counts the levels drafted after the first
+
     def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep:
         """This shape's tree read off a wider one's, as `grow` would build it from the same
         draft scores: level by level, each of the k best nodes of the last level (by

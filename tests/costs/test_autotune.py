@@ -131,6 +131,27 @@ def test_auto_shape_is_never_predicted_slower_than_ar(target, draft, prompts, tm
     assert chosen_again == chosen  # cached
 
 
+def test_a_shape_that_cannot_beat_ar_even_accepting_every_draft_is_not_decoded(target, draft, prompts, tmp_path):
+    """Forwards of up to 4 tokens cost one token's 1000 ms, wider ones 1000 ms a token: a chain
+    of gamma >= 4 verifies gamma + 1 tokens for at most gamma + 1 a step, 1.0x at best, so it is
+    left out of the calibration with its ceiling; the shorter chains are calibrated."""
+    row = [1000.0 * n if n > 4 else 1000.0 for n in range(1, 65)]
+    profile = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
+    profile.target.ms, profile.step_overhead_ms = [row], 0.0
+    assert autotune.ceiling(3, 4, profile) == pytest.approx(4.0)
+    assert autotune.ceiling(5, 6, profile) == pytest.approx(1.0)
+    profile.step_overhead_ms = 500.0  # AR's engine work per step counts on both sides
+    assert autotune.ceiling(5, 6, profile) == pytest.approx(6 * 1500 / 6500)
+    profile.step_overhead_ms = 0.0
+    chosen, record = tune_on(profile, target, draft, prompts, tmp_path)
+    rows = {c["tree"]["gamma"]: c for c in record["candidates"]}
+    assert all(rows[g]["ceiling"] and not rows[g]["measured"] and record["runs"][g - 1] == [] for g in range(4, 11))
+    assert not any(rows[g].get("ceiling") for g in (1, 2, 3)) and chosen["gamma"] <= 3
+    assert autotune.reprice(record, profile, "d")[5]["predicted_speedup"] == pytest.approx(
+        rows[6]["predicted_speedup"], abs=1e-3
+    )
+
+
 def test_a_policy_with_new_candidates_chooses_again(target, draft, prompts, tmp_path, monkeypatch):
     """A cached choice was made among the policy's candidates of its day: once the grid
     changes (a new threshold pair for CAST, say), the choice is measured again."""

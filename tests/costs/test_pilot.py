@@ -95,10 +95,10 @@ def test_rebuilt_chain_steps_are_a_real_decodes(gamma, target, draft, prompts):
     assert accepted > 8  # acceptance was exercised
 
 
-def test_calibration_predicts_from_the_pilot_and_decodes_four_shapes(target, draft, prompts, tmp_path, monkeypatch):
-    """gamma: auto over ten chains decodes the widest, the smallest and the two best predicted;
-    the other six are rebuilt from the pilot with the taus decoding them gives, and only a
-    decoded shape is chosen."""
+def test_calibration_predicts_from_the_pilot_and_decodes_three_shapes(target, draft, prompts, tmp_path, monkeypatch):
+    """gamma: auto over ten chains decodes the widest and the two best predicted; the other
+    seven are rebuilt from the pilot with the taus decoding them gives, and only a decoded
+    shape is chosen. The record keeps the tree-work line, through AR's step (0 ms at one token)."""
     from conftest import CALIBRATION_TOKENS, MIN_GAIN
     from cost_fixtures import synthetic_profile
 
@@ -106,7 +106,7 @@ def test_calibration_predicts_from_the_pilot_and_decodes_four_shapes(target, dra
 
     def tune(cache):
         setup = autotune.Calibration(
-            lambda: prompts[:1],
+            lambda: prompts[:2],
             "test-prompts",
             Sampling(),
             frozenset(),
@@ -123,9 +123,11 @@ def test_calibration_predicts_from_the_pilot_and_decodes_four_shapes(target, dra
         return autotune.tune(cfg, SmallLMDrafter(draft, VOCAB), StandardVerifier(), TreeLM(target), profile, setup)
 
     chosen, record = tune(tmp_path / "pilot")
+    assert not any(c.get("ceiling") for c in record["candidates"])  # a flat profile: every shape could pay
     decoded = [c for c in record["candidates"] if c.get("measured", True)]
-    assert len(record["candidates"]) == 10 and len(decoded) == 4
-    assert {"gamma": chosen["gamma"]} in [c["tree"] for c in decoded]
+    assert len(record["candidates"]) == 10 and len(decoded) == 3
+    assert {"gamma": chosen["gamma"]} in [c["tree"] for c in decoded] and decoded[-1]["tree"] == {"gamma": 10}
+    assert record["tree_work"] == autotune.overhead_line([autotune.AR_STEP, *decoded])
     monkeypatch.setattr(pilot, "nested", lambda trees: False)
     _, every = tune(tmp_path / "every")
     assert all(c.get("measured", True) for c in every["candidates"])

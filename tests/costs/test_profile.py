@@ -158,12 +158,14 @@ def test_one_pool_holds_the_targets_a_run_decides_between(monkeypatch):
     assert list(pool._models) == ['[{"name": "n"}, "cpu"]']
 
 
-def test_measurements_cover_every_n_and_leave_the_model_usable(target, draft, prompts):
+def test_measurements_cover_the_grid_and_leave_the_model_usable(target, draft, prompts):
     lm = TreeLM(target)
-    curve = measure_target(lm, [8, 24], max_n=5, repeats=1)
-    assert [len(r) for r in curve.ms] == [5, 5] and all(v > 0 for r in curve.ms for v in r)
+    curve = measure_target(lm, [8, 24], max_n=11, repeats=1)
+    assert curve.ns == [1, 2, 3, 4, 5, 6, 7, 8, 11] and [len(r) for r in curve.ms] == [9, 9]
+    assert all(v > 0 for r in curve.ms for v in r)
+    assert curve.at(8, 10) == pytest.approx(curve.ms[0][7] + (curve.ms[0][8] - curve.ms[0][7]) * 2 / 3)
     drafter_curve = measure_drafter(SmallLMDrafter(draft, VOCAB), lm, [8], max_n=3, repeats=1)
-    assert len(drafter_curve.ms[0]) == 3
+    assert drafter_curve.ns == [1, 2, 3] and len(drafter_curve.ms[0]) == 3
     method = Method(Autoregressive(), StandardVerifier())
     limits = Limits(max_new_tokens=12)
     assert (
@@ -193,6 +195,28 @@ def test_a_slow_spell_of_the_machine_does_not_price_a_point(monkeypatch):
     assert max(spread for _, spread in timings.values()) == pytest.approx(4.0)  # the spell shows in the spread
     hit = {n for n, (_, spread) in timings.items() if spread > 0}
     assert 3 <= len(hit) <= 6 and all(calls[n] == (16 if n in hit else 6) for n in range(8))
+
+
+def test_a_comparison_stops_once_told_apart_and_a_tie_at_the_cap(monkeypatch):
+    """Three points on a fake clock: "fast" takes 1 ms, "slow" 2 ms, and "twin" alternates 1.9
+    and 2.1 ms. fast against slow separates in the first passes (4 timings each: the least at
+    which the test can), slow against twin never does, so those two are timed to the cap and
+    the pair is reported tied, while fast stops at 4."""
+    from specbench.costs import profile as profile_mod
+
+    clock = {"now": 0.0}
+    calls = {"fast": 0, "slow": 0, "twin": 0}
+
+    def call(name):
+        calls[name] += 1
+        clock["now"] += {"fast": 0.001, "slow": 0.002, "twin": 0.0019 + 0.0002 * (calls["twin"] % 2)}[name]
+
+    monkeypatch.setattr(profile_mod.time, "perf_counter", lambda: clock["now"])
+    points = {name: (lambda name=name: call(name), None) for name in calls}
+    timings, tied = profile_mod.compared(points, [("fast", "slow"), ("slow", "twin")], most=9)
+    assert tied == [("slow", "twin")]
+    assert calls == {"fast": 1 + 4, "slow": 1 + 9, "twin": 1 + 9}  # the warm-up call, then the timed ones
+    assert timings["fast"][0] == pytest.approx(1.0) and timings["slow"][0] == pytest.approx(2.0)
 
 
 def test_a_point_timed_mostly_in_a_fast_spell_is_timed_again(monkeypatch):

@@ -341,6 +341,17 @@ def test_auto_packs_from_where_packing_wins_at_every_larger_size():
     assert compile_rule.packed_from({"plain": plain, "packed": {k: v - 1 for k, v in plain.items()}}) == 1
     assert compile_rule.packed_from({"plain": plain, "packed": {**faster_from_4, "64": 61.0}}) is None
     assert compile_rule.packed_from({"plain": plain, "packed": {**faster_from_4, "8": 36.0}}) == 16  # ties are not wins
+    within_noise = {"64": ["packed=plain"]}  # faster by its median, not beyond the probe's noise
+    assert compile_rule.packed_from({"plain": plain, "packed": faster_from_4}, ties=within_noise) is None
+    assert compile_rule.packed_from({"plain": plain, "packed": faster_from_4}, ties={"2": ["packed=plain"]}) == 4
+
+
+def test_fp16_weights_need_only_tie_where_the_probe_cannot_tell_them_apart():
+    plain = {"1": 60.0, "2": 100.0, "4": 110.0, "8": 120.0, "16": 140.0}
+    fp16 = {"1": 30.0, "2": 35.0, "4": 40.0, "8": 60.0, "16": 145.0}
+    assert not compile_rule.fp16_wins({"plain": plain, "fp16": fp16})
+    assert compile_rule.fp16_wins({"plain": plain, "fp16": fp16, "ties": {"16": ["fp16=plain"]}})
+    assert not compile_rule.fp16_wins({"plain": plain, "fp16": fp16, "ties": {"16": ["packed=plain"]}})
 
 
 def test_drafters_use_int8_weights_below_where_int8_stops_winning():
@@ -356,6 +367,8 @@ def test_drafters_use_int8_weights_below_where_int8_stops_winning():
     assert compile_rule.int8_below({"float": float_us, "int8": {k: v / 2 for k, v in float_us.items()}}) == 64
     # a tie is no win
     assert compile_rule.int8_below({"float": float_us, "int8": {**float_us, "1": 100.0, "2": 450.0}}) == 2
+    halved = {k: v / 2 for k, v in float_us.items()}
+    assert compile_rule.int8_below({"float": float_us, "int8": halved, "ties": {"4": ["int8=packed"]}}) == 4
 
 
 def test_compile_choice_and_bad_values(tmp_path):
@@ -365,7 +378,8 @@ def test_compile_choice_and_bad_values(tmp_path):
     assert compile_rule.resolve("packed", llama, "tiny", cpu, tmp_path)[0] == Compiled(packed_from=1)
     chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None)
     assert chosen == Compiled(
-        packed_from=compile_rule.packed_from(record["probe"]), int8_drafts_below=compile_rule.int8_below(record["int8"])
+        packed_from=compile_rule.packed_from(record["probe"], ties=record["probe"]["ties"]),
+        int8_drafts_below=compile_rule.int8_below(record["int8"]),
     )
     assert set(record["int8"]["int8"]) == set(record["int8"]["float"]) == {str(n) for n in compile_rule.INT8_ROWS}
     assert compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, int8_mode="off")[0].int8_drafts_below == 0
@@ -428,6 +442,8 @@ def test_auto_attends_in_fp32_only_where_it_wins_at_every_batch_size(tmp_path):
     assert not compile_rule.float_attention_wins(
         {"model dtype": {"1": 30.0, "8": 70.0}, "float32": {"1": 31.0, "8": 48.0}}
     )
+    tied = {"model dtype": {"1": 30.0}, "float32": {"1": 29.0}, "ties": {"1": ["float32=model dtype"]}}
+    assert not compile_rule.float_attention_wins(tied)  # within the noise: attention stays in the model's dtype
     llama = tiny_llama(3).to(torch.bfloat16)
     alone = compile_rule.resolve(
         "auto", llama, "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None
@@ -436,7 +452,8 @@ def test_auto_attends_in_fp32_only_where_it_wins_at_every_batch_size(tmp_path):
     chosen, record = compile_rule.resolve(
         "auto", llama, "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None, batch=8
     )
-    assert set(record["attention"]) == {"model dtype", "float32"} and set(record["attention"]["float32"]) == {"1", "8"}
+    assert set(record["attention"]) == {"model dtype", "float32", "ties"}
+    assert set(record["attention"]["float32"]) == {"1", "8"}
     assert chosen.float_attention == compile_rule.float_attention_wins(record["attention"])
     fp32_record = compile_rule.resolve(
         "auto", tiny_llama(3), "tiny", {"device": "cpu", "forward": "auto"}, tmp_path, log=lambda *_: None
@@ -451,7 +468,7 @@ def test_a_dtype_this_cpu_cannot_pack_is_never_packed(tmp_path, monkeypatch):
     llama = tiny_llama(3).to(torch.bfloat16)
     cpu = {"device": "cpu", "forward": "auto"}
     chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None)
-    assert set(record["probe"]) == {"plain"} and chosen.packed_from is None
+    assert set(record["probe"]) == {"plain", "ties"} and chosen.packed_from is None
     with pytest.raises(ConfigError, match="engine.compile: oneDNN cannot pack bfloat16"):
         compile_rule.resolve("packed", llama, "tiny", cpu, tmp_path)
     assert compile_rule.resolve("packed", tiny_llama(3), "tiny", cpu, tmp_path)[0] == Compiled(packed_from=1)
@@ -562,7 +579,7 @@ def test_fp16_weights_only_where_auto_dtype_leaves_numbers_to_the_tool_and_they_
 
     llama, cpu = tiny_llama(3), {"device": "cpu", "forward": "auto"}
     chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None, fp16="auto")
-    assert set(record["probe"]) == {"plain", "packed", "fp16"}
+    assert set(record["probe"]) == {"plain", "packed", "fp16", "ties"}
     assert chosen.fp16_weights == compile_rule.fp16_wins(record["probe"])
     assert not compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, fp16="off")[0].fp16_weights
     assert compile_rule.resolve("off", llama, "tiny", cpu, tmp_path, fp16="on")[0] == Compiled(fp16_weights=True)
