@@ -25,7 +25,6 @@ from statistics import median
 
 import numpy as np
 import torch
-from scipy.stats import mannwhitneyu
 from tqdm import tqdm
 
 from specbench.costs.cache import write_whole
@@ -293,6 +292,8 @@ def compared(points: dict, pairs: list[tuple], most: int, seed: int = 0) -> tupl
 
 def separated(a: list[float], b: list[float]) -> bool:
     """Whether two points' timings differ beyond their noise (two-sided Mann-Whitney)."""
+    from scipy.stats import mannwhitneyu  # here: the engine path (scripts/device_check.py) runs without scipy
+
     return bool(mannwhitneyu(a, b, alternative="two-sided").pvalue < SEPARATED_P)
 
 

@@ -27,6 +27,9 @@ class Drafter(ABC):
 
     forwards: int = 0  # draft forward passes so far (N_q); one batched forward counts once
     feature_layers: tuple[int, ...] = ()  # target hidden_states it reads (empty: none)
+    # logits over the vocabulary at every node asked (a model's, never None): a policy's
+    # tree then has the size its settings give (TreePolicy.deepest)
+    always_proposes: bool = False
 
     def begin(self, prompts: list[list[int]], features: list[torch.Tensor] | None) -> None:
         """Start new sequences; `features[b]` [len(prompts[b]), .] are the target's hidden

@@ -133,7 +133,8 @@ def test_caches_are_keyed_by_the_weights_not_the_config_name(tmp_path, monkeypat
             "engine": {},
             "method": {"drafter": None, "tree": {}},
         }
-        costs.resolve_dtype(cfg["hardware"], entry, engine={"compile": "auto"})
+        # fp16 weights off: the dtype is then timed on any CPU (an AVX2-only one settles it untimed otherwise)
+        costs.resolve_dtype(cfg["hardware"], entry, engine={"compile": "auto", "fp16_weights": "off"})
         costs.target_lm(registry.load_model(entry, "float32", "cpu"), cfg, {**cfg["hardware"], "dtype": "float32"})
     cached = sorted(p.name for p in costs.cache_root().glob("*.json"))
     for where in ("a", "b"):
