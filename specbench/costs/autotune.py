@@ -326,9 +326,10 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
         return Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs)
 
     keys = auto_keys(tree_cfg)
-    sized = drafter is not None and drafter.always_proposes  # every step verifies the shape's widest
+    # at batch size 1 with a drafter that always proposes every step verifies the shape's widest
+    sized = setup.batch_size == 1 and drafter is not None and drafter.always_proposes
     bound = {i: ceiling(t.deepest(), t.widest(), profile) for i, t in enumerate(trees) if sized and t.deepest()}
-    live = [i for i in range(len(trees)) if bound.get(i, np.inf) > 1.0 + setup.min_gain or setup.batch_size > 1]
+    live = [i for i in range(len(trees)) if bound.get(i, np.inf) > 1.0 + setup.min_gain]
     rows, runs, prompts, others, line = calibrated(
         [options[i] for i in live], [trees[i] for i in live], keys, method, target, profile, setup
     )

@@ -63,19 +63,18 @@ INT8_ROWS = (1, 2, 4, 8, 16, 32)
 CACHE_FLUSH_BYTES = 256 * 2**20  # written between timed calls: more than any CPU's last-level cache here
 
 
-def packed_from(
-    probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES, ties: dict | None = None
-) -> int | None:
+def packed_from(probe: dict[str, dict], sizes: tuple[int, ...] = PROBE_SIZES) -> int | None:
     """The smallest probed n from which packed weights are faster at every larger probed
     size (None: not even at the largest, or not probed because this CPU cannot pack the
-    dtype). `probe` maps "plain"/"packed" -> {str(n): ms}; `ties` (str(n) -> the pairs the
-    probe could not tell apart there, "packed=plain") counts a tie as not faster: packing
-    changes the weights' layout for nothing where it is not measurably faster."""
+    dtype). `probe` maps "plain"/"packed" -> {str(n): ms}; a tie the probe could not break
+    (`probe["ties"]`, "packed=plain") is not faster: packing changes the weights' layout for
+    nothing where it is not measurably faster."""
     chosen = None
     if "packed" not in probe:
         return None
+    ties = probe.get("ties", {})
     for n in sorted(sizes, reverse=True):
-        if probe["packed"][str(n)] >= probe["plain"][str(n)] or "packed=plain" in (ties or {}).get(str(n), []):
+        if probe["packed"][str(n)] >= probe["plain"][str(n)] or "packed=plain" in ties.get(str(n), []):
             break
         chosen = n
     return chosen
@@ -111,7 +110,7 @@ def measure(
             {(name, n): (tree_forward(lm, n), None) for name, lm in lms.items() for n in sizes}, pairs, most
         )
     return {name: {str(n): round(timings[name, n][0], 3) for n in sizes} for name in lms} | {
-        "ties": {str(n): [f"{a}={b}" for (a, m), (b, _) in tied if m == n] for n in sizes}
+        "ties": ties_by_size(tied, sizes)
     }
 
 
@@ -168,8 +167,14 @@ def measure_int8(model: torch.nn.Module, packed: bool, most: int = PROBE_MOST) -
     return {
         "int8": {str(n): round(1000 * timings["int8", n][0], 1) for n in INT8_ROWS},
         "float": {str(n): round(1000 * min(timings[k, n][0] for k in kernels if k != "int8"), 1) for n in INT8_ROWS},
-        "ties": {str(n): [f"{a}={b}" for (a, m), (b, _) in tied if m == n] for n in INT8_ROWS},
+        "ties": ties_by_size(tied, INT8_ROWS),
     }
+
+
+def ties_by_size(tied: list[tuple], sizes: tuple[int, ...]) -> dict[str, list[str]]:
+    """The pairs profile.compared left tied, points keyed (kind, n), as the records keep
+    them: str(n) -> ["packed=plain", ...] at every size (empty where none tied)."""
+    return {str(n): [f"{a}={b}" for (a, m), (b, _) in tied if m == n] for n in sizes}
 
 
 def int8_below(probe: dict[str, dict], rows: tuple[int, ...] = INT8_ROWS) -> int:
@@ -291,7 +296,7 @@ def resolve(
         chosen = Compiled(fp16_weights=True)
     else:
         chosen = Compiled(
-            packed_from=packed_from(probe, sizes, probe.get("ties")),
+            packed_from=packed_from(probe, sizes),
             float_attention="attention" in record
             and float_attention_wins(record["attention"], attention_batches(batch)),
             int8_drafts_below=int8_below(record["int8"]) if int8 else 0,

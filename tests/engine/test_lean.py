@@ -342,8 +342,8 @@ def test_auto_packs_from_where_packing_wins_at_every_larger_size():
     assert compile_rule.packed_from({"plain": plain, "packed": {**faster_from_4, "64": 61.0}}) is None
     assert compile_rule.packed_from({"plain": plain, "packed": {**faster_from_4, "8": 36.0}}) == 16  # ties are not wins
     within_noise = {"64": ["packed=plain"]}  # faster by its median, not beyond the probe's noise
-    assert compile_rule.packed_from({"plain": plain, "packed": faster_from_4}, ties=within_noise) is None
-    assert compile_rule.packed_from({"plain": plain, "packed": faster_from_4}, ties={"2": ["packed=plain"]}) == 4
+    assert compile_rule.packed_from({"plain": plain, "packed": faster_from_4, "ties": within_noise}) is None
+    assert compile_rule.packed_from({"plain": plain, "packed": faster_from_4, "ties": {"2": ["packed=plain"]}}) == 4
 
 
 def test_fp16_weights_need_only_tie_where_the_probe_cannot_tell_them_apart():
@@ -378,8 +378,7 @@ def test_compile_choice_and_bad_values(tmp_path):
     assert compile_rule.resolve("packed", llama, "tiny", cpu, tmp_path)[0] == Compiled(packed_from=1)
     chosen, record = compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, log=lambda *_: None)
     assert chosen == Compiled(
-        packed_from=compile_rule.packed_from(record["probe"], ties=record["probe"]["ties"]),
-        int8_drafts_below=compile_rule.int8_below(record["int8"]),
+        packed_from=compile_rule.packed_from(record["probe"]), int8_drafts_below=compile_rule.int8_below(record["int8"])
     )
     assert set(record["int8"]["int8"]) == set(record["int8"]["float"]) == {str(n) for n in compile_rule.INT8_ROWS}
     assert compile_rule.resolve("auto", llama, "tiny", cpu, tmp_path, int8_mode="off")[0].int8_drafts_below == 0
