@@ -35,7 +35,7 @@ from specbench.engine.methods import instantiate_part
 from specbench.metrics.records import method_run
 
 # in the cache key: a choice recorded under another rule is made again (what each version changed: docs/speed.md)
-VERSION = 13
+VERSION = 14
 
 
 def describe(record: dict) -> str:
@@ -433,10 +433,10 @@ def predicted(options, trees, keys, method, target, profile: CostProfile, setup:
     first, prompts, others = setup.decode([method(recorder)], target, profile)
     measured = {widest: first[0]}
     decodes = recorder.decodes[-len(first[0][0]) :]  # one per calibration prompt, after the warm-up's
-    rebuilt = {}
+    costs, rebuilt = ProfileCosts(profile, setup.drafter_name), {}
     for i, tree in enumerate(trees):
         if i not in measured:
-            rebuilt[i] = [pilot.rebuilt_run(r, s, tree) for r, s in zip(first[0][0], decodes)]
+            rebuilt[i] = [pilot.rebuilt_run(r, s, tree, costs) for r, s in zip(first[0][0], decodes)]
     unknown = [i for i, runs in rebuilt.items() if any(r is None for r in runs)]
     line = overhead_line([AR_STEP, *price([(options[widest], *measured[widest])], keys, profile, setup.drafter_name)])
     guesses = {i: priced(runs, profile, setup.drafter_name, line) for i, runs in rebuilt.items() if i not in unknown}

@@ -1,9 +1,10 @@
 """Tree shapes predicted from one pilot decode instead of decoding every candidate.
 
 Where a policy's candidate shapes are nested (a shorter chain is a longer one's first
-tokens; a static tree's `size` keeps its first nodes: TreePolicy.nested_step), the widest
-candidate's calibration decode shows, step by step, what every smaller one would have
-verified and accepted: its path cut to the smaller tree. Each smaller candidate's steps are
+tokens; a static tree's `size` keeps its first nodes; an EAGLE or CAST tree is grown again
+from the wider tree's draft scores: TreePolicy.nested_step), the widest candidate's
+calibration decode shows, step by step, what every smaller one would have verified and
+accepted: its path cut to the smaller tree. Each smaller candidate's steps are
 rebuilt from the pilot's: the first takes the cut path, and the rest of the tokens the pilot
 accepted in that step are covered by further steps of at most `reach` drafts each, as a
 chain re-drafted from inside an accepted run accepts the same continuation (exact for a
@@ -20,22 +21,25 @@ from specbench.engine.tree import DraftTree
 
 
 class Recorder(TreePolicy):
-    """Wraps the pilot's policy and keeps each decode's trees and accepted paths (batch
-    size 1: one list of (tree, path) per generate call, in step order)."""
+    """Wraps the pilot's policy and keeps each decode's trees, accepted paths and committed
+    context lengths (batch size 1: one list of (tree, path, context) per generate call, in
+    step order)."""
 
     def __init__(self, policy: TreePolicy):
         self.policy = policy
-        self.decodes: list[list[tuple[DraftTree, list[int]]]] = []
+        self.decodes: list[list[tuple[DraftTree, list[int], int]]] = []
+        self.context = 0
 
     def begin(self, batch_size: int, costs) -> None:
         self.decodes.append([])
         self.policy.begin(batch_size, costs)
 
     def grow(self, drafter, contexts, roots, sampling, generators):
+        self.context = len(contexts[0])
         return self.policy.grow(drafter, contexts, roots, sampling, generators)
 
     def observe(self, trees, paths, logits) -> None:
-        self.decodes[-1].append((trees[0], list(paths[0])))
+        self.decodes[-1].append((trees[0], list(paths[0]), self.context))
         self.policy.observe(trees, paths, logits)
 
     def keep(self, rows: list[int]) -> None:
@@ -48,8 +52,9 @@ def nested(policies: list[TreePolicy]) -> bool:
 
 
 def pilot_index(policies: list[TreePolicy]) -> int:
-    """The widest candidate: the pilot whose trees hold every other's."""
-    return max(range(len(policies)), key=lambda i: policies[i].widest() or 0)
+    """The widest candidate: the pilot whose trees hold every other's (of shapes equally wide,
+    the last: AUTO_CANDIDATES lists the loosest last)."""
+    return max(range(len(policies)), key=lambda i: (policies[i].widest() or 0, i))
 
 
 def rebuilt_steps(view: NestedStep, pilot_accepted: int) -> list[tuple[int, int, int]]:
@@ -64,19 +69,21 @@ def rebuilt_steps(view: NestedStep, pilot_accepted: int) -> list[tuple[int, int,
     return steps
 
 
-def rebuilt_run(run: dict, steps: list[tuple[DraftTree, list[int]]], policy: TreePolicy) -> dict | None:
-    """The pilot's calibration record `run` as `policy` would have decoded it, or None where
-    the recorded steps do not match the record (then the candidate is decoded)."""
+def rebuilt_run(run: dict, steps: list[tuple[DraftTree, list[int], int]], policy: TreePolicy, costs) -> dict | None:
+    """The pilot's calibration record `run` as `policy` would have decoded it, pricing with
+    `costs` as the decode did, or None where the recorded steps do not match the record
+    (then the candidate is decoded)."""
     if len(steps) != len(run["accept_lengths"]):
         return None
+    policy.begin(1, costs)
     out = copy.deepcopy(run)
     out["accept_lengths"], out["tree_widths"], out["step_draft_forwards"] = [], [], []
     step = 0
     for ids in run["turn_ids"]:
         produced, goal = 1, len(ids)  # the prefill gives each turn's first token
         while produced < goal and step < len(steps):
-            tree, path = steps[step]
-            view = policy.nested_step(tree, path, run["step_draft_forwards"][step])
+            tree, path, context = steps[step]
+            view = policy.nested_step(tree, path, run["step_draft_forwards"][step], context)
             if view is None:
                 return None
             for tokens, nodes, forwards in rebuilt_steps(view, len(path) - 1):

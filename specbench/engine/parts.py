@@ -109,12 +109,13 @@ class TreePolicy(ABC):
         """A candidate's tree config as written for the tree it builds; as given here."""
         return cfg
 
-    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep | None:
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int, context: int) -> NestedStep | None:
         """This shape's view of a step where the widest candidate of the same policy drafted
-        `tree` (in `draft_forwards` drafter calls) and the target accepted `path` (root first),
-        where this shape's tree is the wider one's first nodes; None (the default) where it is
-        not, and calibration then decodes every candidate instead of predicting it
-        (costs/pilot.py)."""
+        `tree` (in `draft_forwards` drafter calls) after `context` committed tokens and the
+        target accepted `path` (root first), where this shape's tree is read off the wider
+        one's; None (the default) where it is not, and calibration then decodes every
+        candidate instead of predicting it (costs/pilot.py). The steps of one decode come in
+        order after `begin`, so a policy with state across steps carries it (CAST)."""
         return None
 
     def widest(self) -> int | None:

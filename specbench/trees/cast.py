@@ -60,7 +60,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from specbench.engine.parts import TreePolicy
+from specbench.engine.parts import NestedStep, TreePolicy
 from specbench.engine.tree import DraftTree, TopTokens, top_tokens
 from specbench.engine.values import integer, number, switch
 from specbench.errors import ConfigError
@@ -98,14 +98,12 @@ class CastTree(TreePolicy):
     follow changes in how predictable the text is (prose versus code) within a reply."""
 
     # a draft-side threshold C1 = C2 with a verification threshold C3 (module docstring), from
-    # shallow to deep drafts; Appendix E's common 2.5 / 3 / 4 among them
+    # shallow to deep drafts and few to many verified, the loosest last (the pilot: costs/pilot.py);
+    # Appendix E's common 2.5 / 3 / 4 among them
     AUTO_CANDIDATES = [
-        *(
-            {"c1": draft, "c2": draft, "c3": verify}
-            for draft in (10.0, 6.0, 4.0, 2.5, 1.5)
-            for verify in (4.0, 2.5, 1.5, 1.0)
-        ),
-        {"c1": 3.0, "c2": 3.0, "c3": 3.0},
+        {"c1": draft, "c2": draft, "c3": verify}
+        for draft in (10.0, 6.0, 4.0, 3.0, 2.5, 1.5)
+        for verify in ((3.0,) if draft == 3.0 else (4.0, 2.5, 1.5, 1.0))
     ]
     SIZE_KEYS = ("top_k", "depth", "total_tokens", "buffer")
 
@@ -163,46 +161,89 @@ class CastTree(TreePolicy):
             raise ConfigError(NO_COSTS)
         batch = len(roots)
         context = sum(len(c) for c in contexts) / batch
-        one_token_ms = self.costs.target_ms(batch, context, 1) if self.priced else 1.0
         trees = [DraftTree.root(r) for r in roots]
         frontiers, fed, kept_utility = [[0] for _ in roots], 1, None
         retained = [[] for _ in roots]  # per row: the nodes each layer kept (n_i of them)
-        last = self.depth + 1
-        for layer in range(1, last + 1):
+        for layer in range(1, self.depth + 2):
             tops = top_tokens(drafter.logits(contexts, trees, frontiers), self.top_k)
             layer_nodes = [best_first(t, self._expand(t, f, top)) for t, f, top in zip(trees, frontiers, tops)]
             scores = [[math.exp(t.logps[n]) for n in nodes[: self.top_k]] for t, nodes in zip(trees, layer_nodes)]
             u = batch_utility(scores, max(len(s) for s in scores))
             if not u:
                 break
-            # The paper reads its tables at select(c) = (max(floor(c / L), M - 1) + 1) L, a typo
-            # for min: c rounded up to the grid of measured contexts, clamped to its last point.
-            # The cost profile does that clamping itself (interpolating between grid points).
-            # Eq. 2 prices layer i at the tree rows the drafter has cached (`fed`, root
-            # included); it has the committed context cached too, so that is added.
-            cost = []
-            if self.breadth_pruning or self.depth_pruning:
-                cost = [self.costs.draft_ms(batch, context + fed, k) / one_token_ms for k in range(1, len(u) + 1)]
-            count = select_count(u, cost, self.c1) if self.breadth_pruning else len(u)
-            if kept_utility:
-                self.ratios(layer - 1).append(u[count - 1] / kept_utility)  # phi_{layer-1}
+            count, deeper = self._layer(layer, u, batch, context, fed, kept_utility)
             kept_utility = u[count - 1]
             for kept, nodes in zip(retained, layer_nodes):
                 kept += nodes[:count]
-            if layer == last:
-                break
-            if self.depth_pruning and self.alpha(layer) * u[count - 1] < self.c2 * cost[count - 1]:
+            if not deeper:
                 break
             frontiers = [sorted(nodes[:count]) for nodes in layer_nodes]
             fed += count
         if not self.dynamic_rerank:
             return [keep_best(t, self.total_tokens) for t in trees]
         ranked = [best_first(t, kept) for t, kept in zip(trees, retained)]
+        keep = self._verified(trees, ranked, batch, context)
+        return [t.subtree(nodes[: keep - 1]) for t, nodes in zip(trees, ranked)]
+
+    def _layer(
+        self, layer: int, u: list[float], batch: int, context: float, fed: int, kept_utility
+    ) -> tuple[int, bool]:
+        """How many of layer `layer`'s candidates to keep (breadth pruning over utilities `u`),
+        phi of the layer before recorded, and whether to draft the next layer (depth pruning)."""
+        cost = []
+        if self.breadth_pruning or self.depth_pruning:
+            # The paper reads its tables at select(c) = (max(floor(c / L), M - 1) + 1) L, a typo
+            # for min: c rounded up to the grid of measured contexts, clamped to its last point.
+            # The cost profile does that clamping itself (interpolating between grid points).
+            # Eq. 2 prices layer i at the tree rows the drafter has cached (`fed`, root
+            # included); it has the committed context cached too, so that is added.
+            one_token_ms = self.costs.target_ms(batch, context, 1)
+            cost = [self.costs.draft_ms(batch, context + fed, k) / one_token_ms for k in range(1, len(u) + 1)]
+        count = select_count(u, cost, self.c1) if self.breadth_pruning else len(u)
+        if kept_utility:
+            self.ratios(layer - 1).append(u[count - 1] / kept_utility)  # phi_{layer-1}
+        if layer == self.depth + 1:
+            return count, False
+        return count, not (self.depth_pruning and self.alpha(layer) * u[count - 1] < self.c2 * cost[count - 1])
+
+    def _verified(self, trees: list[DraftTree], ranked: list[list[int]], batch: int, context: float) -> int:
+        """Dynamic reranking: how many of the ranked candidates (root included) to verify."""
         size = min(self.total_tokens, 1 + max(len(nodes) for nodes in ranked))  # N, root included
         scores = [[1.0] + [math.exp(t.logps[n]) for n in nodes] for t, nodes in zip(trees, ranked)]
+        one_token_ms = self.costs.target_ms(batch, context, 1)
         cost = [self.costs.target_ms(batch, context, k) / one_token_ms for k in range(1, size + 1)]
-        keep = select_count(batch_utility(scores, size), cost, self.c3)
-        return [t.subtree(nodes[: keep - 1]) for t, nodes in zip(trees, ranked)]
+        return select_count(batch_utility(scores, size), cost, self.c3)
+
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int, context: int) -> NestedStep:
+        """This shape's tree read off a step of the loosest thresholds' (the pilot), as `grow`
+        would build it from the same draft scores, buffers carried from step to step as a
+        decode carries them: layer by layer the top-K children of the nodes kept, breadth,
+        depth and verification pruned by this shape's thresholds. The pilot verified only
+        part of what it drafted, so a node it pruned is missing here: an estimate, which the
+        confirming decodes (costs/pilot.py) settle."""
+        children = tree.child_lists()
+        frontier, fed, kept_utility, layers = [0], 1, None, 0
+        drafted, retained = [], []
+        for layer in range(1, self.depth + 2):
+            nodes = best_first(tree, [c for f in frontier for c in best_first(tree, children[f])[: self.top_k]])
+            u = batch_utility([[math.exp(tree.logps[n]) for n in nodes[: self.top_k]]], min(len(nodes), self.top_k))
+            layers += 1
+            if not u:
+                break
+            count, deeper = self._layer(layer, u, 1, context, fed, kept_utility)
+            kept_utility = u[count - 1]
+            drafted += nodes
+            retained += nodes[:count]
+            if not deeper:
+                break
+            frontier, fed = nodes[:count], fed + count
+        if self.dynamic_rerank:
+            ranked = best_first(tree, retained)
+            kept = {0, *ranked[: self._verified([tree], [ranked], 1, context) - 1]}
+        else:
+            kept = {0, *best_first(tree, drafted)[: self.total_tokens - 1]}
+        inside = next((i for i, node in enumerate(path) if node not in kept), len(path))
+        return NestedStep(accepted=inside - 1, nodes=len(kept), draft_forwards=layers, reach=self.depth + 1)
 
     def _expand(self, tree: DraftTree, frontier: list[int], top: TopTokens | None) -> list[int]:
         """Add each frontier node's top-K children (deterministic, as EAGLE); the new nodes."""

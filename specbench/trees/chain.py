@@ -23,7 +23,7 @@ class Chain(TreePolicy):
     def deepest(self) -> int:
         return self.gamma
 
-    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep:
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int, context: int) -> NestedStep:
         """A shorter chain is the longer one's first gamma tokens: the same draws, one
         drafter call each."""
         return NestedStep(

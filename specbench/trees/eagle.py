@@ -57,7 +57,7 @@ class EagleDynamicTree(TreePolicy):
     def deepest(self) -> int:
         return self.depth + 1  # depth counts the levels drafted after the first
 
-    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep:
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int, context: int) -> NestedStep:
         """This shape's tree read off a wider one's, as `grow` would build it from the same
         draft scores: level by level, each of the k best nodes of the last level (by
         cumulative log-prob) keeps its k best children, and the total_tokens - 1 best of all

@@ -193,7 +193,7 @@ class StaticTree(TreePolicy):
     def deepest(self) -> int:
         return self.topology.depth
 
-    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int) -> NestedStep | None:
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int, context: int) -> NestedStep | None:
         """`size` keeps the first nodes of the sorted choice list, so a smaller tree is the
         whole tree's first nodes, each the same rank under the same parent; the drafter is
         called once a depth (Medusa's heads once in all)."""

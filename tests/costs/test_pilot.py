@@ -4,16 +4,19 @@ hand-made steps, and, for a greedy chain drafter, exactly the steps a real decod
 from dataclasses import asdict
 
 import pytest
+from cast_fixtures import TABLE, FakeCosts, FakeDrafter, table_logits
 from conftest import VOCAB
 
 from specbench.costs import pilot
 from specbench.drafters.small_lm import SmallLMDrafter
+from specbench.engine.candidates import DRAFTING_OFF
 from specbench.engine.lm import TreeLM
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.parts import NestedStep
 from specbench.engine.sampling import Sampling
 from specbench.engine.tree import DraftTree
 from specbench.metrics.records import method_run
+from specbench.trees.cast import CastTree
 from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
 from specbench.trees.static import StaticTree
@@ -32,11 +35,11 @@ def chain(tokens: int) -> DraftTree:
 def test_a_pilot_step_is_covered_by_steps_of_the_smaller_shape():
     """A gamma = 5 pilot accepted 4 drafts (5 tokens with the target's next): gamma = 2
     accepts 2 (3 tokens), then re-drafts inside the accepted run: 1 more and the next token."""
-    view = Chain(2).nested_step(chain(5), [0, 1, 2, 3, 4], draft_forwards=5)
+    view = Chain(2).nested_step(chain(5), [0, 1, 2, 3, 4], draft_forwards=5, context=9)
     assert view == NestedStep(accepted=2, nodes=3, draft_forwards=2, reach=2)
     assert pilot.rebuilt_steps(view, pilot_accepted=4) == [(3, 3, 2), (2, 3, 2)]
     assert pilot.rebuilt_steps(view, pilot_accepted=5) == [(3, 3, 2), (3, 3, 2)]
-    rejected = Chain(2).nested_step(chain(5), [0], draft_forwards=5)
+    rejected = Chain(2).nested_step(chain(5), [0], draft_forwards=5, context=9)
     assert pilot.rebuilt_steps(rejected, pilot_accepted=0) == [(1, 3, 2)]
 
 
@@ -46,9 +49,9 @@ def test_a_static_tree_keeps_the_first_nodes_of_the_whole_one():
     whole = StaticTree(choices=choices)
     tree = whole.topology  # node i of every smaller tree is node i of this one
     drafted = DraftTree(tokens=[1] * len(tree), parents=list(tree.parents), depths=list(tree.depths))
-    view = StaticTree(choices=choices, size=3).nested_step(drafted, [0, 1, 3, 5], draft_forwards=3)
+    view = StaticTree(choices=choices, size=3).nested_step(drafted, [0, 1, 3, 5], draft_forwards=3, context=9)
     assert view == NestedStep(accepted=2, nodes=4, draft_forwards=2, reach=2)
-    assert StaticTree(choices=choices, size=2).nested_step(drafted, [0, 1, 3, 5], 3).accepted == 1
+    assert StaticTree(choices=choices, size=2).nested_step(drafted, [0, 1, 3, 5], 3, 9).accepted == 1
 
 
 def test_an_eagle_tree_is_read_off_a_wider_one_as_grow_builds_it():
@@ -58,10 +61,10 @@ def test_an_eagle_tree_is_read_off_a_wider_one_as_grow_builds_it():
     a, b, _ = wide.add(0, 5, -0.1), wide.add(0, 6, -0.5), wide.add(0, 7, -1.0)
     a1, a2, b1 = wide.add(a, 8, -0.1), wide.add(a, 9, -0.8), wide.add(b, 10, -0.2)  # -0.2, -0.9, -0.7
     small = EagleDynamicTree(top_k=2, depth=1, total_tokens=4)  # keeps a (-0.1), a1 (-0.2), b (-0.5)
-    assert small.nested_step(wide, [0, a, a1], draft_forwards=7) == NestedStep(2, 4, 2, 2)
-    assert small.nested_step(wide, [0, b, b1], draft_forwards=7).accepted == 1
-    assert EagleDynamicTree(top_k=1, depth=0, total_tokens=2).nested_step(wide, [0, b], 7) == NestedStep(0, 2, 1, 1)
-    assert small.nested_step(wide, [0, a, a2], draft_forwards=7).accepted == 1  # a2 (-0.9) is not among the best 3
+    assert small.nested_step(wide, [0, a, a1], 7, 9) == NestedStep(2, 4, 2, 2)
+    assert small.nested_step(wide, [0, b, b1], 7, 9).accepted == 1
+    assert EagleDynamicTree(top_k=1, depth=0, total_tokens=2).nested_step(wide, [0, b], 7, 9) == NestedStep(0, 2, 1, 1)
+    assert small.nested_step(wide, [0, a, a2], 7, 9).accepted == 1  # a2 (-0.9) is not among the best 3
 
 
 def test_only_policies_with_nested_shapes_are_predicted():
@@ -72,6 +75,29 @@ def test_only_policies_with_nested_shapes_are_predicted():
     assert not pilot.nested([Chain(1), Chain(2)])  # two shapes: both are decoded anyway
     assert not pilot.nested([TalonTree(budget=n) for n in (4, 8, 16)])
     assert pilot.pilot_index([Chain(3), Chain(9), Chain(1)]) == 1
+    shapes = [CastTree(**c) for c in CastTree.AUTO_CANDIDATES]  # equally wide: the loosest thresholds, last
+    assert pilot.nested(shapes)
+    assert CastTree.AUTO_CANDIDATES[pilot.pilot_index(shapes)] == {"c1": 1.5, "c2": 1.5, "c3": 1.0}
+
+
+def test_a_cast_tree_is_grown_again_from_a_looser_ones_draft_scores():
+    """Stricter thresholds read off the loosest shape's verified tree give the tree `grow`
+    builds with them, step after step with the confidence-gain buffers carried along
+    (every node the stricter shape drafts here lies in the looser tree)."""
+    costs = FakeCosts(draft=lambda n: float(n))  # a draft layer of k nodes 0.1k target forwards; verifying free
+    loose = CastTree(top_k=2, depth=2, total_tokens=16, c1=1e-3, c2=1e-3, c3=1e-3)
+    strict, replay = (CastTree(top_k=2, depth=2, total_tokens=16, c1=10.0, c2=4.0, c3=2.0) for _ in range(2))
+    for policy in (loose, strict, replay):
+        policy.begin(1, costs)
+    for root, path, accepted in ((0, [0, 1, 3], 2), (6, [0, 2], 0)):
+        (wide,) = loose.grow(FakeDrafter(table_logits(TABLE, 10)), [[1, 2, 3]], [root], Sampling(), None)
+        drafter = FakeDrafter(table_logits(TABLE, 10))
+        (grown,) = strict.grow(drafter, [[1, 2, 3]], [root], Sampling(), None)
+        view = replay.nested_step(wide, path, draft_forwards=3, context=3)
+        assert view.nodes == len(grown) == 4  # one node a layer: the breadth threshold keeps the best alone
+        assert view.draft_forwards == drafter.forwards == 3
+        assert [list(replay.buffers[i]) for i in (1, 2)] == [list(strict.buffers[i]) for i in (1, 2)]
+        assert (view.accepted, view.reach) == (accepted, 3)  # the path cut at the first node the tree lacks
 
 
 @pytest.mark.parametrize("gamma", [1, 2, 3])
@@ -84,7 +110,7 @@ def test_rebuilt_chain_steps_are_a_real_decodes(gamma, target, draft, prompts):
         method = Method(recorder, StandardVerifier(), SmallLMDrafter(draft, VOCAB))
         (wide,) = generate_batch(lm, method, [prompt], Sampling(), LIMITS)
         run = asdict(method_run([(len(prompt), wide, "")], 1, wide.batch_seconds, "0", wide.verify_seconds))
-        rebuilt = pilot.rebuilt_run(run, recorder.decodes[-1], Chain(gamma))
+        rebuilt = pilot.rebuilt_run(run, recorder.decodes[-1], Chain(gamma), costs=None)
         method = Method(Chain(gamma), StandardVerifier(), SmallLMDrafter(draft, VOCAB))
         (real,) = generate_batch(lm, method, [prompt], Sampling(), LIMITS)
         assert real.ids == wide.ids
@@ -132,3 +158,37 @@ def test_calibration_predicts_from_the_pilot_and_decodes_three_shapes(target, dr
     _, every = tune(tmp_path / "every")
     assert all(c.get("measured", True) for c in every["candidates"])
     assert [round(c["tau"], 6) for c in record["candidates"]] == [round(c["tau"], 6) for c in every["candidates"]]
+
+
+def test_cast_thresholds_are_predicted_from_one_pilot_at_the_loosest(target, draft, prompts, tmp_path):
+    """CAST's 21 threshold sets: the loosest decoded as the pilot, the two best predicted
+    decoded to confirm, the other 18 predicted (rows not measured), the choice a decoded one."""
+    from conftest import CALIBRATION_TOKENS, MIN_GAIN
+    from cost_fixtures import synthetic_profile
+
+    from specbench.costs import autotune
+
+    setup = autotune.Calibration(
+        lambda: prompts[:2],
+        "test-prompts",
+        Sampling(),
+        frozenset(),
+        tmp_path,
+        "d",
+        weights="",
+        max_new_tokens=CALIBRATION_TOKENS,
+        batch_size=1,
+        min_gain=MIN_GAIN,
+        log=lambda *_: None,
+    )
+    cfg = {"_target_": "specbench.trees.cast.CastTree", "top_k": 3, "depth": 3, "total_tokens": 12}
+    cfg |= dict.fromkeys(("c1", "c2", "c3"), "auto")
+    profile = synthetic_profile(per_token=20.0, drafter_ms=5.0, base=100.0)
+    chosen, record = autotune.tune(
+        cfg, SmallLMDrafter(draft, VOCAB), StandardVerifier(), TreeLM(target), profile, setup
+    )
+    decoded = [c["tree"] for c in record["candidates"] if c.get("measured", True)]
+    assert len(record["candidates"]) == 21 and len(decoded) == 3
+    assert {"c1": 1.5, "c2": 1.5, "c3": 1.0} in decoded
+    if record["chosen"] != DRAFTING_OFF:
+        assert {k: chosen[k] for k in ("c1", "c2", "c3")} in decoded

@@ -5,12 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cast_fixtures import FakeCosts
+from cast_fixtures import TABLE, FakeCosts, FakeDrafter, table_logits
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from specbench.engine.candidates import candidates
-from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
 from specbench.trees.cast import CastTree, batch_utility, select_count
@@ -21,38 +20,10 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 EAGLE_ONLY = {"breadth_pruning": False, "depth_pruning": False, "dynamic_rerank": False}
 
 
-class FakeDrafter(Drafter):
-    """Batched drafter: `logits_for(row, tree, node)` gives one row of logits; records
-    every call's node lists and counts forwards (one per call)."""
-
-    def __init__(self, logits_for):
-        self.logits_for, self.forwards, self.calls = logits_for, 0, []
-
-    def logits(self, contexts, trees, nodes):
-        self.forwards += 1
-        self.calls.append([list(n) for n in nodes])
-        return [
-            torch.stack([self.logits_for(b, tree, n) for n in row]) if row else None
-            for b, (tree, row) in enumerate(zip(trees, nodes))
-        ]
-
-
 def peaked(p: float, token: int, vocab: int) -> torch.Tensor:
     out = torch.full((vocab,), (1 - p) / (vocab - 1))
     out[token] = p
     return out.log()
-
-
-def table_logits(table: dict, vocab: int):
-    """Logits from a table keyed by the node's own token; unlisted tokens impossible."""
-
-    def logits_for(row, tree, node):
-        out = torch.full((vocab,), float("-inf"))
-        for token, p in table[tree.tokens[node]].items():
-            out[token] = math.log(p)
-        return out
-
-    return logits_for
 
 
 def build(policy, drafter, roots, contexts=None):
@@ -87,20 +58,6 @@ def chain_drafter(p_first: float, p_deeper: float) -> FakeDrafter:
 def depth_policy(buffer):
     # c = draft / target = 0.1 per layer, C2 * c = 0.1: go on while alpha_i * u_i >= 0.1
     return started(FakeCosts(draft=lambda n: 1.0), top_k=1, depth=3, c2=1.0, buffer=buffer, dynamic_rerank=False)
-
-
-TABLE = {
-    0: {1: 0.6, 2: 0.4},
-    1: {3: 0.7, 4: 0.3},
-    2: {5: 0.9, 6: 0.1},
-    3: {7: 0.8, 8: 0.2},
-    4: {7: 0.6, 9: 0.4},
-    5: {8: 0.55, 9: 0.45},
-    6: {3: 0.6, 4: 0.4},
-    7: {1: 0.7, 2: 0.3},
-    8: {1: 0.9, 2: 0.1},
-    9: {1: 0.8, 2: 0.2},
-}
 
 
 @pytest.mark.parametrize("lam, delta", [(0.5, 0.0), (0.5, 0.25), (2.0, 1.0)])
