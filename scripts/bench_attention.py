@@ -15,6 +15,7 @@ import torch
 from bench_vs_transformers import prompt_config, prompt_parser
 
 from specbench import costs
+from specbench.costs import dtype as dtype_rule
 from specbench.data import questions
 from specbench.data.chat import chat_prompt, stop_token_ids
 from specbench.engine.lean import make_lm
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     cfg = prompt_config(args)
     hardware = dict(cfg["hardware"])
-    hardware["dtype"], _ = costs.resolve_dtype(hardware, cfg["model"])
+    hardware["dtype"], _ = dtype_rule.resolve(hardware, cfg["model"])
     torch.set_num_threads(hardware["threads"])
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     chosen, _ = costs.target_lm(model, cfg, hardware)

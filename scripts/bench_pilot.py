@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from specbench import costs
 from specbench.costs import autotune, pilot, pool
+from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import cpu_info
 from specbench.engine import methods
 from specbench.run import plan
@@ -51,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     ref_prompts, ref_tokens = (int(v) for v in args.reference.split("x"))
     cfg = compose_config([f"method={args.method}", f"hardware.dtype={args.dtype}"])
-    dtype, _ = costs.resolve_dtype(
+    dtype, _ = dtype_rule.resolve(
         dict(cfg["hardware"]), cfg["model"], method_cfg=cfg["method"], engine=cfg.get("engine")
     )
     model, tokenizer = pool.target(cfg["model"], dtype, "cpu")

@@ -29,8 +29,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from bench_dtype import compare_dtypes  # noqa: E402
 from bench_vs_transformers import compare, config, floor_line  # noqa: E402
 
-from specbench import costs  # noqa: E402
-from specbench.costs import autotune  # noqa: E402
+from specbench.costs import autotune, cache  # noqa: E402
+from specbench.costs import dtype as dtype_rule  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.errors import require, run_command  # noqa: E402
 from specbench.run.config import run_name  # noqa: E402
@@ -175,11 +175,11 @@ def main(argv: list[str]) -> None:
         side_by_side.parent.mkdir(parents=True, exist_ok=True)
         side_by_side.write_text(json.dumps({"transformers": hf, "ar_by_dtype": plain}))
     settings = hf.pop("settings")
-    ar_dtype, ar_dtype_choice = costs.resolve_dtype(
+    ar_dtype, ar_dtype_choice = dtype_rule.resolve(
         dict(base["hardware"]), base["model"], method_cfg=config("method=ar")["method"]
     )
     # of tree-sized forwards
-    tree_dtype, _ = costs.resolve_dtype(dict(base["hardware"]), base["model"], engine=base.get("engine"))
+    tree_dtype, _ = dtype_rule.resolve(dict(base["hardware"]), base["model"], engine=base.get("engine"))
     rows = []
     for dataset in args.datasets:
         for method in args.methods:
@@ -188,7 +188,7 @@ def main(argv: list[str]) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     figure(rows, args.out / f"speed-{name}.png")
     # each dtype's: auto may decode in either
-    profiles = sorted(costs.cache_root().glob(f"{base['model']['name']}-*-{name}.json"))
+    profiles = sorted(cache.root().glob(f"{base['model']['name']}-*-{name}.json"))
     for profile in profiles:  # the measured curves go beside the results
         for path in (profile, profile.with_suffix(".png")):
             if path.is_file():

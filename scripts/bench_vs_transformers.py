@@ -25,6 +25,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from specbench import costs
+from specbench.costs import dtype as dtype_rule
 from specbench.data import questions
 from specbench.data.chat import chat_prompt, stop_token_ids
 from specbench.engine import methods
@@ -86,7 +87,7 @@ def compare(cfg: dict, max_new_tokens: int, log=print) -> dict:
     the engines', not FBGEMM's fp16-weight kernel's."""
     cfg = {**cfg, "engine": {**(cfg.get("engine") or {}), "fp16_weights": "off"}}
     hardware = dict(cfg["hardware"])
-    hardware["dtype"], _ = costs.resolve_dtype(hardware, cfg["model"], engine=cfg["engine"])
+    hardware["dtype"], _ = dtype_rule.resolve(hardware, cfg["model"], engine=cfg["engine"])
     torch.set_num_threads(hardware["threads"])
     model, tokenizer = registry.load(cfg["model"], hardware["dtype"], hardware["device"])
     eos = stop_token_ids(model, tokenizer, cfg["model"])

@@ -1,6 +1,10 @@
 """Hand-made cost curves and profiles, CPU descriptions and calibration helpers the cost tests share."""
 
+from conftest import CALIBRATION_TOKENS, MIN_GAIN
+
+from specbench.costs.autotune import Calibration
 from specbench.costs.profile import CostProfile, Curve
+from specbench.engine.sampling import Sampling
 
 
 def flat_curve(ms_at_1: float, per_token: float, max_n: int = 64) -> Curve:
@@ -25,3 +29,21 @@ def busy(others: float):
         yield contention.Usage(others=others)
 
     return watch
+
+
+def calibration(prompts: list, cache, batch_size: int = 1) -> Calibration:
+    """Shape calibration on `prompts` (greedy, the tests' token budget and min_gain), cached
+    under `cache`, quiet."""
+    return Calibration(
+        lambda: prompts,
+        "test-prompts",
+        Sampling(),
+        frozenset(),
+        cache,
+        "d",
+        weights="",
+        max_new_tokens=CALIBRATION_TOKENS,
+        batch_size=batch_size,
+        min_gain=MIN_GAIN,
+        log=lambda *_: None,
+    )

@@ -29,73 +29,6 @@ from specbench.engine.lm import TreeLM
 from specbench.models import registry
 
 
-def cache_root() -> Path:
-    return registry.cache_dir() / "costs"
-
-
-def resolve_dtype(
-    hardware: dict,
-    model_cfg: dict,
-    refresh: bool = False,
-    method_cfg: dict | None = None,
-    engine: dict | None = None,
-    batch: int = 1,
-) -> tuple[str, dict | None]:
-    """(dtype, the probe behind it) for `hardware.dtype`, `auto` decided for this model on
-    this machine (specbench.costs.dtype) at the forward sizes `method_cfg` verifies (run_sizes;
-    all probed sizes without one), each dtype run as `engine.compile` would run it (the
-    one-token attention probe at batch size `batch` too); explicit dtypes pass through."""
-
-    def load_model(dtype: str):
-        return pool.target(model_cfg, dtype, hardware["device"])[0]
-
-    mode = (engine or {}).get("compile", "auto")
-    fp16 = compile_rule.fp16_mode(engine or {}, hardware.get("dtype"))
-    name = registry.cache_name(model_cfg)
-
-    def compile_choice(model, sizes: tuple[int, ...]):  # the target's forward alone is timed: no drafter projections
-        return compile_rule.resolve(
-            mode,
-            model,
-            name,
-            hardware,
-            cache_root(),
-            fp16=fp16,
-            sizes=compile_sizes(sizes),
-            drafter_layers=False,
-            batch=batch,
-        )[0]
-
-    return dtype_rule.resolve(
-        hardware,
-        name,
-        load_model,
-        cache_root(),
-        refresh=refresh,
-        sizes=run_sizes(method_cfg),
-        compile_choice=compile_choice,
-        compile_mode=mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}",
-        fp16_weights=fp16 != "off" and compile_rule.has_fp16_weights() and hardware.get("forward", "auto") != "hf",
-    )
-
-
-def run_sizes(method_cfg: dict | None) -> tuple[int, ...]:
-    """The forward sizes whose cost decides a run of this method (dtype.verified_sizes)."""
-    verified = dtype_rule.verified_sizes(method_cfg)
-    if verified == dtype_rule.ONE_TOKEN or "_target_" not in (method_cfg or {}).get("tree", {}):
-        return verified  # AR's one token; a tree with no policy named: every probed size
-    from specbench.engine import methods  # here, not at import: the engine path (device_check) runs without hydra
-
-    return dtype_rule.verified_sizes(method_cfg, methods.widest(method_cfg), methods.reach(method_cfg))
-
-
-def compile_sizes(verified: tuple[int, ...]) -> tuple[int, ...]:
-    """The forward sizes the compile probe times for a run that verifies `verified`
-    (dtype.verified_sizes): one token for AR, its grid up to the widest verified for a
-    method that drafts (packing is chosen from the smallest size where it wins at every larger one)."""
-    return verified if verified == dtype_rule.ONE_TOKEN else dtype_rule.up_to(compile_rule.PROBE_SIZES, max(verified))
-
-
 def target_lm(
     model: torch.nn.Module, cfg: dict, hardware: dict, refresh: bool = False, drafter_layers: bool = True
 ) -> tuple[TreeLM, dict | None]:
@@ -109,11 +42,11 @@ def target_lm(
         model,
         registry.cache_name(cfg["model"], model=model),
         hardware,
-        cache_root(),
+        cache.root(),
         refresh=refresh,
         int8_mode=engine.get("int8_drafts", "auto"),
         fp16=compile_rule.fp16_mode(engine, requested_dtype),
-        sizes=compile_sizes(run_sizes(cfg.get("method"))),
+        sizes=dtype_rule.compile_sizes(dtype_rule.run_sizes(cfg.get("method"))),
         drafter_layers=drafter_layers,
         batch=(cfg.get("gen") or {}).get("batch_size", 1),
     )
@@ -129,7 +62,7 @@ def profile_key(model_name: str, dtype: str, device: str, threads: int | None, f
 
 def profile_path(key: dict) -> Path:
     return (
-        cache_root()
+        cache.root()
         / f"{key['model']}-{key['dtype']}-{key.get('forward', 'TreeLM')}-{fingerprint_id(key['fingerprint'])}.json"
     )
 

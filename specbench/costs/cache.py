@@ -14,6 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specbench.costs import contention
+from specbench.models import registry
+
+
+def root() -> Path:
+    """Where the cache's records live (SPECBENCH_CACHE, else ~/.cache/specbench)."""
+    return registry.cache_dir() / "costs"
 
 
 def write_whole(path: Path, text: str) -> None:
@@ -48,21 +54,13 @@ def keep(path: Path, text: str, what: str, others: float | None, log) -> None:
     contention.kept(what, others, log)
 
 
-def measured_parts(
-    path: Path,
-    fingerprint: dict,
-    measure: Callable[[list[str]], dict],
-    parts: list[str],
-    refresh: bool = False,
-    version: int | None = None,
-    log=print,
-) -> tuple[dict, float | None]:
-    """The probe record at `path` with every one of `parts` (forward sizes, sub-probes) this
-    run needs: `measure(missing)` times just the missing ones and its fields are merged in,
-    so each part is timed at most once per machine (this `fingerprint`) and probe `version`,
-    and a part one run adds never invalidates another's. A contended record is timed again,
-    all its parts, on an idle machine; `refresh`: timed again anyway. Also returns the
-    seconds measuring took (None when nothing was measured)."""
+def lacking(
+    path: Path, fingerprint: dict, parts: list[str], refresh: bool = False, version: int | None = None, log=print
+) -> tuple[dict | None, list[str]]:
+    """The probe record at `path` (None where there is none valid for this machine's
+    `fingerprint` and probe `version`) and which of `parts` (forward sizes, sub-probes) it
+    lacks. A contended record found on an idle machine is dropped, every part it had then
+    lacking too; `refresh`: every part lacking."""
     record = None if refresh else read(path)
     if record is not None and (
         record.get("fingerprint") != fingerprint or record.get("version") != version or "parts" not in record
@@ -71,13 +69,23 @@ def measured_parts(
     if record is not None and refine_now(path.name, record.get("contended_cores"), log):
         parts, record = list(dict.fromkeys([*record["parts"], *parts])), None
     have = record["parts"] if record is not None else []
-    missing = [part for part in parts if part not in have]
-    if not missing:
-        return record, None
-    start = time.perf_counter()
-    with contention.watch() as usage:
-        fresh = measure(missing)
-    others = None if usage.others is None else round(usage.others, 2)
+    return record, [part for part in parts if part not in have]
+
+
+def added(
+    path: Path,
+    fingerprint: dict,
+    record: dict | None,
+    missing: list[str],
+    fresh: dict,
+    others: float | None,
+    version: int | None = None,
+    log=print,
+) -> dict:
+    """`record` (None: a new one) with the `missing` parts just measured (`fresh`, merged
+    in, so a part one run adds never invalidates another's), saved; `others`: the cores
+    other processes used meanwhile (contention.watch), kept as the record's note."""
+    others = None if others is None else round(others, 2)
     if record is None:
         record = {
             "fingerprint": fingerprint,
@@ -87,10 +95,33 @@ def measured_parts(
         }
     elif others is not None:
         record["contended_cores"] = max(record.get("contended_cores") or 0.0, others)
+    have = record["parts"]
     record = merged(record, fresh)
     record["parts"] = [*have, *missing]
     keep(path, json.dumps(record, indent=1), path.name, others, log)
-    return record, time.perf_counter() - start
+    return record
+
+
+def measured_parts(
+    path: Path,
+    fingerprint: dict,
+    measure: Callable[[list[str]], dict],
+    parts: list[str],
+    refresh: bool = False,
+    version: int | None = None,
+    log=print,
+) -> tuple[dict, float | None]:
+    """The probe record at `path` with every one of `parts` this run needs: `measure(missing)`
+    times just the ones it lacks (`lacking`), so each part is timed at most once per machine
+    and probe version, and they are added to it (`added`). Also returns the seconds
+    measuring took (None when nothing was measured)."""
+    record, missing = lacking(path, fingerprint, parts, refresh, version, log)
+    if not missing:
+        return record, None
+    start = time.perf_counter()
+    with contention.watch() as usage:
+        fresh = measure(missing)
+    return added(path, fingerprint, record, missing, fresh, usage.others, version, log), time.perf_counter() - start
 
 
 def merged(old: dict, new: dict) -> dict:

@@ -14,16 +14,18 @@ once per machine: a later run adds the sizes it lacks to the same record.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
 
-from specbench.costs.cache import measured_parts
+from specbench.costs import cache, contention, pool
+from specbench.costs import compile as compile_rule
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
 from specbench.costs.profile import PROBE_CONTEXT, interleaved, tree_forward
 from specbench.engine.candidates import DRAFTING_OFF
-from specbench.engine.kernels import Compiled
 from specbench.engine.lean import make_lm
+from specbench.models import registry
 
 PROBE_SIZES = (1, 4, 16, 64)
 ONE_TOKEN = (1,)
@@ -56,6 +58,23 @@ def verified_sizes(method_cfg: dict | None, widest: int | None = None, reach: in
     if not drafts:
         return ONE_TOKEN
     return (widest,) if widest else up_to(PROBE_SIZES, reach)
+
+
+def run_sizes(method_cfg: dict | None) -> tuple[int, ...]:
+    """The forward sizes whose cost decides a run of this method (verified_sizes)."""
+    verified = verified_sizes(method_cfg)
+    if verified == ONE_TOKEN or "_target_" not in (method_cfg or {}).get("tree", {}):
+        return verified  # AR's one token; a tree with no policy named: every probed size
+    from specbench.engine import methods  # here, not at import: the engine path (device_check) runs without hydra
+
+    return verified_sizes(method_cfg, methods.widest(method_cfg), methods.reach(method_cfg))
+
+
+def compile_sizes(verified: tuple[int, ...]) -> tuple[int, ...]:
+    """The forward sizes the compile probe times for a run that verifies `verified`
+    (verified_sizes): one token for AR, its grid up to the widest verified for a method that
+    drafts (packing is chosen from the smallest size where it wins at every larger one)."""
+    return verified if verified == ONE_TOKEN else up_to(compile_rule.PROBE_SIZES, max(verified))
 
 
 def up_to(grid: tuple[int, ...], reach: int | None) -> tuple[int, ...]:
@@ -118,82 +137,92 @@ def probe_path(cache: Path, model_name: str, fingerprint: dict) -> Path:
     return cache / f"dtype-{model_name}-{fingerprint_id(fingerprint)}.json"
 
 
-def measure(
-    load_model,
-    sizes: tuple[int, ...] = PROBE_SIZES,
-    repeats: int = REPEATS,
-    forward: str = "auto",
-    compile_choice=lambda model: Compiled(),
-) -> dict[str, dict[str, float]]:
-    """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, per
-    candidate dtype; `load_model(dtype)` returns the model in that dtype; `forward` as
-    hardware.forward; `compile_choice(model)` how a run would compile that model
-    (engine.compile). Both dtypes' points are timed in the same shuffled passes
-    (profile.interleaved), so a slow spell of the machine cannot fall on one dtype alone."""
-    lms = {}
+def forward_in(model_cfg: dict, dtype: str, hardware: dict, engine: dict, sizes: tuple[int, ...], batch: int):
+    """The target's forward in `dtype` as engine.compile runs it in that dtype for a run
+    verifying `sizes` (packing can help one dtype much more than the other), freshly built
+    so the probe's cache holds its own rows. The target alone is timed: no drafter layers."""
+    model = pool.target(model_cfg, dtype, hardware["device"])[0]
+    compiled, _ = compile_rule.resolve(
+        engine.get("compile", "auto"),
+        model,
+        registry.cache_name(model_cfg),
+        {**hardware, "dtype": dtype},
+        cache.root(),
+        fp16=compile_rule.fp16_mode(engine, hardware.get("dtype")),
+        sizes=compile_sizes(sizes),
+        drafter_layers=False,
+        batch=batch,
+    )
+    return make_lm(model, hardware.get("forward", "auto"), compiled)
+
+
+def measure(lms: dict, sizes: tuple[int, ...] = PROBE_SIZES, repeats: int = REPEATS) -> dict[str, dict[str, float]]:
+    """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, per dtype
+    of `lms` (dtype -> its forward, forward_in). Both dtypes' points are timed in the same
+    shuffled passes (profile.interleaved), so a slow spell of the machine cannot fall on one
+    dtype alone."""
     with torch.inference_mode():
-        for dtype in CANDIDATES:
-            model = load_model(dtype)
-            lms[dtype] = make_lm(model, forward, compile_choice(model))
-            lms[dtype].forward(contexts=[torch.randint(3, lms[dtype].vocab_size, (PROBE_CONTEXT,)).tolist()])
-        timings = interleaved(
-            {(dtype, n): (tree_forward(lm, n), None) for dtype, lm in lms.items() for n in sizes}, repeats
-        )
-    return {dtype: {str(n): round(timings[dtype, n][0], 3) for n in sizes} for dtype in CANDIDATES}
+        for lm in lms.values():
+            lm.forward(contexts=[torch.randint(3, lm.vocab_size, (PROBE_CONTEXT,)).tolist()])
+        timings = interleaved({(d, n): (tree_forward(lm, n), None) for d, lm in lms.items() for n in sizes}, repeats)
+    return {d: {str(n): round(timings[d, n][0], 3) for n in sizes} for d in lms}
 
 
 def resolve(
     hardware: dict,
-    model_name: str,
-    load_model,
-    cache: Path,
-    log=print,
+    model_cfg: dict,
+    method_cfg: dict | None = None,
+    engine: dict | None = None,
+    batch: int = 1,
     refresh: bool = False,
-    sizes: tuple[int, ...] = PROBE_SIZES,
-    compile_choice=lambda model, sizes: Compiled(),
-    compile_mode: str = "off",
-    fp16_weights: bool = False,
+    log=print,
 ) -> tuple[str, dict | None]:
-    """(dtype, the probe it came from or None) for a hardware config; `auto` is decided
-    here at the forward sizes `sizes`, timed where the cached probe lacks them (`refresh`:
-    timed again), each dtype's model run as `compile_choice(model, sizes)` says (the choice
-    of engine.compile=`compile_mode` for a run of those sizes); explicit dtypes pass through.
-    `fp16_weights`: fp32 may run on fp16 weights, so a CPU without native bf16 needs no
-    timing (settled_by_isa)."""
-    dtype = hardware.get("dtype")
-    if dtype != "auto":
-        return dtype, None
+    """(dtype, the probe it came from or None) for `hardware.dtype`: explicit dtypes pass
+    through; `auto` is bf16 on GPUs, fp32 where the ISA settles it (settled_by_isa), else
+    decided at the forward sizes `method_cfg` verifies (run_sizes; every probed size without
+    one), those the cached probe lacks timed (`refresh`: timed again), each dtype's forward
+    as `engine.compile` runs it (forward_in; its attention probe at batch size `batch`)."""
+    if hardware.get("dtype") != "auto":
+        return hardware.get("dtype"), None
+    engine = engine or {}
     fingerprint = device_fingerprint(hardware.get("device", "cpu"), hardware.get("threads"))
     if fingerprint["device"] == "cuda":
         return "bfloat16", {"rule": "bf16 on GPUs"}
+    mode, fp16 = engine.get("compile", "auto"), compile_rule.fp16_mode(engine, "auto")
+    fp16_weights = fp16 != "off" and compile_rule.has_fp16_weights() and hardware.get("forward", "auto") != "hf"
     if (settled := settled_by_isa(fingerprint, fp16_weights)) is not None:
         log(f"hardware.dtype=auto: float32 ({settled['rule']})")
         return "float32", settled
-    path = probe_path(cache, f"{model_name}-{hardware.get('forward', 'auto')}-compile-{compile_mode}", fingerprint)
+    name = registry.cache_name(model_cfg)
+    compile_mode = mode if fp16 == "off" else f"{mode}-fp16-weights-{fp16}"
+    path = probe_path(cache.root(), f"{name}-{hardware.get('forward', 'auto')}-compile-{compile_mode}", fingerprint)
+    sizes = run_sizes(method_cfg)
     needed = sizes if 1 in sizes else (1, *sizes)  # one token too: AR's dtype, for the note
-
-    def timed_parts(missing: list[str]) -> dict:
+    record, missing = cache.lacking(path, fingerprint, [f"n={n}" for n in needed], refresh, PROBE_VERSION, log)
+    if missing:
         ns = tuple(int(part[2:]) for part in missing)
         log(
-            f"hardware.dtype=auto: timing bf16 and fp32 forwards of {model_name} on this CPU at n = "
+            f"hardware.dtype=auto: timing bf16 and fp32 forwards of {name} on this CPU at n = "
             f"{', '.join(map(str, ns))} (once; cached in {path})"
         )
-        forward = hardware.get("forward", "auto")
-        probe = measure(load_model, ns, forward=forward, compile_choice=lambda model: compile_choice(model, needed))
-        return {"context": PROBE_CONTEXT, "compile": compile_mode, "probe": probe}
-
-    record, seconds = measured_parts(
-        path, fingerprint, timed_parts, [f"n={n}" for n in needed], refresh, version=PROBE_VERSION, log=log
-    )
+        start = time.perf_counter()
+        lms = {d: forward_in(model_cfg, d, hardware, engine, needed, batch) for d in CANDIDATES}
+        with contention.watch() as usage:
+            fresh = {"context": PROBE_CONTEXT, "compile": compile_mode, "probe": measure(lms, ns)}
+        record = cache.added(path, fingerprint, record, missing, fresh, usage.others, PROBE_VERSION, log)
+        seconds = time.perf_counter() - start
     chosen, record = decided(record, sizes, "bfloat16" if native_bf16(fingerprint) else "float32")
-    if seconds is not None:
-        probe = record["probe"]
-        shown = ", ".join(
-            f"n={n}: bf16 {probe['bfloat16'][n]:.0f} / fp32 {probe['float32'][n]:.0f} ms"
-            for n in sorted(probe["float32"], key=int)
-        )
-        log(f"  {chosen} at n in {list(sizes)} ({shown}; {seconds:.0f} s)")
+    if missing:
+        log(f"  {chosen} at n in {list(sizes)} ({shown(record['probe'])}; {seconds:.0f} s)")
     return chosen, record
+
+
+def shown(probe: dict[str, dict[str, float]]) -> str:
+    """The probe's timings for the console."""
+    return ", ".join(
+        f"n={n}: bf16 {probe['bfloat16'][n]:.0f} / fp32 {probe['float32'][n]:.0f} ms"
+        for n in sorted(probe["float32"], key=int)
+    )
 
 
 def decided(record: dict, sizes: tuple[int, ...], tie: str) -> tuple[str, dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from specbench import costs
+from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import fingerprint_id
 from specbench.costs.predict import tau_needed
 from specbench.engine import methods
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> None:
     refresh = "costs.refresh=true" in argv
     cfg = compose_config([a for a in argv if not a.startswith("costs.refresh=")])
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
-    hardware["dtype"], dtype_choice = costs.resolve_dtype(
+    hardware["dtype"], dtype_choice = dtype_rule.resolve(
         hardware, model_cfg, refresh=refresh, method_cfg=cfg["method"], engine=cfg.get("engine")
     )
     if hardware.get("threads"):

@@ -11,8 +11,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from specbench import costs
-from specbench.costs import autotune, pool
+from specbench.costs import autotune, cache, pool
 from specbench.costs import compile as compile_rule
+from specbench.costs import dtype as dtype_rule
 from specbench.costs.fingerprint import device_fingerprint
 from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.data.calibration import CALIBRATION_KINDS, calibration_id, calibration_prompts
@@ -231,7 +232,7 @@ def decide(cfg: dict, samples: list[Sample], paired: bool, cached_baseline: bool
 
 def dtype_stage(cfg: dict) -> Decision:
     """hardware.dtype, `auto` decided at the forward sizes the run verifies (costs.dtype)."""
-    dtype, choice = costs.resolve_dtype(
+    dtype, choice = dtype_rule.resolve(
         dict(cfg["hardware"]),
         cfg["model"],
         method_cfg=cfg["method"],
@@ -423,7 +424,7 @@ def calibration(setting: Setting) -> autotune.Calibration:
         calibration_id(count, kind=kind),
         setting.sampling,
         setting.limits.stop_token_ids,
-        costs.cache_root(),
+        cache.root(),
         costs.drafter_id(drafter_cfg),
         weights=registry.weights_id(drafter_cfg),
         max_new_tokens=costs_cfg["calibration_tokens"],

@@ -72,6 +72,7 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int, max
     `root` and return the ranking (best first; the chosen one is the best that fits
     `max_file_mb`)."""
     from specbench import costs
+    from specbench.costs import dtype as dtype_rule
     from specbench.costs.fingerprint import fingerprint_id
     from specbench.costs.profile import measure_drafter
     from specbench.drafters.small_lm import SmallLMDrafter, load_draft
@@ -80,7 +81,7 @@ def rank(records: dict[str, dict], root: Path, context: int, max_gamma: int, max
 
     cfg = compose_config(["method=sps"])
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]
-    hardware["dtype"], _ = costs.resolve_dtype(hardware, model_cfg)
+    hardware["dtype"], _ = dtype_rule.resolve(hardware, model_cfg)
     if hardware.get("threads"):
         torch.set_num_threads(hardware["threads"])
     model, _ = registry.load(model_cfg, hardware["dtype"], hardware["device"])

@@ -2,8 +2,8 @@
 made again."""
 
 import pytest
-from conftest import CALIBRATION_TOKENS, MIN_GAIN, VOCAB
-from cost_fixtures import flat_curve, synthetic_profile
+from conftest import MIN_GAIN, VOCAB
+from cost_fixtures import calibration, flat_curve, synthetic_profile
 
 from specbench.costs import autotune
 from specbench.drafters.small_lm import SmallLMDrafter
@@ -20,19 +20,7 @@ from specbench.verify.standard import StandardVerifier
 def tune_on(profile, target, draft, prompts, tmp_path, batch_size=1):
     cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
     drafter = SmallLMDrafter(draft, VOCAB)
-    setup = autotune.Calibration(
-        lambda: prompts[:batch_size],
-        "test-prompts",
-        Sampling(),
-        frozenset(),
-        tmp_path,
-        "d",
-        weights="",
-        max_new_tokens=CALIBRATION_TOKENS,
-        batch_size=batch_size,
-        min_gain=MIN_GAIN,
-        log=lambda *_: None,
-    )
+    setup = calibration(prompts[:batch_size], tmp_path, batch_size)
     return autotune.tune(cfg, drafter, StandardVerifier(), TreeLM(target), profile, setup)
 
 

@@ -11,6 +11,32 @@ from specbench.engine import methods
 from specbench.engine.candidates import DRAFTING_OFF
 from specbench.engine.lm import TreeLM
 
+AUTO_EAGLE = ("top_k", "depth", "total_tokens")
+
+
+# fp16 weights off: the probe then times the dtypes on any CPU (an AVX2-only one settles them untimed otherwise)
+TIMED = {"engine": {"fp16_weights": "off"}, "log": lambda *_: None}
+CPU = {"dtype": "auto", "device": "cpu", "threads": 2}
+
+
+@pytest.fixture
+def probe_cache(tmp_path, monkeypatch):
+    """The dtype probe's cache in `tmp_path`, its model named `m`; no model is loaded."""
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(dtype_rule.registry, "cache_name", lambda entry, **_: "m")
+    monkeypatch.setattr(dtype_rule, "forward_in", lambda model_cfg, dtype, *_: dtype)
+    return tmp_path / "costs"
+
+
+def timed_as(table: dict, timed: list):
+    """A dtype probe that reads `table` (dtype -> {str(n): ms}), noting the sizes it is asked for."""
+
+    def measure(lms, sizes, **_):
+        timed.append(sizes)
+        return {d: {str(n): table[d][str(n)] for n in sizes} for d in lms}
+
+    return measure
+
 
 def zen3_rows(method_ms: list[float], ar_ms: float) -> list[dict]:
     return [
@@ -24,7 +50,7 @@ def test_dtype_rule():
     native = {"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57}, "float32": {"1": 40, "4": 44, "16": 60, "64": 120}}
     assert dtype_rule.choose(avx2) == "float32"
     assert dtype_rule.choose(native) == "bfloat16"
-    assert dtype_rule.resolve({"dtype": "float32"}, "m", None, None) == ("float32", None)
+    assert dtype_rule.resolve({"dtype": "float32"}, {"name": "m"}) == ("float32", None)
     # one-token forwards within 5% are a tie the probe cannot break: the ISA's dtype for wide forwards
     zen3_fp16_weights = {"bfloat16": {"1": 33.1}, "float32": {"1": 34.5}}
     assert dtype_rule.choose(zen3_fp16_weights, dtype_rule.ONE_TOKEN, tie="float32") == "float32"
@@ -43,6 +69,15 @@ def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch,
 
     from specbench.engine.kernels import Compiled
 
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(dtype_rule.registry, "cache_name", lambda entry, **_: "m")
+    monkeypatch.setattr(
+        dtype_rule.pool, "target", lambda entry, dtype, device: (tiny_llama(3).to(getattr(torch, dtype)),)
+    )
+    choice = {torch.bfloat16: Compiled(packed_from=1), torch.float32: Compiled(packed_from=4)}
+    monkeypatch.setattr(
+        dtype_rule.compile_rule, "resolve", lambda mode, model, *_, **__: (choice[next(model.parameters()).dtype], {})
+    )
     built = []
 
     def make_lm(model, forward, compiled):
@@ -50,19 +85,14 @@ def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch,
         return TreeLM(model)
 
     monkeypatch.setattr(dtype_rule, "make_lm", make_lm)
-    choice = {torch.bfloat16: Compiled(packed_from=1), torch.float32: Compiled(packed_from=4)}
     _, record = dtype_rule.resolve(
-        {"dtype": "auto", "device": "cpu", "threads": 2},
-        "m",
-        lambda d: tiny_llama(3).to(getattr(torch, d)),
-        tmp_path,
-        log=lambda *_: None,
-        compile_choice=lambda m, sizes: choice[next(m.parameters()).dtype],
-        compile_mode="auto",
+        CPU, {"name": "m"}, engine={"compile": "auto", "fp16_weights": "off"}, log=lambda *_: None
     )
     assert built == [(torch.bfloat16, Compiled(packed_from=1)), (torch.float32, Compiled(packed_from=4))]
     assert record["compile"] == "auto" and set(record["probe"]) == {"bfloat16", "float32"}
-    assert [p.name.split("-")[1:5] for p in tmp_path.glob("dtype-*.json")] == [["m", "auto", "compile", "auto"]]
+    assert [p.name.split("-")[1:5] for p in (tmp_path / "costs").glob("dtype-*.json")] == [
+        ["m", "auto", "compile", "auto"]
+    ]
 
 
 def test_dtype_probe_times_both_dtypes_in_the_same_passes(monkeypatch):
@@ -90,70 +120,53 @@ def test_dtype_probe_times_both_dtypes_in_the_same_passes(monkeypatch):
             pass
 
     monkeypatch.setattr(profile_mod.time, "perf_counter", lambda: clock["now"])
-    monkeypatch.setattr(dtype_rule, "make_lm", lambda model, forward, compiled: FakeLM(model))
-    probe = dtype_rule.measure(lambda dtype: dtype)
+    probe = dtype_rule.measure({dtype: FakeLM(dtype) for dtype in dtype_rule.CANDIDATES})
     assert probe == {d: {str(n): pytest.approx(ms) for n, ms in per.items()} for d, per in cost.items()}
     assert dtype_rule.choose(probe, dtype_rule.ONE_TOKEN) == "bfloat16" and dtype_rule.choose(probe) == "float32"
 
 
-def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(tmp_path, monkeypatch):
+def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(probe_cache, monkeypatch):
     """AMD EPYC Zen 3 (AVX2 only), measured: bf16 halves a one-token forward and loses from
     16 tokens on. AR (one token a step) decodes in bf16; a drafting method in fp32, with a
     note that plain AR would be faster in bf16; where bf16 wins everywhere, no note."""
-    zen3 = {"bfloat16": {"1": 37, "4": 90, "16": 317, "64": 1180}, "float32": {"1": 67, "4": 129, "16": 151, "64": 315}}
-    timed = []
-
-    def probe(table):
-        def measure(load_model, sizes, forward="auto", **_):
-            timed.append(sizes)
-            return {d: {str(n): per[str(n)] for n in sizes} for d, per in table.items()}
-
-        return measure
-
-    monkeypatch.setattr(dtype_rule, "measure", probe(zen3))
-    ar = {"drafter": None, "tree": DRAFTING_OFF}
-    eagle3 = {
-        "drafter": {"_target_": "specbench.drafters.eagle.load"},
-        "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree"},
+    zen3 = {
+        "bfloat16": {"1": 37, "4": 90, "16": 317, "60": 1100, "64": 1180},
+        "float32": {"1": 67, "4": 129, "16": 151, "60": 300, "64": 315},
     }
-    assert dtype_rule.verified_sizes(ar) == (1,) and dtype_rule.verified_sizes(eagle3) == dtype_rule.PROBE_SIZES
-    cpu = {"dtype": "auto", "device": "cpu", "threads": 2}
-    quiet = {"log": lambda *_: None}
-    dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.verified_sizes(ar), **quiet)
+    timed = []
+    monkeypatch.setattr(dtype_rule, "measure", timed_as(zen3, timed))
+    ar = {"drafter": None, "tree": DRAFTING_OFF}
+    eagle3 = {  # auto shapes: the sizes up to the widest candidate's
+        "drafter": {"_target_": "specbench.drafters.eagle.load"},
+        "tree": {"_target_": "specbench.trees.eagle.EagleDynamicTree", **dict.fromkeys(AUTO_EAGLE, "auto")},
+    }
+    assert dtype_rule.run_sizes(ar) == (1,) and dtype_rule.run_sizes(eagle3) == (1, 4, 16, 60)
+    dtype, record = dtype_rule.resolve(CPU, {"name": "m"}, ar, **TIMED)
     assert dtype == "bfloat16" and "note" not in record and timed == [(1,)]  # AR times one-token forwards alone
-    dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.verified_sizes(eagle3), **quiet)
-    assert timed[-1] == (4, 16, 64)  # the drafting method adds the sizes the cached probe lacks
+    dtype, record = dtype_rule.resolve(CPU, {"name": "m"}, eagle3, **TIMED)
+    assert timed[-1] == (4, 16, 60)  # the drafting method adds the sizes the cached probe lacks
     assert dtype == "float32" and record["note"].startswith(
         "plain AR would run in bfloat16 here (one-token forward 37 vs 67 ms)"
     )
-    native = tmp_path / "native"
-    monkeypatch.setattr(
-        dtype_rule,
-        "measure",
-        probe({"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57}, "float32": {"1": 40, "4": 44, "16": 60, "64": 120}}),
-    )
-    dtype, record = dtype_rule.resolve(cpu, "m", None, native, sizes=dtype_rule.PROBE_SIZES, **quiet)
-    assert dtype == "bfloat16" and "note" not in record
+    native = {"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57}, "float32": {"1": 40, "4": 44, "16": 60, "64": 120}}
+    monkeypatch.setattr(dtype_rule, "measure", timed_as(native, timed))
+    dtype, record = dtype_rule.resolve(CPU, {"name": "m"}, None, refresh=True, **TIMED)  # no method: every size
+    assert dtype == "bfloat16" and "note" not in record and timed[-1] == dtype_rule.PROBE_SIZES
     # one-token forwards within 5%: the ISA's wide-forward dtype, and no wider forward is timed
-    monkeypatch.setattr(
-        dtype_rule,
-        "measure",
-        probe(
-            {
-                "bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114},
-                "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294},
-            }
-        ),
-    )
+    tie = {
+        "bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114},
+        "float32": {"1": 34.5, "4": 44.4, "16": 85, "64": 294},
+    }
+    monkeypatch.setattr(dtype_rule, "measure", timed_as(tie, timed))
     for isa, expected in ((["avx2", "fma"], "float32"), (["avx2", "avx512_bf16"], "bfloat16")):
         monkeypatch.setattr(
             dtype_rule, "device_fingerprint", lambda *_, isa=isa: {"device": "cpu", "cpu_model": "test", "isa": isa}
         )
-        dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path / expected, sizes=dtype_rule.ONE_TOKEN, **quiet)
+        dtype, record = dtype_rule.resolve(CPU, {"name": "m"}, ar, **TIMED)
         assert dtype == expected and timed[-1] == (1,) and "wider forwards not timed" in record["rule"]
 
 
-def test_a_cpu_without_native_bf16_settles_the_dtype_without_timing(tmp_path, monkeypatch):
+def test_a_cpu_without_native_bf16_settles_the_dtype_without_timing(probe_cache, monkeypatch):
     """No avx512_bf16, AMX or Arm bf16 (or torch capped to AVX2), and fp16 weights on offer:
     fp32, bf16 never timed; with fp16 weights off, or with native bf16, the probe decides."""
 
@@ -161,7 +174,8 @@ def test_a_cpu_without_native_bf16_settles_the_dtype_without_timing(tmp_path, mo
         raise AssertionError("timed")
 
     monkeypatch.setattr(dtype_rule, "measure", fail)
-    cpu, quiet = {"dtype": "auto", "device": "cpu"}, {"log": lambda *_: None}
+    monkeypatch.setattr(dtype_rule.compile_rule, "has_fp16_weights", lambda: True)
+    quiet = {"log": lambda *_: None}
     zen2 = {"device": "cpu", "cpu_model": "test", "isa": ["avx2", "fma"]}
     capped = {
         "device": "cpu",
@@ -171,14 +185,14 @@ def test_a_cpu_without_native_bf16_settles_the_dtype_without_timing(tmp_path, mo
     }
     for fingerprint in (zen2, capped):
         monkeypatch.setattr(dtype_rule, "device_fingerprint", lambda *_, f=fingerprint: f)
-        dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, fp16_weights=True, **quiet)
+        dtype, record = dtype_rule.resolve(CPU, {"name": "m"}, **quiet)  # engine.fp16_weights: auto
         assert dtype == "float32" and record["ar_dtype"] == "float32" and "bf16 not timed" in record["rule"]
         with pytest.raises(AssertionError, match="timed"):
-            dtype_rule.resolve(cpu, "m", None, tmp_path, fp16_weights=False, **quiet)
+            dtype_rule.resolve(CPU, {"name": "m"}, **TIMED)
     assert dtype_rule.settled_by_isa({"device": "cpu", "isa": ["avx2", "amx_bf16"]}, fp16_weights=True) is None
 
 
-def test_auto_dtype_of_a_fixed_tree_is_decided_at_its_widest_forward(tmp_path, monkeypatch):
+def test_auto_dtype_of_a_fixed_tree_is_decided_at_its_widest_forward(probe_cache, monkeypatch):
     """An AMX Xeon (Emerald Rapids), measured: fp32 wins the one-token forward, bf16 every
     wider one. TALON at budget 60 verifies 60 tokens a step, so it decodes in bf16 (in fp32 it
     ran at 0.58x AR), noting that plain AR would run in fp32; a method whose tree shape is
@@ -189,26 +203,20 @@ def test_auto_dtype_of_a_fixed_tree_is_decided_at_its_widest_forward(tmp_path, m
         "float32": {"1": 32, "4": 50, "16": 65, "60": 121, "64": 129},
     }
     timed = []
-
-    def measure(load_model, sizes, forward="auto", **_):
-        timed.append(sizes)
-        return {d: {str(n): per[str(n)] for n in sizes} for d, per in amx.items()}
-
-    monkeypatch.setattr(dtype_rule, "measure", measure)
+    monkeypatch.setattr(dtype_rule, "measure", timed_as(amx, timed))
     talon = {
         "drafter": {"_target_": "specbench.drafters.eagle.load"},
         "tree": {"_target_": "specbench.trees.talon.TalonTree", "budget": 60, "mu": 0.03, "top_k": 10},
     }
     assert methods.widest(talon) == 60 and dtype_rule.verified_sizes(talon, methods.widest(talon)) == (60,)
-    cpu, quiet = {"dtype": "auto", "device": "cpu", "threads": 2}, {"log": lambda *_: None}
-    dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=(60,), **quiet)
+    dtype, record = dtype_rule.resolve(CPU, {"name": "m"}, talon, **TIMED)
     assert dtype == "bfloat16" and timed == [(1, 60)]  # one token too: what plain AR would run in
     assert (
         record["ar_dtype"] == "float32"
         and record["note"].startswith("plain AR would run in float32 here")
         and "contender" not in record
     )
-    dtype, record = dtype_rule.resolve(cpu, "m", None, tmp_path, sizes=dtype_rule.PROBE_SIZES, **quiet)
+    dtype, record = dtype_rule.resolve(CPU, {"name": "m"}, None, **TIMED)  # every size, as an auto shape's
     assert dtype == "float32" and record["contender"] == "bfloat16" and "note" not in record
 
 

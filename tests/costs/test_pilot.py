@@ -125,25 +125,12 @@ def test_calibration_predicts_from_the_pilot_and_decodes_three_shapes(target, dr
     """gamma: auto over ten chains decodes the widest and the two best predicted; the other
     seven are rebuilt from the pilot with the taus decoding them gives, and only a decoded
     shape is chosen. The record keeps the tree-work line, through AR's step (0 ms at one token)."""
-    from conftest import CALIBRATION_TOKENS, MIN_GAIN
-    from cost_fixtures import synthetic_profile
+    from cost_fixtures import calibration, synthetic_profile
 
     from specbench.costs import autotune
 
     def tune(cache):
-        setup = autotune.Calibration(
-            lambda: prompts[:2],
-            "test-prompts",
-            Sampling(),
-            frozenset(),
-            cache,
-            "d",
-            weights="",
-            max_new_tokens=CALIBRATION_TOKENS,
-            batch_size=1,
-            min_gain=MIN_GAIN,
-            log=lambda *_: None,
-        )
+        setup = calibration(prompts[:2], cache)
         cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
         profile = synthetic_profile(per_token=0.0, drafter_ms=0.01, base=1000.0)
         return autotune.tune(cfg, SmallLMDrafter(draft, VOCAB), StandardVerifier(), TreeLM(target), profile, setup)
@@ -163,24 +150,11 @@ def test_calibration_predicts_from_the_pilot_and_decodes_three_shapes(target, dr
 def test_cast_thresholds_are_predicted_from_one_pilot_at_the_loosest(target, draft, prompts, tmp_path):
     """CAST's 21 threshold sets: the loosest decoded as the pilot, the two best predicted
     decoded to confirm, the other 18 predicted (rows not measured), the choice a decoded one."""
-    from conftest import CALIBRATION_TOKENS, MIN_GAIN
-    from cost_fixtures import synthetic_profile
+    from cost_fixtures import calibration, synthetic_profile
 
     from specbench.costs import autotune
 
-    setup = autotune.Calibration(
-        lambda: prompts[:2],
-        "test-prompts",
-        Sampling(),
-        frozenset(),
-        tmp_path,
-        "d",
-        weights="",
-        max_new_tokens=CALIBRATION_TOKENS,
-        batch_size=1,
-        min_gain=MIN_GAIN,
-        log=lambda *_: None,
-    )
+    setup = calibration(prompts[:2], tmp_path)
     cfg = {"_target_": "specbench.trees.cast.CastTree", "top_k": 3, "depth": 3, "total_tokens": 12}
     cfg |= dict.fromkeys(("c1", "c2", "c3"), "auto")
     profile = synthetic_profile(per_token=20.0, drafter_ms=5.0, base=100.0)

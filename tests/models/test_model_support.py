@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from transformers import BertConfig, GPT2Config, GPT2LMHeadModel
 
 from specbench import costs
+from specbench.costs import cache
 from specbench.costs import compile as compile_rule
 from specbench.costs import dtype as dtype_rule
 from specbench.errors import ConfigError
@@ -112,11 +113,8 @@ def test_caches_are_keyed_by_the_weights_not_the_config_name(tmp_path, monkeypat
         "measure_int8",
         lambda model, packed: {k: {str(n): 1.0 for n in compile_rule.INT8_ROWS} for k in ("float", "int8")},
     )
-    monkeypatch.setattr(
-        dtype_rule,
-        "measure",
-        lambda load_model, sizes, **_: {d: {str(n): 1.0 for n in sizes} for d in dtype_rule.CANDIDATES},
-    )
+    monkeypatch.setattr(dtype_rule, "forward_in", lambda model_cfg, dtype, *_: dtype)  # what is timed is not the point
+    monkeypatch.setattr(dtype_rule, "measure", lambda lms, sizes, **_: {d: {str(n): 1.0 for n in sizes} for d in lms})
     a = saved(random_model("vicuna", seed=1), tmp_path / "a")
     b = saved(random_model("vicuna", seed=2), tmp_path / "b")
     copy_of_a = shutil.copytree(a, tmp_path / "copy")
@@ -134,9 +132,9 @@ def test_caches_are_keyed_by_the_weights_not_the_config_name(tmp_path, monkeypat
             "method": {"drafter": None, "tree": {}},
         }
         # fp16 weights off: the dtype is then timed on any CPU (an AVX2-only one settles it untimed otherwise)
-        costs.resolve_dtype(cfg["hardware"], entry, engine={"compile": "auto", "fp16_weights": "off"})
+        dtype_rule.resolve(cfg["hardware"], entry, engine={"compile": "auto", "fp16_weights": "off"})
         costs.target_lm(registry.load_model(entry, "float32", "cpu"), cfg, {**cfg["hardware"], "dtype": "float32"})
-    cached = sorted(p.name for p in costs.cache_root().glob("*.json"))
+    cached = sorted(p.name for p in cache.root().glob("*.json"))
     for where in ("a", "b"):
         assert [n for n in cached if n.startswith(f"compile-{names[where]}-float32-")], cached
         assert [n for n in cached if n.startswith(f"dtype-{names[where]}-auto-compile-auto")], cached
