@@ -59,22 +59,12 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
             rows = [(r, t[turn]) for r, t in zip(batch, per_row) if turn < len(t)]
             for s in range(max((len(found) for _, found in rows), default=0)):
                 active = [found[s] for _, found in rows if s < len(found)]
-                width, context = len(active), fmean(c for c, _, _ in active)
-                n, drafts = max(n for _, n, _ in active), max(d for _, _, d in active)
-                verify = profile.target_ms(width, context, n)
-                draft = (
-                    drafts * profile.draft_ms(drafter, width, context, max(1.0, (n - 1) / drafts))
-                    if drafts and priced_drafts
-                    else 0.0
-                )
-                drafted = drafted or drafts > 0
-                tree = tree_step_ms(tree_overhead, fmean(n for _, n, _ in active), drafts) if n > 1 else 0.0
+                verify, draft, tree, step = step_ms(active, profile, drafter if priced_drafts else None, tree_overhead)
+                drafted = drafted or any(d for _, _, d in active)
                 forward_ms += verify + draft
                 verify_ms += verify
                 tree_ms += tree
-                method_ms += (
-                    verify + draft + tree + profile.step_overhead(width) + (profile.commit_ms if n > 1 else 0.0)
-                )
+                method_ms += step
                 steps += 1
             ar_ms += ar_turn_ms([(r["prompt_tokens"][turn], len(r["turn_ids"][turn])) for r, _ in rows], profile)
             prefill_ms += profile.target_ms(len(rows), 0, max(r["prompt_tokens"][turn] for r, _ in rows))
@@ -107,6 +97,22 @@ def predict(runs: list[dict], profile: CostProfile, drafter: str | None, tree_ov
     if drafted and not priced_drafts:
         result["note"] = f"no cost curve for drafter {drafter}: draft forwards left out of the prediction"
     return result
+
+
+def step_ms(active: list[tuple], profile: CostProfile, drafter: str | None, tree_overhead: dict | None) -> tuple:
+    """(verification, drafting, tree work, the whole step) ms of one batched step whose rows
+    are at (context, tokens verified, draft forwards) `active`: the widest row's forwards for
+    the batch, drafting priced where `drafter` is given, the engine's work per step and the
+    commit on top."""
+    width, context = len(active), fmean(c for c, _, _ in active)
+    n, drafts = max(n for _, n, _ in active), max(d for _, _, d in active)
+    verify = profile.target_ms(width, context, n)
+    draft = (
+        drafts * profile.draft_ms(drafter, width, context, max(1.0, (n - 1) / drafts)) if drafts and drafter else 0.0
+    )
+    tree = tree_step_ms(tree_overhead, fmean(n for _, n, _ in active), drafts) if n > 1 else 0.0
+    step = verify + draft + tree + profile.step_overhead(width) + (profile.commit_ms if n > 1 else 0.0)
+    return verify, draft, tree, step
 
 
 def pace(forecast: dict) -> float:

@@ -257,7 +257,12 @@ def shape_stage(setting: Setting, target: Target, dtype: Decision) -> Shaped:
     shaped = Shaped(target, drafter, Decision(chosen, autotune.describe(choice), choice), dtype, profile)
     other = weighed_against(dtype.value, dtype.measured)
     if other and runs is not None and any(runs):  # nothing decoded: no shape's ceiling beat AR
-        shaped = weigh_dtype(setting, shaped, runs, other)
+        ceiling = contender_ceiling(choice, dtype.measured, other)
+        if ceiling is None or ceiling[0] > 1.0 + setting.cfg["costs"]["min_gain"]:
+            shaped = weigh_dtype(setting, shaped, runs, other)
+        else:
+            print(f"hardware.dtype: {ceiling[1]}")
+            shaped = replace(shaped, dtype=replace(dtype, measured={**dtype.measured, "contender_note": ceiling[1]}))
     if not drafts(shaped.tree.value):  # no shape pays on this machine: the drafter is not run at all
         shaped = replace(shaped, drafter=None)
     return shaped
@@ -341,6 +346,23 @@ def weighed_against(dtype: str, dtype_choice: dict | None) -> str | None:
     choice = dtype_choice or {}
     ar_dtype = choice.get("ar_dtype", dtype)
     return ar_dtype if ar_dtype != dtype else choice.get("contender")
+
+
+def contender_ceiling(tree_choice: dict, dtype_choice: dict, other: str) -> tuple[float, str] | None:
+    """(the most drafting in `other` could gain over the faster AR, that in words), where
+    `other` is the dtype probe's contender (faster at some tree size, slower for AR): the best
+    decoded shape's tau, every step at `other`'s cheapest probed forward, drafting free. None
+    where `other` is plain AR's dtype (AR itself may then be faster there) or nothing was probed."""
+    probe = dtype_choice.get("probe")
+    if probe is None or dtype_choice.get("ar_dtype") == other:
+        return None
+    tau = max(row["tau"] for row in tree_choice["candidates"] if row.get("measured", True))
+    ar_ms, cheapest = min(per["1"] for per in probe.values()), min(probe[other].values())
+    bound = tau * ar_ms / cheapest
+    return bound, (
+        f"{other} not weighed: at most {bound:.2f}x AR even at the best decoded tau {tau:.2f} with every step at "
+        f"its cheapest probed forward ({cheapest:.0f} ms against AR's {ar_ms:.0f} ms) and drafting free"
+    )
 
 
 def weigh_dtype(setting: Setting, calibrated: Shaped, runs: list, other: str) -> Shaped:

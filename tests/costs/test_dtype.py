@@ -263,3 +263,22 @@ def test_dtype_and_shape_are_chosen_together_by_throughput():
         {"bfloat16": zen3_rows([600.0 / 1.0502, 700.0, 1400.0], ar_ms=600.0)}, options, MIN_GAIN
     )
     assert edge["chosen"] == DRAFTING_OFF and edge["best_gain"] == {"bfloat16": 1.05}
+
+
+def test_a_contender_that_cannot_pay_even_at_its_cheapest_forward_is_not_weighed():
+    """AMD EPYC Zen 4 (avx512_bf16), measured: bf16 wins forwards of 4 tokens and more, fp32
+    the one-token one. CAST's best decoded tau 1.64 at bf16's cheapest forward (27 ms) against
+    fp32 AR's 17 ms gives at most 1.03x: bf16 is not profiled and priced; at tau 2 it is; and
+    where the other dtype is plain AR's, AR alone may be faster there, so it is always weighed."""
+    from specbench.run.plan import contender_ceiling
+
+    zen4 = {"bfloat16": {"1": 32, "4": 27, "16": 39, "64": 91}, "float32": {"1": 17, "4": 31, "16": 70, "64": 226}}
+    choice = {"probe": zen4, "ar_dtype": "float32", "contender": "bfloat16"}
+
+    def rows(*taus):
+        return {"candidates": [{"tau": t} for t in taus] + [{"tau": 9.0, "measured": False}]}  # a guess: left out
+
+    bound, note = contender_ceiling(rows(1.2, 1.64), choice, "bfloat16")
+    assert bound == pytest.approx(1.64 * 17 / 27) and note.startswith("bfloat16 not weighed: at most 1.03x AR")
+    assert contender_ceiling(rows(2.0), choice, "bfloat16")[0] == pytest.approx(2.0 * 17 / 27)
+    assert contender_ceiling(rows(1.2), {**choice, "ar_dtype": "bfloat16"}, "bfloat16") is None
