@@ -263,6 +263,8 @@ def shape_stage(setting: Setting, target: Target, dtype: Decision) -> Shaped:
         else:
             print(f"hardware.dtype: {ceiling[1]}")
             shaped = replace(shaped, dtype=replace(dtype, measured={**dtype.measured, "contender_note": ceiling[1]}))
+    elif runs is not None and not any(runs):  # every shape past its ceiling: drafting off, nothing weighed
+        shaped = plain_ar_dtype(setting, shaped)
     if not drafts(shaped.tree.value):  # no shape pays on this machine: the drafter is not run at all
         shaped = replace(shaped, drafter=None)
     return shaped
@@ -346,6 +348,25 @@ def weighed_against(dtype: str, dtype_choice: dict | None) -> str | None:
     choice = dtype_choice or {}
     ar_dtype = choice.get("ar_dtype", dtype)
     return ar_dtype if ar_dtype != dtype else choice.get("contender")
+
+
+def plain_ar_dtype(setting: Setting, shaped: Shaped) -> Shaped:
+    """Drafting off without a shape decoded: the run is plain AR, so it decodes in plain AR's
+    dtype where the dtype probe found that faster than the dtype of the tree sizes (an AVX2
+    CPU without fp16 weights: bf16 one-token forwards, fp32 wide ones); no weighing priced it."""
+    measured = shaped.dtype.measured or {}
+    ar_dtype = measured.get("ar_dtype", shaped.dtype.value)
+    if ar_dtype == shaped.dtype.value:
+        return shaped
+    cfg = setting.cfg
+    model, _ = pool.target(cfg["model"], ar_dtype, cfg["hardware"]["device"])
+    note = (
+        f"no tree shape could beat AR even accepting every draft: decoding without drafting in {ar_dtype}, "
+        f"plain AR's dtype here, not in {shaped.dtype.value}, the dtype of the tree sizes"
+    )
+    print(f"hardware.dtype: {note}")
+    dtype = Decision(ar_dtype, shaped.dtype.why, {**measured, "note": note})
+    return Shaped(forward_of(cfg, model, ar_dtype), None, shaped.tree, dtype, None)
 
 
 def contender_ceiling(tree_choice: dict, dtype_choice: dict, other: str) -> tuple[float, str] | None:

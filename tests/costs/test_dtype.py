@@ -282,3 +282,32 @@ def test_a_contender_that_cannot_pay_even_at_its_cheapest_forward_is_not_weighed
     assert bound == pytest.approx(1.64 * 17 / 27) and note.startswith("bfloat16 not weighed: at most 1.03x AR")
     assert contender_ceiling(rows(2.0), choice, "bfloat16")[0] == pytest.approx(2.0 * 17 / 27)
     assert contender_ceiling(rows(1.2), {**choice, "ar_dtype": "bfloat16"}, "bfloat16") is None
+
+
+def test_drafting_off_with_no_shape_decoded_runs_in_plain_ars_dtype(monkeypatch):
+    """AMD EPYC Zen 3 without fp16 weights, measured: bf16 halves the one-token forward, fp32
+    wins from 16 tokens, so a drafting method's tree sizes take fp32. Where every shape's
+    ceiling is below AR, nothing is decoded or weighed and the run is plain AR: it decodes in
+    bf16, AR's dtype, with the dtype record saying why; where AR's dtype is the run's, as it was."""
+    from types import SimpleNamespace
+
+    from specbench.run import plan
+
+    loaded = []
+    monkeypatch.setattr(plan.pool, "target", lambda entry, dtype, device: (loaded.append(dtype) or dtype, None))
+    monkeypatch.setattr(plan, "forward_of", lambda cfg, model, dtype: plan.Target(dtype, {}, model, None, None, ""))
+    setting = SimpleNamespace(cfg={"model": {"name": "m"}, "hardware": {"device": "cpu"}})
+    fp32 = plan.Target("float32", {}, "float32", None, None, "")
+    off = plan.Decision(DRAFTING_OFF)
+    shaped = plan.Shaped(fp32, object(), off, plan.Decision("float32", "rule", {"ar_dtype": "bfloat16"}), None)
+    ar = plan.plain_ar_dtype(setting, shaped)
+    assert (ar.target.dtype, ar.dtype.value, ar.drafter, ar.tree, loaded) == (
+        "bfloat16",
+        "bfloat16",
+        None,
+        off,
+        ["bfloat16"],
+    )
+    assert "plain AR's dtype here, not in float32" in ar.dtype.measured["note"]
+    same = plan.Shaped(fp32, None, off, plan.Decision("float32", "rule", {"ar_dtype": "float32"}), None)
+    assert plan.plain_ar_dtype(setting, same) is same and loaded == ["bfloat16"]
