@@ -137,15 +137,18 @@ def probe_path(cache: Path, model_name: str, fingerprint: dict) -> Path:
     return cache / f"dtype-{model_name}-{fingerprint_id(fingerprint)}.json"
 
 
-def forward_in(model_cfg: dict, dtype: str, hardware: dict, engine: dict, sizes: tuple[int, ...], batch: int):
+def forward_in(
+    model_cfg: dict, dtype: str, hardware: dict, engine: dict, sizes: tuple[int, ...], batch: int, name: str
+):
     """The target's forward in `dtype` as engine.compile runs it in that dtype for a run
     verifying `sizes` (packing can help one dtype much more than the other), freshly built
-    so the probe's cache holds its own rows. The target alone is timed: no drafter layers."""
+    so the probe's cache holds its own rows; `name`: the model's registry.cache_name. The
+    target alone is timed: no drafter layers."""
     model = pool.target(model_cfg, dtype, hardware["device"])[0]
     compiled, _ = compile_rule.resolve(
         engine.get("compile", "auto"),
         model,
-        registry.cache_name(model_cfg),
+        name,
         {**hardware, "dtype": dtype},
         cache.root(),
         fp16=compile_rule.fp16_mode(engine, hardware.get("dtype")),
@@ -206,7 +209,7 @@ def resolve(
             f"{', '.join(map(str, ns))} (once; cached in {path})"
         )
         start = time.perf_counter()
-        lms = {d: forward_in(model_cfg, d, hardware, engine, needed, batch) for d in CANDIDATES}
+        lms = {d: forward_in(model_cfg, d, hardware, engine, needed, batch, name) for d in CANDIDATES}
         with contention.watch() as usage:
             fresh = {"context": PROBE_CONTEXT, "compile": compile_mode, "probe": measure(lms, ns)}
         record = cache.added(path, fingerprint, record, missing, fresh, usage.others, PROBE_VERSION, log)

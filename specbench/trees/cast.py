@@ -161,6 +161,7 @@ class CastTree(TreePolicy):
             raise ConfigError(NO_COSTS)
         batch = len(roots)
         context = sum(len(c) for c in contexts) / batch
+        one_token_ms = self.costs.target_ms(batch, context, 1) if self.priced else 1.0
         trees = [DraftTree.root(r) for r in roots]
         frontiers, fed, kept_utility = [[0] for _ in roots], 1, None
         retained = [[] for _ in roots]  # per row: the nodes each layer kept (n_i of them)
@@ -171,7 +172,7 @@ class CastTree(TreePolicy):
             u = batch_utility(scores, max(len(s) for s in scores))
             if not u:
                 break
-            count, deeper = self._layer(layer, u, batch, context, fed, kept_utility)
+            count, deeper = self._layer(layer, u, (batch, context, one_token_ms), fed, kept_utility)
             kept_utility = u[count - 1]
             for kept, nodes in zip(retained, layer_nodes):
                 kept += nodes[:count]
@@ -182,14 +183,14 @@ class CastTree(TreePolicy):
         if not self.dynamic_rerank:
             return [keep_best(t, self.total_tokens) for t in trees]
         ranked = [best_first(t, kept) for t, kept in zip(trees, retained)]
-        keep = self._verified(trees, ranked, batch, context)
+        keep = self._verified(trees, ranked, (batch, context, one_token_ms))
         return [t.subtree(nodes[: keep - 1]) for t, nodes in zip(trees, ranked)]
 
-    def _layer(
-        self, layer: int, u: list[float], batch: int, context: float, fed: int, kept_utility
-    ) -> tuple[int, bool]:
+    def _layer(self, layer: int, u: list[float], at: tuple, fed: int, kept_utility) -> tuple[int, bool]:
         """How many of layer `layer`'s candidates to keep (breadth pruning over utilities `u`),
-        phi of the layer before recorded, and whether to draft the next layer (depth pruning)."""
+        phi of the layer before recorded, and whether to draft the next layer (depth pruning);
+        `at`: (batch size, mean committed context, the target's one-token ms there)."""
+        batch, context, one_token_ms = at
         cost = []
         if self.breadth_pruning or self.depth_pruning:
             # The paper reads its tables at select(c) = (max(floor(c / L), M - 1) + 1) L, a typo
@@ -197,7 +198,6 @@ class CastTree(TreePolicy):
             # The cost profile does that clamping itself (interpolating between grid points).
             # Eq. 2 prices layer i at the tree rows the drafter has cached (`fed`, root
             # included); it has the committed context cached too, so that is added.
-            one_token_ms = self.costs.target_ms(batch, context, 1)
             cost = [self.costs.draft_ms(batch, context + fed, k) / one_token_ms for k in range(1, len(u) + 1)]
         count = select_count(u, cost, self.c1) if self.breadth_pruning else len(u)
         if kept_utility:
@@ -206,11 +206,12 @@ class CastTree(TreePolicy):
             return count, False
         return count, not (self.depth_pruning and self.alpha(layer) * u[count - 1] < self.c2 * cost[count - 1])
 
-    def _verified(self, trees: list[DraftTree], ranked: list[list[int]], batch: int, context: float) -> int:
-        """Dynamic reranking: how many of the ranked candidates (root included) to verify."""
+    def _verified(self, trees: list[DraftTree], ranked: list[list[int]], at: tuple) -> int:
+        """Dynamic reranking: how many of the ranked candidates (root included) to verify;
+        `at` as for `_layer`."""
+        batch, context, one_token_ms = at
         size = min(self.total_tokens, 1 + max(len(nodes) for nodes in ranked))  # N, root included
         scores = [[1.0] + [math.exp(t.logps[n]) for n in nodes] for t, nodes in zip(trees, ranked)]
-        one_token_ms = self.costs.target_ms(batch, context, 1)
         cost = [self.costs.target_ms(batch, context, k) / one_token_ms for k in range(1, size + 1)]
         return select_count(batch_utility(scores, size), cost, self.c3)
 
@@ -222,6 +223,7 @@ class CastTree(TreePolicy):
         part of what it drafted, so a node it pruned is missing here: an estimate, which the
         confirming decodes (costs/pilot.py) settle."""
         children = tree.child_lists()
+        at = (1, context, self.costs.target_ms(1, context, 1) if self.priced else 1.0)
         frontier, fed, kept_utility, layers = [0], 1, None, 0
         drafted, retained = [], []
         for layer in range(1, self.depth + 2):
@@ -230,7 +232,7 @@ class CastTree(TreePolicy):
             layers += 1
             if not u:
                 break
-            count, deeper = self._layer(layer, u, 1, context, fed, kept_utility)
+            count, deeper = self._layer(layer, u, at, fed, kept_utility)
             kept_utility = u[count - 1]
             drafted += nodes
             retained += nodes[:count]
@@ -239,7 +241,7 @@ class CastTree(TreePolicy):
             frontier, fed = nodes[:count], fed + count
         if self.dynamic_rerank:
             ranked = best_first(tree, retained)
-            kept = {0, *ranked[: self._verified([tree], [ranked], 1, context) - 1]}
+            kept = {0, *ranked[: self._verified([tree], [ranked], at) - 1]}
         else:
             kept = {0, *best_first(tree, drafted)[: self.total_tokens - 1]}
         inside = next((i for i, node in enumerate(path) if node not in kept), len(path))
