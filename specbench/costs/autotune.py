@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
@@ -384,6 +385,35 @@ def ceiling(deepest: int, widest: float, profile: CostProfile) -> float:
         (deepest + 1) * (profile.target_ms(1, c, 1) + overhead) / (profile.target_ms(1, c, widest) + overhead)
         for c in profile.target.contexts
     )
+
+
+# how far below the bar a shape's ceiling at the forward probe must fall to be left out of the
+# profile: the probe is one context without engine work, its sizes up to 4x apart, and a point
+# reads 20-30% apart from run to run on a VM (AMD EPYC Zen 4: EAGLE-3's 32-token shape 1.02x at
+# the probe, 1.08x at the profile's kindest context)
+WIDTH_SLACK = 1.25
+
+
+def live_width(trees: list, probed: dict[int, float], min_gain: float) -> int | None:
+    """The widest forward among `trees` (a sized calibration's candidates, as `tune` bounds
+    them) whose ceiling at the forward stage's probed times (`probed`: ms per forward size,
+    interpolated between sizes; engine work per step left out) is within WIDTH_SLACK of
+    beating AR by `min_gain`, so the cost profile is timed no wider: EAGLE-3's 60-token
+    shape, at most 0.7x on an AVX2 CPU, cost its profile 40% of every timing pass. None
+    where a live tree's width follows the draft or lies past the probe."""
+    sizes = sorted(probed)
+
+    def at(n: float) -> float:
+        return float(np.interp(n, sizes, [probed[k] for k in sizes]))
+
+    widths = []
+    for tree in trees:
+        widest, deepest = tree.widest(), tree.deepest()
+        if widest is None or widest > sizes[-1]:
+            return None
+        if not deepest or (deepest + 1) * at(1) / at(widest) * WIDTH_SLACK > 1.0 + min_gain:
+            widths.append(int(math.ceil(widest)))
+    return max(widths, default=None)
 
 
 def ceiling_row(cfg: dict, keys: list[str], tree, bound: float) -> dict:

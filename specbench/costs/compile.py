@@ -84,6 +84,20 @@ def packed_from(probe: dict[str, dict], sizes: tuple[int, ...] = PROBE_SIZES) ->
     return chosen
 
 
+def probed_ms(chosen: Compiled, record: dict | None) -> dict[int, float]:
+    """The chosen forward's probed ms per forward size, at PROBE_CONTEXT rows (empty without
+    a timed probe): fp16 weights at every size, else packed from `packed_from` and plain below."""
+    probe = (record or {}).get("probe") or {}
+
+    def variant(n: int) -> str:
+        if chosen.fp16_weights:
+            return "fp16"
+        return "packed" if chosen.packed_from and n >= chosen.packed_from else "plain"
+
+    sizes = sorted(int(n) for n in probe.get("plain", {}))
+    return {n: probe[variant(n)][str(n)] for n in sizes if str(n) in probe.get(variant(n), {})}
+
+
 def measure(
     model: torch.nn.Module,
     forward: str,

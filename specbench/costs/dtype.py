@@ -22,7 +22,7 @@ import torch
 from specbench.costs import cache, contention, pool
 from specbench.costs import compile as compile_rule
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
-from specbench.costs.profile import PROBE_CONTEXT, interleaved, tree_forward
+from specbench.costs.profile import PROBE_CONTEXT, compared, tree_forward
 from specbench.engine.candidates import DRAFTING_OFF
 from specbench.engine.lean import make_lm
 from specbench.models import registry
@@ -30,10 +30,11 @@ from specbench.models import registry
 PROBE_SIZES = (1, 4, 16, 64)
 ONE_TOKEN = (1,)
 CANDIDATES = ("bfloat16", "float32")
-# 5 timings a point, each dtype's in the same passes: with 3 timed one dtype after the other,
-# AMD EPYC Zen 3 read AR's one-token forward 39.4 ms in bf16 and 39.7 on fp16 weights, and
-# AR decoded in bf16, where fp16 weights decoded 1.16x as fast side by side
-REPEATS = 5
+# timings of a size whose two dtypes the probe cannot yet tell apart (profile.compared), as many
+# as a noisy point got when every point was timed alike: with 3 timed one dtype after the other,
+# AMD EPYC Zen 3 read AR's one-token forward 39.4 ms in bf16 and 39.7 on fp16 weights, and AR
+# decoded in bf16, where fp16 weights decoded 1.16x as fast side by side
+MOST = 15
 # a probe recorded under another version is timed again (what each version changed: docs/speed.md)
 PROBE_VERSION = 3
 # one-token forwards this close are a tie: AMD EPYC Zen 3, fp32 on fp16 weights against bf16, two
@@ -159,15 +160,18 @@ def forward_in(
     return make_lm(model, hardware.get("forward", "auto"), compiled)
 
 
-def measure(lms: dict, sizes: tuple[int, ...] = PROBE_SIZES, repeats: int = REPEATS) -> dict[str, dict[str, float]]:
+def measure(lms: dict, sizes: tuple[int, ...] = PROBE_SIZES) -> dict[str, dict[str, float]]:
     """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, per dtype
     of `lms` (dtype -> its forward, forward_in). Both dtypes' points are timed in the same
-    shuffled passes (profile.interleaved), so a slow spell of the machine cannot fall on one
-    dtype alone."""
+    shuffled passes, so a slow spell of the machine cannot fall on one dtype alone, and a
+    size stops being timed once its two dtypes are told apart (profile.compared: most sizes
+    differ 1.5-3x and do after 4 timings; a near tie is timed up to MOST)."""
     with torch.inference_mode():
         for lm in lms.values():
             lm.forward(contexts=[torch.randint(3, lm.vocab_size, (PROBE_CONTEXT,)).tolist()])
-        timings = interleaved({(d, n): (tree_forward(lm, n), None) for d, lm in lms.items() for n in sizes}, repeats)
+        points = {(d, n): (tree_forward(lm, n), None) for d, lm in lms.items() for n in sizes}
+        pairs = [tuple((d, n) for d in lms) for n in sizes]
+        timings, _ = compared(points, pairs, MOST)
     return {d: {str(n): round(timings[d, n][0], 3) for n in sizes} for d in lms}
 
 

@@ -251,7 +251,7 @@ def shape_stage(setting: Setting, target: Target, dtype: Decision) -> Shaped:
     if not auto_keys(tree):
         return Shaped(target, drafter if drafts(tree) else None, Decision(tree), dtype, None)
     verifier = methods.instantiate_part(method_cfg["verifier"], "method.verifier")
-    profile = cost_profile(setting, target, drafter)
+    profile = cost_profile(setting, target, drafter, widest=profiled_width(setting, target, drafter))
     chosen, choice = autotune.tune(tree, drafter, verifier, target.lm, profile, calibration(setting))
     runs = choice.pop("runs", None)  # kept apart: the summary needs the choice, not every decode
     shaped = Shaped(target, drafter, Decision(chosen, autotune.describe(choice), choice), dtype, profile)
@@ -268,6 +268,18 @@ def shape_stage(setting: Setting, target: Target, dtype: Decision) -> Shaped:
     if not drafts(shaped.tree.value):  # no shape pays on this machine: the drafter is not run at all
         shaped = replace(shaped, drafter=None)
     return shaped
+
+
+def profiled_width(setting: Setting, target: Target, drafter) -> int | None:
+    """How wide the shape stage's cost profile is timed: to the widest candidate whose
+    ceiling at the forward stage's probed times could pay (autotune.live_width), where the
+    calibration bounds shapes by their width (batch size 1, a drafter that always proposes);
+    None (the method's reach) elsewhere. The ceilings themselves are taken on the profile."""
+    probed = compile_rule.probed_ms(target.lm.compiled, target.compile_choice)
+    if not probed or setting.batch_size > 1 or drafter is None or not drafter.always_proposes:
+        return None
+    trees = [methods.instantiate_part(cfg, "method.tree") for cfg in candidates(setting.cfg["method"]["tree"])]
+    return autotune.live_width(trees, probed, setting.cfg["costs"]["min_gain"])
 
 
 def check_cached_dtype(cfg: dict, dtype: str) -> None:
@@ -393,7 +405,7 @@ def weigh_dtype(setting: Setting, calibrated: Shaped, runs: list, other: str) ->
     model, _ = pool.target(cfg["model"], other, cfg["hardware"]["device"])
     target = forward_of(cfg, model, other)
     other_drafter = methods.load_drafter(cfg["method"], model, target.hardware, target.lm.compiled)
-    profile = cost_profile(setting, target, other_drafter)
+    profile = cost_profile(setting, target, other_drafter, widest=widest_step(runs))
     drafter_id = costs.drafter_id(cfg["method"].get("drafter"))
     priced = {
         calibrated.target.dtype: tree_choice["candidates"],
@@ -431,9 +443,16 @@ def joint_note(cfg: dict, decision: dict) -> str:
     )
 
 
-def cost_profile(setting: Setting, target: Target, drafter) -> CostProfile:
+def widest_step(runs: list[list[dict]]) -> int | None:
+    """The most tokens any step of the calibration `runs` verified (None: no step recorded)."""
+    return max((1 + sum(w) for shape in runs for run in shape for w in run["tree_widths"]), default=None)
+
+
+def cost_profile(setting: Setting, target: Target, drafter, widest: int | None = None) -> CostProfile:
     """The cached cost profile of `target` (and `drafter`) on this machine, measured on first
-    use up to the longest context the run's samples reach."""
+    use up to the longest context the run's samples reach and up to `widest` where that is
+    known (the widest shape that could pay: profiled_width; the widest step of recorded
+    decodes: widest_step), else the widest forward the method may verify."""
     cfg, hardware = setting.cfg, target.hardware
     key = costs.profile_key(
         registry.cache_name(cfg["model"], model=target.lm.model),
@@ -452,7 +471,7 @@ def cost_profile(setting: Setting, target: Target, drafter) -> CostProfile:
         longest,
         {name: drafter} if drafter is not None else None,
         repeats=cfg["costs"]["repeats"],
-        max_n=min(cfg["costs"]["max_n"], methods.reach(cfg["method"]) or cfg["costs"]["max_n"]),
+        max_n=min(cfg["costs"]["max_n"], widest or methods.reach(cfg["method"]) or cfg["costs"]["max_n"]),
         batch=setting.batch_size,
     )
 

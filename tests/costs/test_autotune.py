@@ -140,6 +140,39 @@ def test_a_shape_that_cannot_beat_ar_even_accepting_every_draft_is_not_decoded(t
     )
 
 
+def test_the_profile_is_timed_no_wider_than_a_shape_that_could_pay():
+    """EAGLE-3's candidates at the forward probe of an AVX2 CPU (AMD EPYC Zen 4 capped to
+    AVX2, fp32 on fp16 weights, measured): the 60-token shape could reach 7 x 21.5 / 226 =
+    0.67x, so the profile stops at the 32-token one (1.02x here, kept within the slack: the
+    profile's kindest context read it 1.08x). Where the probe is flat (a GPU) every shape
+    stays, and a policy whose width follows the draft, or a shape wider than the probe,
+    keeps the method's full reach."""
+    from specbench.costs.compile import probed_ms
+    from specbench.engine.kernels import Compiled
+
+    record = {
+        "probe": {
+            "plain": {"1": 68.0, "2": 103.7, "4": 101.1, "8": 81.0, "16": 100.1, "60": 207.7},
+            "packed": {"1": 49.8, "2": 71.2, "4": 75.9, "8": 89.8, "16": 109.1, "60": 200.4},
+            "fp16": {"1": 21.5, "2": 27.1, "4": 25.8, "8": 41.3, "16": 70.2, "60": 226.2},
+            "ties": {"16": ["packed=plain"]},
+        }
+    }
+    fp16 = probed_ms(Compiled(fp16_weights=True), record)
+    assert fp16 == {1: 21.5, 2: 27.1, 4: 25.8, 8: 41.3, 16: 70.2, 60: 226.2}
+    assert probed_ms(Compiled(packed_from=4), record) == {1: 68.0, 2: 103.7, 4: 75.9, 8: 89.8, 16: 109.1, 60: 200.4}
+    assert probed_ms(Compiled(), None) == {}
+    eagle_cfg = {"_target_": "specbench.trees.eagle.EagleDynamicTree", "top_k": "auto", "depth": "auto"}
+    eagle = [methods.instantiate_part(c, "t") for c in candidates(eagle_cfg | {"total_tokens": "auto"})]
+    assert max(t.widest() for t in eagle) == 60
+    assert autotune.live_width(eagle, fp16, MIN_GAIN) == 32
+    assert autotune.live_width(eagle, {1: 10.0, 64: 11.0}, MIN_GAIN) == 60
+    assert autotune.live_width(eagle, {1: 21.5, 16: 70.2}, MIN_GAIN) is None  # 60 lies past the probe
+    cast_cfg = {"_target_": "specbench.trees.cast.CastTree", "top_k": 12, "depth": 13, "total_tokens": 72}
+    cast = [methods.instantiate_part(c, "t") for c in candidates(cast_cfg | {"c1": "auto", "c2": "auto", "c3": "auto"})]
+    assert autotune.live_width(cast, fp16, MIN_GAIN) is None
+
+
 def test_a_policy_with_new_candidates_chooses_again(target, draft, prompts, tmp_path, monkeypatch):
     """A cached choice was made among the policy's candidates of its day: once the grid
     changes (a new threshold pair for CAST, say), the choice is measured again."""

@@ -98,8 +98,8 @@ def test_dtype_probe_times_each_dtype_as_its_compile_choice_runs_it(monkeypatch,
 def test_dtype_probe_times_both_dtypes_in_the_same_passes(monkeypatch):
     """bf16 truly costs 30 ms a token against fp32's 40, but the machine runs 1.5x slow for
     the probe's first 16 forwards. Timed one dtype after the other, every bf16 timing fell in
-    that spell (45 ms) and AR would decode in fp32; timed in shared shuffled passes, each
-    point gets at most two slow timings of five, and the probe reads the true costs."""
+    that spell (45 ms) and AR would decode in fp32; timed in shared shuffled passes, the
+    spell falls on one of each point's first four timings, and the probe reads the true costs."""
     from specbench.costs import profile as profile_mod
 
     clock = {"now": 0.0, "forwards": 0}
@@ -282,6 +282,36 @@ def test_a_contender_that_cannot_pay_even_at_its_cheapest_forward_is_not_weighed
     assert bound == pytest.approx(1.64 * 17 / 27) and note.startswith("bfloat16 not weighed: at most 1.03x AR")
     assert contender_ceiling(rows(2.0), choice, "bfloat16")[0] == pytest.approx(2.0 * 17 / 27)
     assert contender_ceiling(rows(1.2), {**choice, "ar_dtype": "bfloat16"}, "bfloat16") is None
+
+
+def test_the_weighed_dtype_is_profiled_only_as_wide_as_the_recorded_steps(monkeypatch):
+    """The other dtype of a joint weighing prices the calibration decodes already recorded,
+    so its profile is timed up to the widest step they verified (EAGLE-3's pilot: 32 tokens,
+    its 60-token candidate left out for its ceiling), not to the method's widest candidate;
+    a profile for shapes still to decode goes to that candidate's width."""
+    from types import SimpleNamespace
+
+    from specbench.run import plan
+
+    pilot = [{"tree_widths": [[8, 8, 8, 4, 2, 1], [8, 2]]}] * 2
+    confirmed = [{"tree_widths": [[1]] * 5}]
+    assert plan.widest_step([pilot, confirmed, []]) == 32 and plan.widest_step([[], []]) is None
+    asked = []
+    monkeypatch.setattr(plan.costs, "ensure_profile", lambda *args, max_n, **kw: asked.append(max_n))
+    monkeypatch.setattr(plan.registry, "cache_name", lambda entry, model=None: "m")
+    monkeypatch.setattr(plan.methods, "reach", lambda method_cfg: 60)
+    setting = SimpleNamespace(
+        cfg={"model": {}, "method": {}, "costs": {"repeats": 3, "max_n": 64}},
+        samples=[SimpleNamespace(turns=["hi"])],
+        tokenizer=lambda text: SimpleNamespace(input_ids=[1, 2]),
+        prompts=SimpleNamespace(context_length=2048),
+        limits=SimpleNamespace(max_new_tokens=64),
+        batch_size=1,
+    )
+    target = plan.Target("bfloat16", {"device": "cpu"}, None, SimpleNamespace(model=None, kind="LeanTreeLM"), None, "")
+    plan.cost_profile(setting, target, None, widest=plan.widest_step([pilot, confirmed]))
+    plan.cost_profile(setting, target, None)
+    assert asked == [32, 60]
 
 
 def test_drafting_off_with_no_shape_decoded_runs_in_plain_ars_dtype(monkeypatch):
