@@ -327,8 +327,7 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
         return Method(tree=tree, verifier=verifier, drafter=drafter, costs=step_costs)
 
     keys = auto_keys(tree_cfg)
-    # at batch size 1 with a drafter that always proposes every step verifies the shape's widest
-    sized = setup.batch_size == 1 and drafter is not None and drafter.always_proposes
+    sized = width_bounded(setup.batch_size, drafter)
     bound = {i: ceiling(t.deepest(), t.widest(), profile) for i, t in enumerate(trees) if sized and t.deepest()}
     live = [i for i in range(len(trees)) if bound.get(i, np.inf) > 1.0 + setup.min_gain]
     rows, runs, prompts, others, line = calibrated(
@@ -371,6 +370,12 @@ def calibrated(options, trees, keys, method, target, profile: CostProfile, setup
     measured, prompts, others = setup.decode([method(tree) for tree in trees], target, profile)
     rows = price([(cfg, *m) for cfg, m in zip(options, measured)], keys, profile, setup.drafter_name)
     return rows, [m[0] for m in measured], prompts, others, overhead_line(rows)
+
+
+def width_bounded(batch_size: int, drafter) -> bool:
+    """Whether every step verifies a shape's widest tree, so its ceiling bounds it: at batch
+    size 1 with a drafter that always proposes."""
+    return batch_size == 1 and drafter is not None and drafter.always_proposes
 
 
 def ceiling(deepest: int, widest: float, profile: CostProfile) -> float:

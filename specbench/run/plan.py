@@ -276,7 +276,7 @@ def profiled_width(setting: Setting, target: Target, drafter) -> int | None:
     calibration bounds shapes by their width (batch size 1, a drafter that always proposes);
     None (the method's reach) elsewhere. The ceilings themselves are taken on the profile."""
     probed = compile_rule.probed_ms(target.lm.compiled, target.compile_choice)
-    if not probed or setting.batch_size > 1 or drafter is None or not drafter.always_proposes:
+    if not probed or not autotune.width_bounded(setting.batch_size, drafter):
         return None
     trees = [methods.instantiate_part(cfg, "method.tree") for cfg in candidates(setting.cfg["method"]["tree"])]
     return autotune.live_width(trees, probed, setting.cfg["costs"]["min_gain"])

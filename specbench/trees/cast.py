@@ -161,7 +161,7 @@ class CastTree(TreePolicy):
             raise ConfigError(NO_COSTS)
         batch = len(roots)
         context = sum(len(c) for c in contexts) / batch
-        one_token_ms = self.costs.target_ms(batch, context, 1) if self.priced else 1.0
+        at = self._at(batch, context)
         trees = [DraftTree.root(r) for r in roots]
         frontiers, fed, kept_utility = [[0] for _ in roots], 1, None
         retained = [[] for _ in roots]  # per row: the nodes each layer kept (n_i of them)
@@ -172,7 +172,7 @@ class CastTree(TreePolicy):
             u = batch_utility(scores, max(len(s) for s in scores))
             if not u:
                 break
-            count, deeper = self._layer(layer, u, (batch, context, one_token_ms), fed, kept_utility)
+            count, deeper = self._layer(layer, u, at, fed, kept_utility)
             kept_utility = u[count - 1]
             for kept, nodes in zip(retained, layer_nodes):
                 kept += nodes[:count]
@@ -183,8 +183,13 @@ class CastTree(TreePolicy):
         if not self.dynamic_rerank:
             return [keep_best(t, self.total_tokens) for t in trees]
         ranked = [best_first(t, kept) for t, kept in zip(trees, retained)]
-        keep = self._verified(trees, ranked, (batch, context, one_token_ms))
+        keep = self._verified(trees, ranked, at)
         return [t.subtree(nodes[: keep - 1]) for t, nodes in zip(trees, ranked)]
+
+    def _at(self, batch: int, context: float) -> tuple:
+        """(batch size, mean committed context, the target's one-token ms there): what a grow
+        prices its layers and its verified size against, looked up once per tree."""
+        return batch, context, self.costs.target_ms(batch, context, 1) if self.priced else 1.0
 
     def _layer(self, layer: int, u: list[float], at: tuple, fed: int, kept_utility) -> tuple[int, bool]:
         """How many of layer `layer`'s candidates to keep (breadth pruning over utilities `u`),
@@ -223,7 +228,7 @@ class CastTree(TreePolicy):
         part of what it drafted, so a node it pruned is missing here: an estimate, which the
         confirming decodes (costs/pilot.py) settle."""
         children = tree.child_lists()
-        at = (1, context, self.costs.target_ms(1, context, 1) if self.priced else 1.0)
+        at = self._at(1, context)
         frontier, fed, kept_utility, layers = [0], 1, None, 0
         drafted, retained = [], []
         for layer in range(1, self.depth + 2):
