@@ -245,7 +245,7 @@ def draw_curves(profile: CostProfile, path: Path, log) -> None:
         log(f"warning: cost curve figure not drawn: {error!r}")
 
 
-def measure_step_overhead(target: TreeLM, profile: CostProfile, context: int, steps: int = 32, batch: int = 1) -> float:
+def measure_step_overhead(target: TreeLM, profile: CostProfile, context: int, steps: int = 16, batch: int = 1) -> float:
     """Wall ms per AR step of the decoding loop beyond the target forward itself
     (sampling, bookkeeping, cache growth): AR through the engine minus f_T(B, c, 1). At
     batch size B > 1 the rows' prompts differ in length, as real prompts do."""

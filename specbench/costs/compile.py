@@ -305,16 +305,20 @@ def resolve(
         )
         return probe_record(model, hardware.get("forward", "auto"), missing, fp16_possible)
 
-    record, seconds = measured_parts(
-        path, fingerprint, timed_parts, probe_parts(sizes, dtype, int8, batch), refresh, version=PROBE_VERSION, log=log
-    )
+    parts = probe_parts(sizes, dtype, False, batch)
+    record, seconds = measured_parts(path, fingerprint, timed_parts, parts, refresh, version=PROBE_VERSION, log=log)
     probe = record["probe"]
     # a probe cached under a torch that still had the ops
     if fp16 == "auto" and fp16_possible and fp16_wins(probe, tuple(n for n in sizes if n <= FP16_SIZES[-1])):
-        chosen = Compiled(fp16_weights=True)
+        chosen, int8 = Compiled(fp16_weights=True), False  # drafters then run on fp16 weights too: no int8
     else:
+        if int8:  # timed only where the forward stays in the model's dtype
+            record, more = measured_parts(
+                path, fingerprint, timed_parts, [*parts, "int8"], version=PROBE_VERSION, log=log
+            )
+            seconds = more if seconds is None else seconds + (more or 0.0)
         chosen = Compiled(
-            packed_from=packed_from(probe, sizes),
+            packed_from=packed_from(record["probe"], sizes),
             float_attention="attention" in record
             and float_attention_wins(record["attention"], attention_batches(batch)),
             int8_drafts_below=int8_below(record["int8"]) if int8 else 0,

@@ -81,3 +81,43 @@ def test_the_compile_probe_times_what_the_method_runs(method, parts, tmp_path, m
     }
     _, record = costs.target_lm(model, cfg, cfg["hardware"], drafter_layers=methods.drafter_layers(method))
     assert record["parts"] == parts
+
+
+@pytest.mark.parametrize("fp16_ms, int8_timed", [(1.0, False), (3.0, True)])
+def test_int8_drafter_projections_are_timed_only_where_fp16_weights_lose(fp16_ms, int8_timed, tmp_path, monkeypatch):
+    """fp16 weights run the drafters on fp16 weights too, so where they win the int8 part is
+    never timed; where they lose, the forward keeps the model's dtype and int8 is timed."""
+    from conftest import tiny_llama
+
+    from specbench.costs import compile as compile_rule
+
+    monkeypatch.setattr(compile_rule, "has_fp16_weights", lambda: True)
+    monkeypatch.setattr(
+        compile_rule,
+        "measure",
+        lambda model, forward, sizes, **_: {
+            kind: {str(n): ms for n in sizes} for kind, ms in (("plain", 2.0), ("fp16", fp16_ms))
+        },
+    )
+    int8_calls = []
+    monkeypatch.setattr(
+        compile_rule,
+        "measure_int8",
+        lambda model, packed: (
+            int8_calls.append(1)
+            or {k: {str(n): ms for n in compile_rule.INT8_ROWS} for k, ms in (("float", 2.0), ("int8", 1.0))}
+        ),
+    )
+    chosen, record = compile_rule.resolve(
+        "auto",
+        tiny_llama(0),
+        "tiny",
+        {"device": "cpu", "threads": 1},
+        tmp_path,
+        log=lambda *_: None,
+        fp16="auto",
+        sizes=(1, 2, 4),
+        drafter_layers=True,
+    )
+    assert chosen.fp16_weights is not int8_timed and ("int8" in record["parts"]) is int8_timed
+    assert len(int8_calls) == int(int8_timed) and (chosen.int8_drafts_below > 0) is int8_timed
