@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 
-from specbench.engine.parts import TreePolicy
+from specbench.engine.parts import NestedStep, TreePolicy
 from specbench.engine.tree import DraftTree, TopTokens, top_tokens
 from specbench.engine.values import integer, number
+from specbench.trees.eagle import best_first
 
 
 class TalonTree(TreePolicy):
@@ -35,6 +36,30 @@ class TalonTree(TreePolicy):
 
     def widest(self) -> int:
         return self.budget
+
+    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int, context: int) -> NestedStep:
+        """This budget's tree read off a wider TALON tree's, as `grow` builds it from the same
+        draft scores: depth by depth, each parent's best children (top-K in the robust layers,
+        else as many as the budget has room for) ranked by cumulative log-prob, gated by mu
+        outside the robust layers, the best that fit kept. An estimate where the wider tree's
+        own gate or budget cut a child this one would keep: the confirming decodes decide."""
+        children = tree.child_lists()
+        kept, parents, depth = {0}, [0], 0
+        while parents and len(kept) < self.budget:
+            room = self.budget - len(kept)
+            keep = min(room, self.top_k) if depth < self.robust_layers else room
+            found = best_first(tree, [c for p in parents for c in best_first(tree, children[p])[:keep]])
+            if depth >= self.robust_layers and found:
+                floor = tree.logps[found[0]] + math.log(self.mu)
+                found = [c for c in found if tree.logps[c] >= floor]
+            parents = found[:keep]
+            kept.update(parents)
+            depth += 1
+        levels = depth - (not parents)  # the last drafter call found nothing where parents ran out
+        inside = next((i for i, node in enumerate(path) if node not in kept), len(path))
+        return NestedStep(
+            accepted=inside - 1, nodes=len(kept), draft_forwards=min(draft_forwards, depth), reach=max(levels, 1)
+        )
 
     def grow(self, drafter, contexts, roots, sampling, generators) -> list[DraftTree]:
         trees = [DraftTree.root(root) for root in roots]
