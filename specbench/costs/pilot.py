@@ -1,8 +1,8 @@
 """Tree shapes predicted from one pilot decode instead of decoding every candidate.
 
 Where a policy's candidate shapes are nested (a shorter chain is a longer one's first
-tokens; a static tree's `size` keeps its first nodes; an EAGLE, CAST, TALON or OPT tree is
-grown again from the wider tree's draft scores: TreePolicy.nested_step), the widest candidate's
+tokens; a static tree's `size` keeps its first nodes; an EAGLE, CAST or TALON tree is grown
+again from the wider tree's draft scores: TreePolicy.nested_step), the widest candidate's
 calibration decode shows, step by step, what every smaller one would have verified and
 accepted: its path cut to the smaller tree. Each smaller candidate's steps are
 rebuilt from the pilot's: the first takes the cut path, and the rest of the tokens the pilot

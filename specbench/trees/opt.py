@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from specbench.engine.parts import NestedStep, TreePolicy
+from specbench.engine.parts import TreePolicy
 from specbench.engine.tree import DraftTree, top_tokens
 from specbench.engine.values import integer, number
 from specbench.trees.eagle import add_top_children, best_first
@@ -59,30 +59,6 @@ class OptTree(TreePolicy):
                 value[b] += gain
                 frontiers[b] = sorted(layer) if gain > self.threshold else []
         return [tree.subtree(best_first(tree, nodes)[: self.nodes]) for tree, nodes in zip(trees, kept)]
-
-    def nested_step(self, tree: DraftTree, path: list[int], draft_forwards: int, context: int) -> NestedStep:
-        """This node count's tree read off a wider OPT-Tree's, as `grow` builds it from the
-        same draft scores: layer by layer the `nodes` best children of the last layer's nodes,
-        drafting on while E(T) gains more than `threshold`, and the `nodes` best of every layer
-        verified. An estimate where the wider tree left out a child this one would keep (its
-        verified tree is its own `nodes` best): the confirming decodes decide."""
-        children = tree.child_lists()
-        frontier, kept, value, forwards = [0], [], 0.0, 0
-        while frontier and forwards < self.max_depth:
-            forwards += 1
-            layer = best_first(tree, [c for p in frontier for c in best_first(tree, children[p])[: self.nodes]])
-            kept += layer[: self.nodes]
-            gain = self.expected_accepted(tree, kept) - value
-            value += gain
-            frontier = sorted(layer[: self.nodes]) if gain > self.threshold else []
-        verified = {0, *best_first(tree, kept)[: self.nodes]}
-        inside = next((i for i, node in enumerate(path) if node not in verified), len(path))
-        return NestedStep(
-            accepted=inside - 1,
-            nodes=len(verified),
-            draft_forwards=min(draft_forwards, forwards),
-            reach=max(tree.depths[n] for n in verified) or 1,
-        )
 
     def expected_accepted(self, tree: DraftTree, nodes: list[int]) -> float:
         """E(T) of the best `self.nodes`-node tree among `nodes`."""

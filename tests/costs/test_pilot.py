@@ -19,7 +19,6 @@ from specbench.metrics.records import method_run
 from specbench.trees.cast import CastTree
 from specbench.trees.chain import Chain
 from specbench.trees.eagle import EagleDynamicTree
-from specbench.trees.opt import OptTree
 from specbench.trees.static import StaticTree
 from specbench.trees.talon import TalonTree
 from specbench.verify.standard import StandardVerifier
@@ -71,6 +70,7 @@ def test_an_eagle_tree_is_read_off_a_wider_one_as_grow_builds_it():
 
 def test_only_policies_with_nested_shapes_are_predicted():
     from specbench.trees.lookahead import LookaheadTree
+    from specbench.trees.opt import OptTree
     from specbench.trees.talon import TalonTree
 
     assert pilot.nested([Chain(g) for g in (1, 2, 4)])
@@ -78,6 +78,7 @@ def test_only_policies_with_nested_shapes_are_predicted():
     assert not pilot.nested([Chain(1), Chain(2)])  # two shapes: both are decoded anyway
     assert pilot.nested([TalonTree(budget=n) for n in (4, 8, 16)])
     assert not pilot.nested([LookaheadTree(window=w) for w in (3, 5, 7)])  # its n-gram pool follows its window
+    assert not pilot.nested([OptTree(nodes=n) for n in (2, 4, 8)])  # a smaller tree may draft deeper than a wider one
     assert pilot.pilot_index([Chain(3), Chain(9), Chain(1)]) == 1
     shapes = [CastTree(**c) for c in CastTree.AUTO_CANDIDATES]  # equally wide: the loosest thresholds, last
     assert pilot.nested(shapes)
@@ -114,15 +115,13 @@ def node_at(tree: DraftTree, tokens: tuple[int, ...]) -> int:
     [
         (TalonTree(budget=16, top_k=2), TalonTree(budget=5, top_k=1), 3),  # a chain 0-1-3-7 and 1's second child
         (TalonTree(budget=16, top_k=2), TalonTree(budget=8, top_k=2), 3),
-        (OptTree(nodes=12, threshold=0.05), OptTree(nodes=3, threshold=0.05), 2),  # 1-3 and 2; drafting stops there
-        (OptTree(nodes=12, threshold=0.05), OptTree(nodes=6, threshold=0.05), 4),  # 1-3-7-1 and 2-5
     ],
 )
-def test_talon_and_opt_trees_are_grown_again_from_a_wider_ones_draft_scores(wide, small, accepted):
-    """A smaller budget (TALON) or node count (OPT-Tree) read off the wider tree's draft
-    scores gives the tree `grow` builds with it: as many nodes, as many drafter calls, and the
-    wider tree's accepted path 1-3-7-1 cut where the smaller tree ends (here every node the
-    smaller one drafts lies in the wider tree)."""
+def test_talon_trees_are_grown_again_from_a_wider_ones_draft_scores(wide, small, accepted):
+    """A smaller TALON budget read off the wider tree's draft scores gives the tree `grow`
+    builds with it: as many nodes, as many drafter calls, and the wider tree's accepted path
+    1-3-7-1 cut where the smaller tree ends (here every node the smaller one drafts lies in
+    the wider tree)."""
     drafter = FakeDrafter(table_logits(TABLE, 10))
     (tree,) = wide.grow(drafter, [[1, 2, 3]], [0], Sampling(), None)
     wide_forwards, drafter = drafter.forwards, FakeDrafter(table_logits(TABLE, 10))
@@ -214,28 +213,21 @@ def test_cast_thresholds_are_predicted_from_one_pilot_at_the_loosest(target, dra
         assert {k: chosen[k] for k in ("c1", "c2", "c3")} in decoded
 
 
-@pytest.mark.parametrize(
-    "cfg, count",
-    [
-        ({"_target_": "specbench.trees.talon.TalonTree", "budget": "auto", "top_k": "auto"}, 10),
-        ({"_target_": "specbench.trees.opt.OptTree", "nodes": "auto"}, 11),
-    ],
-)
-def test_talon_and_opt_shapes_are_predicted_from_one_pilot_at_the_widest(cfg, count, target, draft, prompts, tmp_path):
-    """TALON's budgets and OPT-Tree's node counts: the widest decoded as the pilot, the best
-    predicted (and perhaps the runner-up) decoded to confirm, the others predicted, the
-    choice a decoded one."""
+def test_talon_budgets_are_predicted_from_one_pilot_at_the_widest(target, draft, prompts, tmp_path):
+    """TALON's 10 budgets: the widest decoded as the pilot, the best predicted (and perhaps
+    the runner-up) decoded to confirm, the others predicted, the choice a decoded one."""
     from cost_fixtures import calibration, synthetic_profile
 
     from specbench.costs import autotune
 
     setup = calibration(prompts[:2], tmp_path)
+    cfg = {"_target_": "specbench.trees.talon.TalonTree", "budget": "auto", "top_k": "auto"}
     profile = synthetic_profile(per_token=2.0, drafter_ms=0.5, base=100.0)
     chosen, record = autotune.tune(
         cfg, SmallLMDrafter(draft, VOCAB), StandardVerifier(), TreeLM(target), profile, setup
     )
     decoded = [c["tree"] for c in record["candidates"] if c.get("measured", True)]
-    assert len(record["candidates"]) == count and len(decoded) in (2, 3)
+    assert len(record["candidates"]) == 10 and len(decoded) in (2, 3)
     assert record["candidates"][-1].get("measured", True)  # the widest: the pilot
     if record["chosen"] != DRAFTING_OFF:
-        assert {k: chosen[k] for k in decoded[0]} in decoded
+        assert {k: chosen[k] for k in ("budget", "top_k")} in decoded
