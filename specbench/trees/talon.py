@@ -46,11 +46,10 @@ class TalonTree(TreePolicy):
         children = tree.child_lists()
         kept, parents, depth = {0}, [0], 0
         while parents and len(kept) < self.budget:
-            room = self.budget - len(kept)
-            keep = min(room, self.top_k) if depth < self.robust_layers else room
+            keep = self._keep(len(kept), depth)
             found = best_first(tree, [c for p in parents for c in best_first(tree, children[p])[:keep]])
             if depth >= self.robust_layers and found:
-                floor = tree.logps[found[0]] + math.log(self.mu)
+                floor = self._floor(tree.logps[found[0]])
                 found = [c for c in found if tree.logps[c] >= floor]
             parents = found[:keep]
             kept.update(parents)
@@ -69,7 +68,9 @@ class TalonTree(TreePolicy):
             asked = [p if len(t) < self.budget else [] for t, p in zip(trees, parents)]
             if not any(asked):
                 break
-            rows = top_tokens(drafter.logits(contexts, trees, asked), max(self._keep(tree, depth) for tree in trees))
+            rows = top_tokens(
+                drafter.logits(contexts, trees, asked), max(self._keep(len(tree), depth) for tree in trees)
+            )
             parents = [
                 self._grow(tree, row_parents, top, depth) if top is not None else []
                 for tree, row_parents, top in zip(trees, asked, rows)
@@ -77,18 +78,24 @@ class TalonTree(TreePolicy):
             depth += 1
         return trees
 
-    def _keep(self, tree: DraftTree, depth: int) -> int:
-        """How many children one depth may add to this row: top-K in the robust layers, else the room left."""
-        room = self.budget - len(tree)
+    def _keep(self, size: int, depth: int) -> int:
+        """How many children one depth may add to a row's tree of `size` nodes: top-K in the
+        robust layers, else the room left."""
+        room = self.budget - size
         return min(room, self.top_k) if depth < self.robust_layers else room
+
+    def _floor(self, best: float) -> float:
+        """The confidence gate's cut below the best candidate's cumulative log-prob:
+        p(u) >= mu * max p(u), in logs."""
+        return best + math.log(self.mu)
 
     def _grow(self, tree: DraftTree, parents: list[int], top: TopTokens, depth: int) -> list[int]:
         """One depth of Algorithm 2 for one row; returns the new nodes (next parents)."""
         robust = depth < self.robust_layers
-        keep = self._keep(tree, depth)
+        keep = self._keep(len(tree), depth)
         candidates = self._candidates(tree, parents, top, keep)
         if not robust and candidates:
-            floor = candidates[0][0] + math.log(self.mu)  # p(u) >= mu * max p(u), in logs
+            floor = self._floor(candidates[0][0])
             candidates = [c for c in candidates if c[0] >= floor]
         return [tree.add(parent, token, logp) for _, parent, token, logp in candidates[:keep]]
 
