@@ -31,15 +31,16 @@ from specbench.run.config import compose_config
 
 
 def choose(tree_cfg, drafter, verifier, target, profile, setup, exhaustive: bool):
-    nested, ceiling = pilot.nested, autotune.ceiling
-    if exhaustive:
+    nested, ceiling, margin = pilot.nested, autotune.ceiling, autotune.RACE_MARGIN
+    if exhaustive:  # every shape on every prompt: no pilot, no ceiling, no race
         pilot.nested, autotune.ceiling = (lambda trees: False), (lambda *_: float("inf"))
+        autotune.RACE_MARGIN = 1.0
     try:
         start = time.perf_counter()
         chosen, record = autotune.tune(tree_cfg, drafter, verifier, target.lm, profile, setup)
         return chosen, record, time.perf_counter() - start
     finally:
-        pilot.nested, autotune.ceiling = nested, ceiling
+        pilot.nested, autotune.ceiling, autotune.RACE_MARGIN = nested, ceiling, margin
 
 
 def main() -> None:

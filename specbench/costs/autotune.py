@@ -1,15 +1,18 @@
 """Tree shapes chosen from measured costs: a tree parameter set to `auto` takes the
 candidate with the highest predicted speedup over AR.
 
-Each candidate shape (the policy class lists them in AUTO_CANDIDATES, from small to
-large) decodes a few calibration prompts that are in no evaluation set; its τ, δ and
-tree sizes per step, priced with the cost profile, plus the per-step engine overhead
-measured in the same decode, give its predicted speedup, at the run's batch size
-(calibration decodes batches of that many prompts). Results are cached per profile key,
-drafter, policy, verifier, temperature and batch size, so later runs reuse them. When no shape
-is predicted faster than AR, the method decodes without drafting (AR's empty tree, no
-drafter forwards) and the record says so: the smallest tree is not a safe fallback, since
-a verification over 2 tokens can cost twice one over 1 (AVX2 CPUs: GEMV vs GEMM).
+The candidate shapes (the policy class lists them in AUTO_CANDIDATES, from small to
+large) are judged on a few calibration prompts that are in no evaluation set: where the
+shapes nest, from one pilot decode of the widest (costs/pilot.py) and a confirming decode
+of the best; elsewhere each is decoded on the first prompt and only those near the best
+there on the rest (`raced`). A shape's τ, δ and tree sizes per step, priced with the cost
+profile, plus the per-step engine overhead measured in the same decodes, give its predicted
+speedup, at the run's batch size (calibration decodes batches of that many prompts).
+Results are cached per profile key, drafter, policy, verifier, temperature and batch
+size, so later runs reuse them. When no shape is predicted faster than AR, the method
+decodes without drafting (AR's empty tree, no drafter forwards) and the record says so:
+the smallest tree is not a safe fallback, since a verification over 2 tokens can cost
+twice one over 1 (AVX2 CPUs: GEMV vs GEMM).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from specbench.engine.methods import instantiate_part
 from specbench.metrics.records import method_run
 
 # in the cache key: a choice recorded under another rule is made again (what each version changed: docs/speed.md)
-VERSION = 15
+VERSION = 16
 
 
 def describe(record: dict) -> str:
@@ -257,12 +260,13 @@ class Calibration:
         )
 
     def decode(
-        self, methods: list[Method], target, profile: CostProfile, warm_up: bool = True
+        self, methods: list[Method], target, profile: CostProfile, warm_up: bool = True, batches: slice = slice(None)
     ) -> tuple[list[tuple[list[dict], dict]], list[list[int]], float]:
-        """(per method: the calibration samples as a run records them and their forecast; the
-        prompts; the most cores other processes used while these decodes or the profile
+        """(per method: the calibration samples as a run records them and their forecast; all
+        the prompts; the most cores other processes used while these decodes or the profile
         pricing them were timed). `warm_up`: decode the first batch once untimed first (not
-        needed right after other calibration decodes in the same process)."""
+        needed right after other calibration decodes in the same process). `batches`: which
+        batches of prompts to decode (each seeded by its place among all of them)."""
         prompts, size = self.make_prompts(), self.batch_size
         limits = Limits(max_new_tokens=self.max_new_tokens, stop_token_ids=self.stop_token_ids)
         batch0 = prompts[:size]
@@ -276,7 +280,7 @@ class Calibration:
         with contention.watch() as usage:
             for method in tqdm(methods, desc="calibrating tree shapes", unit="shape"):
                 runs = []
-                for start in range(0, len(prompts), size):
+                for start in range(0, len(prompts), size)[batches]:
                     batch = prompts[start : start + size]
                     generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
                     for prompt, out in zip(
@@ -362,13 +366,38 @@ def tune(tree_cfg: dict, drafter, verifier, target, profile: CostProfile, setup:
 def calibrated(options, trees, keys, method, target, profile: CostProfile, setup: Calibration):
     """(candidate rows, their runs, the prompts, contended cores, the tree-work line that
     priced them) of the shapes worth decoding: predicted from a pilot where the policy's
-    shapes nest (`predicted`), else each decoded."""
+    shapes nest (`predicted`), else raced (`raced`)."""
     if not trees:
         return [], [], [], 0.0, overhead_line([AR_STEP])
     if setup.batch_size == 1 and pilot.nested(trees):
         return predicted(options, trees, keys, method, target, profile, setup)
-    measured, prompts, others = setup.decode([method(tree) for tree in trees], target, profile)
-    rows = price([(cfg, *m) for cfg, m in zip(options, measured)], keys, profile, setup.drafter_name)
+    return raced(options, trees, keys, method, target, profile, setup)
+
+
+# a shape predicted more than this below the best on the first calibration batch is decoded no
+# further: that batch's best was the exhaustive choice in every calibration measured (docs/speed.md)
+RACE_MARGIN = 0.15
+
+
+def raced(options, trees, keys, method, target, profile: CostProfile, setup: Calibration):
+    """(candidate rows, their runs, the prompts, contended cores, the tree-work line) of
+    shapes that do not nest: every one decoded on the first batch of calibration prompts,
+    and on the rest only those within RACE_MARGIN of the best predicted there. A shape
+    left behind keeps its first batch's row, not `measured`, so it cannot be chosen."""
+    first, prompts, others = setup.decode([method(tree) for tree in trees], target, profile, batches=slice(0, 1))
+    rows = price([(cfg, *m) for cfg, m in zip(options, first)], keys, profile, setup.drafter_name)
+    best = max(row["predicted_speedup"] for row in rows)
+    ahead = [i for i, row in enumerate(rows) if row["predicted_speedup"] >= best * (1 - RACE_MARGIN)]
+    measured = list(first)
+    if len(prompts) > setup.batch_size:
+        rest, _, busy = setup.decode([method(trees[i]) for i in ahead], target, profile, False, slice(1, None))
+        others = max(others, busy)
+        for i, (runs, _) in zip(ahead, rest):
+            whole = first[i][0] + runs
+            measured[i] = (whole, predict(whole, profile, setup.drafter_name))
+        rows = price([(cfg, *m) for cfg, m in zip(options, measured)], keys, profile, setup.drafter_name)
+        for i in set(range(len(trees))) - set(ahead):
+            rows[i] |= {"measured": False, "raced_out": True}
     return rows, [m[0] for m in measured], prompts, others, overhead_line(rows)
 
 
@@ -443,9 +472,13 @@ def shown_row(row: dict) -> str:
             f"at most {row['predicted_speedup']:.2f}x even accepting all {row['tau'] - 1:.0f} drafts every step "
             f"({row['mean_tree_size']:.0f} tokens verified a step): not decoded"
         )
+    if row.get("raced_out"):
+        source = f" (first batch only: more than {RACE_MARGIN:.0%} below the best there, not decoded further)"
+    else:
+        source = "" if row.get("measured", True) else " (from the pilot)"
     return (
         f"tau {row['tau']:.2f}, delta {row['delta']:.2f}, tree {row['mean_tree_size']:.1f} -> predicted "
-        f"{row['predicted_speedup']:.2f}x{'' if row.get('measured', True) else ' (from the pilot)'}"
+        f"{row['predicted_speedup']:.2f}x{source}"
     )
 
 

@@ -247,3 +247,39 @@ def test_auto_is_refused_for_a_target_that_is_not_a_tree_policy_and_for_a_policy
         candidates({"_target_": "specbench.verify.standard.StandardVerifier", "gamma": "auto"})
     with pytest.raises(ConfigError, match=r"gamma cannot be auto for .*Autoregressive \(auto supported for: none\)"):
         candidates({"_target_": "specbench.trees.autoregressive.Autoregressive", "gamma": "auto"})
+
+
+def test_shapes_that_do_not_nest_race_on_the_first_prompt(target, draft, prompts, tmp_path, monkeypatch):
+    """Shapes decoded one by one (no pilot) are all decoded on the first calibration prompt
+    and on the others only where predicted within RACE_MARGIN of the best there: a shape
+    left behind keeps its first prompt's row, not measured, never chosen; the shapes that
+    went on read what decoding every shape on every prompt reads."""
+    from specbench.costs import pilot
+    from specbench.costs.predict import predict
+
+    monkeypatch.setattr(pilot, "nested", lambda trees: False)
+    monkeypatch.setattr(Chain, "AUTO_CANDIDATES", [{"gamma": g} for g in (1, 2, 4, 8)])
+    profile = synthetic_profile(per_token=400.0, drafter_ms=0.01, base=1000.0)
+    cfg = {"_target_": "specbench.trees.chain.Chain", "gamma": "auto"}
+
+    def tune(cache, margin):
+        monkeypatch.setattr(autotune, "RACE_MARGIN", margin)
+        setup = calibration(prompts[:2], cache)
+        return autotune.tune(cfg, SmallLMDrafter(draft, VOCAB), StandardVerifier(), TreeLM(target), profile, setup)
+
+    chosen, raced = tune(tmp_path / "raced", 0.15)
+    _, every = tune(tmp_path / "every", 1.0)
+    assert all(c.get("measured", True) for c in every["candidates"])
+    behind = [i for i, c in enumerate(raced["candidates"]) if not c.get("measured", True)]
+    ahead = [i for i in range(len(raced["candidates"])) if i not in behind]
+    assert behind and ahead and all(raced["candidates"][i]["raced_out"] for i in behind)
+    assert [len(raced["runs"][i]) for i in behind] == [1] * len(behind)
+    assert [len(raced["runs"][i]) for i in ahead] == [2] * len(ahead)
+    options = candidates(cfg)
+    first = [(o, runs[:1], predict(runs[:1], profile, "d")) for o, runs in zip(options, raced["runs"])]
+    speed = [row["predicted_speedup"] for row in autotune.price(first, ["gamma"], profile, "d")]
+    assert all((speed[i] < max(speed) * 0.85) == (i in behind) for i in range(len(speed)))
+    for i in ahead:
+        assert raced["candidates"][i]["tau"] == pytest.approx(every["candidates"][i]["tau"])
+    if chosen != DRAFTING_OFF:
+        assert options.index(chosen) in ahead
