@@ -7,8 +7,9 @@
    our AR in bf16 against fp32, side by side (auto may choose them differently for AR and
    for drafting methods: specbench/costs/dtype.py).
 3. Every method's default (auto dtype and auto tree shape) through the runner itself
-   (python -m specbench's Runner: AR back to back on every prompt, the same summary a user
-   gets), with the speedup the cost profile predicts beside the measured one.
+   (python -m specbench's Runner, the same summary a user gets; a dataset's runs share one
+   AR decode per prompt, specbench.run.group), with the speedup the cost profile predicts
+   beside the measured one.
 
     python scripts/bench_speed.py --prompts 10 --max-new-tokens 128
 """
@@ -34,6 +35,7 @@ from specbench.costs import dtype as dtype_rule  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
 from specbench.errors import require, run_command  # noqa: E402
 from specbench.run.config import run_name  # noqa: E402
+from specbench.run.group import groups, run_group  # noqa: E402
 from specbench.run.runner import Runner  # noqa: E402
 
 
@@ -54,7 +56,8 @@ def forwards(ar_by_dtype: dict) -> str:
     return f" ({'; '.join(f'{d}: {precisions.get(d, d)}, {k}' for d, k in kinds.items())})" if kinds else ""
 
 
-def run_method(method: str, dataset: str, args) -> dict:
+def method_runner(method: str, dataset: str, args) -> Runner:
+    """The Runner of `method`'s default on `dataset` with the bench's settings."""
     cfg = config(
         f"method={method}",
         f"dataset={dataset}",
@@ -67,7 +70,24 @@ def run_method(method: str, dataset: str, args) -> dict:
     )
     out_dir = Path(args.runs) / method / run_name(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return Runner(cfg, out_dir).run()
+    return Runner(cfg, out_dir)
+
+
+def run_method(method: str, dataset: str, args) -> dict:
+    return method_runner(method, dataset, args).run()
+
+
+def run_dataset(methods: list[str], dataset: str, args) -> list[dict]:
+    """Each method's summary on `dataset`, in `methods`' order, the runs decoded as one group
+    (specbench.run.group): per prompt, AR once and every method back to back, the order
+    rotating, each run writing the records and summary `python -m specbench` would."""
+    runners = [method_runner(method, dataset, args) for method in methods]
+    summaries = [None] * len(runners)
+    for indexes in groups([r.cfg for r in runners]):
+        members = [runners[i] for i in indexes]
+        for i, summary in zip(indexes, run_group(members) if len(members) > 1 else [members[0].run()]):
+            summaries[i] = summary
+    return summaries
 
 
 def method_row(method: str, dataset: str, summary: dict) -> dict:
@@ -182,8 +202,8 @@ def main(argv: list[str]) -> None:
     tree_dtype, _ = dtype_rule.resolve(dict(base["hardware"]), base["model"], engine=base.get("engine"))
     rows = []
     for dataset in args.datasets:
-        for method in args.methods:
-            rows.append(method_row(method, dataset, run_method(method, dataset, args)))
+        summaries = run_dataset(args.methods, dataset, args)
+        rows += [method_row(method, dataset, summary) for method, summary in zip(args.methods, summaries)]
     name = fingerprint_id(fingerprint)
     args.out.mkdir(parents=True, exist_ok=True)
     figure(rows, args.out / f"speed-{name}.png")
@@ -240,8 +260,9 @@ def main(argv: list[str]) -> None:
         f"## Method defaults vs AR ({args.prompts} seeded prompts per dataset, first turn, {args.max_new_tokens} "
         "tokens, T=0)",
         "",
-        "Each row is one `python -m specbench method=M dataset=D` run: AR back to back on every prompt (order "
-        "alternating).",
+        "Each row is the summary `python -m specbench method=M dataset=D` writes; a dataset's runs are decoded "
+        "as one group (specbench.run.group): per prompt, AR once and every method back to back, the order "
+        "rotating from prompt to prompt.",
         "",
         "| method | dataset | precision (forward) | shape (auto) | tau | delta | tok/s | AR tok/s | speedup "
         f"[95% CI] (median) | predicted | vs AR in {ar_dtype} | engine overhead | identical ids |",
