@@ -61,14 +61,11 @@ def groups(cfgs: list[dict]) -> list[list[int]]:
 
 
 def forward_of(runner: Runner) -> tuple:
-    """What AR's cost and outputs depend on beyond the shared config: the target's dtype and forward."""
+    """What AR's cost and outputs depend on beyond the shared config: the target's dtype and
+    forward (its kind names every engine.compile setting, kernels.Compiled). Not the compile
+    probe's record, which grows as each run of a group probes the sizes it verifies."""
     decided = runner.decided
-    return (
-        decided.dtype.value,
-        decided.precision,
-        decided.forward.value,
-        json.dumps(decided.forward.measured, sort_keys=True, default=str),
-    )
+    return decided.dtype.value, decided.precision, decided.forward.value
 
 
 def run_group(runners: list[Runner]) -> list[dict]:

@@ -5,13 +5,15 @@ multirun of it would have found; a replication's sweeps become such groups."""
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from conftest import run_in_process
 
 from specbench.metrics.records import read_records
 from specbench.replicate.sweep import Sweep, grouped, jobs
 from specbench.run.config import compose_config
-from specbench.run.group import groups, out_dir
+from specbench.run.group import forward_of, groups, out_dir
+from specbench.run.plan import Decision
 
 SETTINGS = [
     "dataset=gsm8k",
@@ -107,3 +109,14 @@ def test_a_replication_runs_its_sweeps_as_groups_and_each_run_once(tmp_path):
     assert any("method.tree.gamma=2" in run for run in planned[0][1]) and any(
         "method.tree.gamma=4" in run for run in planned[0][1]
     )
+
+
+def test_runs_share_ar_when_their_target_forward_is_the_same_whatever_else_the_probe_recorded():
+    def runner(kind: str, probed: list[str], dtype: str = "float32"):
+        forward = Decision(kind, "lean", {"parts": probed, "contended_cores": 0.01})
+        return SimpleNamespace(decided=SimpleNamespace(dtype=Decision(dtype), precision=dtype, forward=forward))
+
+    plain = forward_of(runner("LeanTreeLM-fp16-weights", ["n=1", "n=2"]))
+    assert forward_of(runner("LeanTreeLM-fp16-weights", ["n=1", "n=2", "n=11", "n=60"])) == plain
+    assert forward_of(runner("LeanTreeLM-packed>=4+fp16-weights", ["n=1", "n=2"])) != plain
+    assert forward_of(runner("LeanTreeLM-fp16-weights", ["n=1", "n=2"], dtype="bfloat16")) != plain
