@@ -265,6 +265,13 @@ def probe_parts(sizes: tuple[int, ...], dtype: str, int8: bool, batch: int = 1) 
     return [f"n={n}" for n in sizes] + attention + (["int8"] if int8 else [])
 
 
+def with_int8(path: Path, fingerprint: dict, timed_parts, parts: list[str], seconds: float | None, log):
+    """The probe record with the drafters' int8 timings added where missing, and the seconds
+    probed in all (None: nothing timed)."""
+    record, more = measured_parts(path, fingerprint, timed_parts, [*parts, "int8"], version=PROBE_VERSION, log=log)
+    return record, more if seconds is None else seconds + (more or 0.0)
+
+
 def resolve(
     mode: str,
     model: torch.nn.Module,
@@ -308,15 +315,12 @@ def resolve(
     parts = probe_parts(sizes, dtype, False, batch)
     record, seconds = measured_parts(path, fingerprint, timed_parts, parts, refresh, version=PROBE_VERSION, log=log)
     probe = record["probe"]
-    # a probe cached under a torch that still had the ops
+    # fp16_possible again: a probe cached under a torch that had the fp16 ops holds their timings
     if fp16 == "auto" and fp16_possible and fp16_wins(probe, tuple(n for n in sizes if n <= FP16_SIZES[-1])):
         chosen, int8 = Compiled(fp16_weights=True), False  # drafters then run on fp16 weights too: no int8
     else:
         if int8:  # timed only where the forward stays in the model's dtype
-            record, more = measured_parts(
-                path, fingerprint, timed_parts, [*parts, "int8"], version=PROBE_VERSION, log=log
-            )
-            seconds = more if seconds is None else seconds + (more or 0.0)
+            record, seconds = with_int8(path, fingerprint, timed_parts, parts, seconds, log)
         chosen = Compiled(
             packed_from=packed_from(record["probe"], sizes),
             float_attention="attention" in record
