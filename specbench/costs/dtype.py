@@ -27,7 +27,9 @@ from specbench.engine.candidates import DRAFTING_OFF
 from specbench.engine.lean import make_lm
 from specbench.models import registry
 
-PROBE_SIZES = (1, 4, 16, 64)
+# the dtype probe's sizes: coarser than the compile probe's (compile.PROBE_SIZES), which needs every
+# size to find the smallest from which packing wins; four bracket where bf16 and fp32 cross
+DTYPE_SIZES = (1, 4, 16, 64)
 ONE_TOKEN = (1,)
 CANDIDATES = ("bfloat16", "float32")
 # timings of a size whose two dtypes the probe cannot yet tell apart (profile.compared), as many
@@ -51,14 +53,14 @@ def verified_sizes(method_cfg: dict | None, widest: int | None = None, reach: in
     without a method), up to `reach`, the widest forward any of its `auto` shapes verifies
     (methods.reach; an SpS chain of at most 10 drafts is not timed at 64 tokens)."""
     if method_cfg is None:
-        return PROBE_SIZES
+        return DTYPE_SIZES
     drafts = (
         method_cfg.get("drafter") is not None
         or (method_cfg.get("tree") or {}).get("_target_") != DRAFTING_OFF["_target_"]
     )
     if not drafts:
         return ONE_TOKEN
-    return (widest,) if widest else up_to(PROBE_SIZES, reach)
+    return (widest,) if widest else up_to(DTYPE_SIZES, reach)
 
 
 def run_sizes(method_cfg: dict | None) -> tuple[int, ...]:
@@ -83,7 +85,7 @@ def up_to(grid: tuple[int, ...], reach: int | None) -> tuple[int, ...]:
     return grid if reach is None or reach >= grid[-1] else (*(n for n in grid if n < reach), reach)
 
 
-def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = PROBE_SIZES, tie: str = "bfloat16") -> str:
+def choose(probe: dict[str, dict[str, float]], sizes: tuple[int, ...] = DTYPE_SIZES, tie: str = "bfloat16") -> str:
     """bf16 when its forward is at most fp32's at every probed size, else fp32. One-token
     forwards within ONE_TOKEN_TIE of each other are a tie the probe cannot break, and timing
     wider forwards to break it cost an AR run minutes: `tie` then, the dtype of this ISA's
@@ -160,7 +162,7 @@ def forward_in(
     return make_lm(model, hardware.get("forward", "auto"), compiled)
 
 
-def measure(lms: dict, sizes: tuple[int, ...] = PROBE_SIZES) -> dict[str, dict[str, float]]:
+def measure(lms: dict, sizes: tuple[int, ...] = DTYPE_SIZES) -> dict[str, dict[str, float]]:
     """Forward ms over n tree rows after PROBE_CONTEXT rows at each n in `sizes`, per dtype
     of `lms` (dtype -> its forward, forward_in). Both dtypes' points are timed in the same
     shuffled passes, so a slow spell of the machine cannot fall on one dtype alone, and a

@@ -151,7 +151,7 @@ def test_auto_dtype_follows_the_forward_sizes_the_method_verifies(probe_cache, m
     native = {"bfloat16": {"1": 26, "4": 27, "16": 34, "64": 57}, "float32": {"1": 40, "4": 44, "16": 60, "64": 120}}
     monkeypatch.setattr(dtype_rule, "measure", timed_as(native, timed))
     dtype, record = dtype_rule.resolve(CPU, {"name": "m"}, None, refresh=True, **TIMED)  # no method: every size
-    assert dtype == "bfloat16" and "note" not in record and timed[-1] == dtype_rule.PROBE_SIZES
+    assert dtype == "bfloat16" and "note" not in record and timed[-1] == dtype_rule.DTYPE_SIZES
     # one-token forwards within 5%: the ISA's wide-forward dtype, and no wider forward is timed
     tie = {
         "bfloat16": {"1": 33.1, "4": 90.7, "16": 276, "64": 1114},
