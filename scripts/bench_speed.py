@@ -33,6 +33,7 @@ from bench_vs_transformers import compare, config, floor_line  # noqa: E402
 from specbench.costs import autotune, cache  # noqa: E402
 from specbench.costs import dtype as dtype_rule  # noqa: E402
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id  # noqa: E402
+from specbench.engine.candidates import DRAFTING_OFF  # noqa: E402
 from specbench.errors import require, run_command  # noqa: E402
 from specbench.run.config import run_name  # noqa: E402
 from specbench.run.group import groups, run_group  # noqa: E402
@@ -107,6 +108,7 @@ def method_row(method: str, dataset: str, summary: dict) -> dict:
         "predicted": model.get("predicted_speedup"),
         "overhead": model.get("engine_overhead_share"),
         "shape": autotune.describe(choice) if choice else None,
+        "drafting_off": bool(choice) and choice["chosen"] == DRAFTING_OFF,
         "identical": summary.get("agreement_with_baseline", {}).get("exact_match_rate"),
         "dtype": summary["environment"]["dtype"],
         "precision": summary["environment"]["precision"],
@@ -125,6 +127,19 @@ def method_line(r: dict, plain: dict, ar_dtype: str) -> str:
         f"{r['tok_s']:.1f} | {r['ar_tok_s']:.1f} | {r['speedup']:.2f}x {interval(r['ci95'])}({r['median']:.2f}x) "
         f"| {r['predicted']:.2f}x | "
         f"{vs_fastest} | {100 * (r['overhead'] or 0):.0f}% | {r['identical']:.2f} |"
+    )
+
+
+def null_line(rows: list[dict]) -> str | None:
+    """What this protocol reads where there is no speedup: a row that chose drafting off decodes
+    exactly as AR does, so its distance from 1.0x is the bias and noise every row carries."""
+    off = [r["speedup"] for r in rows if r.get("drafting_off")]
+    if not off:
+        return None
+    return (
+        f"{len(off)} rows chose drafting off and decode exactly as AR does: their speedups, "
+        f"{min(off):.2f}-{max(off):.2f}x (mean {sum(off) / len(off):.2f}x), are what this protocol reads where "
+        "there is no speedup, the bias and noise every row above carries too."
     )
 
 
@@ -269,6 +284,8 @@ def main(argv: list[str]) -> None:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [method_line(r, plain, ar_dtype) for r in rows]
+    if null := null_line(rows):
+        lines += ["", null]
     if any(r["identical"] < 1 and r["dtype"] == "bfloat16" for r in rows):
         lines += [
             "",

@@ -144,3 +144,20 @@ def test_bench_families_compares_our_ar_with_transformers_per_family(tmp_path):
     assert {f for f, r in rows.items() if r["forward"] == "lean"} == set(FAMILIES) - {"qwen3-moe"}
     assert rows["qwen3-moe"]["forward"].startswith("hf (Qwen3MoeForCausalLM: mixture-of-experts")
     assert "| qwen3-moe | tiny | Qwen3MoeForCausalLM |" in result.stdout
+
+
+def test_the_drafting_off_rows_are_reported_as_the_protocols_null(monkeypatch):
+    """make bench's rows that chose drafting off decode as AR: their spread is the protocol's
+    own reading of no speedup, said beside the table; without such rows nothing is said."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from bench_speed import null_line
+
+    rows = [
+        {"speedup": 1.14, "drafting_off": True},
+        {"speedup": 0.99, "drafting_off": True},
+        {"speedup": 1.30, "drafting_off": False},
+        {"speedup": 1.25},
+    ]
+    line = null_line(rows)
+    assert line.startswith("2 rows chose drafting off") and "0.99-1.14x (mean 1.06x)" in line
+    assert null_line(rows[2:]) is None
