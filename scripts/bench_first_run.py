@@ -7,8 +7,7 @@ reads three times from the command's start: decided (decisions.json written: eve
 profile and calibration done), first sample (samples.jsonl's first line) and done (exit).
 Each command has a cache of its own; the second pass runs every command again on the
 cache its first run filled, in a fresh output folder, as a later run of it on the same
-machine and model would. Writes
-results/bench/first-run-<fingerprint>.md and .json.
+machine and model would. Writes results/bench/first-run-<fingerprint>.md and .json.
 
     .venv/bin/python scripts/bench_first_run.py
     .venv/bin/python scripts/bench_first_run.py --commands "method=pld dataset.limit=2 gen.max_new_tokens=32"
@@ -54,8 +53,9 @@ def specbench_command(overrides: str, runs: Path) -> list[str]:
     return [sys.executable, "-m", "specbench", *shlex.split(overrides), f"output_root={runs}"]
 
 
-def timed_run(args: list[str], cache: Path, runs: Path, log) -> Timing:
-    """Run one command, polling its output folder `runs` for the decision and the first sample."""
+def timed_run(args: list[str], cache: Path, runs: Path, log, command: str, cache_state: str) -> Timing:
+    """Run `args`, polling its output folder `runs` for the decision and the first sample;
+    `command` and `cache_state` label the row."""
     env = {**os.environ, "SPECBENCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
     process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -68,7 +68,7 @@ def timed_run(args: list[str], cache: Path, runs: Path, log) -> Timing:
         if first_sample is None and first_time(runs, "samples.jsonl", lambda p: p.stat().st_size > 0):
             first_sample = elapsed
         if finished:
-            return Timing(shlex.join(args), "", decided, first_sample, elapsed, process.returncode)
+            return Timing(command, cache_state, decided, first_sample, elapsed, process.returncode)
         time.sleep(POLL_S)
 
 
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commands", nargs="+", default=COMMANDS, help="each a quoted list of Hydra overrides")
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
-    parser.add_argument("--log", type=Path, help="the commands' output (default: beside the report)")
+    parser.add_argument("--log", type=Path, help="the commands' output (default: in the temporary folder)")
     args = parser.parse_args(argv)
     fingerprint = device_fingerprint("cpu")
     name = f"first-run-{fingerprint_id(fingerprint)}"
@@ -116,8 +116,7 @@ def main(argv: list[str]) -> None:
                 log.write(f"\n### {command} ({cache_state} cache)\n")
                 log.flush()
                 cache, runs = Path(scratch) / f"cache-{i}", Path(scratch) / f"runs-{cache_state}-{i}"
-                timing = timed_run(specbench_command(command, runs), cache, runs, log)
-                timing.command, timing.cache = command, cache_state
+                timing = timed_run(specbench_command(command, runs), cache, runs, log, command, cache_state)
                 timings.append(timing)
                 print(
                     f"{command} ({cache_state} cache): decided {seconds(timing.decided_s)} s, first sample "

@@ -26,7 +26,9 @@ sys.exit(3)
 def test_decided_first_sample_and_done_are_read_in_order(tmp_path):
     runs = tmp_path / "runs"
     with open(tmp_path / "log", "w") as log:
-        timing = bench_first_run.timed_run([sys.executable, "-c", FAKE_RUN, str(runs)], tmp_path / "cache", runs, log)
+        timing = bench_first_run.timed_run(
+            [sys.executable, "-c", FAKE_RUN, str(runs)], tmp_path / "cache", runs, log, "fake", "empty"
+        )
     assert timing.returncode == 3
     assert 0.4 < timing.decided_s < timing.first_sample_s < timing.done_s
     assert timing.first_sample_s - timing.decided_s > 0.3 and timing.done_s - timing.first_sample_s > 0.3
@@ -34,9 +36,11 @@ def test_decided_first_sample_and_done_are_read_in_order(tmp_path):
 
 def test_a_run_that_writes_nothing_has_no_decision_or_sample(tmp_path):
     with open(tmp_path / "log", "w") as log:
-        timing = bench_first_run.timed_run([sys.executable, "-c", "pass"], tmp_path / "cache", tmp_path / "runs", log)
+        timing = bench_first_run.timed_run(
+            [sys.executable, "-c", "pass"], tmp_path / "cache", tmp_path / "runs", log, "nothing", "empty"
+        )
     assert timing.returncode == 0 and timing.decided_s is None and timing.first_sample_s is None
     report = bench_first_run.report(
         [timing], {"cpu_model": "x", "cpu_family_model": "1/2", "isa": ["avx2"], "torch": "t", "threads": 2}
     )
-    assert "| - | - |" in report
+    assert "| `nothing` | empty | - | - |" in report
