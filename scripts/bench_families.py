@@ -30,7 +30,7 @@ from bench_vs_transformers import hf_generate  # its own wall time is not used: 
 
 from specbench.engine.lean import forward_note, make_lm
 from specbench.engine.loop import Limits, Method, generate
-from specbench.engine.sampling import Sampling
+from specbench.engine.sampling import Sampling, seeded
 from specbench.errors import require, run_command
 from specbench.models.families import FAMILIES, SMOLLM2_135M, TINY, random_model
 from specbench.trees.autoregressive import Autoregressive
@@ -55,7 +55,7 @@ def compare(
     model.generation_config.eos_token_id = STOP
     lm, ar = make_lm(model), Method(Autoregressive(), StandardVerifier())
     limits = Limits(max_new_tokens, frozenset({STOP}))
-    generator = torch.Generator().manual_seed(0)
+    generator = seeded(0, "cpu")  # prompt ids, drawn on the host
     inputs = [
         torch.randint(3, model.config.vocab_size, (prompt_tokens,), generator=generator).tolist()
         for _ in range(prompts)

@@ -26,7 +26,6 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-import torch
 from scipy.stats import theilslopes
 from tqdm import tqdm
 
@@ -36,6 +35,7 @@ from specbench.costs.profile import CostProfile, ProfileCosts
 from specbench.engine.candidates import DRAFTING_OFF, auto_keys, candidates
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.methods import instantiate_part
+from specbench.engine.sampling import seeded
 from specbench.metrics.records import method_run
 
 # in the cache key: a choice recorded under another rule is made again (what each version changed: docs/speed.md)
@@ -274,7 +274,7 @@ class Calibration:
         # paid one-time costs the others did not (7.4 ms a step against 2.3 ms timed alone)
         if warm_up:
             generate_batch(
-                target, methods[0], batch0, self.sampling, limits, [torch.Generator().manual_seed(0) for _ in batch0]
+                target, methods[0], batch0, self.sampling, limits, [seeded(0, target.device) for _ in batch0]
             )
         measured = []
         with contention.watch() as usage:
@@ -282,7 +282,7 @@ class Calibration:
                 runs = []
                 for start in range(0, len(prompts), size)[batches]:
                     batch = prompts[start : start + size]
-                    generators = [torch.Generator().manual_seed(start + i) for i in range(len(batch))]
+                    generators = [seeded(start + i, target.device) for i in range(len(batch))]
                     for prompt, out in zip(
                         batch, generate_batch(target, method, batch, self.sampling, limits, generators)
                     ):

@@ -20,6 +20,7 @@ from specbench.engine.lm import TreeLM
 from specbench.engine.parts import Drafter, StepCosts, TreePolicy, Verifier
 from specbench.engine.sampling import Sampling
 from specbench.engine.transfer import device_tensor
+from specbench.errors import require
 
 # cache columns reserved past the longest prompt and the token limit: the widest bucketed tree
 RESERVE_TREE_ROWS = max(BUCKETS)
@@ -157,6 +158,8 @@ def generate_batch(
     n_rows)` is called after every verification (progress display). The clock runs from prefill
     to the last token, around decoding work only."""
     rows = [_Row(list(p), g) for p, g in zip(prompts, generators or [None] * len(prompts))]
+    for row in rows:
+        _require_on_device(row.generator, target.device)
     clock = Clock()
     verify_seconds = 0.0
     clock.start()
@@ -221,6 +224,16 @@ def generate_batch(
                 active = still
     seconds = clock.stop()
     return [_generation(row, limits, decode, prefill_seconds, seconds, len(rows), verify_seconds) for row in rows]
+
+
+def _require_on_device(generator: torch.Generator | None, device: torch.device) -> None:
+    """One clear error where torch's would come from deep inside sampling."""
+    if generator is not None:
+        require(
+            generator.device.type == torch.device(device).type,
+            "generator",
+            f"on {generator.device}, but the target is on {device}: seed it there (engine.sampling.seeded)",
+        )
 
 
 def _record_step(row: _Row, draft, accepted, nll: list[float], drafted: int) -> None:

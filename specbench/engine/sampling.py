@@ -48,6 +48,11 @@ class Sampling:
         return sample(self.probs(logits), generator)
 
 
+def seeded(seed: int, device: torch.device | str) -> torch.Generator:
+    """A generator seeded with `seed` on `device`: sampling on a GPU refuses a CPU generator."""
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 

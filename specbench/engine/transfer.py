@@ -19,7 +19,9 @@ def to_device(host: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     device = torch.device(device)
     if host.device == device or device.type == "cpu":
         return host
-    return host.pin_memory().to(device, non_blocking=True)
+    # pin_memory() keeps a view's strides, and copying a strided source goes through a pageable
+    # temporary that the host waits on
+    return host.contiguous().pin_memory().to(device, non_blocking=True)
 
 
 def device_tensor(data, device: torch.device | str, dtype: torch.dtype | None = None) -> torch.Tensor:

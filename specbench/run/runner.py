@@ -17,6 +17,7 @@ from tqdm import tqdm
 from specbench.costs import contention
 from specbench.data import questions
 from specbench.engine.loop import Limits, Method, generate_batch
+from specbench.engine.sampling import seeded
 from specbench.metrics.records import MethodRun, method_run, read_records
 from specbench.run import plan, tracking
 from specbench.run.baseline import load_cached_baseline
@@ -161,7 +162,7 @@ class Runner:
     def generator(self, sample_id: str) -> torch.Generator:
         """Seeded per sample, so a resumed run draws what an uninterrupted one would."""
         digest = hashlib.sha256(f"{self.cfg['seed']}/{sample_id}".encode()).digest()
-        return torch.Generator(device=self.parts.target.device).manual_seed(int.from_bytes(digest[:8], "little"))
+        return seeded(int.from_bytes(digest[:8], "little"), self.parts.target.device)
 
 
 def decode_in_blocks(members: list[Runner], todo: list[list[questions.Sample]]) -> None:

@@ -40,7 +40,7 @@ from tqdm import tqdm
 from specbench import costs
 from specbench.data.chat import chat_prompt
 from specbench.engine.loop import Limits, Method, generate_batch
-from specbench.engine.sampling import Sampling
+from specbench.engine.sampling import Sampling, seeded
 from specbench.errors import run_command
 from specbench.metrics.records import read_records
 from specbench.models import registry
@@ -110,7 +110,7 @@ def generate(args) -> None:
                 if time.time() > deadline:
                     return
                 keys = [prompt_key(t) for t, _ in batch]
-                generators = [torch.Generator().manual_seed(int(k[:12], 16) + args.seed) for k in keys]
+                generators = [seeded(int(k[:12], 16) + args.seed, target.device) for k in keys]
                 answers = generate_batch(
                     target, method, [ids for _, ids in batch], Sampling(temperature), limits, generators
                 )

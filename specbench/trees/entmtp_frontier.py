@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from specbench.engine.loop import Limits, Method, generate
 from specbench.engine.parts import Acceptance, Verifier
-from specbench.engine.sampling import Sampling
+from specbench.engine.sampling import Sampling, seeded
 from specbench.engine.tree import DraftTree
 from specbench.errors import ConfigError
 from specbench.trees.static import StaticTree, Topology
@@ -103,7 +103,7 @@ def rollout(target, drafter, tree, verifier, prompts, sampling: Sampling, limits
     method = Method(tree=tree, verifier=verifier, drafter=drafter)
     for index, prompt in enumerate(prompts):
         verifier.start_prompt()
-        generate(target, method, prompt, sampling, limits, torch.Generator().manual_seed(seed + index))
+        generate(target, method, prompt, sampling, limits, seeded(seed + index, target.device))
 
 
 def acceptance_frontier(

@@ -1,7 +1,11 @@
 """Auto tree shapes: the candidates, the calibration that chooses among them, when a choice is reused and when it is
 made again."""
 
+from dataclasses import replace
+from types import SimpleNamespace
+
 import pytest
+import torch
 from conftest import MIN_GAIN, VOCAB
 from cost_fixtures import calibration, flat_curve, synthetic_profile
 
@@ -10,9 +14,11 @@ from specbench.drafters.small_lm import SmallLMDrafter
 from specbench.engine import methods
 from specbench.engine.candidates import DRAFTING_OFF, candidates
 from specbench.engine.lm import TreeLM
+from specbench.engine.loop import Method
 from specbench.engine.sampling import Sampling
 from specbench.errors import ConfigError
 from specbench.models import registry
+from specbench.trees.autoregressive import Autoregressive
 from specbench.trees.chain import Chain
 from specbench.verify.standard import StandardVerifier
 
@@ -283,3 +289,28 @@ def test_shapes_that_do_not_nest_race_on_the_first_prompt(target, draft, prompts
         assert raced["candidates"][i]["tau"] == pytest.approx(every["candidates"][i]["tau"])
     if chosen != DRAFTING_OFF:
         assert options.index(chosen) in ahead
+
+
+def test_calibration_seeds_its_generators_on_the_targets_device(target, prompts, tmp_path, monkeypatch):
+    """Sampling on a GPU refuses a CPU generator: the calibration's decodes (warm-up and timed)
+    seed theirs on the device the target reports (here cuda:1, decoded on the CPU)."""
+    requested = []
+
+    class Recorded:
+        def __init__(self, device=None):
+            requested.append(device)
+
+        def manual_seed(self, seed):
+            return self
+
+    lm, real = TreeLM(target), autotune.generate_batch
+
+    def on_the_cpu(_target, method, batch, sampling, limits, generators):
+        return real(lm, method, batch, sampling, limits)
+
+    on_gpu = SimpleNamespace(device=torch.device("cuda", 1))
+    monkeypatch.setattr(torch, "Generator", Recorded)
+    monkeypatch.setattr(autotune, "generate_batch", on_the_cpu)
+    setup = replace(calibration(prompts[:4], tmp_path, batch_size=2), max_new_tokens=4)
+    setup.decode([Method(Autoregressive(), StandardVerifier())], on_gpu, synthetic_profile(0.0))
+    assert requested == [torch.device("cuda", 1)] * 6
