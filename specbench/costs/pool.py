@@ -26,8 +26,7 @@ def target(entry: dict, dtype: str, device: str) -> tuple:
     another model or device lets every held one go."""
     key = _key(entry, device)
     if key not in _models:
-        _models.clear()
-        _release_lms(lambda k: True)
+        release_all()
         _models[key] = {}
     held = _models[key]
     if dtype not in held:
@@ -54,6 +53,13 @@ def lm(model: torch.nn.Module, forward: str, compiled) -> TreeLM:
         _release_lms(lambda k: k[:3] != key[:3])
         _lms[key] = make_lm(model, forward, compiled)
     return _lms[key]
+
+
+def release_all() -> None:
+    """Let go of every held model and LM (their caches and graphs freed now), before a caller
+    builds another model itself: otherwise they live on until the next LM is built."""
+    _models.clear()
+    _release_lms(lambda k: True)
 
 
 def _key(entry: dict, device: str) -> str:

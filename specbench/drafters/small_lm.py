@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from specbench.engine.kernels import Compiled
-from specbench.engine.lean import make_lm
+from specbench.engine.lean import cast, make_lm
 from specbench.engine.parts import Drafter, DrafterLoader
 from specbench.engine.transfer import to_device
 from specbench.engine.tree import DraftTree
@@ -91,7 +91,7 @@ def own_vocab_draft(directory: Path, target: torch.nn.Module, key: str) -> tuple
             f"{key}: {weights}: weights do not fit its config.json "
             f"(missing {sorted(set(missing) - {'model.embed_tokens.weight'})[:3]}, unexpected {unexpected[:3]})"
         )
-    draft.to(dtype=target.dtype, device=target.device)
+    cast(draft, target.dtype, target.device)
     draft.model.embed_tokens = target.get_input_embeddings()
     return draft.eval(), DraftVocab(ids.to(target.device), target.config.vocab_size)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specbench.engine import attention
 from specbench.engine.graphs import Replay, bucket, new_pool
 from specbench.engine.kernels import (
     Compiled,
@@ -129,6 +130,22 @@ class RopeTable(torch.nn.Module):
                 (f(emb) * self.scale).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin)
             )
         return self.tables[key]
+
+
+def cast(model: torch.nn.Module, dtype: torch.dtype, device: torch.device | str | None = None) -> torch.nn.Module:
+    """`model.to(dtype, device)` with its RoPE frequencies (every `inv_freq` buffer) kept in
+    fp32, as from_pretrained loads them: a bf16 inv_freq shifts every position's phase, by
+    about a radian a thousand positions in for the lower frequencies."""
+    frequencies = {
+        (module, name): buffer.float()
+        for module in model.modules()
+        for name, buffer in module.named_buffers(recurse=False)
+        if name.endswith("inv_freq")
+    }
+    model.to(dtype=dtype, device=device)
+    for (module, name), buffer in frequencies.items():
+        setattr(module, name, buffer.to(getattr(module, name).device))
+    return model
 
 
 class LeanTreeLM(TreeLM):
@@ -276,10 +293,11 @@ class LeanTreeLM(TreeLM):
             linear = fp16_linear
         elif rows < self.int8_below:
             layers, linear = self.int8_layers, paired_int8_linear
-        for index, layer in enumerate(layers):
-            if hidden is not None:
-                hidden.append(x)
-            x = self._layer(x, cos, sin, attn_mask, self._k[index], self._v[index], start, linear, *layer)
+        with attention.kernels(x.device):
+            for index, layer in enumerate(layers):
+                if hidden is not None:
+                    hidden.append(x)
+                x = self._layer(x, cos, sin, attn_mask, self._k[index], self._v[index], start, linear, *layer)
         normed = self._norm(x, *self.final_norm)
         if hidden is not None:  # as the model's own hidden_states: the last entry is normed
             hidden.append(normed)
@@ -334,13 +352,8 @@ class LeanTreeLM(TreeLM):
     def _attend(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attn_mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """Attention of q [B, h, n, d] over keys and values [B, kv, columns, d] (GQA inside SDPA)."""
-        grouped = self.kv_heads != self.heads
-        if q.shape[2] == 1 and self.compiled.float_attention and q.dtype != torch.float32:
-            return F.scaled_dot_product_attention(
-                q.float(), keys.float(), values.float(), attn_mask=attn_mask, enable_gqa=grouped
-            ).to(q.dtype)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, enable_gqa=grouped)
+        """Attention of q [B, h, n, d] over keys and values [B, kv, columns, d]: engine/attention.py."""
+        return attention.attend(q, keys, values, attn_mask, self.kv_heads, self.compiled.float_attention)
 
     @staticmethod
     def _cached_kv(k_cache, v_cache, k, v, start: int):
@@ -375,10 +388,9 @@ class StaticTreeLM(LeanTreeLM):
     get the logits of the unpadded forward. Wider forwards (prefill) run LeanTreeLM's own path
     on the same cache.
 
-    Attention folds each KV head's group of query heads into the query rows (q [B, h, n, d]
-    as [B, kv, h/kv * n, d], the mask repeated per group): plain multi-head attention with a
-    mask, which the memory-efficient CUDA kernel runs, where SDPA's `enable_gqa` with a mask
-    has only the math kernel (fp32 upcast, K and V copied per group) in torch 2.11.
+    The mask is folded once per forward for grouped-query heads (attention.fold_mask: each
+    KV head's group of query heads read as query rows), on a CPU too, so the tests run the
+    layout a GPU runs.
 
     On a GPU each (batch size, bucket, key span) is captured once as a CUDA graph
     (graphs.Replay) into a memory pool of the cache's own; a new cache (it grew, or the batch
@@ -405,31 +417,6 @@ class StaticTreeLM(LeanTreeLM):
         k_cache.index_copy_(2, start, k)
         v_cache.index_copy_(2, start, v)
         return k_cache, v_cache
-
-    def _attend(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attn_mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        """A static forward's attention (its mask folded by `_fold`: more rows than q) over the
-        mask's key span; a prefill's (an int start: unfolded) as LeanTreeLM's."""
-        batch, heads, n, d = q.shape
-        if attn_mask is not None and attn_mask.shape[-2] == n and q.is_cuda and heads != self.kv_heads:
-            # a prefill on a GPU: K and V copied per group once (the size of q) for the
-            # memory-efficient kernel, instead of the math kernel's fp32 scores over n x n
-            groups = heads // self.kv_heads
-            return F.scaled_dot_product_attention(
-                q, keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1), attn_mask=attn_mask
-            )
-        if attn_mask is None or attn_mask.shape[-2] == n:
-            return super()._attend(q, keys, values, attn_mask)
-        span = attn_mask.shape[-1]
-        folded = q.reshape(batch, self.kv_heads, heads // self.kv_heads * n, d)
-        attended = F.scaled_dot_product_attention(folded, keys[:, :, :span], values[:, :, :span], attn_mask=attn_mask)
-        return attended.reshape(batch, heads, n, d)
-
-    def _fold(self, mask: torch.Tensor) -> torch.Tensor:
-        """A mask [B, 1, W, span] as the folded queries read it: each group's W rows in turn."""
-        groups = self.heads // self.kv_heads
-        return mask.repeat(1, 1, groups, 1) if groups > 1 else mask
 
     def _run(self, tokens: torch.Tensor, feed):
         batch, n = tokens.shape
@@ -470,7 +457,11 @@ class StaticTreeLM(LeanTreeLM):
         [B, 1, W, cache columns] says, their K and V written at `columns` [W]."""
         cos, sin = self._rope.table(self._k.shape[3], self.embed)
         return self._layers(
-            F.embedding(tokens, self.embed), cos[positions][:, None], sin[positions][:, None], self._fold(mask), columns
+            F.embedding(tokens, self.embed),
+            cos[positions][:, None],
+            sin[positions][:, None],
+            attention.fold_mask(mask, self.heads // self.kv_heads),
+            columns,
         )
 
     def _release_graphs(self) -> None:

@@ -25,6 +25,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from specbench.engine import attention
 from specbench.engine.lean import RopeTable
 from specbench.errors import ConfigError
 from specbench.models.checkpoint import load_strictly, read, read_config
@@ -69,11 +70,9 @@ class HeadAttention(nn.Module):
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        mask = mask[:, None] if mask.dim() == 3 else mask
-        # no copy of k, v per group
-        out = nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, enable_gqa=self.kv_heads != self.heads
-        )
+        mask = mask[:, None] if mask.dim() == 3 else mask[None, None]
+        with attention.kernels(q.device):
+            out = attention.attend(q, k, v, mask, self.kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, -1)), (k, v)
 
 

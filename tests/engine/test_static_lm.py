@@ -115,3 +115,85 @@ def test_an_lm_built_for_one_dtype_is_released_not_reused_after_the_model_change
     bf16 = pool.lm(model, "auto", STATIC)
     assert bf16 is not fp32 and fp32._k is None and fp32._replays == {}
     assert bf16.embed.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("family", ["vicuna", "llama3.1", "qwen3"])
+def test_every_head_grouping_decodes_as_the_model_does(family):
+    """Vicuna has as many KV heads as query heads, Llama-3.1 and Qwen3 group them: on the static
+    forward a prefill wider than every bucket, then AR and a dynamic tree (a draft model on the
+    static forward too) at B = 1 and 2, give the model's own AR ids."""
+    from conftest import noisy_copy
+
+    from specbench.models.families import random_model
+
+    model = random_model(family)
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (max(BUCKETS) + 9, 12, 30)]
+    limits = Limits(max_new_tokens=24)
+    ar = Method(Autoregressive(), StandardVerifier())
+    expected = [generate(TreeLM(model), ar, p, Sampling(), limits).ids for p in prompts]
+    tree = Method(
+        EagleDynamicTree(top_k=3, depth=3, total_tokens=10),
+        StandardVerifier(),
+        SmallLMDrafter(noisy_copy(model, 0.3, seed=2), vocab, "lean", STATIC),
+    )
+    lm = make_lm(model, "lean", STATIC)
+    for method in (ar, tree):
+        for batch in (1, 2):
+            ids = []
+            for start in range(0, len(prompts), batch):
+                ids += [g.ids for g in generate_batch(lm, method, prompts[start : start + batch], Sampling(), limits)]
+            assert ids == expected, (method.tree, batch)
+
+
+@pytest.mark.parametrize("family", ["vicuna", "llama3.1"])
+def test_the_static_forward_is_capture_safe(family, monkeypatch):
+    """What a CUDA graph captures holds no host read and no branch on a tensor's value: dynamo
+    traces the static forward as one graph (fullgraph), under the GPU's attention kernel order."""
+    from specbench.engine import attention
+    from specbench.models.families import random_model
+
+    monkeypatch.setattr(attention, "kernels", lambda device: attention.sdpa_kernel(list(attention.KERNELS), True))
+    lm = make_lm(random_model(family), "lean", STATIC)
+    generate(lm, Method(Autoregressive(), StandardVerifier()), list(range(3, 40)), Sampling(), Limits(max_new_tokens=3))
+    inputs = next(iter(lm._replays.values())).inputs
+    torch._dynamo.reset()
+    traced = torch.compile(lm._static_forward, fullgraph=True, backend="eager")
+    with torch.inference_mode():
+        torch.testing.assert_close(traced(*inputs)[0], lm._static_forward(*inputs)[0])
+
+
+def test_a_released_pool_holds_no_model():
+    """A caller that builds its next model itself (the device check, model after model) lets the
+    pool go first: the previous model's weights are freed, not held by an LM until the next
+    LM is built."""
+    import gc
+    import weakref
+
+    from conftest import tiny_llama
+
+    from specbench.costs import pool
+
+    model = tiny_llama(seed=8)
+    lm = pool.lm(model, "auto", STATIC)
+    generate(lm, Method(Autoregressive(), StandardVerifier()), [5, 6, 7], Sampling(), Limits(max_new_tokens=2))
+    alive = weakref.ref(model)
+    pool.release_all()
+    assert lm._k is None
+    del model, lm
+    gc.collect()
+    assert alive() is None
+
+
+def test_cast_keeps_rope_frequencies_in_fp32():
+    """As from_pretrained loads a bf16 model: weights in bf16, inv_freq exact (model.to rounds it)."""
+    from specbench.engine.lean import cast
+    from specbench.models.families import random_model
+
+    exact = random_model("llama3.1").model.rotary_emb.inv_freq.clone()
+    model = cast(random_model("llama3.1"), torch.bfloat16)
+    assert model.model.embed_tokens.weight.dtype == torch.bfloat16
+    assert torch.equal(model.model.rotary_emb.inv_freq, exact)
+    rounded = random_model("llama3.1").to(torch.bfloat16).model.rotary_emb.inv_freq
+    assert not torch.equal(rounded.float(), exact)
