@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydra_plugins.specbench_launcher import quiet_schema_match_warning
 from specbench.errors import run_command
 from specbench.run.config import check_command_line
+from specbench.run.names import choice_names
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -34,6 +35,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = run_command(choice_names, sys.argv[1:])  # Hydra reads sys.argv
     run_command(check_command_line, sys.argv[1:])
     quiet_schema_match_warning()
     main()

@@ -11,12 +11,12 @@ def require(condition: bool, key: str, message: str) -> None:
         raise ConfigError(f"{key}: {message}")
 
 
-def run_command(main, argv: list[str]) -> None:
-    """Run a command's `main(argv)`; a ConfigError becomes one line on stderr and exit 2."""
+def run_command(main, argv: list[str]):
+    """Return a command's `main(argv)`; a ConfigError becomes one line on stderr and exit 2."""
     import sys
 
     try:
-        main(argv)
+        return main(argv)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from specbench import ROOT
 from specbench.costs.fingerprint import isa_limits
 from specbench.errors import ConfigError, require
 from specbench.models.registry import weights_id
+from specbench.run.names import choice_names
 
 # engine: how forwards run changes speed (and bf16 rounding)
 HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "engine", "seed")
@@ -70,23 +70,10 @@ def _run_name(*, _root_: DictConfig) -> str:
 OmegaConf.register_new_resolver("run_name", _run_name, replace=True)
 
 
-def check_choices(argv: list[str]) -> None:
-    """Unknown group choices get one line listing the valid ones (Hydra prints a page)."""
-    for arg in argv:
-        key, sep, value = arg.lstrip("+~").partition("=")
-        group = key.split("@")[0]
-        if not sep or group not in GROUPS or "," in value or value.startswith(("choice(", "range(", "glob(")):
-            continue
-        choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-        if value not in choices:
-            print(f"error: {key}: unknown {group} {value!r}; choose one of {', '.join(choices)}", file=sys.stderr)
-            sys.exit(2)
-
-
 def check_command_line(argv: list[str]) -> None:
-    """What Hydra would stop on with a traceback, refused first as one line: an unknown group
-    choice, an output_root that cannot be created, a SLURM launch where there is no SLURM."""
-    check_choices(argv)
+    """What Hydra would stop on with a traceback, refused first as one line: an output_root
+    that cannot be created, a SLURM launch where there is no SLURM (unknown group choices:
+    names.choice_names, run before)."""
     check_output_root(override(argv, "output_root") or OmegaConf.load(CONF_DIR / "config.yaml").output_root)
     multirun = "-m" in argv or "--multirun" in argv
     if multirun and override(argv, "hydra/launcher") == "slurm":  # a single run ignores the launcher
@@ -126,7 +113,7 @@ def check_output_root(output_root: str) -> None:
 def compose_config(overrides: list[str]) -> dict:
     """The resolved run config for `overrides`, outside a Hydra app (for the other
     commands: python -m specbench.run.costs, specbench.run.entmtp_search)."""
-    check_choices(overrides)
+    overrides = choice_names(overrides)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides)
     with open_dict(cfg):

@@ -402,7 +402,10 @@ def test_the_command_line_runs_a_local_model_of_each_family(family, tmp_path):
 @pytest.mark.parametrize(
     "target, message",
     [
-        (["model=gpt-9"], "error: model: unknown model 'gpt-9'; choose one of"),
+        (
+            ["model=gpt-9"],
+            "error: model: unknown model 'gpt-9' (neither a conf/model name nor a hub id in one); choose one of",
+        ),
         (["dataset=gsm8k"], "error: --target: 'dataset=gsm8k' is not model=NAME or model.KEY=VALUE"),
         (["model=qwen3-8b", "model.path=/nowhere"], "error: --target.path: /nowhere has no config.json"),
     ],
