@@ -154,7 +154,9 @@ REGIME_RULE = (
     "verify trees more than "
     f"{REGIME_SIZE_FACTOR:g}x apart in mean nodes per step, or when verifying the larger tree costs here more "
     f"than {REGIME_COST_FACTOR:g}x "
-    "the paper's bound; its tau (accepted tokens per target forward) and each side's speedup over AR are still given."
+    "the paper's bound; its tau (accepted tokens per target forward) and each side's speedup over AR are still given. "
+    "Two sides with the same drafter and tree (only the accept rule differs) pay the same verification anywhere: "
+    "never gated."
 )
 SPEED_METRICS = ("speedup", "speedup_mean_per_sample", "tok_per_s")
 
@@ -187,7 +189,28 @@ def speed_sides(a: pd.Series, b: pd.Series, names: tuple[str, str]) -> tuple[str
         "per verification"
     )
     gate = regime.current()
-    return sides, out_of_regime(nodes, gate.here_at(max(nodes)), gate.paper_bound) if gate is not None else ""
+    if gate is None or same_verification([a, b]):
+        return sides, ""
+    return sides, out_of_regime(nodes, gate.here_at(max(nodes)), gate.paper_bound)
+
+
+VERIFICATION_KEYS = ("config.method.drafter", "config.method.tree")
+
+
+def same_verification(runs: list[pd.Series]) -> bool:
+    """Whether the runs draft with the same drafter and grow their trees by the same policy and
+    shape, so only the accept rule differs (MARS against EAGLE-3, a theta sweep): they pay the
+    same verification on any hardware, and no regime gates their comparison. A shape left to
+    `auto` may be decided differently per run, and runs without their config are unknown: not
+    the same."""
+    keys = sorted({k for run in runs for k in run.index if k.startswith(VERIFICATION_KEYS)})
+
+    def setting(run: pd.Series, key: str) -> str:
+        value = run.get(key)
+        return "null" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
+
+    settings = [[setting(run, k) for k in keys] for run in runs]
+    return bool(keys) and all(s == settings[0] for s in settings) and "'auto'" not in settings[0]
 
 
 def gated(verdict, text: str, runs: list[pd.Series]) -> tuple:
@@ -196,6 +219,8 @@ def gated(verdict, text: str, runs: list[pd.Series]) -> tuple:
     the cost of verifying the largest put it out of regime; else as judged."""
     current = regime.current()
     if current is None or not runs:
+        return verdict, text
+    if same_verification(runs):
         return verdict, text
     nodes = [regime.verified_nodes(run) for run in runs]
     reason = out_of_regime((min(nodes), max(nodes)), current.here_at(max(nodes)), current.paper_bound)

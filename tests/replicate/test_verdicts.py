@@ -350,6 +350,32 @@ def test_a_speed_comparison_out_of_regime_is_not_testable_and_names_both_speedup
         assert v.every_higher([("gsm8k", narrow, like)], "speedup", ("a", "b"))[0] is True
 
 
+def test_sides_that_verify_the_same_tree_are_never_gated(tmp_path):
+    """MARS against EAGLE-3 (the same drafter and tree, another accept rule) pays the same
+    verification on any hardware: compared even where a 50-node tree costs 6.4 one-token
+    forwards; another tree, or a shape left to auto, is gated as before."""
+    from specbench.replicate import regime
+
+    slow = [0.3 + 0.01 * i for i in range(12)]
+    tree = {"config.method.tree._target_": "EagleDynamicTree", "config.method.tree.total_tokens": 50}
+    drafter = {"config.method.drafter.head": "eagle3-head"}
+
+    def run(name, speedups, **config):
+        return pd.concat([gated_run(tmp_path, name, speedups, 50), pd.Series({**tree, **drafter, **config})])
+
+    mars = run("mars", [s + 0.1 for s in slow], **{"config.method.verifier.theta": 0.9})
+    eagle3 = run("eagle3", slow, **{"config.method.verifier.theta": None})
+    wider = run("wider", slow, **{"config.method.tree.total_tokens": 60})
+    auto = [run(f"auto{i}", s, **{"config.method.tree.total_tokens": "auto"}) for i, s in enumerate((slow, slow))]
+    cpu = regime.Regime("mars", {1: 1.0, 50: 6.4, 64: 7.0}, "profile", 1.55, 10, (1.0, 2.1), "test", 0)
+    with regime.gating(cpu):
+        assert v.every_higher([("gsm8k", mars, eagle3)], "speedup", ("mars", "eagle3"))[0] is True
+        assert v.every_higher([("gsm8k", mars, wider)], "speedup", ("mars", "b"))[0] == v.NOT_TESTABLE
+        assert v.every_higher([("gsm8k", auto[0], auto[1])], "speedup", ("a", "b"))[0] == v.NOT_TESTABLE
+        points = [(theta, run(f"theta{theta}", [s - 0.02 * theta for s in slow])) for theta in range(4)]
+        assert v.every_slope([("gsm8k", points)], "speedup", rising=False, axis="theta")[0] is True
+
+
 def test_the_papers_regime_comes_from_their_own_tau_and_speedup():
     from specbench.replicate import regime
 
