@@ -13,18 +13,16 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from specbench import ROOT
 from specbench.costs.fingerprint import isa_limits
 from specbench.errors import ConfigError, require
 from specbench.models.registry import weights_id
-from specbench.run.names import choice_names
+from specbench.run.names import CONF_DIR, choice_names
 
 # engine: how forwards run changes speed (and bf16 rounding)
 HASHED_KEYS = ("model", "dataset", "method", "gen", "hardware", "engine", "seed")
 # bumped when a key keeps its name but changes meaning, so an old run is not resumed as a new
 # one (2: method.tree.depth counts as EAGLE's release does, the layers after the first)
 CONVENTIONS = 2
-CONF_DIR = ROOT / "conf"
 # a model config's drafter entries: a method carries the one it uses, resolved, in
 # `method.drafter`, so the others (and a new one added later) do not change a run's identity
 DRAFTER_ENTRIES = ("sps_draft", "eagle", "eagle3", "medusa", "hydra")
@@ -53,9 +51,6 @@ def config_hash(cfg: dict) -> str:
 
 def run_name(cfg: dict) -> str:
     return f"{cfg['model']['name']}-{cfg['dataset']['name']}-{config_hash(cfg)}"
-
-
-GROUPS = ("model", "dataset", "method", "hardware", "logger")
 
 
 def _run_name(*, _root_: DictConfig) -> str:
