@@ -4,9 +4,9 @@ A replication sweeps one setting (theta, a tree size, a component switch) or set
 side by side on the same prompts; run one by one, each run decodes the same AR baseline
 again beside it (a fifth of a replication's time went to such repeats). A group decodes,
 per batch of prompts, AR once and then every method of the group that still lacks that
-batch, all in one block, in one process; the block's order rotates from batch to batch, so
-each method runs before and after AR equally often and drift within a block hits all
-alike. Each run keeps its own directory, records, resume and summary, exactly as it would
+batch, all in one block, in one process, in the order `runner.block_order` gives: each
+method has AR before it in half the blocks and after it in the other half, so drift within
+a block hits all alike. Each run keeps its own directory, records, resume and summary, exactly as it would
 alone; its records say how many methods shared their AR decode (`block_methods`).
 
     python -m specbench.run.group JOBS.json   # a JSON list of override lists, one per run

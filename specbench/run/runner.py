@@ -169,8 +169,7 @@ def decode_in_blocks(members: list[Runner], todo: list[list[questions.Sample]]) 
     """Decode the samples each member lacks (`todo`, per member), batch by batch: per batch,
     the paired AR baseline once (on the first member's target, which every member's plan
     chose alike: specbench.run.group) and each member that lacks the batch, back to back in one
-    block whose order rotates from batch to batch, so each method runs before and after AR
-    equally often; each member writes its records as its batch finishes."""
+    block ordered by `block_order`; each member writes its records as its batch finishes."""
     first = members[0]
     wanted = {s.id for samples in todo for s in samples}
     samples = [s for s in first.samples if s.id in wanted]
@@ -188,9 +187,7 @@ def decode_in_blocks(members: list[Runner], todo: list[list[questions.Sample]]) 
     for index, start in enumerate(range(0, len(samples), size)):
         batch = samples[start : start + size]
         needing = [r for r in members if any(s.id not in r.done for s in batch)]
-        order = [None, *needing] if first.parts.baseline is not None else needing  # None: the shared AR decode
-        turn = index % len(order)
-        order = order[turn:] + order[:turn]
+        order = [None if i is None else needing[i] for i in block_order(index, len(needing), first.parts.baseline)]
         with contention.watch() as usage:
             runs = {}
             for runner in order:
@@ -204,6 +201,20 @@ def decode_in_blocks(members: list[Runner], todo: list[list[questions.Sample]]) 
             runner.write([r for r in records if r["id"] not in runner.done], usage.others)
         bar.update(len(batch))
     bar.close()
+
+
+def block_order(index: int, methods: int, baseline) -> list[int | None]:
+    """The order of the `index`-th block: the methods (0..methods-1) rotated by index // 2,
+    and the shared AR decode (None; none without a `baseline`) first in even blocks and last
+    in odd ones. So every method has AR before it in half the blocks and after it in the
+    other half, whatever its place in the group, and the methods take every place in turn:
+    a drift within a block (caches, clocks, the host's other load) reaches AR and each method
+    alike."""
+    turn = (index // 2) % max(methods, 1)
+    order: list[int | None] = [*range(turn, methods), *range(turn)]
+    if baseline is None:
+        return order
+    return [None, *order] if index % 2 == 0 else [*order, None]
 
 
 class Progress:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from conftest import run_in_process
 
 from specbench.metrics.records import read_records
@@ -14,6 +15,7 @@ from specbench.replicate.sweep import Sweep, grouped, jobs
 from specbench.run.config import compose_config
 from specbench.run.group import forward_of, groups, out_dir
 from specbench.run.plan import Decision
+from specbench.run.runner import block_order
 
 SETTINGS = [
     "dataset=gsm8k",
@@ -120,3 +122,16 @@ def test_runs_share_ar_when_their_target_forward_is_the_same_whatever_else_the_p
     assert forward_of(runner("LeanTreeLM-fp16-weights", ["n=1", "n=2", "n=11", "n=60"])) == plain
     assert forward_of(runner("LeanTreeLM-packed>=4+fp16-weights", ["n=1", "n=2"])) != plain
     assert forward_of(runner("LeanTreeLM-fp16-weights", ["n=1", "n=2"], dtype="bfloat16")) != plain
+
+
+@pytest.mark.parametrize("methods", [1, 2, 3, 5])
+def test_every_method_of_a_block_has_ar_before_it_in_half_the_blocks(methods):
+    """runner.block_order: over whole cycles, AR precedes each method in exactly half the
+    blocks, wherever the method sits in the group, and each method takes every place."""
+    blocks = [block_order(i, methods, baseline=object()) for i in range(4 * methods)]
+    assert all(sorted(b, key=str) == sorted([None, *range(methods)], key=str) for b in blocks)
+    for method in range(methods):
+        before = sum(b.index(None) < b.index(method) for b in blocks)
+        assert before * 2 == len(blocks)
+        assert {[i for i in b if i is not None].index(method) for b in blocks} == set(range(methods))
+    assert block_order(3, methods, baseline=None) == [*range(1 % methods, methods), *range(1 % methods)]
