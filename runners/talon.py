@@ -42,12 +42,15 @@ from specbench.replicate.lookup import (
     size_keys,
     sweep_runs,
 )
-from specbench.replicate.report import Claim, delta_vs_tau_figure, save
+from specbench.replicate.report import Claim, Headline, delta_vs_tau_figure, save
 from specbench.replicate.scales import UNPRICED, by_source, sweep_size
 from specbench.replicate.sweep import Sweep
 from specbench.replicate.verdicts import (
+    NOT_TESTABLE,
+    OUT_OF_REGIME,
     all_hold,
     every_higher,
+    faster_than_ar,
     gated,
     mostly_higher,
     picked_mean,
@@ -678,23 +681,26 @@ def _robust_init(runs):
 def _expansion(runs):
     """Figure 15: TALON's expansion step against EAGLE's dual top-K per vocabulary size and
     Zipf alpha, from the committed micro-benchmark beside the runs (figure15.csv): EAGLE's
-    seconds minus TALON's over the timed calls of each, resampled apart. Timed on the runs'
-    CPU (the paper's: its GPU), where sorting and thresholding cost otherwise."""
-    path = Path(runs["run_dir"].iloc[0]).parents[2] / "figure15.csv"
-    if not path.is_file():
+    seconds minus TALON's over the timed calls of each, resampled apart. The paper times GPU
+    kernels; sorting and thresholding cost otherwise on a CPU, so a CPU's timings are shown,
+    not judged (out of regime)."""
+    found = [p / "figure15.csv" for p in Path(runs["run_dir"].iloc[0]).parents if (p / "figure15.csv").is_file()]
+    if not found:
         raise KeyError("figure15.csv")
-    timings = pd.read_csv(path)
+    timings = pd.read_csv(found[0])
     verdicts, parts = [], []
     for (vocab, alpha), case in timings.groupby(["vocab", "alpha"]):
         eagle, talon = (case[case["method"] == m]["seconds"].tolist() for m in ("eagle", "talon"))
         verdict, text = unpaired_difference(eagle, talon, unit="timed calls")
         verdicts.append(verdict)
         parts.append(f"V={vocab} alpha={alpha:g} {sum(eagle) / sum(talon):.2f}x: {text}")
-    return (
-        all_hold(verdicts),
-        "timed on the runs' CPU (the paper: on its GPU); EAGLE's expansion seconds minus TALON's (EAGLE / TALON mean): "
-        + "; ".join(parts),
-    )
+    measured = "EAGLE's expansion seconds minus TALON's (EAGLE / TALON mean): " + "; ".join(parts)
+    if "device" not in timings or not timings["device"].astype(str).str.startswith("cuda").all():
+        return OUT_OF_REGIME, (
+            f"{NOT_TESTABLE} (a GPU kernel micro-benchmark in the paper; these timings are a CPU's, where sorting "
+            f"and thresholding cost otherwise): measured {measured}"
+        )
+    return all_hold(verdicts), "timed on a GPU: " + measured
 
 
 def funnel_shares(runs):
@@ -761,6 +767,7 @@ def _uniform_first_layer(runs):
 
 CLAIMS = [
     Claim("Table 1", "At T=0 TALON is faster than EAGLE-3 (same N=60) on every dataset", _faster(0.0)),
+    Claim("Table 1", "At T=0 TALON is faster than AR on every dataset", _faster(0.0, rule=faster_than_ar)),
     Claim("Table 1", "At T=0 TALON is faster than OPT-Tree on every dataset", _faster(0.0, "opt_tree")),
     Claim("Table 1", "At T=0 TALON is faster than Medusa on every dataset", _faster(0.0, "medusa")),
     Claim("Table 1", "At T=0 TALON is faster than Hydra on every dataset", _faster(0.0, "hydra")),
@@ -806,6 +813,22 @@ PAPER = Paper(
     speedup=SPEEDUP,
     figures=figures,
     claims=CLAIMS,
+    headlines=[
+        Headline(
+            "Abstract",
+            "TALON consistently outperforms EAGLE-3 (5 targets, 6 datasets)",
+            (
+                "At T=0 TALON is faster than EAGLE-3 (same N=60) on every dataset",
+                "At T=1 TALON is faster than EAGLE-3 on most datasets (Table 3 ties on Vicuna-13B CNN/DM)",
+                "TALON is faster than EAGLE-3 at every node budget N (32-96)",
+            ),
+        ),
+        Headline(
+            "Abstract",
+            "up to 5.16x end-to-end speedup over autoregressive decoding",
+            ("At T=0 TALON is faster than AR on every dataset",),
+        ),
+    ],
 )
 
 if __name__ == "__main__":

@@ -99,9 +99,14 @@ class TreePolicy(ABC):
 
     SIZE_KEYS names the integer settings that count tokens, nodes, levels or children
     (gamma, top_k, depth, ...): run/bounds.py bounds each, and `widest`, by the room the
-    model's context leaves, before anything is loaded or timed."""
+    model's context leaves, before anything is loaded or timed.
+
+    COST_AWARE marks a policy that sizes its trees from this machine's measured costs (CAST,
+    EntMTP's searched trees): a smaller tree than a baseline's is then the method at work,
+    which a replication's regime gate does not hold against it."""
 
     AUTO_CANDIDATES: list[dict] = []
+    COST_AWARE = False
     SIZE_KEYS: tuple[str, ...] = ()
 
     @staticmethod

@@ -18,8 +18,9 @@ import pandas as pd
 import torch
 
 from specbench import ROOT
+from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
 from specbench.errors import ConfigError, require
-from specbench.replicate import regime, report, results, sweep, tables, verdicts
+from specbench.replicate import regime, report, results, runsets, sweep, tables, verdicts
 
 OUR_MODEL = "smollm2-135m"  # the embedded default that cpu scale runs
 
@@ -44,6 +45,7 @@ class Paper:
     # scale -> {table: why none of its cells can have a number of ours}: written as published numbers only
     published_only: dict[str, dict[str, str]] = field(default_factory=dict)
     relative_to: str = "eagle3"  # the baseline method the tables' relative view divides by
+    headlines: list[report.Headline] = field(default_factory=list)  # the report's opening: its abstract's claims
 
 
 FUNCTIONS = ("sweeps", "locate", "figures")
@@ -141,7 +143,9 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
                 f"{', '.join(sorted(sweep.datasets_of(sweeps)))}"
             )
         sweeps = sweep.on_datasets(sweeps, args.datasets)
-    outputs = (args.outputs or ROOT / "outputs" / "replicate" / paper.name / args.scale).resolve()
+    # a machine's own outputs: a sweep resumed on another machine starts that machine's run set
+    machine = fingerprint_id(device_fingerprint("auto"))
+    outputs = (args.outputs or ROOT / "outputs" / "replicate" / paper.name / args.scale / machine).resolve()
     no_gpu = args.scale == "paper" and args.launcher != "slurm" and not torch.cuda.is_available()
     if args.dry_run or no_gpu:
         sweep.launch(sweeps, outputs, args.launcher, tuple(args.overrides), dry_run=True)
@@ -152,7 +156,7 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
             )
         return
     timed_launch(sweeps, outputs, args.launcher, tuple(args.overrides))
-    stored = results.store(outputs, committed)
+    stored = runsets.store(outputs, committed)
     size = results.committed_mb(committed)
     print(f"committed {len(stored)} runs to {committed} ({size:.1f} MB)")
     if size > results.COMMITTED_MB:
@@ -190,42 +194,79 @@ def timed_launch(sweeps: list[sweep.Sweep], outputs: Path, launcher: str, overri
 
 
 def regenerate(paper: Paper, scale: str, runs_dir: Path, out_dir: Path) -> None:
-    """Tables, figures and report in `out_dir` from the runs in `runs_dir`. With no finished
-    run there, neither a report already in `out_dir` nor a paper's committed results (whose
-    own runs are missing) are replaced by tables that say nothing was run: ConfigError."""
-    runs = results.collect(runs_dir)
-    if runs.empty and (
+    """Tables, figures and report in `out_dir` from the runs in `runs_dir` (committed run sets,
+    or a sweep's outputs). With no finished run there, neither a report already in `out_dir`
+    nor a paper's committed results (whose own runs are missing) are replaced by tables that
+    say nothing was run: ConfigError."""
+    sets = runsets.read(runs_dir)
+    if not sets and (
         (Path(out_dir) / "report.md").is_file() or Path(runs_dir).resolve() == (Path(out_dir) / RUNS).resolve()
     ):
         raise ConfigError(
             f"no finished runs in {runs_dir}: nothing to regenerate {out_dir} from (runners/{paper.name}.py runs "
             "and commits them)"
         )
-    write_results(paper, scale, runs, out_dir, results.sessions(runs_dir))
+    write_results(paper, scale, sets, out_dir)
 
 
-def write_results(paper: Paper, scale: str, runs, out_dir: Path, sessions: list[dict] = ()) -> None:
+def write_results(paper: Paper, scale: str, sets: list[runsets.RunSet], out_dir: Path) -> None:
+    """Each claim read on the run sets (report.read_on_sets) in their order (runsets.order);
+    tables and figures of the first set in out_dir, of each other in out_dir/sets/<set>."""
     reference = tables.read_reference(ROOT / "results" / "reference" / f"{paper.name}.csv")
-    compared = tables.compare(
-        reference, runs, paper.locate(scale), OUR_MODEL if scale == "cpu" else None, paper.speedup, paper.relative_to
-    )
+    for runset in sets:
+        runset.regime = regime.regime(paper.name, runset.runs)
+    sets = runsets.order(sets)
     published_only = paper.published_only.get(scale, {})
-    written = tables.write(compared, out_dir / "tables", paper.title, published_only, paper.relative_to)
-    figures = paper.figures(runs, out_dir / "figures") if len(runs) else []  # every figure draws runs
-    names = sorted({p.stem for p in written})
-    measured = regime.regime(paper.name, runs)
-    header = (
-        [paper.setup[scale] + " " + runs_line(runs)]
-        + machine_lines(runs, sessions)
-        + identity_lines(runs)
-        + [measured.header(verdicts.REGIME_RULE), verdicts.INTERVALS]
-    )
-    with regime.gating(measured):
-        rows = report.verdicts(paper.claims, runs)
+    outputs = []
+    for index, runset in enumerate(sets or [runsets.RunSet("", "", results.no_runs())]):
+        directory = Path(out_dir) if index == 0 else Path(out_dir) / SETS / runset.name
+        compared = tables.compare(
+            reference,
+            runset.runs,
+            paper.locate(scale),
+            OUR_MODEL if scale == "cpu" else None,
+            paper.speedup,
+            paper.relative_to,
+        )
+        written = tables.write(compared, directory / "tables", paper.title, published_only, paper.relative_to)
+        figures = (
+            paper.figures(runset.runs, directory / "figures") if len(runset.runs) else []
+        )  # every figure draws runs
+        outputs.append((runset.label, f"{SETS}/{runset.name}", sorted({p.stem for p in written}), figures))
+    rows = report.read_on_sets(paper.claims, sets)
+    header = [paper.setup[scale] + (" " + runs_line(pd.DataFrame()) if not sets else "")]
+    for index, runset in enumerate(sets):
+        header += set_lines(index, runset, rows, len(sets))
+    header += [verdicts.REGIME_RULE, verdicts.INTERVALS]
+    (_, _, names, figures), others = outputs[0], outputs[1:]
     report.write(
-        out_dir / "report.md", f"{paper.title}: {scale}-scale replication", header, rows, names, figures, published_only
+        out_dir / "report.md",
+        f"{paper.title}: {scale}-scale replication",
+        header,
+        rows,
+        names,
+        figures,
+        published_only,
+        others,
+        paper.headlines,
     )
-    print(f"wrote {len(names)} tables, {len(figures)} figure files and {out_dir / 'report.md'}")
+    print(f"wrote {len(outputs)} set(s) of tables and figures and {out_dir / 'report.md'}")
+
+
+SETS = "sets"  # where a report's second and later run sets write their tables and figures
+
+
+def set_lines(index: int, runset: runsets.RunSet, rows: list[dict], count: int) -> list[str]:
+    """A run set in the report's header: its name and where it sits, what its runs decoded,
+    machine, wall time, losslessness, and the regime it measured in."""
+    decided = sum(r.get("set") == runset.label for r in rows if not r["source"].startswith(report.FURTHER))
+    where = "tables/ and figures/" if index == 0 else f"{SETS}/{runset.name}/"
+    lines = [
+        f"**Run set {index + 1} of {count}: {runset.label}** (runs/{runset.name}; its tables and figures in {where}; "
+        f"{decided} of the paper's claims read from it): {runset.fit}. " + runs_line(runset.runs)
+    ]
+    lines += machine_lines(runset.runs, runset.sessions) + identity_lines(runset.runs)
+    return lines + [f"Regime of run set {index + 1}: " + runset.regime.header()]
 
 
 def runs_line(runs) -> str:
@@ -258,7 +299,9 @@ def runs_line(runs) -> str:
 
 def identity_lines(runs) -> list[str]:
     """How many of the T=0 runs gave AR's tokens exactly (every prompt, every token), and
-    which did not: the losslessness a greedy speed comparison rests on."""
+    which did not: the losslessness a greedy speed comparison rests on. Outside fp32 a tie
+    between two near-equal logits may break either way in a tree's forward and AR's, so
+    only an fp32 set tests it."""
     column = "agreement_with_baseline.exact_match_rate"
     if runs.empty or column not in runs:
         return []
@@ -272,6 +315,12 @@ def identity_lines(runs) -> list[str]:
     )
     if not differing.empty:
         line += "; not: " + ", ".join(f"{r['run']} ({r[column]:.0%} of prompts)" for _, r in differing.iterrows())
+    reduced = "environment.dtype" in runs and (runs.loc[greedy.index, "environment.dtype"] != "float32").any()
+    if reduced:
+        line += (
+            " (runs in reduced precision: a tie between near-equal logits may break differently in a tree's forward "
+            "and AR's, so identity is tested on an fp32 set)"
+        )
     return [line + "."]
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 
 from specbench import ROOT
 from specbench.costs.fingerprint import fingerprint_id
+from specbench.costs.profile import CostProfile, Curve
 from specbench.replicate import results
 
 PAPERS = ("mars", "cast", "entmtp", "talon")
@@ -39,35 +40,32 @@ PROFILES = ROOT / "results" / "bench"
 
 @dataclass(frozen=True)
 class Regime:
-    """f(n)/f(1) on the runs' machine (None: no committed profile) and the paper's bound."""
+    """The runs' machine's cost profile (None: none committed) and the paper's bound."""
 
     paper: str
-    here: dict[int, float] | None  # n -> f(n)/f(1)
-    profile: str | None  # the committed profile it comes from
+    here: CostProfile | None
+    profile: str | None  # the committed profile it comes from, and how it was matched
     paper_bound: float  # median over the cells of tau / speedup: f(N)/f(1) is at most this
     paper_cells: int
     paper_range: tuple[float, float]
     paper_source: str  # whose cells
     left_out: int  # cells whose speedup exceeds their tau (paper_cells)
 
-    def here_at(self, n: float) -> float | None:
-        """f(n)/f(1) here, linear between the profiled n (1..64), None without a profile."""
+    def here_at(self, n: float, batch: int = 1) -> float | None:
+        """f(n)/f(1) here at batch size `batch`, the smallest over the profiled contexts: read
+        at the tree's own size (linear between profiled n, extrapolated past the largest as
+        costs.profile.Curve does), None without a profile."""
         if self.here is None:
             return None
-        points = sorted(self.here)
-        n = min(max(n, points[0]), points[-1])
-        above = next(p for p in points if p >= n)
-        below = max((p for p in points if p <= n), default=above)
-        if above == below:
-            return self.here[above]
-        return self.here[below] + (self.here[above] - self.here[below]) * (n - below) / (above - below)
+        return min(
+            self.here.target_ms(batch, context, n) / self.here.target_ms(batch, context, 1)
+            for context in self.here.target.contexts
+        )
 
-    def header(self, rule: str) -> str:
-        """The report's line on the regime it measured in and the paper's."""
+    def header(self) -> str:
+        """The report's line on the regime a run set measured in and the paper's."""
         if self.here is None:
-            here = (
-                "no committed cost profile of the runs' machine (results/bench), so only tree sizes gate a comparison"
-            )
+            here = "no committed cost profile of this machine (results/bench), so no speed comparison can be placed"
         else:
             here = (
                 ", ".join(f"f({n})/f(1) = {self.here_at(n):.2f}" for n in SIZES)
@@ -80,11 +78,10 @@ class Regime:
             else ""
         )
         return (
-            f"Regime: on the runs' machine a target forward over n new tokens costs {here}. On the paper's GPUs "
-            "it costs at most "
+            f"a target forward over n new tokens costs {here}. On the paper's GPUs it costs at most "
             "tau/speedup one-token forwards (speedup = tau f(1) / (f(N) + drafting)): median "
             f"{self.paper_bound:.2f} (range {low:.2f}-{high:.2f}) "
-            f"over {self.paper_cells} published cells with both numbers ({self.paper_source}{dropped}). {rule}"
+            f"over {self.paper_cells} published cells with both numbers ({self.paper_source}{dropped})."
         )
 
 
@@ -101,12 +98,19 @@ def published(paper: str) -> dict[tuple, dict[str, float]]:
     return cells
 
 
+# tokens per target forward = the paper's tau + this: EntMTP's tau counts accepted draft tokens
+# per step, without the target's own token (results/reference/entmtp.notes.md)
+TAU_CONVENTION = {"entmtp": 1.0}
+
+
 def paper_cells(paper: str) -> tuple[list[float], int]:
-    """(tau / speedup of every published cell of `paper` that gives both, AR's excluded; how
-    many cells were left out for a speedup above tau: no wall-clock ratio over AR can
-    exceed the tokens per target forward, so those cells measure something else)."""
+    """(tokens per target forward / speedup of every published cell of `paper` that gives
+    both, AR's excluded; how many cells were left out for a speedup above that: no
+    wall-clock ratio over AR can exceed the tokens per target forward, so those cells
+    measure something else)."""
+    offset = TAU_CONVENTION.get(paper, 0.0)
     ratios = [
-        c["tau"] / c["speedup"]
+        (c["tau"] + offset) / c["speedup"]
         for key, c in published(paper).items()
         if key[2] != "ar" and "tau" in c and c.get("speedup")
     ]
@@ -124,22 +128,73 @@ def published_tau_lead(paper: str, names: tuple[str, str]) -> tuple[int, int]:
     return sum(a > b for a, b in pairs), len(pairs)
 
 
-def machine_profile(runs: pd.DataFrame) -> tuple[dict[int, float] | None, str | None]:
-    """f(n)/f(1) for n = 1..64 from the committed profile of the runs' (model, dtype, forward,
-    machine), the smallest over its contexts; (None, None) when none is committed."""
+def machine_profile(runs: pd.DataFrame) -> tuple[CostProfile | None, str | None]:
+    """The committed cost profile of the runs' model, machine and the (dtype, forward) most of
+    them ran in: that profile, else the one of the same model, dtype and machine whose forward
+    shares most of its parts (the target's packing first: a drafter's int8 leaves the target's
+    cost alone); with none committed for that machine, the dtype probe its runs recorded
+    (probed_profile); (None, None) without either."""
     if runs.empty or "environment.forward" not in runs:
         return None, None
     first = runs.iloc[0]
-    environment = json.loads((Path(first["run_dir"]) / results.SUMMARY).read_text())["environment"]
-    machine = fingerprint_id(environment["fingerprint"])
-    name = f"profile-{first['config.model.name']}-{environment['dtype']}-{environment['forward']}-{machine}.json"
-    path = PROFILES / name
-    if not path.is_file():
+    machine = fingerprint_id(
+        json.loads((Path(first["run_dir"]) / results.SUMMARY).read_text())["environment"]["fingerprint"]
+    )
+    ran = runs[["environment.dtype", "environment.forward"]].dropna().astype(str).value_counts()
+    if ran.empty:
         return None, None
-    target = json.loads(path.read_text())["target"]
-    rows = target["ms"]
-    ratios = {n: min(row[n - 1] / row[0] for row in rows) for n in range(1, target["max_n"] + 1)}
-    return ratios, f"results/bench/{name}"
+    (dtype, forward), _ = sorted(ran.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    prefix, suffix = f"profile-{first['config.model.name']}-{dtype}-", f"-{machine}.json"
+    found = {
+        path.name[len(prefix) : -len(suffix)]: path
+        for path in PROFILES.glob(f"{prefix}*{suffix}")
+        if path.name[len(prefix) : -len(suffix)].startswith("LeanTreeLM") or path.name == f"{prefix}{forward}{suffix}"
+    }
+    if not found:
+        return probed_profile(runs, dtype)
+    chosen = forward if forward in found else max(sorted(found), key=lambda f: forward_likeness(f, forward))
+    path = found[chosen]
+    note = "" if chosen == forward else f"; the nearest committed forward to the runs' {forward}"
+    return CostProfile.from_json(path.read_text()), f"results/bench/{path.name}{note}"
+
+
+def probed_profile(runs: pd.DataFrame, dtype: str) -> tuple[CostProfile | None, str | None]:
+    """A one-context cost curve from the target forwards the runs' own plans timed on their
+    machine (decisions.json: the dtype probe, in `dtype`, at its context; one timing per n,
+    the median over runs where their probes differ), for a machine no profile was committed
+    from; (None, None) when no run recorded one."""
+    timings: dict[int, list[float]] = {}
+    context = None
+    for _, run in runs.iterrows():
+        choice = (results.decisions(run) or {}).get("dtype_choice") or {}
+        for n, ms in ((choice.get("probe") or {}).get(dtype) or {}).items():
+            timings.setdefault(int(n), []).append(float(ms))
+            context = choice.get("context", context)
+    if 1 not in timings or len(timings) < 2:
+        return None, None
+    ns = sorted(timings)
+    curve = Curve(
+        contexts=[int(context or 0)],
+        max_n=ns[-1],
+        ms=[[statistics.median(timings[n]) for n in ns]],
+        spread=[[0.0] * len(ns)],
+        ns=ns,
+    )
+    return CostProfile(key={}, target=curve), (
+        f"no profile of this machine committed: its runs' own dtype probe (decisions.json, {dtype}, context "
+        f"{context}, n = {', '.join(map(str, ns))})"
+    )
+
+
+def forward_likeness(profiled: str, ran: str) -> tuple:
+    """How alike two forward names are for the target's cost: same packing or not, same
+    attention, then parts in common ("LeanTreeLM-packed>=1+fp32-attention" has two)."""
+    a, b = profiled.split("+"), ran.split("+")
+    return (
+        ("packed" in a[0]) == ("packed" in b[0]),
+        ("fp32-attention" in a) == ("fp32-attention" in b),
+        len(set(a) & set(b)),
+    )
 
 
 def regime(paper: str, runs: pd.DataFrame) -> Regime:

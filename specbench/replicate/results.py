@@ -7,10 +7,11 @@ Columns are the summary's keys joined by dots (`results.tau`, `quality.gsm8k_acc
 under the root: the same for a sweep's run and its committed copy, so reports name no
 machine's paths).
 
-`store` copies a sweep's finished runs into the committed directory (what the tables are
-computed from): each run's summary and decisions as they are, its per-sample records and
-the dataset samples they answered gzipped, so a report regenerates on a clone that has
-neither the outputs nor the datasets' local copies.
+`store_runs` copies a sweep's finished runs into the committed directory (what the tables
+are computed from; runsets.store picks each run's set directory): each run's summary and
+decisions as they are, its per-sample records and the dataset samples they answered
+gzipped, so a report regenerates on a clone that has neither the outputs nor the datasets'
+local copies.
 """
 
 from __future__ import annotations
@@ -69,10 +70,14 @@ def collect(root: Path) -> pd.DataFrame:
             summary["run_dir"], summary["run"] = str(path.parent), run_name(path.parent, root)
             found.append(redrawn(summary, path.parent))
     if not found:
-        return pd.DataFrame(columns=["model", "method", "dataset", "temperature", "run_dir", "run"])
+        return no_runs()
     runs = pd.json_normalize(sorted(found, key=lambda s: s["run"]))
     runs["temperature"] = runs["config.gen.temperature"].astype(float)
     return runs
+
+
+def no_runs() -> pd.DataFrame:
+    return pd.DataFrame(columns=["model", "method", "dataset", "temperature", "run_dir", "run"])
 
 
 def redrawn(summary: dict, run_dir: Path) -> dict:
@@ -186,11 +191,11 @@ def decisions(run: pd.Series) -> dict | None:
 # ---- committing runs ----------------------------------------------------------------------
 
 
-def store(outputs: Path, committed: Path) -> pd.DataFrame:
-    """Copy every finished run under `outputs` into `committed`, replacing an older copy of
-    the same run and keeping the runs only `committed` has (a sweep run with --only adds to
-    the others); the sessions' wall times come along. Returns the runs copied."""
-    runs = collect(outputs)
+def store_runs(runs: pd.DataFrame, committed: Path) -> None:
+    """Copy finished runs (collect's rows) into `committed`, replacing an older copy of the
+    same run and keeping the runs only `committed` has (a sweep run with --only adds to the
+    others): each run's summary and decisions as they are, its records and the dataset
+    samples they answered gzipped. runsets.store files a sweep's runs by their set."""
     loaded: dict[str, dict] = {}  # dataset config -> its samples, loaded once for all its runs
     for _, run in runs.iterrows():
         source, target = Path(run["run_dir"]), Path(committed) / run["run"]
@@ -203,9 +208,6 @@ def store(outputs: Path, committed: Path) -> pd.DataFrame:
         answered = _answered(run, records, loaded)
         if answered is not None:
             _write(target / DATASET, _gzip("".join(json.dumps(dataclasses.asdict(s)) + "\n" for s in answered)))
-    if (Path(outputs) / SESSIONS).is_file():
-        _write(Path(committed) / SESSIONS, (Path(outputs) / SESSIONS).read_bytes())
-    return runs
 
 
 def _answered(run: pd.Series, records: list[dict], loaded: dict) -> list | None:

@@ -5,6 +5,7 @@ the measured quantity does not move at all."""
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -14,7 +15,20 @@ from specbench.metrics.intervals import CONFIDENCE, MIN_GROUPS, RESAMPLES, Inter
 from specbench.replicate import regime
 from specbench.replicate.lookup import group_unit, prompt_values, shared_prompts
 
+# what an evidence text says where no verdict can come from our runs, and the verdicts that
+# say why: the machine's costs, the sample size, the 135M model, or the paper itself
 NOT_TESTABLE = "not testable at this scale"
+OUT_OF_REGIME = "not testable: out of regime"
+TOO_FEW = "not testable: too few samples"
+BEYOND_MODEL = "not testable: beyond the model"
+NOT_PUBLISHED = "not testable: not published"
+UNTESTABLE = (OUT_OF_REGIME, TOO_FEW, BEYOND_MODEL, NOT_PUBLISHED)  # the order a claim over cases names them in
+
+
+def untestable(verdict) -> bool:
+    return verdict in UNTESTABLE
+
+
 # the report header's one line on how intervals are drawn
 INTERVALS = (
     f"Intervals: {CONFIDENCE:.0%} bootstrap intervals from scipy.stats.bootstrap, BCa ({RESAMPLES} seeded resamples; "
@@ -90,7 +104,7 @@ def judge(
         return None, f"{text}: {reason}"
     if interval.flat:
         flat = f"the statistic is 0 on every resample of the {interval.n} {unit}: nothing moves at this scale"
-        return NOT_TESTABLE, f"{NOT_TESTABLE}: {flat_reason or flat}"
+        return BEYOND_MODEL, f"{NOT_TESTABLE}: {flat_reason or flat}"
     estimate, low, high = interval.estimate, interval.low, interval.high
     if falls:
         estimate, low, high = -estimate, -high, -low
@@ -144,39 +158,82 @@ def equivalent(interval: Interval, tolerance: float, unit: str = "prompts") -> t
     return None, f"{text}: leans against the claim; about {needed} {unit} would settle it"
 
 
-# The regime gate: a wall-clock comparison of two methods carries across hardware only when
-# their verified trees are of like size and verifying them costs here about what it costs on
-# the paper's GPUs.
-REGIME_SIZE_FACTOR = 3.0  # mean verified nodes per step of the two sides more than this far apart
-REGIME_COST_FACTOR = 2.0  # f(N)/f(1) here more than this times the paper's bound, N the larger tree
+# The regime gate: a wall-clock comparison carries from the papers' GPUs to a run set's
+# machine only where verifying the trees costs there about what it costs on the GPUs.
+REGIME_COST_FACTOR = 2.0  # f(N)/f(1) here (or f(Na)/f(Nb)) more than this times the paper's
+PAPER_TREE = 60  # the tree size the papers' bounds are read at (EAGLE-3's and TALON's trees)
 REGIME_RULE = (
-    "Regime rule (verdicts.out_of_regime): a speed comparison is not testable at this scale when the two sides "
-    "verify trees more than "
-    f"{REGIME_SIZE_FACTOR:g}x apart in mean nodes per step, or when verifying the larger tree costs here more "
-    f"than {REGIME_COST_FACTOR:g}x "
-    "the paper's bound; its tau (accepted tokens per target forward) and each side's speedup over AR are still given. "
-    "Two sides with the same drafter and tree (only the accept rule differs) pay the same verification anywhere: "
-    "never gated."
+    "Regime rule (verdicts.out_of_regime): a speed comparison is out of regime, not testable on a run set, when "
+    f"verifying the larger tree costs there more than {REGIME_COST_FACTOR:g}x the paper's bound on f(N)/f(1), or, "
+    "unless a side sizes its trees from measured costs (CAST, EntMTP), when the larger tree costs more than "
+    f"{REGIME_COST_FACTOR:g}x the smaller there than on the paper's GPUs; each cost read at the tree's own size and "
+    "the run's batch size. Its tau (accepted tokens per target forward) and each side's speedup over AR are still "
+    "given. Two sides with the same drafter and tree (only the accept rule differs) pay the same verification "
+    "anywhere: never gated."
 )
 SPEED_METRICS = ("speedup", "speedup_mean_per_sample", "tok_per_s")
 
 
-def out_of_regime(nodes: tuple[float, float], cost_here: float | None, paper_bound: float) -> str:
-    """Why a wall-clock comparison of trees of `nodes` mean verified nodes cannot carry from
-    the paper's GPUs to this machine ("" when it can): `cost_here` is f(N)/f(1) here at the
-    larger tree (None: unknown), `paper_bound` the paper's f(N)/f(1) bound."""
+def paper_cost(n: float, paper_bound: float) -> float:
+    """f(n)/f(1) on the paper's GPUs as its bound allows: rising linearly from 1 at n = 1 to the
+    bound at PAPER_TREE nodes (and on past it)."""
+    return 1 + (paper_bound - 1) * (max(n, 1) - 1) / (PAPER_TREE - 1)
+
+
+def out_of_regime(nodes: tuple[float, float], gate: regime.Regime, batch: int = 1, cost_aware: bool = False) -> str:
+    """Why a wall-clock comparison of trees of `nodes` mean verified nodes, decoded at batch
+    size `batch`, cannot carry from the paper's GPUs to the machine `gate` profiles ("" when
+    it can); `cost_aware`: a side sizes its trees from measured costs, so a smaller tree is
+    the method, not a mismatch."""
     small, large = sorted(nodes)
+    if gate.here is None:
+        return f"no committed cost profile of this machine: what verifying {large:.0f} nodes costs here is unknown"
+    cost_large = gate.here_at(large, batch)
     reasons = []
-    if large > REGIME_SIZE_FACTOR * small:
+    at = f" at B={batch}" if batch > 1 else ""
+    if cost_large > REGIME_COST_FACTOR * gate.paper_bound:
         reasons.append(
-            f"trees of {small:.1f} and {large:.1f} mean verified nodes, more than {REGIME_SIZE_FACTOR:g}x apart"
+            f"verifying {large:.0f} nodes costs {cost_large:.1f} one-token forwards here{at} against at most "
+            f"{gate.paper_bound:.2f} on the paper's GPUs"
         )
-    if cost_here is not None and cost_here > REGIME_COST_FACTOR * paper_bound:
+    ratio_here = cost_large / gate.here_at(small, batch)
+    ratio_paper = paper_cost(large, gate.paper_bound) / paper_cost(small, gate.paper_bound)
+    if not cost_aware and ratio_here > REGIME_COST_FACTOR * ratio_paper:
         reasons.append(
-            f"verifying {large:.0f} nodes costs {cost_here:.1f} one-token forwards here against at most "
-            f"{paper_bound:.2f} on the paper's GPUs"
+            f"a tree of {large:.1f} mean verified nodes costs {ratio_here:.1f}x one of {small:.1f} here{at} against "
+            f"about {ratio_paper:.2f}x on the paper's GPUs"
         )
     return "; ".join(reasons)
+
+
+def batch_size(run: pd.Series) -> int:
+    value = run.get("config.gen.batch_size")
+    return int(value) if isinstance(value, (int, float)) and not math.isnan(value) else 1
+
+
+def cost_aware(run: pd.Series) -> bool:
+    """Whether the run's tree policy sizes its trees from measured costs (TreePolicy.COST_AWARE)."""
+    target = run.get("config.method.tree._target_")
+    if not isinstance(target, str) or "." not in target:
+        return False
+    module, _, name = target.rpartition(".")
+    try:
+        return bool(getattr(getattr(importlib.import_module(module), name), "COST_AWARE", False))
+    except (ImportError, AttributeError):
+        return False
+
+
+def regime_reason(runs: list[pd.Series]) -> str:
+    """Why the current report's regime gate sets a speed comparison of `runs` aside ("" when
+    it does not, or no report gates): their smallest and largest trees (mean verified nodes),
+    read at the largest batch size among them."""
+    gate = regime.current()
+    if gate is None or not runs or same_verification(runs):
+        return ""
+    nodes = [regime.verified_nodes(run) for run in runs]
+    return out_of_regime(
+        (min(nodes), max(nodes)), gate, max(batch_size(run) for run in runs), any(cost_aware(run) for run in runs)
+    )
 
 
 def speed_sides(a: pd.Series, b: pd.Series, names: tuple[str, str]) -> tuple[str, str]:
@@ -188,10 +245,7 @@ def speed_sides(a: pd.Series, b: pd.Series, names: tuple[str, str]) -> tuple[str
         f"{names[0]} {speeds[0]:.2f}x, {names[1]} {speeds[1]:.2f}x over AR; {nodes[0]:.1f} and {nodes[1]:.1f} nodes "
         "per verification"
     )
-    gate = regime.current()
-    if gate is None or same_verification([a, b]):
-        return sides, ""
-    return sides, out_of_regime(nodes, gate.here_at(max(nodes)), gate.paper_bound)
+    return sides, regime_reason([a, b])
 
 
 VERIFICATION_KEYS = ("config.method.drafter", "config.method.tree")
@@ -215,16 +269,10 @@ def same_verification(runs: list[pd.Series]) -> bool:
 
 def gated(verdict, text: str, runs: list[pd.Series]) -> tuple:
     """A speed claim over `runs` (a sweep, an advantage across settings) as the report's regime
-    gate has it: not testable, with the reason and what was measured, when their trees or
-    the cost of verifying the largest put it out of regime; else as judged."""
-    current = regime.current()
-    if current is None or not runs:
-        return verdict, text
-    if same_verification(runs):
-        return verdict, text
-    nodes = [regime.verified_nodes(run) for run in runs]
-    reason = out_of_regime((min(nodes), max(nodes)), current.here_at(max(nodes)), current.paper_bound)
-    return (NOT_TESTABLE, f"{NOT_TESTABLE} ({reason}): measured {text}") if reason else (verdict, text)
+    gate has it: not testable, with the reason and what was measured, when verifying their
+    trees puts it out of regime; else as judged."""
+    reason = regime_reason(runs)
+    return (OUT_OF_REGIME, f"{NOT_TESTABLE} ({reason}): measured {text}") if reason else (verdict, text)
 
 
 def all_hold(verdicts: list) -> bool | str | None:
@@ -233,8 +281,8 @@ def all_hold(verdicts: list) -> bool | str | None:
     tell otherwise (a case undecided or missing, or no case at all)."""
     if False in verdicts:
         return False
-    if NOT_TESTABLE in verdicts:
-        return NOT_TESTABLE
+    if causes := [v for v in UNTESTABLE if v in verdicts]:
+        return causes[0]
     return True if verdicts and all(v is True for v in verdicts) else None
 
 
@@ -243,14 +291,15 @@ def most_hold(verdicts: list) -> bool | str | None:
     when at least half do not; not testable when so many cannot be tested that more than
     half cannot hold; cannot tell otherwise."""
     n, held, failed = len(verdicts), sum(v is True for v in verdicts), sum(v is False for v in verdicts)
-    untestable = sum(v == NOT_TESTABLE for v in verdicts)
+    causes = [v for v in UNTESTABLE if v in verdicts]
+    untestable_cases = sum(untestable(v) for v in verdicts)
     if not n:
         return None
     if held * 2 > n:
         return True
     if failed * 2 >= n:
         return False
-    return NOT_TESTABLE if (n - failed - untestable) * 2 <= n else None
+    return causes[0] if causes and (n - failed - untestable_cases) * 2 <= n else None
 
 
 def positive(groups: list, statistic, unit: str = "prompts", flat_reason: str = "") -> tuple[bool | str | None, str]:
@@ -353,7 +402,7 @@ def compared(
             sides, reason = speed_sides(a, b, names)
             text += f" ({sides})"
             if reason:
-                verdict, text = NOT_TESTABLE, f"{NOT_TESTABLE} ({reason}): measured {text}"
+                verdict, text = OUT_OF_REGIME, f"{NOT_TESTABLE} ({reason}): measured {text}"
                 regime.note_gated(case, a, b, names)
         verdicts.append(verdict)
         parts.append(f"{case} {text}")
@@ -370,6 +419,36 @@ def every_higher(
     return all_hold(verdicts), f"{names[0]} - {names[1]} {metric} per prompt (per batch at B > 1), mean: " + "; ".join(
         parts
     )
+
+
+def faster_than_ar(
+    pairs: list[tuple[str, pd.Series | None, pd.Series | None]], metric: str, names: tuple[str, str]
+) -> tuple[bool | str | None, str]:
+    """A claim "a is faster than AR in every case", read off the pairs a comparison of a with b
+    selects (so it takes that claim's runs): each case's a run, its per-prompt `metric` (a
+    speedup over the AR decode beside it) minus 1. Gated like any speed comparison, as a's
+    tree against AR's one token."""
+    if not pairs:
+        raise KeyError(f"{names[0]} runs")
+    verdicts, parts = [], []
+    gate = regime.current()
+    for case, run, _ in pairs:
+        if run is None:
+            verdicts.append(None)
+            parts.append(f"{case}: cannot tell: no {names[0]} run")
+            continue
+        values = list(prompt_values(run, metric).values())
+        verdict, text = judge(mean_interval([v - 1 for v in values]), group_unit(run))
+        if gate is not None:
+            nodes = regime.verified_nodes(run)
+            text += f" ({names[0]} {np.mean(values):.2f}x over AR; {nodes:.1f} nodes per verification)"
+            if reason := out_of_regime((1.0, nodes), gate, batch_size(run), cost_aware(run)):
+                verdict, text = OUT_OF_REGIME, f"{NOT_TESTABLE} ({reason}): measured {text}"
+        verdicts.append(verdict)
+        parts.append(f"{case} {text}")
+    return all_hold(
+        verdicts
+    ), f"{names[0]} speedup over AR minus 1 per prompt (per batch at B > 1), mean: " + "; ".join(parts)
 
 
 def mostly_higher(

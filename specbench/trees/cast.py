@@ -100,6 +100,7 @@ class CastTree(TreePolicy):
     # a draft-side threshold C1 = C2 with a verification threshold C3 (module docstring), from
     # shallow to deep drafts and few to many verified, the loosest last (the pilot: costs/pilot.py);
     # Appendix E's common 2.5 / 3 / 4 among them
+    COST_AWARE = True
     AUTO_CANDIDATES = [
         {"c1": draft, "c2": draft, "c3": verify}
         for draft in (10.0, 6.0, 4.0, 3.0, 2.5, 1.5)

@@ -170,6 +170,8 @@ def greedy_branch(topology: Topology, tree: DraftTree) -> list[float]:
 
 
 class ScheduledTree(TreePolicy):
+    COST_AWARE = True  # its bank's trees are searched, and re-priced each run, on measured costs
+
     def __init__(
         self,
         bank: str | None,

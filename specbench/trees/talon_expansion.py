@@ -67,7 +67,7 @@ LAYERS = {"eagle": eagle_layer, "talon": talon_layer}
 def measure(
     vocabs: list[int], alphas: list[float], repeats: int, warmup: int, device: str, seed: int = 0
 ) -> pd.DataFrame:
-    """One row per timed call: vocab, alpha, method, repeat, seconds."""
+    """One row per timed call: vocab, alpha, method, repeat, seconds, and the device that ran it."""
     generator = torch.Generator().manual_seed(seed)
     rows = []
     for vocab in vocabs:
@@ -88,6 +88,7 @@ def measure(
                                 "method": method,
                                 "repeat": repeat,
                                 "seconds": time.perf_counter() - start,
+                                "device": device,
                             }
                         )
     return pd.DataFrame(rows)

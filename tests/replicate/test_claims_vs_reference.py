@@ -41,6 +41,15 @@ def higher_everywhere(*args, **kwargs) -> list[str]:
     return [f"{case}: {row.a} vs {row.b}" for case, row in both.iterrows() if not row.a > row.b]
 
 
+def above_ar(paper, table, where: dict) -> list[str]:
+    """The published speedups of the rows matching `where` that are not above AR's 1."""
+    rows = published(paper, table, "speedup")
+    for column, value in where.items():
+        rows = rows[rows[column] == value]
+    assert not rows.empty, f"{paper} {table}: no speedup of {where}"
+    return [f"{r.model} {r.dataset}: {r.value}" for r in rows.itertuples() if not r.value > 1]
+
+
 def higher_on_most(paper, table, metric, a, b, per=("model", "temperature")) -> list[str]:
     """The groups `per` (e.g. a model at a temperature) where a is above b on half the datasets or fewer."""
     both = side_by_side(paper, table, metric, a, b)
@@ -181,6 +190,20 @@ PUBLISHED = {  # (paper, claim text) -> the cases of the published tables that v
     ("cast", "Full CAST (DR+DP+BP) is the fastest of the ablation variants at every batch size"): cast_fastest_variant,
     ("talon", "At T=0 TALON is faster than EAGLE-3 (same N=60) on every dataset"): lambda: higher_everywhere(
         "talon", "table1", "speedup", {"method": "talon"}, {"method": "eagle3"}
+    ),
+    ("talon", "At T=0 TALON is faster than AR on every dataset"): lambda: above_ar(
+        "talon", "table1", {"method": "talon", "temperature": "0"}
+    ),
+    ("mars", "At T=1 MARS is faster than AR on every dataset"): lambda: above_ar(
+        "mars", "table1", {"method": "mars", "temperature": "1"}
+    ),
+    ("cast", "At batch size 1 and T=0 CAST is faster than AR on every dataset"): lambda: above_ar(
+        "cast", "table1", {"method": "cast", "temperature": "0", "setting": "batch=1"}
+    ),
+    ("entmtp", "EntMTP's task-optimal static tree is faster than the default Medusa tree on every task"): lambda: (
+        higher_everywhere(
+            "entmtp", "table1", "speedup", {"method": "entmtp", "setting": "policy=static"}, {"method": "medusa"}
+        )
     ),
     ("talon", "At T=0 TALON is faster than OPT-Tree on every dataset"): lambda: higher_everywhere(
         "talon", "table1", "speedup", {"method": "talon", "model": "vicuna-13b"}, {"method": "opt_tree"}

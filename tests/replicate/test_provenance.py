@@ -15,8 +15,9 @@ import pytest
 from conftest import run_in_process
 
 from runners import cast, entmtp, mars, talon
+from specbench.costs.fingerprint import fingerprint_id
 from specbench.metrics.speed import bootstrap_ci, cycle_tokens, ratio_ci, tau
-from specbench.replicate import machine_lines, regenerate, report, results, tables, verdicts
+from specbench.replicate import machine_lines, regenerate, report, results, runsets, tables, verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNERS = {"mars": mars, "talon": talon, "cast": cast, "entmtp": entmtp}
@@ -40,10 +41,11 @@ def written_files(directory: Path) -> dict[str, bytes]:
     }
 
 
-def hand_made_outputs(tmp_path: Path) -> tuple[Path, Path]:
-    """A sweep's outputs as the runner leaves them: MARS and EAGLE-3 at T=1 on eight CNN/DM
-    prompts read from a local copy (the paper's Table 1 and Table 3 claims), AR beside each,
-    MARS's decision points (Figures 1 and 4) and a session log. (outputs, the dataset copy)"""
+def hand_made_outputs(tmp_path: Path, machine: dict = MACHINE, name: str = "outputs") -> tuple[Path, Path]:
+    """A sweep's outputs as the runner leaves them on `machine`: MARS and EAGLE-3 at T=1 on
+    eight CNN/DM prompts read from a local copy (the paper's Table 1 and Table 3 claims), AR
+    beside each, MARS's decision points (Figures 1 and 4) and a session log. (outputs, the
+    dataset copy)"""
     copy = tmp_path / "data" / "cnn_dm.jsonl"
     copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(
@@ -65,7 +67,7 @@ def hand_made_outputs(tmp_path: Path) -> tuple[Path, Path]:
         "repeats": 1,
         "max_turns": 1,
     }
-    outputs = tmp_path / "outputs"
+    outputs = tmp_path / name
     for method, method_tau, speed in (("mars", 3.0, 0.5), ("eagle3", 2.0, 0.7)):
         tree = {
             "depth": 6,
@@ -130,9 +132,9 @@ def hand_made_outputs(tmp_path: Path) -> tuple[Path, Path]:
             "environment": {
                 "precision": "float32",
                 "dtype": "float32",
-                "torch": MACHINE["torch"],
+                "torch": machine["torch"],
                 "torch_threads": 2,
-                "fingerprint": MACHINE,
+                "fingerprint": machine,
             },
         }
         (run_dir / "summary.json").write_text(json.dumps(summary))
@@ -144,9 +146,11 @@ def hand_made_outputs(tmp_path: Path) -> tuple[Path, Path]:
 def test_committed_runs_regenerate_the_report_byte_for_byte_without_outputs_or_the_dataset(tmp_path):
     outputs, copy = hand_made_outputs(tmp_path)
     committed = tmp_path / "results"
-    stored = results.store(outputs, committed / "runs")
+    stored = runsets.store(outputs, committed / "runs")
     assert sorted(stored["run"]) == ["eagle3/smollm2-135m-cnn_dm-eagle3", "mars/smollm2-135m-cnn_dm-mars"]
-    run = committed / "runs" / "mars" / "smollm2-135m-cnn_dm-mars"
+    run_set = committed / "runs" / f"{fingerprint_id(MACHINE)}-float32"
+    run = run_set / "mars" / "smollm2-135m-cnn_dm-mars"
+    assert (run_set / results.SESSIONS).is_file()
     assert sorted(p.name for p in run.iterdir()) == [
         "dataset.jsonl.gz",
         "decisions.json",
@@ -180,8 +184,49 @@ def test_committed_runs_regenerate_the_report_byte_for_byte_without_outputs_or_t
     # committing the same outputs again changes no byte
     before = {p: p.read_bytes() for p in (committed / "runs").rglob("*") if p.is_file()}
     outputs, copy = hand_made_outputs(tmp_path)
-    results.store(outputs, committed / "runs")
+    runsets.store(outputs, committed / "runs")
     assert {p: p.read_bytes() for p in (committed / "runs").rglob("*") if p.is_file()} == before
+
+
+def test_runs_of_another_machine_start_a_run_set_of_their_own(tmp_path):
+    """A sweep resumed on another machine adds a set beside the first, never runs to it; each
+    set keeps its session log; the report names both, reads each claim from the set nearest
+    the papers' regime and writes the other set's tables apart."""
+    committed = tmp_path / "results" / "runs"
+    first, _ = hand_made_outputs(tmp_path)
+    runsets.store(first, committed)
+    other = {**MACHINE, "cpu_model": "Test CPU 9900", "isa": ["avx2", "fma", "amx_bf16"]}
+    second, _ = hand_made_outputs(tmp_path, other, "outputs-other")
+    runsets.store(second, committed)
+    names = sorted(p.name for p in committed.iterdir())
+    assert names == sorted([f"{fingerprint_id(MACHINE)}-float32", f"{fingerprint_id(other)}-float32"])
+    assert all(len(list((committed / n).rglob(results.SUMMARY))) == 2 for n in names)
+    assert all((committed / n / results.SESSIONS).is_file() for n in names)
+    found = runsets.read(committed)
+    assert {s.label for s in found} == {"Test CPU 9000 (avx2), float32", "Test CPU 9900 (amx_bf16), float32"}
+    assert all(
+        sorted(s.runs["run"]) == ["eagle3/smollm2-135m-cnn_dm-eagle3", "mars/smollm2-135m-cnn_dm-mars"] for s in found
+    )
+    regenerate(mars.PAPER, "cpu", committed, tmp_path / "results")
+    text = (tmp_path / "results" / "report.md").read_text()
+    assert "**Run set 1 of 2: " in text and "**Run set 2 of 2: " in text
+    second_set = [s.name for s in runsets.order(found)][1]
+    assert (tmp_path / "results" / "sets" / second_set / "tables" / "table1.md").is_file()
+    assert f"](sets/{second_set}/tables/table1.md)" in text
+
+
+def test_committed_runs_from_before_run_sets_move_into_their_set(tmp_path):
+    """results/<paper>/<scale>/runs/<method>/<run> (one machine's runs, one session log) is
+    refiled as that machine's set by the next store, even one that brings no runs."""
+    outputs, _ = hand_made_outputs(tmp_path)
+    committed = tmp_path / "runs"
+    runs = results.collect(outputs)
+    results.store_runs(runs, committed)
+    shutil.copyfile(outputs / results.SESSIONS, committed / results.SESSIONS)
+    runsets.store(tmp_path / "no-outputs", committed)
+    run_set = committed / f"{fingerprint_id(MACHINE)}-float32"
+    assert sorted(p.name for p in committed.iterdir()) == [run_set.name]
+    assert (run_set / results.SESSIONS).is_file() and (run_set / "mars" / "smollm2-135m-cnn_dm-mars").is_dir()
 
 
 @pytest.mark.parametrize("paper", sorted(RUNNERS))
@@ -202,7 +247,7 @@ def test_each_committed_report_regenerates_from_its_committed_runs(paper, tmp_pa
     ours, theirs = written_files(tmp_path), written_files(committed)
     assert sorted(ours) == sorted(theirs)
     for name, data in ours.items():
-        if not name.startswith("figures/"):
+        if "figures" not in Path(name).parts:
             assert data == theirs[name], f"results/{paper}/cpu/{name} does not regenerate from the committed runs"
 
 

@@ -539,35 +539,55 @@ def test_the_summary_names_the_number_that_decides_each_claim():
     assert report.deciding({"ours": against, "verdict": "does not agree"}) == "b -0.3 [95% BCa CI -0.5, -0.1]"
     assert report.deciding({"ours": against, "verdict": "cannot tell"}) == "a +0.1 [95% BCa CI -0.05, +0.2]"
     gated = (
-        "x - y speedup: gsm8k not testable at this scale (trees of 2.0 and 60.0 mean verified nodes, more than 3x "
-        "apart): measured +0.1"
+        "x - y speedup: gsm8k not testable at this scale (verifying 60 nodes costs 7.0 one-token forwards here "
+        "against at most 1.60 on the paper's GPUs): measured +0.1"
     )
     assert (
-        report.deciding({"ours": gated, "verdict": "not testable at this scale"})
-        == "trees of 2.0 and 60.0 mean verified nodes, more than 3x apart"
+        report.deciding({"ours": gated, "verdict": "not testable: out of regime"})
+        == "verifying 60 nodes costs 7.0 one-token forwards here against at most 1.60 on the paper's GPUs"
     )
 
 
-def test_a_verdict_another_machine_read_differently_says_it_rests_on_one_machine(tmp_path):
-    """A claim whose verdict docs/replication.md records as different on another machine
-    carries that note in the summary and the claims table; the count of agreeing claims
-    reads the verdict alone."""
-    claims = [
-        report.Claim(
-            "Table 2",
-            "K raises tau",
-            lambda runs: (None, "gsm8k +0.07 [95% BCa CI -0.01, +0.27], n=10 prompts"),
-            moved="it read agrees on another machine",
-        ),
-        report.Claim(
-            "Table 3", "m raises tau", lambda runs: (True, "gsm8k +0.5 [95% BCa CI +0.2, +0.7], n=10 prompts")
-        ),
+def test_each_claim_is_read_from_the_first_run_set_holding_its_runs_and_names_the_others(tmp_path):
+    """report.read_on_sets: a claim reads the first set in order that holds its runs (a set
+    lacking them is passed over), names that set and its regime in the summary and the
+    headline, and what each other set holding its runs read."""
+    from specbench.costs.profile import CostProfile, Curve
+    from specbench.replicate import regime, runsets
+
+    def machine(name, ratio_at_60):
+        curve = Curve(
+            contexts=[128], max_n=64, ms=[[1.0, ratio_at_60, ratio_at_60]], spread=[[0.0] * 3], ns=[1, 60, 64]
+        )
+        runs = pd.DataFrame({"machine": [name], "run": ["r"], "run_dir": [str(tmp_path / name)]})
+        found = runsets.RunSet(name, f"{name} CPU, bfloat16", runs)
+        found.regime = regime.Regime("mars", CostProfile(key={}, target=curve), "p", 1.5, 10, (1.0, 2.0), "t", 0)
+        return found
+
+    gpu_like, slow = machine("amx", 1.6), machine("avx2", 7.0)
+
+    def k_claim(runs):
+        return (runs["machine"].iloc[0] == "amx", "gsm8k +0.07 [95% BCa CI +0.01, +0.27], n=10 prompts")
+
+    def m_claim(runs):
+        if runs["machine"].iloc[0] == "amx":
+            raise KeyError("m sweep")
+        return None, "gsm8k +0.5 [95% BCa CI -0.2, +0.7], n=10 prompts"
+
+    claims = [report.Claim("Table 2", "K raises tau", k_claim), report.Claim("Table 3", "m raises tau", m_claim)]
+    sets = runsets.order([slow, gpu_like])
+    assert [s.name for s in sets] == ["amx", "avx2"]  # the cheaper verification first
+    rows = report.read_on_sets(claims, sets)
+    assert [(r["set"], r["others"]) for r in rows] == [
+        ("amx CPU, bfloat16", [("avx2 CPU, bfloat16", "does not agree")]),
+        ("avx2 CPU, bfloat16", []),
     ]
-    rows = report.verdicts(claims, pd.DataFrame())
-    report.write(tmp_path / "report.md", "t", [], rows, [], [])
+    headline = report.Headline("Abstract", "K and m raise tau", ("K raises tau", "m raises tau", "absent"))
+    report.write(tmp_path / "report.md", "t", [], rows, [], [], headlines=[headline])
     text = (tmp_path / "report.md").read_text()
-    note = "this verdict rests on one machine and session: it read agrees on another machine (docs/replication.md)"
-    assert text.count(note) == 2 and "1 of 2 claims agree in direction" in text
-    assert [line for line in text.splitlines() if line.startswith("| Table 3")] and note not in "".join(
-        l for l in text.splitlines() if l.startswith("| Table 3")
-    )
+    assert text.startswith("# t\n\n## Headline\n\n**Abstract: K and m raise tau**\n- Table 2, K raises tau: **agrees**")
+    assert "(read on amx CPU, bfloat16: 60-node trees in regime (1.60 one-token forwards, bound 3.00))" in text
+    assert "- absent: no claim of this report tests it yet" in text
+    assert "| agrees | gsm8k +0.07 [95% BCa CI +0.01, +0.27] | amx CPU, bfloat16 |" in text
+    assert "read on amx CPU, bfloat16, also on avx2 CPU, bfloat16: does not agree" in text
+    assert "1 of 2 claims agree in direction" in text

@@ -16,7 +16,7 @@ from runners import talon
 from specbench.engine.parts import Drafter
 from specbench.engine.sampling import Sampling
 from specbench.replicate import tables
-from specbench.replicate.verdicts import NOT_TESTABLE
+from specbench.replicate.verdicts import BEYOND_MODEL
 from specbench.trees import talon_expansion
 
 MODEL = "smollm2-135m"
@@ -113,7 +113,7 @@ def test_a_tree_that_accepts_every_node_alike_gives_a_flat_funnel(tmp_path):
     assert np.allclose(rates[0], 0.1) and np.allclose(rates[1:3], 0.01)
     assert np.isnan(rates[3:]).all()  # depths the tree never had
     verdict, text = talon._funnel(runs)
-    assert verdict == NOT_TESTABLE and "1: 0.20 of 120" in text  # no funnel, and no spread for an interval to decide on
+    assert verdict == BEYOND_MODEL and "1: 0.20 of 120" in text  # no funnel, and no spread for an interval to decide on
 
 
 def test_acceptance_is_divided_by_the_nodes_holding_each_rank():

@@ -1,0 +1,170 @@
+"""Run sets: a paper's runs grouped by the machine and precision they ran on, never mixed.
+
+A set is every run of one machine (its fingerprint id: CPU or GPU, ISA flags, torch,
+threads) at one requested `hardware.dtype`. Its name is the machine id and the precision
+(the requested dtype, or under `auto` the dtype most of its runs computed in), and it is
+the directory its committed runs live in: results/<paper>/<scale>/runs/<set>/<run>.
+
+Speed measured on one machine says nothing of another's, so a report judges every claim
+on each set by that set's own regime and reads it from the first set, in `order`, that
+holds the claim's runs: the set whose verification cost is nearest the papers' GPUs first.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from specbench.costs.fingerprint import fingerprint_id
+from specbench.replicate import results
+from specbench.replicate.regime import Regime
+from specbench.replicate.verdicts import PAPER_TREE, REGIME_COST_FACTOR
+
+UNRECORDED = "machine-not-recorded"
+# the matmul feature a set's label names: the best one its CPU has, in this order
+LEADING_ISA = ("amx_bf16", "avx512_bf16", "avx512f", "avx2", "sve", "asimd")
+
+
+@dataclass
+class RunSet:
+    name: str  # directory and key: <machine id>-<precision>
+    label: str  # what a report's verdict names: CPU model (its best matmul ISA), precision
+    runs: pd.DataFrame
+    sessions: list[dict] = field(default_factory=list)
+    regime: Regime | None = None  # the paper's and this machine's costs, set by the report
+
+    @property
+    def fit(self) -> str:
+        """Whether the set is in the papers' regime, in numbers: what verifying a
+        PAPER_TREE-node tree costs on its machine against its bound, REGIME_COST_FACTOR x
+        the paper's."""
+        if self.regime is None or self.regime.here is None:
+            return "regime unknown (no cost profile of its machine)"
+        cost, bound = self.regime.here_at(PAPER_TREE), REGIME_COST_FACTOR * self.regime.paper_bound
+        side = "in regime" if cost <= bound else "out of regime"
+        return f"{PAPER_TREE}-node trees {side} ({cost:.2f} one-token forwards, bound {bound:.2f})"
+
+
+def order(sets: list[RunSet]) -> list[RunSet]:
+    """The order a claim reads the sets in: the lowest measured cost of verifying a
+    PAPER_TREE-node tree first (nearest the papers' GPUs), sets without a cost profile
+    last; then the most runs, then the name."""
+
+    def cost(runset: RunSet) -> float:
+        gate = runset.regime
+        return gate.here_at(PAPER_TREE) if gate is not None and gate.here is not None else float("inf")
+
+    return sorted(sets, key=lambda s: (cost(s), -len(s.runs), s.name))
+
+
+def environment(run: pd.Series) -> dict:
+    """The run's recorded environment (its summary's, whole: the fingerprint's nested keys intact)."""
+    path = Path(run["run_dir"]) / results.SUMMARY
+    return json.loads(path.read_text()).get("environment", {}) if path.is_file() else {}
+
+
+def machine_id(run: pd.Series) -> str:
+    fingerprint = environment(run).get("fingerprint")
+    return fingerprint_id(fingerprint) if fingerprint else UNRECORDED
+
+
+def requested_dtype(run: pd.Series) -> str:
+    value = run.get("config.hardware.dtype")
+    return value if isinstance(value, str) else "auto"
+
+
+def key(run: pd.Series) -> tuple[str, str]:
+    """(machine id, requested dtype): the runs that belong to one set."""
+    return machine_id(run), requested_dtype(run)
+
+
+def precision(runs: pd.DataFrame, requested: str) -> str:
+    """The set's precision: the dtype asked for, or under auto the one most runs resolved to."""
+    if requested != "auto" or "environment.dtype" not in runs:
+        return requested
+    counts = Counter(d for d in runs["environment.dtype"] if isinstance(d, str))
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if counts else requested
+
+
+def label(run: pd.Series, dtype: str) -> str:
+    fingerprint = environment(run).get("fingerprint") or {}
+    isa = fingerprint.get("isa") or []
+    leading = next((flag for flag in LEADING_ISA if flag in isa), None)
+    model = fingerprint.get("gpu") or fingerprint.get("cpu_model") or "machine not recorded"
+    return f"{model}{f' ({leading})' if leading and not fingerprint.get('gpu') else ''}, {dtype}"
+
+
+def split(runs: pd.DataFrame, sessions_of=None) -> list[RunSet]:
+    """The runs as sets, unordered; each run's `run` name without its set's directory.
+    `sessions_of(set name)` gives a set's session log (default: none)."""
+    if runs.empty:
+        return []
+    keys = runs.apply(key, axis=1)
+    found = []
+    for group_key in sorted(set(keys)):
+        members = runs[keys == group_key].copy()
+        name = f"{group_key[0]}-{precision(members, group_key[1])}"
+        members["run"] = [within(r, group_key[0]) for r in members["run"]]
+        first = members.iloc[0]
+        found.append(
+            RunSet(
+                name, label(first, precision(members, group_key[1])), members, sessions_of(name) if sessions_of else []
+            )
+        )
+    return found
+
+
+def within(run: str, machine: str) -> str:
+    """A run's name inside its set: without the set's directory, whatever precision it named."""
+    first, _, rest = run.partition("/")
+    return rest if rest and first.startswith(f"{machine}-") else run
+
+
+def read(root: Path) -> list[RunSet]:
+    """The sets under `root`: committed ones (a directory per set, with its session log) or a
+    sweep's outputs (one log for the whole root, kept where the root holds one set)."""
+    root = Path(root)
+    runs = results.collect(root)
+    one_set = runs.empty or len(set(runs.apply(key, axis=1))) == 1
+    return split(runs, lambda name: results.sessions(root / name) or (results.sessions(root) if one_set else []))
+
+
+def store(outputs: Path, committed: Path) -> pd.DataFrame:
+    """Commit a sweep's finished runs (results.store_runs) into their sets' directories under
+    `committed`, a set's older copies kept; a set whose name moved (the precision most of its
+    runs resolved to) is moved with it. The sweep's session log goes to the set that took its
+    runs (to none when they span machines: a line says so). Returns the runs copied."""
+    committed = Path(committed)
+    fresh = results.collect(outputs)
+    kept = results.collect(committed) if committed.is_dir() else results.no_runs()
+    everything = pd.concat([kept.assign(_source="kept"), fresh.assign(_source="fresh")], ignore_index=True)
+    taken = set()
+    legacy = committed / results.SESSIONS  # one set's log from before sets had directories
+    kept_sets = {key(run) for _, run in kept.iterrows()}
+    for runset in split(everything):
+        for _, run in runset.runs[runset.runs["_source"] == "kept"].iterrows():
+            old = Path(run["run_dir"])
+            new = committed / runset.name / run["run"]
+            if old.resolve() != new.resolve():
+                new.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(old), str(new))
+        if legacy.is_file() and len(kept_sets) == 1 and (runset.runs["_source"] == "kept").any():
+            legacy.replace(committed / runset.name / results.SESSIONS)
+        mine = runset.runs[runset.runs["_source"] == "fresh"]
+        if not mine.empty:
+            results.store_runs(mine, committed / runset.name)
+            taken.add(runset.name)
+    for empty in sorted(committed.rglob("*"), reverse=True):  # directories a moved set left behind
+        if empty.is_dir() and not any(empty.iterdir()):
+            empty.rmdir()
+    log = Path(outputs) / results.SESSIONS
+    if log.is_file() and len(taken) == 1:
+        shutil.copyfile(log, committed / taken.pop() / results.SESSIONS)
+    elif log.is_file():
+        print(f"warning: {outputs}'s runs span {len(taken)} run sets; its session log ({log}) was not committed")
+    return fresh.drop(columns="_source", errors="ignore")
