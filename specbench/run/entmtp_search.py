@@ -33,6 +33,94 @@ from specbench.trees.entmtp_frontier import acceptance_frontier, self_rollout
 from specbench.trees.static import StaticTree
 
 
+def search(
+    cfg: dict,
+    bank_path: Path,
+    budget: int,
+    max_depth: int,
+    prompt_count: int,
+    tokens: int,
+    min_prompts: int = 1,
+    exclude_limit: int = 0,
+):
+    """Search `cfg`'s task (its dataset) with `cfg`'s method (a static tree of the heads) and
+    add its trees to the bank at `bank_path` (other tasks kept; a bank of an older version
+    replaced). Returns the task's trees."""
+    task = cfg["dataset"]["name"]
+    current = bank_version(bank_path) == BANK_VERSION
+    from specbench.run import plan
+
+    plan.check(cfg)
+    if cfg["hardware"].get("threads") is not None:
+        torch.set_num_threads(cfg["hardware"]["threads"])
+    samples = questions.load(cfg["dataset"])
+    if exclude_limit:
+        evaluated = {
+            s.id
+            for s in questions.select(questions.read_source(cfg["dataset"]), {**cfg["dataset"], "limit": exclude_limit})
+        }
+        samples = [s for s in samples if s.id not in evaluated]
+    least = max(min_prompts, 1)
+    require(
+        len(samples) >= least,
+        "--min-prompts",
+        f"{task} has {len(samples)} prompts left to search on (after --exclude-limit {exclude_limit}), "
+        f"fewer than {least}",
+    )
+    require(prompt_count >= least, "--prompts", f"must be >= --min-prompts {least}, got {prompt_count}")
+    samples = samples[:prompt_count]  # the cost profile covers these prompts' contexts only
+    decided, parts = plan.decide(cfg, samples, paired=False, cached_baseline=False)
+    method, target, sampling = parts.method, parts.target, parts.sampling
+    require(method.drafter is not None, "method", f"{cfg['method']['name']} has no drafter to search trees for")
+    prompts = [parts.prompts.ids([{"role": "user", "content": s.turns[0]}], s.id) for s in samples]
+    limits = Limits(tokens, parts.limits.stop_token_ids)
+    history = acceptance_frontier(target, method.drafter, method.verifier, prompts, sampling, limits, max_depth, budget)
+    for entry in history:
+        entry.update(self_rollout(target, method.drafter, method.verifier, entry["choices"], prompts, sampling, limits))
+    costs = method.costs
+    require(
+        costs is not None,
+        "costs.profile",
+        "the throughput re-ranking needs this machine's cost profile; leave costs.profile=true",
+    )
+    context = sum(map(len, prompts)) / len(prompts) + tokens / 2
+    default = None
+    if isinstance(method.tree, StaticTree):  # the method's own tree: the default the frontier is compared with
+        choices = [list(c) for c in method.tree.topology.choices]
+        default = {
+            "nodes": len(choices),
+            "size": len(choices) + 1,
+            "depth": max(map(len, choices), default=0),
+            "choices": choices,
+            **self_rollout(target, method.drafter, method.verifier, choices, prompts, sampling, limits),
+        }
+    for entry in history + ([default] if default else []):
+        entry["predicted_speedup"] = round(
+            predicted_speedup(entry["accept_unbiased"], entry["choices"], costs, context), 4
+        )
+    bank, meta = load_bank(str(bank_path)) if current else ({}, {})
+    bank[task] = task_trees(history, costs, context)
+    meta = {
+        **meta,
+        "model": cfg["model"]["name"],
+        "heads": cfg["method"]["drafter"],
+        "temperature": sampling.temperature,
+        "verifier": cfg["method"]["verifier"],
+        "fingerprint": decided.profile.key["fingerprint"],
+        f"search_{task}": {
+            "samples": [s.id for s in samples],
+            "tokens": tokens,
+            "budget": budget,
+            "max_depth": max_depth,
+            "context": context,
+            "frontier": history,
+            "default": default,
+        },
+    }
+    save_bank(bank_path, bank, meta)
+    return bank[task]
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bank", required=True, type=Path)
@@ -68,82 +156,11 @@ def main(argv: list[str]) -> None:
     if args.keep_existing and current and task in load_bank(str(args.bank))[0]:
         print(f"{task}: already in {args.bank}, kept")
         return
-    from specbench.run import plan
-
-    plan.check(cfg)
-    if cfg["hardware"].get("threads") is not None:
-        torch.set_num_threads(cfg["hardware"]["threads"])
-    samples = questions.load(cfg["dataset"])
-    if args.exclude_limit:
-        evaluated = {
-            s.id
-            for s in questions.select(
-                questions.read_source(cfg["dataset"]), {**cfg["dataset"], "limit": args.exclude_limit}
-            )
-        }
-        samples = [s for s in samples if s.id not in evaluated]
-    least = max(args.min_prompts, 1)
-    require(
-        len(samples) >= least,
-        "--min-prompts",
-        f"{task} has {len(samples)} prompts left to search on (after --exclude-limit {args.exclude_limit}), "
-        f"fewer than {least}",
+    trees = search(
+        cfg, args.bank, args.budget, args.max_depth, args.prompts, args.tokens, args.min_prompts, args.exclude_limit
     )
-    require(args.prompts >= least, "--prompts", f"must be >= --min-prompts {least}, got {args.prompts}")
-    samples = samples[: args.prompts]  # the cost profile covers these prompts' contexts only
-    decided, parts = plan.decide(cfg, samples, paired=False, cached_baseline=False)
-    method, target, sampling = parts.method, parts.target, parts.sampling
-    require(method.drafter is not None, "method", f"{cfg['method']['name']} has no drafter to search trees for")
-    prompts = [parts.prompts.ids([{"role": "user", "content": s.turns[0]}], s.id) for s in samples]
-    limits = Limits(args.tokens, parts.limits.stop_token_ids)
-    history = acceptance_frontier(
-        target, method.drafter, method.verifier, prompts, sampling, limits, args.max_depth, args.budget
-    )
-    for entry in history:
-        entry.update(self_rollout(target, method.drafter, method.verifier, entry["choices"], prompts, sampling, limits))
-    costs = method.costs
-    require(
-        costs is not None,
-        "costs.profile",
-        "the throughput re-ranking needs this machine's cost profile; leave costs.profile=true",
-    )
-    context = sum(map(len, prompts)) / len(prompts) + args.tokens / 2
-    default = None
-    if isinstance(method.tree, StaticTree):  # the method's own tree: the default the frontier is compared with
-        choices = [list(c) for c in method.tree.topology.choices]
-        default = {
-            "nodes": len(choices),
-            "size": len(choices) + 1,
-            "depth": max(map(len, choices), default=0),
-            "choices": choices,
-            **self_rollout(target, method.drafter, method.verifier, choices, prompts, sampling, limits),
-        }
-    for entry in history + ([default] if default else []):
-        entry["predicted_speedup"] = round(
-            predicted_speedup(entry["accept_unbiased"], entry["choices"], costs, context), 4
-        )
-    bank, meta = load_bank(str(args.bank)) if current else ({}, {})
-    bank[task] = task_trees(history, costs, context)
-    meta = {
-        **meta,
-        "model": cfg["model"]["name"],
-        "heads": cfg["method"]["drafter"],
-        "temperature": sampling.temperature,
-        "verifier": cfg["method"]["verifier"],
-        "fingerprint": decided.profile.key["fingerprint"],
-        f"search_{task}": {
-            "samples": [s.id for s in samples],
-            "tokens": args.tokens,
-            "budget": args.budget,
-            "max_depth": args.max_depth,
-            "context": context,
-            "frontier": history,
-            "default": default,
-        },
-    }
-    save_bank(args.bank, bank, meta)
-    trees = bank[task]
-    print(f"{task}: {len(history)} frontier trees, {len(trees.trees)} on the throughput-Pareto front -> {args.bank}")
+    searched = len(load_bank(str(args.bank))[1][f"search_{task}"]["frontier"])
+    print(f"{task}: {searched} frontier trees, {len(trees.trees)} on the throughput-Pareto front -> {args.bank}")
     for i, t in enumerate(trees.trees):
         roles = [name for name in ("static", "conservative", "aggressive") if getattr(trees, name) == i]
         print(

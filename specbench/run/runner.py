@@ -19,7 +19,7 @@ from specbench.data import questions
 from specbench.engine.loop import Limits, Method, generate_batch
 from specbench.engine.sampling import seeded
 from specbench.metrics.records import MethodRun, method_run, read_records
-from specbench.run import plan, tracking
+from specbench.run import entmtp_bank, plan, tracking
 from specbench.run.baseline import load_cached_baseline
 from specbench.run.summary import summarize
 from specbench.run.table import print_summary
@@ -27,6 +27,7 @@ from specbench.run.table import print_summary
 
 class Runner:
     def __init__(self, cfg: dict, out_dir: Path):
+        cfg = entmtp_bank.with_bank(cfg)
         plan.check(cfg)
         self.cfg, self.out_dir = cfg, out_dir
         self.batch_size = cfg["gen"]["batch_size"]
