@@ -51,16 +51,15 @@ class Regime:
     paper_source: str  # whose cells
     left_out: int  # cells whose speedup exceeds their tau (paper_cells)
 
-    def here_at(self, n: float, batch: int = 1) -> float | None:
-        """f(n)/f(1) here at batch size `batch`, the smallest over the profiled contexts: read
-        at the tree's own size (linear between profiled n, extrapolated past the largest as
-        costs.profile.Curve does), None without a profile."""
+    def here_at(self, n: float, batch: int = 1, context: float | None = None) -> float | None:
+        """f(n)/f(1) here at batch size `batch` and `context` cached tokens (None: the smallest
+        over the profiled contexts), read at the tree's own size (linear between profiled n and
+        contexts, extrapolated past the largest n as costs.profile.Curve does); None without a
+        profile."""
         if self.here is None:
             return None
-        return min(
-            self.here.target_ms(batch, context, n) / self.here.target_ms(batch, context, 1)
-            for context in self.here.target.contexts
-        )
+        contexts = self.here.target.contexts if context is None else [context]
+        return min(self.here.target_ms(batch, c, n) / self.here.target_ms(batch, c, 1) for c in contexts)
 
     def header(self) -> str:
         """The report's line on the regime a run set measured in and the paper's."""
@@ -218,6 +217,18 @@ def verified_nodes(run: pd.Series) -> float:
     step of every prompt: 1 for AR."""
     steps = [1 + sum(widths) for record in results.samples(run) for widths in record["method"].get("tree_widths") or []]
     return sum(steps) / len(steps) if steps else 1.0
+
+
+def mean_context(run: pd.Series) -> float | None:
+    """Mean cached tokens at a run's verifications: each prompt's first turn plus half its
+    answer; None for records that did not keep their prompt lengths."""
+    records = results.samples(run)
+    spans = [
+        r["method"]["prompt_tokens"][0] + r["method"]["new_tokens"] / 2
+        for r in records
+        if r["method"].get("prompt_tokens")
+    ]
+    return sum(spans) / len(spans) if spans else None
 
 
 _current: contextvars.ContextVar[Regime | None] = contextvars.ContextVar("regime", default=None)

@@ -166,10 +166,10 @@ REGIME_RULE = (
     "Regime rule (verdicts.out_of_regime): a speed comparison is out of regime, not testable on a run set, when "
     f"verifying the larger tree costs there more than {REGIME_COST_FACTOR:g}x the paper's bound on f(N)/f(1), or, "
     "unless a side sizes its trees from measured costs (CAST, EntMTP), when the larger tree costs more than "
-    f"{REGIME_COST_FACTOR:g}x the smaller there than on the paper's GPUs; each cost read at the tree's own size and "
-    "the run's batch size. Its tau (accepted tokens per target forward) and each side's speedup over AR are still "
-    "given. Two sides with the same drafter and tree (only the accept rule differs) pay the same verification "
-    "anywhere: never gated."
+    f"{REGIME_COST_FACTOR:g}x the smaller there than on the paper's GPUs; each cost read at the tree's own size, "
+    "the run's batch size and its mean context. Its tau (accepted tokens per target forward) and each side's "
+    "speedup over AR are still given. Two sides with the same drafter and tree (only the accept rule differs) pay "
+    "the same verification anywhere: never gated."
 )
 SPEED_METRICS = ("speedup", "speedup_mean_per_sample", "tok_per_s")
 
@@ -180,23 +180,30 @@ def paper_cost(n: float, paper_bound: float) -> float:
     return 1 + (paper_bound - 1) * (max(n, 1) - 1) / (PAPER_TREE - 1)
 
 
-def out_of_regime(nodes: tuple[float, float], gate: regime.Regime, batch: int = 1, cost_aware: bool = False) -> str:
+def out_of_regime(
+    nodes: tuple[float, float],
+    gate: regime.Regime,
+    batch: int = 1,
+    cost_aware: bool = False,
+    context: float | None = None,
+) -> str:
     """Why a wall-clock comparison of trees of `nodes` mean verified nodes, decoded at batch
-    size `batch`, cannot carry from the paper's GPUs to the machine `gate` profiles ("" when
-    it can); `cost_aware`: a side sizes its trees from measured costs, so a smaller tree is
-    the method, not a mismatch."""
+    size `batch` over `context` cached tokens (None: the profile's cheapest), cannot carry from
+    the paper's GPUs to the machine `gate` profiles ("" when it can); `cost_aware`: a side
+    sizes its trees from measured costs, so a smaller tree is the method, not a mismatch."""
     small, large = sorted(nodes)
     if gate.here is None:
         return f"no committed cost profile of this machine: what verifying {large:.0f} nodes costs here is unknown"
-    cost_large = gate.here_at(large, batch)
+    cost_large = gate.here_at(large, batch, context)
     reasons = []
     at = f" at B={batch}" if batch > 1 else ""
     if cost_large > REGIME_COST_FACTOR * gate.paper_bound:
         reasons.append(
-            f"verifying {large:.0f} nodes costs {cost_large:.1f} one-token forwards here{at} against at most "
+            f"verifying {large:.0f} nodes costs {cost_large:.1f} one-token forwards here{at}{over(context)} against "
+            "at most "
             f"{gate.paper_bound:.2f} on the paper's GPUs"
         )
-    ratio_here = cost_large / gate.here_at(small, batch)
+    ratio_here = cost_large / gate.here_at(small, batch, context)
     ratio_paper = paper_cost(large, gate.paper_bound) / paper_cost(small, gate.paper_bound)
     if not cost_aware and ratio_here > REGIME_COST_FACTOR * ratio_paper:
         reasons.append(
@@ -204,6 +211,10 @@ def out_of_regime(nodes: tuple[float, float], gate: regime.Regime, batch: int = 
             f"about {ratio_paper:.2f}x on the paper's GPUs"
         )
     return "; ".join(reasons)
+
+
+def over(context: float | None) -> str:
+    return f" over {context:.0f} cached tokens" if context else ""
 
 
 def batch_size(run: pd.Series) -> int:
@@ -226,13 +237,17 @@ def cost_aware(run: pd.Series) -> bool:
 def regime_reason(runs: list[pd.Series]) -> str:
     """Why the current report's regime gate sets a speed comparison of `runs` aside ("" when
     it does not, or no report gates): their smallest and largest trees (mean verified nodes),
-    read at the largest batch size among them."""
+    read at the largest batch size and longest mean context among them."""
     gate = regime.current()
     if gate is None or not runs or same_verification(runs):
         return ""
     nodes = [regime.verified_nodes(run) for run in runs]
     return out_of_regime(
-        (min(nodes), max(nodes)), gate, max(batch_size(run) for run in runs), any(cost_aware(run) for run in runs)
+        (min(nodes), max(nodes)),
+        gate,
+        max(batch_size(run) for run in runs),
+        any(cost_aware(run) for run in runs),
+        max((c for c in map(regime.mean_context, runs) if c is not None), default=None),
     )
 
 
@@ -442,7 +457,7 @@ def faster_than_ar(
         if gate is not None:
             nodes = regime.verified_nodes(run)
             text += f" ({names[0]} {np.mean(values):.2f}x over AR; {nodes:.1f} nodes per verification)"
-            if reason := out_of_regime((1.0, nodes), gate, batch_size(run), cost_aware(run)):
+            if reason := out_of_regime((1.0, nodes), gate, batch_size(run), cost_aware(run), regime.mean_context(run)):
                 verdict, text = OUT_OF_REGIME, f"{NOT_TESTABLE} ({reason}): measured {text}"
         verdicts.append(verdict)
         parts.append(f"{case} {text}")

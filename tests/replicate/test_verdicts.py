@@ -317,6 +317,8 @@ def costs(paper: str, ratios: dict[int, float], bound: float, batches: dict[int,
 
 
 def test_the_regime_gate_on_hand_made_cases():
+    from specbench.replicate import regime
+
     """verdicts.out_of_regime: the larger tree's verification costing here more than
     REGIME_COST_FACTOR x the paper's bound, or (cost-blind sides) the larger tree costing more
     than REGIME_COST_FACTOR x the smaller, against the paper's same ratio; at the trees' own
@@ -339,6 +341,15 @@ def test_the_regime_gate_on_hand_made_cases():
     batched = costs("cast", {1: 1.0, 60: 1.6, 64: 1.7}, 1.6, batches={8: {1: 1.0, 60: 5.0, 64: 5.5}})
     assert v.out_of_regime((60, 60), batched) == "" and "at B=8" in v.out_of_regime((60, 60), batched, batch=8)
     assert "unknown" in v.out_of_regime((60, 60), regime_without_profile())
+    # the run's own context: short prompts in regime where long ones (CNN/DM's) are not
+    from specbench.costs.profile import CostProfile, Curve
+
+    two = Curve(
+        contexts=[128, 2048], max_n=64, ms=[[1.0, 1.6, 1.7], [1.0, 6.0, 6.4]], spread=[[0.0] * 3] * 2, ns=[1, 60, 64]
+    )
+    by_context = regime.Regime("talon", CostProfile(key={}, target=two), "p", 1.6, 10, (1.0, 2.1), "t", 0)
+    assert v.out_of_regime((60, 60), by_context) == "" and v.out_of_regime((60, 60), by_context, context=200) == ""
+    assert "over 1500 cached tokens" in v.out_of_regime((60, 60), by_context, context=1500)
     assert f"{v.REGIME_COST_FACTOR:g}x" in v.REGIME_RULE
 
 
