@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 
 from specbench import ROOT
+from specbench.costs.contention import DEFAULT_CONTENDED_CORES
 from specbench.costs.fingerprint import device_fingerprint, fingerprint_id
 from specbench.errors import ConfigError, require
 from specbench.replicate import regime, report, results, runsets, sweep, tables, verdicts
@@ -330,7 +331,7 @@ def machine_lines(runs, sessions: list[dict]) -> list[str]:
     if runs.empty:
         return []
     machines = "; ".join(f"{described} ({count} runs)" for described, count in results.machines(runs))
-    lines = [f"Machine: {machines}."]
+    lines = [f"Machine: {machines}." + other_load(runs)]
     decoding = f"decoding (the method and AR beside it) {duration(results.decode_seconds(runs))} summed over the runs"
     if "baseline.own_seconds" in runs and runs["baseline.own_seconds"].notna().any():
         decoding += " (an AR decode that runs of a group shared counted once)"
@@ -344,6 +345,30 @@ def machine_lines(runs, sessions: list[dict]) -> list[str]:
     else:
         lines.append(f"Wall time: not recorded (the runs predate the runner's session log); {decoding}.")
     return lines
+
+
+def other_load(runs) -> str:
+    """What other processes kept busy while the runs decoded (each run's mean, recorded by
+    costs.contention), and the runs it was enough to call their timings contended (past
+    DEFAULT_CONTENDED_CORES)."""
+    if "environment.others_cores" not in runs:
+        return ""
+    known = runs[pd.to_numeric(runs["environment.others_cores"], errors="coerce").notna()]
+    if known.empty:
+        return ""
+    cores = known["environment.others_cores"].astype(float)
+    line = (
+        f" Other processes beside the runs: {cores.median():.2f} cores (median over {len(known)} runs that recorded "
+        f"it), at most {cores.max():.2f}"
+    )
+    busy = known[
+        (cores > DEFAULT_CONTENDED_CORES).to_numpy()
+    ]  # the default, not this shell's setting: same bytes anywhere
+    if not busy.empty:
+        line += "; contended (timings not this machine's alone): " + ", ".join(
+            f"{r['run']} ({r['environment.others_cores']:.2f})" for _, r in busy.iterrows()
+        )
+    return line + "."
 
 
 def by_sweep(sessions: list[dict]) -> str:

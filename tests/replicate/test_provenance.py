@@ -375,6 +375,12 @@ def test_the_header_names_each_machine_and_the_sessions_time():
         == "Machine: A, ISA avx2, 2 threads, torch 2.13.0+cpu; float32 (2 runs); B, ISA avx2, 2 threads, torch "
         "2.13.0+cpu; bfloat16 (1 runs)."
     )
+    # what else the machine ran while the runs were timed, and the runs it was enough to contend
+    busy = runs.assign(**{"environment.others_cores": [0.02, 0.6, None], "run": ["a", "b", "c"]})
+    assert machine_lines(busy, [])[0].endswith(
+        "Other processes beside the runs: 0.31 cores (median over 2 runs that recorded it), at most 0.60; "
+        "contended (timings not this machine's alone): b (0.60)."
+    )
     assert (
         lines[1].startswith("Wall time: 15 min over 2 session(s) of the runner, which finished 3 of the runs; decoding")
         and "3 min" in lines[1]
