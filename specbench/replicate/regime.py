@@ -130,8 +130,8 @@ def published_tau_lead(paper: str, names: tuple[str, str]) -> tuple[int, int]:
 def machine_profile(runs: pd.DataFrame) -> tuple[CostProfile | None, str | None]:
     """The committed cost profile of the runs' model, machine and the (dtype, forward) most of
     them ran in: that profile, else the one of the same model, dtype and machine whose forward
-    shares most of its parts (the target's packing first: a drafter's int8 leaves the target's
-    cost alone); with none committed for that machine, the dtype probe its runs recorded
+    shares most of its parts among those of its kind (the target's packing first: a drafter's
+    int8 leaves the target's cost alone); with none committed for that machine, the dtype probe its runs recorded
     (probed_profile); (None, None) without either."""
     if runs.empty or "environment.forward" not in runs:
         return None, None
@@ -144,10 +144,11 @@ def machine_profile(runs: pd.DataFrame) -> tuple[CostProfile | None, str | None]
         return None, None
     (dtype, forward), _ = sorted(ran.items(), key=lambda kv: (-kv[1], kv[0]))[0]
     prefix, suffix = f"profile-{first['config.model.name']}-{dtype}-", f"-{machine}.json"
+    kind = forward_kind(forward)
     found = {
-        path.name[len(prefix) : -len(suffix)]: path
+        name: path
         for path in PROFILES.glob(f"{prefix}*{suffix}")
-        if path.name[len(prefix) : -len(suffix)].startswith("LeanTreeLM") or path.name == f"{prefix}{forward}{suffix}"
+        if forward_kind(name := path.name[len(prefix) : -len(suffix)]) == kind
     }
     if not found:
         return probed_profile(runs, dtype)
@@ -166,8 +167,10 @@ def probed_profile(runs: pd.DataFrame, dtype: str) -> tuple[CostProfile | None, 
     context = None
     for _, run in runs.iterrows():
         choice = (results.decisions(run) or {}).get("dtype_choice") or {}
-        for n, ms in ((choice.get("probe") or {}).get(dtype) or {}).items():
+        probe = (choice.get("probe") or {}).get(dtype) or {}
+        for n, ms in probe.items():
             timings.setdefault(int(n), []).append(float(ms))
+        if probe:
             context = choice.get("context", context)
     if 1 not in timings or len(timings) < 2:
         return None, None
@@ -183,6 +186,11 @@ def probed_profile(runs: pd.DataFrame, dtype: str) -> tuple[CostProfile | None, 
         f"no profile of this machine committed: its runs' own dtype probe (decisions.json, {dtype}, context "
         f"{context}, n = {', '.join(map(str, ns))})"
     )
+
+
+def forward_kind(forward: str) -> str:
+    """The forward's class without its options ("LeanTreeLM" of "LeanTreeLM-packed>=1+int8-drafts<8")."""
+    return forward.split("+")[0].split("-")[0]
 
 
 def forward_likeness(profiled: str, ran: str) -> tuple:

@@ -39,27 +39,26 @@ class RunSet:
     regime: Regime | None = None  # the paper's and this machine's costs, set by the report
 
     @property
+    def cost(self) -> float | None:
+        """What verifying a PAPER_TREE-node tree costs on the set's machine, in one-token
+        forwards (None: no cost profile of it)."""
+        return self.regime.here_at(PAPER_TREE) if self.regime is not None and self.regime.here is not None else None
+
+    @property
     def fit(self) -> str:
-        """Whether the set is in the papers' regime, in numbers: what verifying a
-        PAPER_TREE-node tree costs on its machine against its bound, REGIME_COST_FACTOR x
-        the paper's."""
-        if self.regime is None or self.regime.here is None:
+        """Whether the set is in the papers' regime, in numbers: `cost` against its bound,
+        REGIME_COST_FACTOR x the paper's."""
+        if self.cost is None:
             return "regime unknown (no cost profile of its machine)"
-        cost, bound = self.regime.here_at(PAPER_TREE), REGIME_COST_FACTOR * self.regime.paper_bound
-        side = "in regime" if cost <= bound else "out of regime"
-        return f"{PAPER_TREE}-node trees {side} ({cost:.2f} one-token forwards, bound {bound:.2f})"
+        bound = REGIME_COST_FACTOR * self.regime.paper_bound
+        side = "in regime" if self.cost <= bound else "out of regime"
+        return f"{PAPER_TREE}-node trees {side} ({self.cost:.2f} one-token forwards, bound {bound:.2f})"
 
 
 def order(sets: list[RunSet]) -> list[RunSet]:
-    """The order a claim reads the sets in: the lowest measured cost of verifying a
-    PAPER_TREE-node tree first (nearest the papers' GPUs), sets without a cost profile
-    last; then the most runs, then the name."""
-
-    def cost(runset: RunSet) -> float:
-        gate = runset.regime
-        return gate.here_at(PAPER_TREE) if gate is not None and gate.here is not None else float("inf")
-
-    return sorted(sets, key=lambda s: (cost(s), -len(s.runs), s.name))
+    """The order a claim reads the sets in: the lowest `cost` first (nearest the papers'
+    GPUs), sets without a cost profile last; then the most runs, then the name."""
+    return sorted(sets, key=lambda s: (float("inf") if s.cost is None else s.cost, -len(s.runs), s.name))
 
 
 def environment(run: pd.Series) -> dict:
@@ -99,23 +98,18 @@ def label(run: pd.Series, dtype: str) -> str:
     return f"{model}{f' ({leading})' if leading and not fingerprint.get('gpu') else ''}, {dtype}"
 
 
-def split(runs: pd.DataFrame, sessions_of=None) -> list[RunSet]:
-    """The runs as sets, unordered; each run's `run` name without its set's directory.
-    `sessions_of(set name)` gives a set's session log (default: none)."""
+def split(runs: pd.DataFrame) -> list[RunSet]:
+    """The runs as sets, unordered and without their session logs (read gives those); each
+    run's `run` name without its set's directory."""
     if runs.empty:
         return []
     keys = runs.apply(key, axis=1)
     found = []
-    for group_key in sorted(set(keys)):
-        members = runs[keys == group_key].copy()
-        name = f"{group_key[0]}-{precision(members, group_key[1])}"
-        members["run"] = [within(r, group_key[0]) for r in members["run"]]
-        first = members.iloc[0]
-        found.append(
-            RunSet(
-                name, label(first, precision(members, group_key[1])), members, sessions_of(name) if sessions_of else []
-            )
-        )
+    for machine, requested in sorted(set(keys)):
+        members = runs[keys == (machine, requested)].copy()
+        dtype = precision(members, requested)
+        members["run"] = [within(r, machine) for r in members["run"]]
+        found.append(RunSet(f"{machine}-{dtype}", label(members.iloc[0], dtype), members))
     return found
 
 
@@ -126,12 +120,13 @@ def within(run: str, machine: str) -> str:
 
 
 def read(root: Path) -> list[RunSet]:
-    """The sets under `root`: committed ones (a directory per set, with its session log) or a
-    sweep's outputs (one log for the whole root, kept where the root holds one set)."""
+    """The sets under `root`, each with its session log: a committed set's in its directory;
+    a sweep's outputs keep one log for the whole root, a set's where the root holds one set."""
     root = Path(root)
-    runs = results.collect(root)
-    one_set = runs.empty or len(set(runs.apply(key, axis=1))) == 1
-    return split(runs, lambda name: results.sessions(root / name) or (results.sessions(root) if one_set else []))
+    sets = split(results.collect(root))
+    for runset in sets:
+        runset.sessions = results.sessions(root / runset.name) or (results.sessions(root) if len(sets) == 1 else [])
+    return sets
 
 
 def store(outputs: Path, committed: Path) -> pd.DataFrame:
@@ -145,15 +140,16 @@ def store(outputs: Path, committed: Path) -> pd.DataFrame:
     everything = pd.concat([kept.assign(_source="kept"), fresh.assign(_source="fresh")], ignore_index=True)
     taken = set()
     legacy = committed / results.SESSIONS  # one set's log from before sets had directories
-    kept_sets = {key(run) for _, run in kept.iterrows()}
-    for runset in split(everything):
+    sets = split(everything)
+    kept_sets = sum((runset.runs["_source"] == "kept").any() for runset in sets)
+    for runset in sets:
         for _, run in runset.runs[runset.runs["_source"] == "kept"].iterrows():
             old = Path(run["run_dir"])
             new = committed / runset.name / run["run"]
             if old.resolve() != new.resolve():
                 new.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(old), str(new))
-        if legacy.is_file() and len(kept_sets) == 1 and (runset.runs["_source"] == "kept").any():
+        if legacy.is_file() and kept_sets == 1 and (runset.runs["_source"] == "kept").any():
             legacy.replace(committed / runset.name / results.SESSIONS)
         mine = runset.runs[runset.runs["_source"] == "fresh"]
         if not mine.empty:

@@ -45,7 +45,7 @@ def search(
 ):
     """Search `cfg`'s task (its dataset) with `cfg`'s method (a static tree of the heads) and
     add its trees to the bank at `bank_path` (other tasks kept; a bank of an older version
-    replaced). Returns the task's trees."""
+    replaced). Returns the task's trees and the frontier they were picked from."""
     task = cfg["dataset"]["name"]
     current = bank_version(bank_path) == BANK_VERSION
     from specbench.run import plan
@@ -118,7 +118,7 @@ def search(
         },
     }
     save_bank(bank_path, bank, meta)
-    return bank[task]
+    return bank[task], history
 
 
 def main(argv: list[str]) -> None:
@@ -156,11 +156,10 @@ def main(argv: list[str]) -> None:
     if args.keep_existing and current and task in load_bank(str(args.bank))[0]:
         print(f"{task}: already in {args.bank}, kept")
         return
-    trees = search(
+    trees, frontier = search(
         cfg, args.bank, args.budget, args.max_depth, args.prompts, args.tokens, args.min_prompts, args.exclude_limit
     )
-    searched = len(load_bank(str(args.bank))[1][f"search_{task}"]["frontier"])
-    print(f"{task}: {searched} frontier trees, {len(trees.trees)} on the throughput-Pareto front -> {args.bank}")
+    print(f"{task}: {len(frontier)} frontier trees, {len(trees.trees)} on the throughput-Pareto front -> {args.bank}")
     for i, t in enumerate(trees.trees):
         roles = [name for name in ("static", "conservative", "aggressive") if getattr(trees, name) == i]
         print(

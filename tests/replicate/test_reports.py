@@ -591,3 +591,15 @@ def test_each_claim_is_read_from_the_first_run_set_holding_its_runs_and_names_th
     assert "| agrees | gsm8k +0.07 [95% BCa CI +0.01, +0.27] | amx CPU, bfloat16 |" in text
     assert "read on amx CPU, bfloat16, also on avx2 CPU, bfloat16: does not agree" in text
     assert "1 of 2 claims agree in direction" in text
+
+
+def test_every_headline_names_claims_its_paper_checks():
+    """A headline line reads its claim's row by the claim's text: a text that drifts from the
+    runner's claims would leave the headline saying no claim tests it."""
+    from runners import cast, entmtp, mars, talon
+
+    for runner in (mars, talon, cast, entmtp):
+        texts = {claim.text for claim in runner.CLAIMS}
+        assert runner.PAPER.headlines, runner.NAME
+        for headline in runner.PAPER.headlines:
+            assert 0 < len(headline.claims) <= report.HEADLINE_CLAIMS and set(headline.claims) <= texts, headline
