@@ -33,7 +33,7 @@ from specbench.engine.lm import TreeLM
 from specbench.engine.tree import DraftTree
 
 # a curve recorded under another version is timed again (what each version changed: docs/speed.md)
-VERSION = 8
+VERSION = 9
 # rows of context before a probe's forwards (the dtype and compile probes)
 PROBE_CONTEXT = 256
 NOISY_SPREAD = 0.15  # (max - min) / median of a point's repeats past which it is timed more
@@ -388,12 +388,10 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
             target.reset(batch)
             target.feature_layers = drafter.feature_layers
             target.forward(contexts=[prompt[:-1]] * batch)
-            drafter.begin([prompt[:-1]] * batch, target.features)
-            contexts_b = [prompt[:-1]] * batch
-            features = [f[-1:] for f in target.features] if target.features is not None else None
+            contexts_b, prompt_features = [prompt[:-1]] * batch, target.features
 
             def draft_forward(n: int):
-                """(forward over n children of the root, reset to the root read alone)"""
+                """(forward over n children of the root, the reset before it)"""
                 tree = DraftTree.root(prompt[-1])
                 for i in range(n):
                     tree.add(0, 3 + i)
@@ -403,7 +401,9 @@ def measure_drafter(drafter, target: TreeLM, contexts: list[int], max_n: int, re
                     drafter.logits(contexts_b, trees, [list(range(1, n + 1))] * batch)
 
                 def reset():
-                    drafter.commit(trees, [[]] * batch, features)
+                    """Untimed: the drafter starts over and reads the context and the root, so
+                    every timing's forward attends to exactly `context` rows."""
+                    drafter.begin(contexts_b, prompt_features)
                     drafter.logits(contexts_b, trees, [[0]] * batch)
 
                 return forward, reset

@@ -62,7 +62,8 @@ class EagleDrafter(Drafter):
     def begin(self, prompts: list[list[int]], features: list[torch.Tensor]) -> None:
         self.layout = ColumnCache(len(prompts), self.head.fc.weight.device)
         self.past = None  # (keys, values) [B, kv, columns, d]
-        # per row: features of t and tokens of t+1, waiting to be read (the root completes them)
+        # per row: features of t and tokens of t+1, waiting to be read (the root completes
+        # them); None once read
         self._pending = [(f, p[1:]) for f, p in zip(features, prompts)]
         # node -> (hidden, logits)
         self._rows: list[dict[int, tuple[torch.Tensor, torch.Tensor]]] = [{} for _ in prompts]
@@ -108,8 +109,15 @@ class EagleDrafter(Drafter):
         return self._to_target_vocab(logits.reshape(batch * width, -1)).reshape(batch, width, -1)
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor]) -> None:
-        """Forget the trees; queue each row's accepted tokens with their target features."""
-        self._pending = [(f, [t.tokens[n] for n in p[1:]]) for t, p, f in zip(trees, paths, features)]
+        """Forget the trees; queue each row's accepted tokens with their target features. A
+        row whose root was never read (the policy drafted nothing this step) keeps its queue
+        and adds the root to it: the next read catches up in one forward."""
+        self._pending = [
+            (f, [t.tokens[n] for n in p[1:]])
+            if unread is None
+            else (torch.cat([unread[0], f]), unread[1] + [t.tokens[n] for n in p])
+            for t, p, f, unread in zip(trees, paths, features, self._pending)
+        ]
         self._rows = [{} for _ in trees]
         self.layout.drop_tree()
         self._truncate()
@@ -144,6 +152,7 @@ class EagleDrafter(Drafter):
         for b, count in enumerate(counts):
             if count:
                 self._rows[b][0] = (hidden[b, count - 1], logits[b, count - 1])
+                self._pending[b] = None
 
     def _read_nodes(self, trees: list[DraftTree], nodes: list[list[int]]) -> None:
         """Tree nodes: feature = the parent row's own hidden state, tree attention mask;

@@ -61,7 +61,9 @@ class Drafter(ABC):
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]], features: list[torch.Tensor] | None) -> None:
         """The target accepted `paths[b]` (root first) of `trees[b]`; `features[b]` are the
-        target's hidden states at that path's nodes, from the forward that verified them."""
+        target's hidden states at that path's nodes, from the forward that verified them.
+        Called after every step, also one whose policy drafted nothing (a tree of the root
+        alone, the drafter not asked): what was accepted there is read at the next call."""
 
     def keep(self, rows: list[int]) -> None:
         """Only these rows (ascending indices into the current batch) go on decoding."""

@@ -53,6 +53,13 @@ E's thresholds.
 
 Costs are looked up at the current batch size (rows may have left since `begin`) and the
 mean committed context of the rows.
+
+A step that could not verify any draft node drafts nothing. Dynamic reranking compares
+count k with count 1 by u_k - u_1 >= C3 (c_k - 1), and a node's confidence is at most 1,
+so u_k - u_1 <= k - 1: where k - 1 < C3 (c_k - 1) for every k up to the cap (a batch whose
+second verified token costs a third of the first, at C3 = 3), the tree is the root alone
+whatever the drafter would say. The drafter is then not called (it reads what it missed
+at its next call), and no phi is recorded, as no layer was built.
 """
 
 from __future__ import annotations
@@ -164,6 +171,8 @@ class CastTree(TreePolicy):
         context = sum(len(c) for c in contexts) / batch
         at = self._at(batch, context)
         trees = [DraftTree.root(r) for r in roots]
+        if not self._drafts_can_pay(at):
+            return trees
         frontiers, fed, kept_utility = [[0] for _ in roots], 1, None
         retained = [[] for _ in roots]  # per row: the nodes each layer kept (n_i of them)
         for layer in range(1, self.depth + 2):
@@ -191,6 +200,18 @@ class CastTree(TreePolicy):
         """(batch size, mean committed context, the target's one-token ms there): what a grow
         prices its layers and its verified size against, looked up once per tree."""
         return batch, context, self.costs.target_ms(batch, context, 1) if self.priced else 1.0
+
+    def _drafts_can_pay(self, at: tuple) -> bool:
+        """Whether dynamic reranking could verify any draft node at `at` (module docstring):
+        some count k > 1 within the cap with k - 1 >= C3 (c_k - 1). Without reranking the
+        tree is EAGLE's and always verified."""
+        if not self.dynamic_rerank:
+            return True
+        batch, context, one_token_ms = at
+        return any(
+            k - 1 >= self.c3 * (self.costs.target_ms(batch, context, k) / one_token_ms - 1)
+            for k in range(2, self.total_tokens + 1)
+        )
 
     def _layer(self, layer: int, u: list[float], at: tuple, fed: int, kept_utility) -> tuple[int, bool]:
         """How many of layer `layer`'s candidates to keep (breadth pruning over utilities `u`),
@@ -230,6 +251,8 @@ class CastTree(TreePolicy):
         confirming decodes (costs/pilot.py) settle."""
         children = tree.child_lists()
         at = self._at(1, context)
+        if not self._drafts_can_pay(at):
+            return NestedStep(accepted=0, nodes=1, draft_forwards=0, reach=self.depth + 1)
         frontier, fed, kept_utility, layers = [0], 1, None, 0
         drafted, retained = [], []
         for layer in range(1, self.depth + 2):

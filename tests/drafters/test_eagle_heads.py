@@ -222,6 +222,40 @@ def test_batched_incremental_reading_equals_reading_from_scratch(kind, target4, 
             assert_same_logits(incremental[b], read_from_scratch(target4, tmp_path / f"fresh{b}", text, root, kind))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_steps_drafted_without_the_head_are_read_at_its_next_call(kind, target4, tmp_path, prompts):
+    """A policy may leave the drafter out of a step (CAST where no draft node could pay): the
+    root alone is verified and committed, and the head catches up at its next call. Steps are
+    skipped alone and twice running; every row's next-token logits then equal a fresh head
+    reading its whole text."""
+    policy = EagleDynamicTree(top_k=3, depth=2, total_tokens=8)
+    drafter = drafter_for(target4, tmp_path / "a", kind=kind)
+    lm = TreeLM(target4)
+    lm.feature_layers = drafter.feature_layers
+    texts = [list(p) for p in (prompts[0], prompts[3])]
+    skipped = {1: True, 2: True, 4: True}  # steps the policy drafts nothing for
+    lm.reset(2)
+    with torch.inference_mode():
+        first = lm.forward(contexts=texts)
+        roots = [int(z[-1].argmax()) for z in first]
+        drafter.begin(texts, lm.features)
+        for step in range(6):
+            if skipped.get(step):
+                trees = [DraftTree.root(r) for r in roots]
+            else:
+                trees = policy.grow(drafter, texts, roots, Sampling(), [None] * len(texts))
+            logits = lm.forward(trees=trees, nodes=[range(len(t)) for t in trees])
+            paths = [longest_path(tree, 2) for tree in trees]
+            lm.commit(paths)
+            drafter.commit(trees, paths, [f[p] for f, p in zip(lm.features, paths)])
+            for b, (tree, path) in enumerate(zip(trees, paths)):
+                texts[b] = texts[b] + [tree.tokens[n] for n in path]
+                roots[b] = int(logits[b][path[-1]].argmax())
+        incremental = drafter.logits(texts, [DraftTree.root(r) for r in roots], [[0] for _ in roots])
+        for b, (text, root) in enumerate(zip(texts, roots)):
+            assert_same_logits(incremental[b], read_from_scratch(target4, tmp_path / f"fresh{b}", text, root, kind))
+
+
 @pytest.mark.parametrize(
     "kind,shape",
     [("eagle3", "dynamic"), ("eagle3-2layers-int8", "dynamic"), ("eagle1", "dynamic"), ("eagle1", "static")],

@@ -53,6 +53,15 @@ class LinearCosts:
         return 1 + 0.01 * batch * n
 
 
+class AlternatingCosts(LinearCosts):
+    """A target whose extra verified tokens are nearly free at most contexts and dear at every
+    third (mean context divisible by 3): there CAST cannot verify a draft node, drafts nothing,
+    and its drafter catches up at the next step it drafts."""
+
+    def target_ms(self, batch, context, n):
+        return 10 + (8.0 if int(context) % 3 == 0 else 0.05) * (n - 1)
+
+
 @pytest.mark.parametrize(
     "name,batch",
     [
@@ -69,12 +78,16 @@ class LinearCosts:
             "mars_theta_1_tree",
             "mars_theta_1_chain",
             "cast_noisy",
+            "cast_skipping",
             "lookahead",
             "ar",
         )
         for batch in (1, 3)
     ]
-    + [(name, 8) for name in ("sps_noisy_draft", "pld", "random_tree_noisy", "cast_noisy", "lookahead", "ar")],
+    + [
+        (name, 8)
+        for name in ("sps_noisy_draft", "pld", "random_tree_noisy", "cast_noisy", "cast_skipping", "lookahead", "ar")
+    ],
 )
 def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
     """Every row of a batch (prompts of different lengths, rows stopping at different
@@ -105,6 +118,9 @@ def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
     elif name == "cast_noisy":
         tree = CastTree(top_k=3, depth=4, total_tokens=12, c1=0.5, c2=0.5, c3=0.5)
         method = Method(tree, StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB), costs=LinearCosts())
+    elif name == "cast_skipping":
+        tree = CastTree(top_k=3, depth=4, total_tokens=12, c1=0.5, c2=0.5, c3=1.5)
+        method = Method(tree, StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB), costs=AlternatingCosts())
     elif name == "opt_tree_noisy":
         method = Method(
             OptTree(nodes=8, threshold=0.2, max_depth=5), StandardVerifier(), SmallLMDrafter(drafter_model, VOCAB)
@@ -125,6 +141,9 @@ def test_identical_to_ar(name, batch, target, draft, prompts, ar_outputs):
         assert sum(out.accept_lengths) >= len(out.ids) - 1
     if name != "ar":  # the test must exercise acceptance, not only rejections
         assert sum(n - 1 for out in outputs for n in out.accept_lengths) > len(prompts)
+    if name == "cast_skipping":  # steps without drafting, and drafting after them
+        forwards = [n for out in outputs for n in out.step_draft_forwards]
+        assert 0 in forwards and max(forwards) > 0
 
 
 @pytest.mark.parametrize("batch", [3, 8])

@@ -153,9 +153,27 @@ def test_dynamic_rerank_verifies_fewer_tokens_as_target_cost_rises():
         # with confidence >= C3 * s / (10 + s) (the root always)
         floor = 3.0 * slope / (10 + slope)
         assert len(tree) == 1 + sum(math.exp(v) >= floor for v in candidates.logps[1:])
-        assert set(tree.origin) <= set(candidates.origin)
+        assert set(tree.origin or [0]) <= set(candidates.origin)  # a root-only tree was never drafted
         kept.append(len(tree))
     assert kept[-1] == 1 and kept == sorted(kept, reverse=True)
+
+
+@pytest.mark.parametrize("slope, drafts", [(0.5, False), (0.3, True)])
+def test_a_tree_no_count_could_verify_is_the_root_without_drafting(slope, drafts):
+    """Confidences are at most 1, so count k beats count 1 only if k - 1 >= C3 (c_k - 1). With a
+    target cost of 10 (1 + slope (n - 1)) ms, c_k - 1 = slope (k - 1): at C3 = 3 no count can pass
+    from slope 1/3 up, and the drafter is not asked at all; below it the tree is drafted as ever."""
+    drafter = chain_drafter(0.99, 0.99)
+    policy = started(FakeCosts(target=lambda n: 10 * (1 + slope * (n - 1))), top_k=2, depth=2, c3=3.0)
+    trees = build(policy, drafter, [0, 0], contexts=[[1] * 4, [1] * 6])
+    assert bool(drafter.calls) is drafts
+    if not drafts:
+        assert [t.tokens for t in trees] == [[0], [0]]
+        assert policy.buffers == {}  # no layer built, no phi recorded
+    unranked = started(
+        FakeCosts(target=lambda n: 10 * (1 + slope * (n - 1))), top_k=2, depth=2, c3=3.0, dynamic_rerank=False
+    )
+    assert all(len(t) > 1 for t in build(unranked, chain_drafter(0.99, 0.99), [0]))  # EAGLE's rerank: no skip
 
 
 def test_dynamic_rerank_ranks_only_the_nodes_breadth_pruning_retained():
