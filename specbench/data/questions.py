@@ -36,11 +36,23 @@ def load(cfg: dict) -> list[Sample]:
 
 
 def select(samples: list[Sample], cfg: dict) -> list[Sample]:
+    """Categories, then (with the optional `exclude_limit` K) without the prompts a run with
+    dataset.limit=K and the same seed decodes (a calibration split beside an evaluated one),
+    then the seeded limit, turns and repeats."""
     if cfg.get("categories"):
         known = sorted({s.category for s in samples})
         unknown = [c for c in cfg["categories"] if c not in known]
         require(not unknown, "dataset.categories", f"unknown {unknown}; {cfg['name']} has {known}")
         samples = [s for s in samples if s.category in cfg["categories"]]
+    if (excluded := cfg.get("exclude_limit")) is not None:
+        require(
+            isinstance(excluded, int) and excluded >= 1,
+            "dataset.exclude_limit",
+            f"must be an integer >= 1, got {excluded!r}",
+        )
+        evaluated = {s.id for s in select(samples, {**cfg, "exclude_limit": None, "limit": excluded, "repeats": 1})}
+        samples = [s for s in samples if s.id not in evaluated]
+        require(samples, "dataset.exclude_limit", f"leaves no prompt of {cfg['name']} (it has {len(evaluated)})")
     limit = cfg.get("limit")
     if limit is not None:
         require(isinstance(limit, int) and limit >= 1, "dataset.limit", f"must be an integer >= 1, got {limit!r}")

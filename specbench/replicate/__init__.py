@@ -134,7 +134,9 @@ def main(paper: Paper, argv: list[str] | None = None) -> None:
     sweeps = sweep.pin(paper.sweeps(args.scale, args.prompts, args.max_new_tokens, results_dir), paper.defaults)
     unknown = sorted(set(args.only or ()) - {s.name for s in sweeps})
     if unknown:
-        parser.error(f"--only: unknown sweep(s) {', '.join(unknown)}; choose from {', '.join(s.name for s in sweeps)}")
+        names = ", ".join(dict.fromkeys(s.name for s in sweeps))
+        hint = " (Hydra overrides go before --only)" if any("=" in name for name in unknown) else ""
+        parser.error(f"--only: unknown sweep(s) {', '.join(unknown)}{hint}; choose from {names}")
     sweeps = [s for s in sweeps if not args.only or s.name in args.only]
     if args.datasets:
         unknown = sorted(set(args.datasets) - sweep.datasets_of(sweeps))
@@ -266,7 +268,7 @@ def set_lines(index: int, runset: runsets.RunSet, rows: list[dict], count: int) 
         f"**Run set {index + 1} of {count}: {runset.label}** (runs/{runset.name}; its tables and figures in {where}; "
         f"{decided} of the paper's claims read from it): {runset.fit}. " + runs_line(runset.runs)
     ]
-    lines += machine_lines(runset.runs, runset.sessions) + identity_lines(runset.runs)
+    lines += machine_lines(runset.runs, runset.sessions) + identity_lines(runset.runs) + null_lines(runset.runs)
     return lines + [f"Regime of run set {index + 1}: " + runset.regime.header()]
 
 
@@ -323,6 +325,33 @@ def identity_lines(runs) -> list[str]:
             "and AR's, so identity is tested on an fp32 set)"
         )
     return [line + "."]
+
+
+def null_lines(runs) -> list[str]:
+    """The protocol's null: in each group of runs sharing an AR decode, AR decoded once more
+    as a member (run.group); its speedup over the shared AR should read 1.00, and how far its
+    intervals stray from that bounds the bias every speedup of the set carries."""
+    from specbench.run.group import NULL  # here, as in sweep.py: a report needs no decoding stack
+
+    if runs.empty:
+        return []
+    nulls = runs[runs["method"] == NULL]
+    if nulls.empty:
+        return [
+            "Protocol null: none in this set (its groups ran before every group decoded AR once more as a member); "
+            "its speedups rest on the block order alone."
+        ]
+    bounds = [b for b in nulls["speedup_ci95"] if isinstance(b, list | tuple) and len(b) == 2]
+    covering = sum(low <= 1.0 <= high for low, high in bounds)
+    each = ", ".join(
+        f"{row['speedup']:.3f}x"
+        + (f" [{row['speedup_ci95'][0]:.3f}, {row['speedup_ci95'][1]:.3f}]" if row["speedup_ci95"] else "")
+        for _, row in nulls.sort_values("run").iterrows()
+    )
+    return [
+        f"Protocol null (AR timed as a member of each group against the shared AR decode; it should read 1.00): "
+        f"{len(nulls)} groups, {covering} of {len(bounds)} intervals cover 1.00; {each}."
+    ]
 
 
 def machine_lines(runs, sessions: list[dict]) -> list[str]:

@@ -11,6 +11,11 @@ alone; its records say how many methods shared their AR decode (`block_methods`)
 
     python -m specbench.run.group JOBS.json   # a JSON list of override lists, one per run
 
+Every group of two or more runs also decodes the protocol's null: AR once more per batch,
+timed as a member against the shared AR decode (method name `null`, its own directory
+under multirun/null/). Its speedup should read 1.00; how far its interval strays from that
+is the bias the block order and the machine leave in every other member's speedup.
+
 Runs join a group only when everything but the method (and what does not change decoding:
 costs, output_root) is equal, the baseline is paired, nothing is logged to W&B, and their
 plans chose the same target forward (dtype and kind); the rest run on their own, as
@@ -68,6 +73,23 @@ def forward_of(runner: Runner) -> tuple:
     return decided.dtype.value, decided.precision, decided.forward.value
 
 
+NULL = "null"  # the method name of a group's null member
+
+
+def null_config(cfg: dict) -> dict:
+    """A group member's config with the baseline's method as its own, named NULL: AR timed
+    as a member (paired, as it is not the baseline's method by name)."""
+    return {**cfg, "method": {**cfg["baseline"]["method"], "name": NULL}}
+
+
+def with_null(runners: list[Runner]) -> list[Runner]:
+    """The group's runners and its null member last (which the block order rotates as any)."""
+    cfg = null_config(runners[0].cfg)
+    path = out_dir(cfg)
+    path.mkdir(parents=True, exist_ok=True)
+    return [*runners, Runner(cfg, path)]
+
+
 def run_group(runners: list[Runner]) -> list[dict]:
     """Decode the runners (one shared AR config) block by block; returns their summaries."""
     left = {id(r): r.prepare() for r in runners}
@@ -96,7 +118,15 @@ def main(argv: list[str]) -> None:
         if len(runners) == 1:
             runners[0].run()
         else:
-            run_group(runners)
+            print(null_line(run_group(with_null(runners))[-1]))
+
+
+def null_line(summary: dict) -> str:
+    """The null's speedup and interval, said after the group's summaries."""
+    speedup, bounds = summary.get("speedup"), summary.get("speedup_ci95")
+    measured = f"{speedup:.3f}x" if speedup else "not timed"
+    spread = f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "none (fewer than 10 batches)"
+    return f"protocol null (AR timed as a member against the shared AR): {measured}, 95% interval {spread}"
 
 
 if __name__ == "__main__":

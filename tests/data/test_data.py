@@ -77,6 +77,19 @@ def test_limit_categories_turns_and_seeded_subsets(tmp_path):
     assert {s.meta["repeat_of"] for s in repeated} == {"0", "1"}
 
 
+def test_a_calibration_split_never_meets_the_evaluated_prompts(tmp_path):
+    path = write(tmp_path, ROWS)
+    evaluated = {s.id for s in questions.load(cfg(path=path, limit=2, seed=1))}
+    calibration = [s.id for s in questions.load(cfg(path=path, limit=2, seed=1, exclude_limit=2))]
+    assert len(calibration) == 2 and not evaluated & set(calibration)
+    rest = questions.load(cfg(path=path, seed=1, exclude_limit=2))
+    assert {s.id for s in rest} | evaluated == {s.id for s in questions.load(cfg(path=path))}
+    with pytest.raises(ConfigError, match="dataset.exclude_limit: leaves no prompt"):
+        questions.load(cfg(path=path, exclude_limit=len(ROWS)))
+    with pytest.raises(ConfigError, match="dataset.exclude_limit: must be an integer >= 1"):
+        questions.load(cfg(path=path, exclude_limit=0))
+
+
 def test_bad_inputs_name_the_problem(tmp_path):
     with pytest.raises(ConfigError, match="dataset.path: .* does not exist"):
         questions.load(cfg(path=str(tmp_path / "missing.jsonl")))

@@ -603,3 +603,22 @@ def test_every_headline_names_claims_its_paper_checks():
         assert runner.PAPER.headlines, runner.NAME
         for headline in runner.PAPER.headlines:
             assert 0 < len(headline.claims) <= report.HEADLINE_CLAIMS and set(headline.claims) <= texts, headline
+
+
+def test_each_run_set_states_its_protocol_null():
+    """A set's header gives its groups' null runs (AR timed as a member against the shared AR)
+    and how many of their intervals cover 1.00, or says it has none."""
+    from specbench.replicate import null_lines
+
+    runs = pd.DataFrame(
+        {
+            "run": ["s/null/b", "s/null/a", "s/cast/a"],
+            "method": ["null", "null", "cast"],
+            "speedup": [1.061, 0.994, 1.4],
+            "speedup_ci95": [[1.02, 1.10], [0.97, 1.02], [1.3, 1.5]],
+        }
+    )
+    (line,) = null_lines(runs)
+    assert "2 groups, 1 of 2 intervals cover 1.00; 0.994x [0.970, 1.020], 1.061x [1.020, 1.100]." in line
+    (none,) = null_lines(runs[runs["method"] == "cast"])
+    assert none.startswith("Protocol null: none in this set")

@@ -10,12 +10,14 @@ from types import SimpleNamespace
 import pytest
 from conftest import run_in_process
 
-from specbench.metrics.records import read_records
+from specbench.metrics.records import MethodRun, read_records
+from specbench.metrics.speed import speedup
 from specbench.replicate.sweep import Sweep, grouped, jobs
+from specbench.run import runner as runner_module
 from specbench.run.config import compose_config
-from specbench.run.group import forward_of, groups, out_dir
+from specbench.run.group import forward_of, groups, null_config, out_dir
 from specbench.run.plan import Decision
-from specbench.run.runner import block_order
+from specbench.run.runner import block_order, decode_in_blocks
 
 SETTINGS = [
     "dataset=gsm8k",
@@ -48,7 +50,7 @@ def test_a_group_decodes_ar_once_per_prompt_and_each_run_keeps_its_own_results(t
     (dir_a, a), (dir_b, b) = (records_of(tmp_path, run) for run in runs)
     assert dir_a != dir_b and len(a) == len(b) == 2
     for ra, rb in zip(a, b):
-        assert ra["id"] == rb["id"] and ra["block_methods"] == rb["block_methods"] == 2
+        assert ra["id"] == rb["id"] and ra["block_methods"] == rb["block_methods"] == 3  # with the null
         assert ra["baseline"] == rb["baseline"]  # one AR decode, its timings included, shared by both
         assert ra["method"]["turn_ids"] == ra["baseline"]["turn_ids"] == rb["method"]["turn_ids"]  # lossless at T=0
         assert ra["method"]["seconds"] != rb["method"]["seconds"]
@@ -58,11 +60,18 @@ def test_a_group_decodes_ar_once_per_prompt_and_each_run_keeps_its_own_results(t
         summary = json.loads((directory / "summary.json").read_text())
         assert (
             summary["results"]["samples"] == 2
-            and "one AR decode in one block with up to 2 runs" in summary["baseline_source"]
+            and "one AR decode in one block with up to 3 runs" in summary["baseline_source"]
         )
         assert "speedup" in summary
-        # its share of the AR time: half of each shared decode, so time summed over the runs counts it once
-        assert abs(summary["baseline"]["own_seconds"] - summary["baseline"]["seconds"] / 2) < 1e-3
+        # its share of the AR time: a third of each shared decode, so time summed over the runs counts it once
+        assert abs(summary["baseline"]["own_seconds"] - summary["baseline"]["seconds"] / 3) < 1e-3
+    # the protocol's null: AR decoded once more in each block, timed against the shared AR
+    null_dir = out_dir(null_config(compose_config([f"output_root={tmp_path / 'out'}", *SETTINGS, *runs[0]])))
+    null = read_records(null_dir / "samples.jsonl")
+    assert [r["id"] for r in null] == [r["id"] for r in a]
+    assert all(r["method"]["turn_ids"] == r["baseline"]["turn_ids"] and r["block_methods"] == 3 for r in null)
+    assert json.loads((null_dir / "summary.json").read_text())["method"] == "null"
+    assert "protocol null (AR timed as a member against the shared AR)" in result.stdout
 
     # an interrupted group resumes: only the run that lacks a sample decodes it (with AR again)
     lines = (dir_b / "samples.jsonl").read_text().splitlines(keepends=True)
@@ -135,3 +144,73 @@ def test_every_method_of_a_block_has_ar_before_it_in_half_the_blocks(methods):
         assert before * 2 == len(blocks)
         assert {[i for i in b if i is not None].index(method) for b in blocks} == set(range(methods))
     assert block_order(3, methods, baseline=None) == [*range(1 % methods, methods), *range(1 % methods)]
+
+
+class DriftingBlock:
+    """Stand-ins for a group's runners whose every decode in a block takes 10% less time than
+    the one before it (caches warming, a clock ramping up: the drift a block order must
+    spread over AR and the methods alike); every decode gives the same 10 tokens."""
+
+    def __init__(self, members: int, samples: int):
+        self.calls, self.per_block = 0, members + 1
+        self.samples = [SimpleNamespace(id=f"s{i:02d}", category="c", turns=["q"]) for i in range(samples)]
+        self.runners = [self.runner(f"m{i}") for i in range(members)]
+
+    def runner(self, name: str):
+        records: list[dict] = []
+        return SimpleNamespace(
+            cfg={"method": {"name": name}},
+            samples=self.samples,
+            batch_size=1,
+            done=set(),
+            records=records,
+            parts=SimpleNamespace(method=name, baseline="ar"),
+            decode_turns=self.decode,
+            write=lambda batch, others: records.extend(batch),
+        )
+
+    def decode(self, batch, method, bar) -> list[MethodRun]:
+        seconds = 0.9 ** (self.calls % self.per_block)
+        self.calls += 1
+        return [
+            MethodRun(
+                10,
+                seconds,
+                0.0,
+                10,
+                0,
+                [1] * 10,
+                [[1] * 10],
+                [""],
+                ["length"],
+                [5],
+                0.0,
+                [],
+                [],
+                [],
+                {},
+                batch_seconds=seconds,
+                batch_id=sample.id,
+            )
+            for sample in batch
+        ]
+
+
+def null_speedup(block: DriftingBlock) -> dict:
+    decode_in_blocks(block.runners, [block.samples] * len(block.runners))
+    null = block.runners[-1].records
+    return speedup([r["method"] for r in null], [r["baseline"] for r in null])
+
+
+def test_the_null_covers_one_under_a_drift_within_blocks_and_a_fixed_order_would_not(monkeypatch):
+    """The null (AR as the group's last member, as run.group adds it) against the shared AR,
+    over 12 blocks of a drift that favours whatever decodes later: the rotation puts AR before
+    and after it equally often, so its interval covers 1.00; with AR always first the same
+    drift reads as a speedup whose interval excludes 1.00."""
+    rotated = null_speedup(DriftingBlock(members=3, samples=12))
+    low, high = rotated["speedup_ci95"]
+    assert low <= 1.0 <= high and abs(rotated["speedup"] - 1.0) < 0.05
+
+    monkeypatch.setattr(runner_module, "block_order", lambda index, methods, baseline: [None, *range(methods)])
+    fixed = null_speedup(DriftingBlock(members=3, samples=12))
+    assert fixed["speedup_ci95"][0] > 1.0
