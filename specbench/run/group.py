@@ -82,24 +82,31 @@ def null_config(cfg: dict) -> dict:
     return {**cfg, "method": {**cfg["baseline"]["method"], "name": NULL}}
 
 
-def with_null(runners: list[Runner]) -> list[Runner]:
-    """The group's runners and its null member last (which the block order rotates as any)."""
-    cfg = null_config(runners[0].cfg)
+def null_runner(cfg: dict) -> Runner:
+    """The group's null member, in its own directory (a multirun of the config it writes)."""
+    cfg = null_config(cfg)
     path = out_dir(cfg)
     path.mkdir(parents=True, exist_ok=True)
-    return [*runners, Runner(cfg, path)]
+    return Runner(cfg, path)
 
 
 def run_group(runners: list[Runner]) -> list[dict]:
-    """Decode the runners (one shared AR config) block by block; returns their summaries."""
+    """Decode the runners (one shared AR config) block by block, and the group's null in
+    the blocks of the first runner that decodes, on its plan and target; returns their
+    summaries, the null's last."""
     left = {id(r): r.prepare() for r in runners}
     decoding = [r for r in runners if left[id(r)]]
     by_forward: dict[tuple, list[Runner]] = {}
     for runner in decoding:
         by_forward.setdefault(forward_of(runner), []).append(runner)
+    null = null_runner(runners[0].cfg)
+    # with every member finished the null decodes in blocks of its own, against its own AR
+    left[id(null)] = null.prepare_beside(decoding[0]) if decoding else null.prepare()
+    if left[id(null)]:
+        by_forward.setdefault(forward_of(decoding[0] if decoding else null), []).append(null)
     for members in by_forward.values():
         decode_in_blocks(members, [left[id(r)] for r in members])
-    return [runner.finish() for runner in runners]
+    return [runner.finish() for runner in (*runners, null)]
 
 
 def main(argv: list[str]) -> None:
@@ -118,7 +125,7 @@ def main(argv: list[str]) -> None:
         if len(runners) == 1:
             runners[0].run()
         else:
-            print(null_line(run_group(with_null(runners))[-1]))
+            print(null_line(run_group(runners)[-1]))
 
 
 def null_line(summary: dict) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -66,6 +66,20 @@ class Runner:
                 json.dumps(self.decided.to_json(self.cfg["hardware"]["device"]), indent=1)
             )
             self.warm_up(todo[: self.batch_size])
+        return todo
+
+    def prepare_beside(self, host: "Runner") -> list[questions.Sample]:
+        """prepare() for a group's null: it decodes with `host`'s plan and target, its method
+        the host's baseline, so it is timed exactly as the shared AR decode is; nothing is
+        decided, loaded or warmed up again. Returns the samples left to decode."""
+        self.records = read_records(self.out_dir / "samples.jsonl")
+        self.done = {r["id"] for r in self.records}
+        todo = [s for s in self.samples if s.id not in self.done]
+        if todo:
+            self.decided, self.parts = host.decided, replace(host.parts, method=host.parts.baseline)
+            (self.out_dir / "decisions.json").write_text(
+                json.dumps(self.decided.to_json(self.cfg["hardware"]["device"]), indent=1)
+            )
         return todo
 
     def write(self, batch: list[dict], others_cores: float | None) -> None:

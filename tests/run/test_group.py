@@ -70,6 +70,7 @@ def test_a_group_decodes_ar_once_per_prompt_and_each_run_keeps_its_own_results(t
     null = read_records(null_dir / "samples.jsonl")
     assert [r["id"] for r in null] == [r["id"] for r in a]
     assert all(r["method"]["turn_ids"] == r["baseline"]["turn_ids"] and r["block_methods"] == 3 for r in null)
+    assert [r["baseline"] for r in null] == [r["baseline"] for r in a]  # timed against the one shared AR decode
     assert json.loads((null_dir / "summary.json").read_text())["method"] == "null"
     assert "protocol null (AR timed as a member against the shared AR)" in result.stdout
 
