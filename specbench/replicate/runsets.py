@@ -90,12 +90,16 @@ def precision(runs: pd.DataFrame, requested: str) -> str:
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0] if counts else requested
 
 
-def label(run: pd.Series, dtype: str) -> str:
+def label(run: pd.Series, dtype: str, machine: str | None = None) -> str:
+    """ "<CPU model> (<its best matmul ISA>), <precision>"; with `machine` (a set's machine id)
+    its fingerprint hash too, for two machines that would read alike."""
     fingerprint = environment(run).get("fingerprint") or {}
     isa = fingerprint.get("isa") or []
     leading = next((flag for flag in LEADING_ISA if flag in isa), None)
     model = fingerprint.get("gpu") or fingerprint.get("cpu_model") or "machine not recorded"
-    return f"{model}{f' ({leading})' if leading and not fingerprint.get('gpu') else ''}, {dtype}"
+    named = [leading] if leading and not fingerprint.get("gpu") else []
+    named += [f"machine {machine.rsplit('-', 1)[-1]}"] if machine else []
+    return f"{model} ({', '.join(named)}), {dtype}" if named else f"{model}, {dtype}"
 
 
 def split(runs: pd.DataFrame) -> list[RunSet]:
@@ -110,6 +114,11 @@ def split(runs: pd.DataFrame) -> list[RunSet]:
         dtype = precision(members, requested)
         members["run"] = [within(r, machine) for r in members["run"]]
         found.append(RunSet(f"{machine}-{dtype}", label(members.iloc[0], dtype), members))
+    alike = Counter(s.label for s in found)
+    for runset in found:  # two machines of one CPU model and ISA: each named by its fingerprint
+        if alike[runset.label] > 1:
+            dtype = runset.name.removeprefix(machine_id(runset.runs.iloc[0]) + "-")
+            runset.label = label(runset.runs.iloc[0], dtype, machine_id(runset.runs.iloc[0]))
     return found
 
 

@@ -622,3 +622,23 @@ def test_each_run_set_states_its_protocol_null():
     assert "2 groups, 1 of 2 intervals cover 1.00; 0.994x [0.970, 1.020], 1.061x [1.020, 1.100]." in line
     (none,) = null_lines(runs[runs["method"] == "cast"])
     assert none.startswith("Protocol null: none in this set")
+
+
+def test_two_machines_of_one_cpu_model_get_labels_apart(tmp_path):
+    """A verdict names its set by label: two machines that report the same CPU model and ISA
+    (two AMD EPYC generations with avx512_bf16) are told apart by their fingerprints."""
+    from specbench.replicate import runsets
+
+    rows = []
+    for machine, family in (("zen4", 25), ("zen5", 26)):
+        fingerprint = {"cpu_model": "AMD EPYC", "isa": ["avx2", "avx512_bf16"], "family": family}
+        directory = tmp_path / machine
+        directory.mkdir()
+        (directory / "summary.json").write_text(json.dumps({"environment": {"fingerprint": fingerprint}}))
+        rows.append({"run": f"{machine}/eagle3/r", "run_dir": str(directory), "config.hardware.dtype": "bfloat16"})
+    labels = sorted(s.label for s in runsets.split(pd.DataFrame(rows)))
+    assert len(set(labels)) == 2 and all(
+        label.startswith("AMD EPYC (avx512_bf16, machine ") and label.endswith("), bfloat16") for label in labels
+    )
+    (alone,) = runsets.split(pd.DataFrame(rows[:1]))
+    assert alone.label == "AMD EPYC (avx512_bf16), bfloat16"
