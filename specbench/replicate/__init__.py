@@ -335,7 +335,8 @@ def null_lines(runs) -> list[str]:
 
     if runs.empty:
         return []
-    nulls = runs[runs["method"] == NULL]
+    methods = runs["method"] if "method" in runs else runs.get("config.method.name", pd.Series(index=runs.index))
+    nulls = runs[methods == NULL]
     if nulls.empty:
         return [
             "Protocol null: none in this set (its groups ran before every group decoded AR once more as a member); "
