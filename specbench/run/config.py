@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from specbench.costs.fingerprint import isa_limits
@@ -109,8 +110,13 @@ def compose_config(overrides: list[str]) -> dict:
     """The resolved run config for `overrides`, outside a Hydra app (for the other
     commands: python -m specbench.run.costs, specbench.run.entmtp_search)."""
     overrides = choice_names(overrides)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides)
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            cfg = compose("config", overrides)
+    except HydraException as error:  # an override Hydra cannot read or place: its words, not its traceback
+        said = [line.strip() for line in str(error).splitlines() if line.strip() and not set(line.strip()) <= {"^"}]
+        said = [line for line in said if not line.startswith("See https")]
+        raise ConfigError(f"overrides {' '.join(overrides)}: {' '.join(said)}") from None
     with open_dict(cfg):
         cfg.hydra = None
     return OmegaConf.to_container(cfg, resolve=True)

@@ -20,6 +20,9 @@ from specbench.run.config import compose_config
 
 
 def main(argv: list[str]) -> None:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__.strip())
+        return
     refresh = "costs.refresh=true" in argv
     cfg = compose_config([a for a in argv if not a.startswith("costs.refresh=")])
     hardware, model_cfg = dict(cfg["hardware"]), cfg["model"]

@@ -21,3 +21,8 @@ def test_profile_command_prints_the_curves_and_rejects_bad_input():
     assert "tau a step must reach against AR in" in result.stdout and "1.3x: n=2 " in result.stdout
     bad = run_in_process([sys.executable, "-m", "specbench.run.costs", "method=nope"])
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "method" in bad.stderr
+    unknown = run_in_process([sys.executable, "-m", "specbench.run.costs", "foo=bar"])
+    assert unknown.returncode == 2 and unknown.stderr.strip().count("\n") == 0
+    assert "Could not override 'foo'" in unknown.stderr and "+foo=bar" in unknown.stderr
+    usage = run_in_process([sys.executable, "-m", "specbench.run.costs", "--help"])
+    assert usage.returncode == 0 and usage.stdout.startswith("`python -m specbench.run.costs")
