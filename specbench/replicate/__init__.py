@@ -276,11 +276,7 @@ def runs_line(runs) -> str:
     """How many runs, how many prompts and new tokens they decoded."""
     if runs.empty:
         return "No finished runs: every table holds the published numbers, and each of our cells says it was not run."
-    methods = (
-        runs["method"]
-        if "method" in runs
-        else runs.get("config.method.name", pd.Series(["?"] * len(runs), index=runs.index))
-    )
+    methods = method_names(runs)
     sizes = pd.DataFrame(
         {
             "limit": runs["config.dataset.limit"].astype(str),
@@ -298,6 +294,14 @@ def runs_line(runs) -> str:
         precision = runs.get("environment.precision", runs["environment.dtype"]).fillna(runs["environment.dtype"])
         line += f"; ran in {', '.join(sorted(set(precision.dropna())))}"
     return line + "."
+
+
+def method_names(runs) -> pd.Series:
+    """Each run's method name: the summary's, else its config's (summaries written by hand
+    may lack both: "?")."""
+    if "method" in runs:
+        return runs["method"]
+    return runs.get("config.method.name", pd.Series(["?"] * len(runs), index=runs.index))
 
 
 def identity_lines(runs) -> list[str]:
@@ -331,12 +335,11 @@ def null_lines(runs) -> list[str]:
     """The protocol's null: in each group of runs sharing an AR decode, AR decoded once more
     as a member (run.group); its speedup over the shared AR should read 1.00, and how far its
     intervals stray from that bounds the bias every speedup of the set carries."""
-    from specbench.run.group import NULL  # here, as in sweep.py: a report needs no decoding stack
+    from specbench.run.group import NULL  # here, as sweep.py imports run.group: importing replicate stays light
 
     if runs.empty:
         return []
-    methods = runs["method"] if "method" in runs else runs.get("config.method.name", pd.Series(index=runs.index))
-    nulls = runs[methods == NULL]
+    nulls = runs[method_names(runs) == NULL]
     if nulls.empty:
         return [
             "Protocol null: none in this set (its groups ran before every group decoded AR once more as a member); "

@@ -108,18 +108,17 @@ def split(runs: pd.DataFrame) -> list[RunSet]:
     if runs.empty:
         return []
     keys = runs.apply(key, axis=1)
-    found = []
+    found = []  # (machine id, precision, set)
     for machine, requested in sorted(set(keys)):
         members = runs[keys == (machine, requested)].copy()
         dtype = precision(members, requested)
         members["run"] = [within(r, machine) for r in members["run"]]
-        found.append(RunSet(f"{machine}-{dtype}", label(members.iloc[0], dtype), members))
-    alike = Counter(s.label for s in found)
-    for runset in found:  # two machines of one CPU model and ISA: each named by its fingerprint
+        found.append((machine, dtype, RunSet(f"{machine}-{dtype}", label(members.iloc[0], dtype), members)))
+    alike = Counter(runset.label for _, _, runset in found)
+    for machine, dtype, runset in found:  # two machines of one CPU model and ISA: each named by its fingerprint
         if alike[runset.label] > 1:
-            dtype = runset.name.removeprefix(machine_id(runset.runs.iloc[0]) + "-")
-            runset.label = label(runset.runs.iloc[0], dtype, machine_id(runset.runs.iloc[0]))
-    return found
+            runset.label = label(runset.runs.iloc[0], dtype, machine)
+    return [runset for _, _, runset in found]
 
 
 def within(run: str, machine: str) -> str:

@@ -52,9 +52,7 @@ class Runner:
     def prepare(self) -> list[questions.Sample]:
         """Read what an earlier run finished; when samples are left, decide the plan, build
         its parts and warm them up. Returns the samples left to decode."""
-        self.records = read_records(self.out_dir / "samples.jsonl")
-        self.done = {r["id"] for r in self.records}
-        todo = [s for s in self.samples if s.id not in self.done]
+        todo = self.resume()
         self.tracker = tracking.start(self.cfg, f"{self.cfg['method']['name']}/{self.out_dir.name}")
         for record in self.records if self.tracker else ():
             self.tracker.sample(record)
@@ -62,24 +60,29 @@ class Runner:
             self.decided, self.parts = plan.decide(
                 self.cfg, self.samples, self.paired, self.cached_baseline is not None
             )
-            (self.out_dir / "decisions.json").write_text(
-                json.dumps(self.decided.to_json(self.cfg["hardware"]["device"]), indent=1)
-            )
+            self.write_decisions()
             self.warm_up(todo[: self.batch_size])
         return todo
+
+    def write_decisions(self) -> None:
+        (self.out_dir / "decisions.json").write_text(
+            json.dumps(self.decided.to_json(self.cfg["hardware"]["device"]), indent=1)
+        )
+
+    def resume(self) -> list[questions.Sample]:
+        """Read what an earlier run finished; the samples left to decode."""
+        self.records = read_records(self.out_dir / "samples.jsonl")
+        self.done = {r["id"] for r in self.records}
+        return [s for s in self.samples if s.id not in self.done]
 
     def prepare_beside(self, host: "Runner") -> list[questions.Sample]:
         """prepare() for a group's null: it decodes with `host`'s plan and target, its method
         the host's baseline, so it is timed exactly as the shared AR decode is; nothing is
         decided, loaded or warmed up again. Returns the samples left to decode."""
-        self.records = read_records(self.out_dir / "samples.jsonl")
-        self.done = {r["id"] for r in self.records}
-        todo = [s for s in self.samples if s.id not in self.done]
+        todo = self.resume()
         if todo:
             self.decided, self.parts = host.decided, replace(host.parts, method=host.parts.baseline)
-            (self.out_dir / "decisions.json").write_text(
-                json.dumps(self.decided.to_json(self.cfg["hardware"]["device"]), indent=1)
-            )
+            self.write_decisions()
         return todo
 
     def write(self, batch: list[dict], others_cores: float | None) -> None:
